@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/toolgate/toolgate/gateway"
+	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
+)
+
+// callCmd runs one RunTool call. Exit 0 when the response is ok, 1 on a deny
+// or a tool failure, 2 on any error.
+func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	fs := flag.NewFlagSet("toolgate call", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:50051", "gateway `address`")
+	requestID := fs.String("request-id", "", "stable request `id` (required); retries reuse it")
+	tool := fs.String("tool", "", "tool `id` (required), e.g. workspace.readFile")
+	argsJSON := fs.String("args", "{}", "tool arguments as a JSON `object`")
+	runID := fs.String("run-id", "", "ctx.run_id")
+	stepID := fs.String("step-id", "", "ctx.step_id")
+	policyRef := fs.String("policy-ref", "", "ctx.policy_ref (default policy.default)")
+	keyEnv := fs.String("key-env", "", "environment `variable` holding the API key, sent as a Bearer token")
+	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return exitError
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "toolgate call: "+format+"\n", a...)
+		return exitError
+	}
+	if fs.NArg() > 0 {
+		return fail("unexpected arguments %q", fs.Args())
+	}
+	if *requestID == "" || *tool == "" {
+		return fail("--request-id and --tool are required")
+	}
+	var argMap map[string]any
+	dec := json.NewDecoder(bytes.NewReader([]byte(*argsJSON)))
+	if err := dec.Decode(&argMap); err != nil || dec.More() {
+		return fail("--args: want one JSON object: %v", err)
+	}
+	argStruct, err := structpb.NewStruct(argMap)
+	if err != nil {
+		return fail("--args: %v", err)
+	}
+	if *keyEnv != "" {
+		key := getenv(*keyEnv)
+		if key == "" {
+			return fail("--key-env: environment variable %s is empty or unset", *keyEnv)
+		}
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+key)
+	}
+
+	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	req := &toolgatev1.RunToolRequest{RequestId: *requestID, ToolId: *tool, Args: argStruct}
+	if *runID != "" || *stepID != "" || *policyRef != "" {
+		req.Ctx = &toolgatev1.RunContext{RunId: *runID, StepId: *stepID, PolicyRef: *policyRef}
+	}
+	resp, err := toolgatev1.NewToolGatewayClient(conn).RunTool(ctx, req)
+	if err != nil {
+		st := status.Convert(err)
+		fmt.Fprintf(stderr, "toolgate call: %s: %s\n", st.Code(), st.Message())
+		for _, d := range st.Details() {
+			if f, ok := d.(*toolgatev1.RunToolFailure); ok {
+				fmt.Fprintf(stderr, "evidence written: %v\n", f.GetEvidenceRefs())
+			}
+		}
+		return exitError
+	}
+	out, err := gateway.MarshalResponse(resp)
+	if err != nil {
+		return fail("%v", err)
+	}
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, out, "", "  "); err != nil {
+		return fail("%v", err)
+	}
+	fmt.Fprintf(stdout, "%s\n", bytes.TrimSpace(pretty.Bytes()))
+	if !resp.GetOk() {
+		return exitFailure
+	}
+	return exitOK
+}

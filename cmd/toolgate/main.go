@@ -1,0 +1,78 @@
+// Command toolgate is the Toolgate gateway and its companion tools.
+//
+//	toolgate serve   [--config FILE] [--listen ADDR] [--policies DIR] [--evidence URL] [--workspace DIR]
+//	toolgate call    --addr ADDR --request-id ID --tool TOOL [--args JSON] [--run-id R] [--step-id S] [--policy-ref P] [--key-env VAR]
+//	toolgate policy check DIR
+//	toolgate version
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes shared by the subcommands.
+const (
+	exitOK      = 0
+	exitFailure = 1 // a deny, a tool failure, a check that found problems
+	exitError   = 2 // usage errors, unreachable gateway, bad configuration
+)
+
+const usage = `toolgate is a policy-gated evidence gateway for AI tool calls.
+
+Usage:
+  toolgate serve [flags]          run the gateway (embedded default config without --config)
+  toolgate call [flags]           call RunTool and print the response as JSON
+  toolgate policy check DIR       parse and schema-validate a policy folder
+  toolgate version                print the version
+
+Run "toolgate <command> -h" for a command's flags.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}
+
+// run dispatches a subcommand and returns the process exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitError
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = serveCmd(ctx, args[1:], stderr, getenv)
+	case "call":
+		return callCmd(ctx, args[1:], stdout, stderr, getenv)
+	case "policy":
+		return policyCmd(args[1:], stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, versionString())
+		return exitOK
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "toolgate: unknown command %q\n\n%s", args[0], usage)
+		return exitError
+	}
+	if err != nil {
+		if !errors.Is(err, errUsage) {
+			fmt.Fprintf(stderr, "toolgate %s: %v\n", args[0], err)
+		}
+		return exitError
+	}
+	return exitOK
+}
+
+// errUsage marks an error the flag package has already explained.
+var errUsage = errors.New("usage")

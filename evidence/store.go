@@ -1,0 +1,36 @@
+// Package evidence stores the artifacts that record each tool call and the
+// manifests that make them verifiable.
+//
+// Every write is create-only: an artifact, once stored, is never replaced.
+// That property is what lets the gateway use the store itself to make sure a
+// request_id runs at most once.
+package evidence
+
+import (
+	"context"
+	"errors"
+)
+
+// ErrExist is returned (wrapped) by Put when the key is already stored.
+var ErrExist = errors.New("evidence: artifact already exists")
+
+// ErrNotExist is returned (wrapped) by Get when the key is not stored.
+var ErrNotExist = errors.New("evidence: artifact does not exist")
+
+// Store is a create-only key/value store for evidence artifacts. Keys are
+// slash-separated relative paths such as "requests/r1/request.json"; Put
+// and Get reject a key that ValidKey rejects with an error wrapping
+// ErrInvalidKey. Implementations are safe for concurrent use.
+type Store interface {
+	// Put stores data under key if and only if key is not yet stored. When
+	// Put returns nil the data is durable. When the key exists it returns an
+	// error wrapping ErrExist and leaves the stored data unchanged.
+	Put(ctx context.Context, key string, data []byte) error
+	// Get returns the data stored under key, or an error wrapping
+	// ErrNotExist.
+	Get(ctx context.Context, key string) ([]byte, error)
+	// List returns the keys that start with prefix, sorted. The prefix is
+	// matched as a string, not as a directory: "requests/r" matches both
+	// "requests/r1/x" and "requests/r2/x".
+	List(ctx context.Context, prefix string) ([]string, error)
+}

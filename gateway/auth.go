@@ -1,0 +1,89 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// AnonymousCaller is the caller name used when authentication is off, which
+// the gateway allows only on a loopback listener.
+const AnonymousCaller = "anonymous"
+
+// Authenticator maps the bearer API key of a call onto a caller name.
+type Authenticator struct {
+	keys []apiKey // empty: authentication is off
+}
+
+type apiKey struct {
+	caller string
+	digest [sha256.Size]byte
+}
+
+// NewAuthenticator builds an Authenticator from the configured keys, reading
+// environment-held keys through getenv. With no keys, every call is made by
+// AnonymousCaller; Config.Validate makes sure that only happens on loopback.
+func NewAuthenticator(keys []KeyConfig, getenv func(string) string) (*Authenticator, error) {
+	a := &Authenticator{}
+	for i, k := range keys {
+		var d [sha256.Size]byte
+		switch {
+		case k.SHA256 != "":
+			b, err := hex.DecodeString(k.SHA256)
+			if err != nil || len(b) != sha256.Size {
+				return nil, fmt.Errorf("auth.keys[%d].sha256: must be 64 hex digits", i)
+			}
+			copy(d[:], b)
+		case k.Env != "":
+			v := getenv(k.Env)
+			if v == "" {
+				return nil, fmt.Errorf("auth.keys[%d].env: environment variable %s is empty or unset", i, k.Env)
+			}
+			d = sha256.Sum256([]byte(v))
+		default:
+			return nil, fmt.Errorf("auth.keys[%d]: give sha256 or env", i)
+		}
+		a.keys = append(a.keys, apiKey{caller: k.Caller, digest: d})
+	}
+	return a, nil
+}
+
+// Enabled reports whether callers must present a key.
+func (a *Authenticator) Enabled() bool { return len(a.keys) > 0 }
+
+// Authenticate returns the caller name for the call in ctx, or an
+// UNAUTHENTICATED status.
+func (a *Authenticator) Authenticate(ctx context.Context) (string, error) {
+	if !a.Enabled() {
+		return AnonymousCaller, nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	values := md.Get("authorization")
+	if len(values) != 1 {
+		return "", status.Error(codes.Unauthenticated, `authorization: send exactly one "authorization: Bearer <key>" metadata entry`)
+	}
+	scheme, key, ok := strings.Cut(values[0], " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(key) == "" {
+		return "", status.Error(codes.Unauthenticated, `authorization: expected "Bearer <key>"`)
+	}
+	presented := sha256.Sum256([]byte(strings.TrimSpace(key)))
+	// Compare against every key without stopping early, so the time taken
+	// does not tell which key (or how much of one) matched.
+	caller := ""
+	for _, k := range a.keys {
+		if subtle.ConstantTimeCompare(presented[:], k.digest[:]) == 1 {
+			caller = k.caller
+		}
+	}
+	if caller == "" {
+		return "", status.Error(codes.Unauthenticated, "authorization: unknown API key")
+	}
+	return caller, nil
+}

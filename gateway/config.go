@@ -1,0 +1,255 @@
+package gateway
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// DefaultConfigYAML is the configuration `toolgate serve` runs on when it is
+// given no file. It is embedded so the binary alone is a working gateway.
+//
+//go:embed default.yaml
+var DefaultConfigYAML []byte
+
+// Config is the gateway's configuration file. Every key is optional; the
+// zero value of a key means "use the default".
+type Config struct {
+	// Listen is the gRPC listen address, host:port.
+	Listen string `yaml:"listen"`
+	// Instance names this gateway in engine_ref; the host name by default.
+	Instance string       `yaml:"instance"`
+	Auth     AuthConfig   `yaml:"auth"`
+	Policies PolicyConfig `yaml:"policies"`
+	Evidence EvidenceConfig `yaml:"evidence"`
+	Redact   RedactConfig `yaml:"redact"`
+	// Drivers maps a driver name to its settings.
+	Drivers map[string]DriverConfig `yaml:"drivers"`
+	// Tools maps additional tool ids onto a driver and a target. Workspace
+	// drivers publish their operations as "<driver>.<operation>" without
+	// being listed here.
+	Tools map[string]ToolConfig `yaml:"tools"`
+}
+
+// AuthConfig lists the API keys callers may present.
+type AuthConfig struct {
+	Keys []KeyConfig `yaml:"keys"`
+}
+
+// KeyConfig maps one API key to a caller name. The key itself never appears
+// in the file: give either its SHA-256 digest or the name of an environment
+// variable that holds it.
+type KeyConfig struct {
+	Caller string `yaml:"caller"`
+	// SHA256 is the hex SHA-256 digest of the key.
+	SHA256 string `yaml:"sha256"`
+	// Env names an environment variable holding the key.
+	Env string `yaml:"env"`
+}
+
+// PolicyConfig locates the Cedar policy sets.
+type PolicyConfig struct {
+	Dir string `yaml:"dir"`
+}
+
+// EvidenceConfig locates the evidence store.
+type EvidenceConfig struct {
+	// URL is file://DIR (or mem:// for tests).
+	URL string `yaml:"url"`
+}
+
+// RedactConfig adds secrets the redactor must know about.
+type RedactConfig struct {
+	// SecretsEnv names environment variables whose values are secrets to be
+	// replaced wherever they appear in evidence.
+	SecretsEnv []string `yaml:"secrets_env"`
+	// KeyNames are JSON key names whose values are secret, in addition to
+	// the built-in list.
+	KeyNames []string `yaml:"key_names"`
+}
+
+// DriverConfig configures one downstream driver.
+type DriverConfig struct {
+	// Type is the driver kind; "workspace" is built in.
+	Type string `yaml:"type"`
+	// Root is the workspace folder (type workspace).
+	Root string `yaml:"root"`
+	// OutputLimit caps each of a shell's stdout and stderr, in bytes
+	// (type workspace; default 1 MiB).
+	OutputLimit int `yaml:"output_limit"`
+	// DefaultTimeout applies to shell commands that set none (type
+	// workspace; default 30s).
+	DefaultTimeout time.Duration `yaml:"default_timeout"`
+}
+
+// ToolConfig binds a tool id to a driver.
+type ToolConfig struct {
+	Driver string `yaml:"driver"`
+	Target string `yaml:"target"`
+}
+
+// ParseConfig decodes a YAML configuration. Unknown keys are errors, so a
+// typo cannot silently turn a setting off.
+func ParseConfig(data []byte) (Config, error) {
+	var cfg Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return cfg, nil
+}
+
+// LoadConfig reads and decodes a YAML file, applied on top of the embedded
+// default.
+func LoadConfig(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	cfg, err := ParseConfig(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg.WithDefaults()
+}
+
+// DefaultConfig returns the embedded default configuration.
+func DefaultConfig() (Config, error) {
+	return ParseConfig(DefaultConfigYAML)
+}
+
+// WithDefaults fills every unset key from the embedded default.
+func (c Config) WithDefaults() (Config, error) {
+	def, err := DefaultConfig()
+	if err != nil {
+		return Config{}, err
+	}
+	if c.Listen == "" {
+		c.Listen = def.Listen
+	}
+	if c.Policies.Dir == "" {
+		c.Policies.Dir = def.Policies.Dir
+	}
+	if c.Evidence.URL == "" {
+		c.Evidence.URL = def.Evidence.URL
+	}
+	if c.Drivers == nil {
+		c.Drivers = def.Drivers
+	}
+	return c, nil
+}
+
+var (
+	callerNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}$`)
+	driverNamePattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
+	envNamePattern    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// Validate reports the first problem that would make the gateway unsafe or
+// unable to start. It does not touch the file system.
+func (c Config) Validate() error {
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return fmt.Errorf("config: listen %q: %w", c.Listen, err)
+	}
+	if len(c.Auth.Keys) == 0 && !isLoopbackHost(host) {
+		return fmt.Errorf("config: listen %q is not a loopback address and auth.keys is empty: "+
+			"refusing to serve unauthenticated callers beyond this host", c.Listen)
+	}
+	seen := map[string]bool{}
+	for i, k := range c.Auth.Keys {
+		where := fmt.Sprintf("config: auth.keys[%d]", i)
+		if !callerNamePattern.MatchString(k.Caller) {
+			return fmt.Errorf("%s.caller %q: must match %s", where, k.Caller, callerNamePattern)
+		}
+		switch {
+		case k.SHA256 != "" && k.Env != "":
+			return fmt.Errorf("%s: give sha256 or env, not both", where)
+		case k.SHA256 != "":
+			if b, err := hex.DecodeString(k.SHA256); err != nil || len(b) != 32 {
+				return fmt.Errorf("%s.sha256: must be 64 hex digits (the SHA-256 of the key, never the key)", where)
+			}
+		case k.Env != "":
+			if !envNamePattern.MatchString(k.Env) {
+				return fmt.Errorf("%s.env %q: not an environment variable name", where, k.Env)
+			}
+		default:
+			return fmt.Errorf("%s: give sha256 (digest of the key) or env (variable holding the key)", where)
+		}
+		id := k.SHA256 + "\x00" + k.Env
+		if seen[id] {
+			return fmt.Errorf("%s: the same key is listed twice", where)
+		}
+		seen[id] = true
+	}
+	for _, name := range c.Redact.SecretsEnv {
+		if !envNamePattern.MatchString(name) {
+			return fmt.Errorf("config: redact.secrets_env: %q is not an environment variable name", name)
+		}
+	}
+	for _, name := range sortedKeys(c.Drivers) {
+		d := c.Drivers[name]
+		if !driverNamePattern.MatchString(name) {
+			return fmt.Errorf("config: drivers.%s: name must match %s", name, driverNamePattern)
+		}
+		switch d.Type {
+		case "workspace":
+			if d.Root == "" {
+				return fmt.Errorf("config: drivers.%s.root: required for a workspace driver", name)
+			}
+			if d.OutputLimit < 0 {
+				return fmt.Errorf("config: drivers.%s.output_limit: must not be negative", name)
+			}
+			if d.DefaultTimeout < 0 {
+				return fmt.Errorf("config: drivers.%s.default_timeout: must not be negative", name)
+			}
+		case "":
+			return fmt.Errorf("config: drivers.%s.type: required (workspace)", name)
+		default:
+			return fmt.Errorf("config: drivers.%s.type %q: unknown driver type (this build has: workspace)", name, d.Type)
+		}
+	}
+	for _, id := range sortedKeys(c.Tools) {
+		t := c.Tools[id]
+		if err := validateToolID(id); err != nil {
+			return fmt.Errorf("config: tools.%s: %w", id, err)
+		}
+		if _, ok := c.Drivers[t.Driver]; !ok {
+			return fmt.Errorf("config: tools.%s.driver %q: no such driver", id, t.Driver)
+		}
+		if t.Target == "" {
+			return fmt.Errorf("config: tools.%s.target: required", id)
+		}
+	}
+	return nil
+}
+
+// isLoopbackHost reports whether host can only be reached from this machine.
+func isLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,341 @@
+// Package gateway is Toolgate's request pipeline and gRPC service: it
+// authenticates a RunTool call, validates it, claims its request_id in the
+// evidence store, asks policy, runs allowed calls through a driver, redacts
+// every artifact, and answers with exactly the response it stored.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/policy"
+	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
+	"github.com/toolgate/toolgate/redact"
+)
+
+// Version is the gateway's release, reported in engine_ref.
+const Version = "0.1.0"
+
+// Rule ids the gateway decides by itself, before or instead of Cedar.
+const (
+	RuleUnknownTool = "unknown_tool"
+)
+
+// Decider makes policy decisions. *policy.Engine implements it.
+type Decider interface {
+	Decide(ctx context.Context, req policy.Request) policy.Decision
+}
+
+// Tool binds a tool id to the driver that serves it.
+type Tool struct {
+	// Driver is the name of a driver in Options.Drivers.
+	Driver string
+	// Target is handed to the driver as drivers.Call.Target.
+	Target string
+}
+
+// Options are a Gateway's collaborators. All but Logger and Now are required.
+type Options struct {
+	Decider  Decider
+	Store    evidence.Store
+	Redactor *redact.Redactor
+	Auth     *Authenticator
+	Drivers  map[string]drivers.Driver
+	Tools    map[string]Tool
+	// Instance names this gateway in engine_ref.
+	Instance string
+	Logger   *slog.Logger
+	// Now returns the current time; time.Now by default.
+	Now func() time.Time
+}
+
+// Gateway runs RunTool calls. It is safe for concurrent use.
+type Gateway struct {
+	decider    Decider
+	store      evidence.Store
+	redactor   *redact.Redactor
+	auth       *Authenticator
+	drivers    map[string]drivers.Driver
+	tools      map[string]Tool
+	engineBase string
+	log        *slog.Logger
+	now        func() time.Time
+}
+
+// New checks opts and returns a Gateway.
+func New(opts Options) (*Gateway, error) {
+	switch {
+	case opts.Decider == nil:
+		return nil, errors.New("gateway: Options.Decider is required")
+	case opts.Store == nil:
+		return nil, errors.New("gateway: Options.Store is required")
+	case opts.Redactor == nil:
+		return nil, errors.New("gateway: Options.Redactor is required")
+	case opts.Auth == nil:
+		return nil, errors.New("gateway: Options.Auth is required")
+	case opts.Instance == "":
+		return nil, errors.New("gateway: Options.Instance is required")
+	}
+	for id, t := range opts.Tools {
+		if _, ok := opts.Drivers[t.Driver]; !ok {
+			return nil, fmt.Errorf("gateway: tool %q: no driver %q", id, t.Driver)
+		}
+	}
+	g := &Gateway{
+		decider:    opts.Decider,
+		store:      opts.Store,
+		redactor:   opts.Redactor,
+		auth:       opts.Auth,
+		drivers:    opts.Drivers,
+		tools:      opts.Tools,
+		engineBase: fmt.Sprintf("toolgate/%s@%s", Version, opts.Instance),
+		log:        opts.Logger,
+		now:        opts.Now,
+	}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	if g.now == nil {
+		g.now = time.Now
+	}
+	return g, nil
+}
+
+// RunTool implements the ToolGateway service.
+func (g *Gateway) RunTool(ctx context.Context, req *toolgatev1.RunToolRequest) (*toolgatev1.RunToolResponse, error) {
+	caller, err := g.auth.Authenticate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c, err := parseRequest(req)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return g.run(ctx, caller, c)
+}
+
+// run is the pipeline for one validated call.
+func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.RunToolResponse, error) {
+	started := g.now()
+	// Evidence must be completed even when the caller goes away: a claimed
+	// request with half its evidence is worse than a late answer.
+	deadline, hasDeadline := ctx.Deadline()
+	ctx = context.WithoutCancel(ctx)
+
+	hash, err := canonicalHash(caller, c)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	tool, known := g.tools[c.ToolID]
+	engineRef := g.engineBase
+	if known {
+		engineRef += "/" + g.drivers[tool.Driver].Engine()
+	}
+	rec := newRecorder(g, c.RequestID, hash, engineRef)
+	log := g.log.With("request_id", c.RequestID, "caller", caller, "tool_id", c.ToolID)
+
+	// 1. Claim the request id: a create-only write of request.json.
+	err = rec.put(ctx, evidence.ArtifactRequest, requestRecord{
+		RequestID:            c.RequestID,
+		Caller:               caller,
+		ToolID:               c.ToolID,
+		Args:                 c.Args,
+		Ctx:                  canonicalCtx{RunID: c.RunID, StepID: c.StepID, PolicyRef: c.PolicyRef},
+		ReceivedAt:           started.UTC(),
+		CanonicalRequestHash: hash,
+		Gateway:              g.engineBase,
+	})
+	if errors.Is(err, evidence.ErrExist) {
+		return g.resume(ctx, c, hash, engineRef)
+	}
+	if err != nil {
+		log.Error("evidence store unavailable; nothing ran", "err", err)
+		return nil, rec.failure(codes.Unavailable, "evidence store unavailable, nothing was executed: %v", err)
+	}
+
+	// 2. Decide, and make the decision durable before anything runs.
+	args, err := decodeArgs(c.Args)
+	if err != nil {
+		return nil, rec.fail(ctx, codes.Internal, err)
+	}
+	decision := g.decide(ctx, caller, c, tool, known, args)
+	rec.policySetDigest = decision.PolicySetDigest
+	err = rec.put(ctx, evidence.ArtifactPolicyDecision, decisionRecord{
+		RequestID:       c.RequestID,
+		Caller:          caller,
+		Action:          "RunTool",
+		ToolID:          c.ToolID,
+		Driver:          tool.Driver,
+		Decision:        decisionWord(decision.Allow),
+		RuleID:          decision.RuleID,
+		Reason:          decision.Reason,
+		PolicyRef:       decision.PolicyRef,
+		PolicySetDigest: decision.PolicySetDigest,
+		Errors:          nonNil(decision.Errors),
+		DecidedAt:       g.now().UTC(),
+	})
+	if err != nil {
+		log.Error("could not record the policy decision; nothing ran", "err", err)
+		return nil, rec.fail(ctx, codes.Unavailable, fmt.Errorf("evidence store unavailable, nothing was executed: %w", err))
+	}
+
+	resp := &toolgatev1.RunToolResponse{
+		PolicyCheck: &toolgatev1.PolicyCheck{
+			Decision: decisionWord(decision.Allow),
+			Reason:   decision.Reason,
+			RuleId:   decision.RuleID,
+		},
+		EngineRef: engineRef,
+		RunId:     c.RunID,
+		StepId:    c.StepID,
+	}
+	if !decision.Allow {
+		log.Info("denied", "rule_id", decision.RuleID, "policy_ref", decision.PolicyRef)
+		return rec.finish(ctx, resp)
+	}
+
+	// 3. Run. The driver gets the caller's deadline but not its
+	// cancellation, for the same reason the evidence writes do.
+	dctx, cancel := ctx, context.CancelFunc(func() {})
+	if hasDeadline {
+		dctx, cancel = context.WithDeadline(ctx, deadline)
+	}
+	ranAt := g.now()
+	result, err := runDriver(dctx, g.drivers[tool.Driver], drivers.Call{
+		RequestID: c.RequestID,
+		ToolID:    c.ToolID,
+		Target:    tool.Target,
+		Args:      args,
+	})
+	cancel()
+	if err != nil {
+		log.Error("driver failed", "driver", tool.Driver, "err", err)
+		return nil, rec.fail(ctx, codes.Unavailable, fmt.Errorf("driver %s: %w", tool.Driver, err))
+	}
+	err = rec.put(ctx, evidence.ArtifactToolResult, toolResultRecord{
+		RequestID:  c.RequestID,
+		Driver:     tool.Driver,
+		Target:     tool.Target,
+		Engine:     engineRef,
+		StartedAt:  ranAt.UTC(),
+		DurationMS: g.now().Sub(ranAt).Milliseconds(),
+		ExitCode:   result.ExitCode,
+		Stdout:     result.Stdout,
+		Stderr:     result.Stderr,
+		Data:       result.Data,
+	})
+	if err != nil {
+		log.Error("tool ran but its result could not be recorded", "err", err)
+		return nil, rec.fail(ctx, codes.Unavailable, fmt.Errorf("the tool ran but the evidence store failed: %w", err))
+	}
+	data, err := toValue(result.Data)
+	if err != nil {
+		return nil, rec.fail(ctx, codes.Internal, err)
+	}
+	resp.ToolResult = &toolgatev1.ToolResult{
+		ExitCode: int32(result.ExitCode),
+		Stdout:   result.Stdout,
+		Stderr:   result.Stderr,
+		Data:     data,
+	}
+	resp.Ok = result.ExitCode == 0
+	log.Info("ran", "rule_id", decision.RuleID, "exit_code", result.ExitCode, "duration", g.now().Sub(started))
+	return rec.finish(ctx, resp)
+}
+
+// decide applies the gateway's own rules, then policy.
+func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, known bool, args map[string]any) policy.Decision {
+	if !known {
+		return policy.Decision{
+			RuleID:    RuleUnknownTool,
+			Reason:    fmt.Sprintf("no driver serves tool %q", c.ToolID),
+			PolicyRef: c.PolicyRef,
+		}
+	}
+	return g.decider.Decide(ctx, policy.Request{
+		Caller:    caller,
+		Action:    "RunTool",
+		ToolID:    c.ToolID,
+		Driver:    tool.Driver,
+		RequestID: c.RequestID,
+		RunID:     c.RunID,
+		StepID:    c.StepID,
+		PolicyRef: c.PolicyRef,
+		Args:      args,
+	})
+}
+
+// runDriver turns a driver panic into an error: a bug in one driver must not
+// take the gateway, and every other call in flight, down with it.
+func runDriver(ctx context.Context, d drivers.Driver, c drivers.Call) (res drivers.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("driver panicked: %v", p)
+		}
+	}()
+	return d.Run(ctx, c)
+}
+
+// resume answers a request whose id is already claimed.
+func (g *Gateway) resume(ctx context.Context, c call, hash, engineRef string) (*toolgatev1.RunToolResponse, error) {
+	rec := newRecorder(g, c.RequestID, hash, engineRef)
+	stored, err := g.store.Get(ctx, evidence.Key(c.RequestID, evidence.ArtifactRequest))
+	if err != nil {
+		return nil, rec.failure(codes.Unavailable, "evidence store unavailable: %v", err)
+	}
+	prev, err := parseRequestRecord(stored)
+	if err != nil {
+		return nil, rec.failure(codes.Internal, "stored request.json for %s is unreadable: %v", c.RequestID, err)
+	}
+	if prev.CanonicalRequestHash != hash {
+		return nil, status.Errorf(codes.AlreadyExists,
+			"request_id %q was already used for a different request (caller, tool_id, args or ctx differ); use a new request_id",
+			c.RequestID)
+	}
+	refs, err := g.store.List(ctx, evidence.RequestPrefix(c.RequestID))
+	if err != nil {
+		return nil, rec.failure(codes.Unavailable, "evidence store unavailable: %v", err)
+	}
+	rec.refs = refs
+	body, err := g.store.Get(ctx, evidence.Key(c.RequestID, evidence.ArtifactResponse))
+	switch {
+	case err == nil:
+		resp, err := decodeResponse(body)
+		if err != nil {
+			return nil, rec.failure(codes.Internal, "stored response.json for %s is unreadable: %v", c.RequestID, err)
+		}
+		return resp, nil
+	case !errors.Is(err, evidence.ErrNotExist):
+		return nil, rec.failure(codes.Unavailable, "evidence store unavailable: %v", err)
+	}
+	if m, err := g.store.Get(ctx, evidence.Key(c.RequestID, evidence.ArtifactManifest)); err == nil {
+		if man, err := evidence.ParseManifest(m); err == nil && man.Error != "" {
+			return nil, rec.failure(codes.Aborted,
+				"request_id %q already failed (%s) and is never executed twice; use a new request_id", c.RequestID, man.Error)
+		}
+	}
+	return nil, rec.failure(codes.Aborted,
+		"request_id %q is in flight or was interrupted before it finished; it will not be executed again", c.RequestID)
+}
+
+func decisionWord(allow bool) string {
+	if allow {
+		return "allow"
+	}
+	return "deny"
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

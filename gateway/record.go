@@ -1,0 +1,298 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/toolgate/toolgate/evidence"
+	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
+)
+
+// The JSON shapes of the artifacts, before redaction. Field names are the
+// contract's snake_case ones.
+
+type requestRecord struct {
+	RequestID            string          `json:"request_id"`
+	Caller               string          `json:"caller"`
+	ToolID               string          `json:"tool_id"`
+	Args                 json.RawMessage `json:"args"`
+	Ctx                  canonicalCtx    `json:"ctx"`
+	ReceivedAt           time.Time       `json:"received_at"`
+	CanonicalRequestHash string          `json:"canonical_request_hash"`
+	Gateway              string          `json:"gateway"`
+}
+
+type decisionRecord struct {
+	RequestID       string    `json:"request_id"`
+	Caller          string    `json:"caller"`
+	Action          string    `json:"action"`
+	ToolID          string    `json:"tool_id"`
+	Driver          string    `json:"driver"`
+	Decision        string    `json:"decision"`
+	RuleID          string    `json:"rule_id"`
+	Reason          string    `json:"reason"`
+	PolicyRef       string    `json:"policy_ref"`
+	PolicySetDigest string    `json:"policy_set_digest"`
+	Errors          []string  `json:"errors"`
+	DecidedAt       time.Time `json:"decided_at"`
+}
+
+type toolResultRecord struct {
+	RequestID  string    `json:"request_id"`
+	Driver     string    `json:"driver"`
+	Target     string    `json:"target"`
+	Engine     string    `json:"engine_ref"`
+	StartedAt  time.Time `json:"started_at"`
+	DurationMS int64     `json:"duration_ms"`
+	ExitCode   int       `json:"exit_code"`
+	Stdout     string    `json:"stdout"`
+	Stderr     string    `json:"stderr"`
+	Data       any       `json:"data,omitempty"`
+}
+
+// contractResponse is response.json: the Executor Driver Contract's
+// Response, with its optional fields omitted when empty.
+type contractResponse struct {
+	OK                 bool                `json:"ok"`
+	ToolResult         *contractToolResult `json:"tool_result,omitempty"`
+	PolicyCheck        contractPolicyCheck `json:"policy_check"`
+	EvidenceRefs       []string            `json:"evidence_refs"`
+	LocalEvidencePaths []string            `json:"local_evidence_paths,omitempty"`
+	EngineRef          string              `json:"engine_ref"`
+	RunID              string              `json:"run_id,omitempty"`
+	StepID             string              `json:"step_id,omitempty"`
+}
+
+type contractToolResult struct {
+	ExitCode int32           `json:"exit_code"`
+	Stdout   string          `json:"stdout"`
+	Stderr   string          `json:"stderr"`
+	Data     json.RawMessage `json:"data,omitempty"`
+}
+
+type contractPolicyCheck struct {
+	Decision string `json:"decision"`
+	Reason   string `json:"reason"`
+	RuleID   string `json:"rule_id,omitempty"`
+}
+
+// MarshalResponse encodes a response as the contract's JSON, the form of
+// response.json and of `toolgate call`'s output.
+func MarshalResponse(r *toolgatev1.RunToolResponse) ([]byte, error) {
+	out := contractResponse{
+		OK: r.GetOk(),
+		PolicyCheck: contractPolicyCheck{
+			Decision: r.GetPolicyCheck().GetDecision(),
+			Reason:   r.GetPolicyCheck().GetReason(),
+			RuleID:   r.GetPolicyCheck().GetRuleId(),
+		},
+		EvidenceRefs:       nonNil(r.GetEvidenceRefs()),
+		LocalEvidencePaths: r.GetLocalEvidencePaths(),
+		EngineRef:          r.GetEngineRef(),
+		RunID:              r.GetRunId(),
+		StepID:             r.GetStepId(),
+	}
+	if tr := r.GetToolResult(); tr != nil {
+		out.ToolResult = &contractToolResult{ExitCode: tr.GetExitCode(), Stdout: tr.GetStdout(), Stderr: tr.GetStderr()}
+		if tr.GetData() != nil {
+			data, err := protojson.Marshal(tr.GetData())
+			if err != nil {
+				return nil, fmt.Errorf("response: tool_result.data: %w", err)
+			}
+			out.ToolResult.Data = data
+		}
+	}
+	return marshalJSON(out)
+}
+
+// decodeResponse reads response.json back into the wire type. The proto
+// field names are the contract's, which protojson accepts.
+func decodeResponse(data []byte) (*toolgatev1.RunToolResponse, error) {
+	var r toolgatev1.RunToolResponse
+	if err := protojson.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("decode response: %w", err)
+	}
+	return &r, nil
+}
+
+func parseRequestRecord(data []byte) (requestRecord, error) {
+	var r requestRecord
+	if err := json.Unmarshal(data, &r); err != nil {
+		return requestRecord{}, err
+	}
+	if r.CanonicalRequestHash == "" {
+		return requestRecord{}, errors.New("canonical_request_hash is missing")
+	}
+	return r, nil
+}
+
+// toValue converts a driver's structured output into a protobuf Value by way
+// of JSON, the form drivers promise it has.
+func toValue(v any) (*structpb.Value, error) {
+	if v == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("tool_result.data is not JSON: %w", err)
+	}
+	var out structpb.Value
+	if err := protojson.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("tool_result.data: %w", err)
+	}
+	return &out, nil
+}
+
+func marshalJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// recorder writes one request's artifacts, redacting each, and remembers
+// what it wrote for the manifest.
+type recorder struct {
+	g               *Gateway
+	requestID       string
+	hash            string
+	engineRef       string
+	policySetDigest string
+	refs            []string
+	digests         []evidence.ArtifactDigest
+	redactions      []evidence.Redaction
+}
+
+func newRecorder(g *Gateway, requestID, hash, engineRef string) *recorder {
+	return &recorder{g: g, requestID: requestID, hash: hash, engineRef: engineRef}
+}
+
+// redact encodes v and passes it through the redactor.
+func (r *recorder) redact(artifact string, v any) ([]byte, error) {
+	raw, err := marshalJSON(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", artifact, err)
+	}
+	return r.redactBytes(artifact, raw)
+}
+
+// redactBytes passes an encoded artifact through the redactor and keeps its
+// findings for the manifest.
+func (r *recorder) redactBytes(artifact string, raw []byte) ([]byte, error) {
+	out, findings, err := r.g.redactor.JSON(artifact, raw)
+	if err != nil {
+		return nil, fmt.Errorf("redact %s: %w", artifact, err)
+	}
+	for _, f := range findings {
+		r.redactions = append(r.redactions, evidence.Redaction{Rule: f.Rule, Artifact: f.Artifact, Path: f.Path, Offset: f.Offset})
+	}
+	return out, nil
+}
+
+// store writes data create-only and records its digest.
+func (r *recorder) store(ctx context.Context, artifact string, data []byte) error {
+	key := evidence.Key(r.requestID, artifact)
+	if err := r.g.store.Put(ctx, key, data); err != nil {
+		return err
+	}
+	r.refs = append(r.refs, key)
+	r.digests = append(r.digests, evidence.Digest(key, data))
+	return nil
+}
+
+func (r *recorder) put(ctx context.Context, artifact string, v any) error {
+	data, err := r.redact(artifact, v)
+	if err != nil {
+		return err
+	}
+	return r.store(ctx, artifact, data)
+}
+
+// finish stores response.json and the manifest and returns the response
+// decoded from the stored bytes, so the caller receives exactly what is on
+// record.
+func (r *recorder) finish(ctx context.Context, resp *toolgatev1.RunToolResponse) (*toolgatev1.RunToolResponse, error) {
+	resp.EvidenceRefs = append(append([]string(nil), r.refs...),
+		evidence.Key(r.requestID, evidence.ArtifactResponse),
+		evidence.Key(r.requestID, evidence.ArtifactManifest))
+	body, err := MarshalResponse(resp)
+	if err != nil {
+		return nil, r.fail(ctx, codes.Internal, err)
+	}
+	stored, err := r.redactBytes(evidence.ArtifactResponse, body)
+	if err != nil {
+		return nil, r.fail(ctx, codes.Internal, err)
+	}
+	// Decode before storing: a response that cannot be read back must not
+	// become the request's permanent answer.
+	reply, err := decodeResponse(stored)
+	if err != nil {
+		return nil, r.fail(ctx, codes.Internal, err)
+	}
+	if err := r.store(ctx, evidence.ArtifactResponse, stored); err != nil {
+		return nil, r.fail(ctx, codes.Unavailable, fmt.Errorf("evidence store failed writing the response: %w", err))
+	}
+	if err := r.writeManifest(ctx, evidence.OutcomeCompleted, ""); err != nil {
+		// response.json is durable, so a retry replays it; the manifest
+		// gap is what verification will report.
+		return nil, r.failure(codes.Unavailable, "evidence store failed writing the manifest (a retry returns the stored response): %v", err)
+	}
+	return reply, nil
+}
+
+// fail records a request that stopped without a response, then returns the
+// status for the caller. The manifest is best effort: the store may be the
+// very thing that failed.
+func (r *recorder) fail(ctx context.Context, code codes.Code, cause error) error {
+	msg, _ := r.g.redactor.String(cause.Error())
+	if len(r.refs) > 0 {
+		if err := r.writeManifest(ctx, evidence.OutcomeFailed, msg); err != nil {
+			r.g.log.Error("could not write the failure manifest", "request_id", r.requestID, "err", err)
+		}
+	}
+	return r.failure(code, "%s", msg)
+}
+
+func (r *recorder) writeManifest(ctx context.Context, outcome, errText string) error {
+	m := evidence.Manifest{
+		Version:              evidence.ManifestVersion,
+		RequestID:            r.requestID,
+		CanonicalRequestHash: r.hash,
+		EngineRef:            r.engineRef,
+		PolicySetDigest:      r.policySetDigest,
+		Outcome:              outcome,
+		Error:                errText,
+		Artifacts:            r.digests,
+		Redactions:           r.redactions,
+		CreatedAt:            r.g.now().UTC(),
+	}
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode manifest: %w", err)
+	}
+	return r.store(ctx, evidence.ArtifactManifest, append(data, '\n'))
+}
+
+// failure builds a status carrying the evidence written so far.
+func (r *recorder) failure(code codes.Code, format string, args ...any) error {
+	st := status.Newf(code, format, args...)
+	if withDetails, err := st.WithDetails(&toolgatev1.RunToolFailure{
+		EvidenceRefs: nonNil(r.refs),
+		EngineRef:    r.engineRef,
+	}); err == nil {
+		st = withDetails
+	}
+	return st.Err()
+}

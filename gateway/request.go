@@ -1,0 +1,239 @@
+package gateway
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"regexp"
+	"unicode"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
+)
+
+// Limits on a request. They bound what one caller can make the gateway
+// parse, store and hand to Cedar.
+const (
+	maxToolIDBytes  = 256
+	maxArgsBytes    = 1 << 20
+	maxArgsDepth    = 32
+	maxCtxFieldSize = 256
+	defaultPolicy   = "policy.default"
+)
+
+// requestIDPattern keeps a request id inside its evidence prefix: no slash,
+// no leading dot, nothing a path could be built from.
+var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+
+// call is a validated RunTool request in the gateway's own terms.
+type call struct {
+	RequestID string
+	ToolID    string
+	RunID     string
+	StepID    string
+	PolicyRef string // effective: defaultPolicy when the caller gave none
+	// Args is the canonical JSON of the arguments: keys sorted, numbers as
+	// JSON numbers. It is what is hashed, stored and decoded for drivers.
+	Args json.RawMessage
+}
+
+// invalidArgument is a validation failure; its message names the field and
+// the rule it broke.
+type invalidArgument struct{ msg string }
+
+func (e *invalidArgument) Error() string { return e.msg }
+
+func invalidf(format string, args ...any) error {
+	return &invalidArgument{msg: fmt.Sprintf(format, args...)}
+}
+
+// parseRequest validates a RunTool request and puts it in canonical form.
+func parseRequest(req *toolgatev1.RunToolRequest) (call, error) {
+	c := call{
+		RequestID: req.GetRequestId(),
+		ToolID:    req.GetToolId(),
+		RunID:     req.GetCtx().GetRunId(),
+		StepID:    req.GetCtx().GetStepId(),
+		PolicyRef: req.GetCtx().GetPolicyRef(),
+	}
+	if !requestIDPattern.MatchString(c.RequestID) {
+		return call{}, invalidf("request_id %q: must match %s", truncateForMessage(c.RequestID), requestIDPattern)
+	}
+	if err := validateToolID(c.ToolID); err != nil {
+		return call{}, invalidf("tool_id: %v", err)
+	}
+	for _, f := range []struct{ name, value string }{
+		{"ctx.run_id", c.RunID}, {"ctx.step_id", c.StepID}, {"ctx.policy_ref", c.PolicyRef},
+	} {
+		if err := validatePrintable(f.value, maxCtxFieldSize); err != nil {
+			return call{}, invalidf("%s: %v", f.name, err)
+		}
+	}
+	if c.PolicyRef == "" {
+		c.PolicyRef = defaultPolicy
+	}
+	args := req.GetArgs()
+	if args == nil {
+		args = &structpb.Struct{}
+	}
+	if err := checkStruct(args, "args", 1); err != nil {
+		return call{}, err
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(args.AsMap()); err != nil {
+		return call{}, invalidf("args: not encodable as JSON: %v", err)
+	}
+	if buf.Len() > maxArgsBytes {
+		return call{}, invalidf("args: %d bytes encoded as JSON, the limit is %d", buf.Len(), maxArgsBytes)
+	}
+	c.Args = bytes.TrimRight(buf.Bytes(), "\n")
+	return c, nil
+}
+
+// validateToolID applies the tool id rules: non-empty, bounded, printable,
+// no white space.
+func validateToolID(id string) error {
+	if id == "" {
+		return fmt.Errorf("must not be empty")
+	}
+	if err := validatePrintable(id, maxToolIDBytes); err != nil {
+		return err
+	}
+	for _, r := range id {
+		if unicode.IsSpace(r) {
+			return fmt.Errorf("must not contain white space")
+		}
+	}
+	return nil
+}
+
+func validatePrintable(s string, maxBytes int) error {
+	if len(s) > maxBytes {
+		return fmt.Errorf("%d bytes, the limit is %d", len(s), maxBytes)
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("must be valid UTF-8")
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) && r != ' ' {
+			return fmt.Errorf("must contain only printable characters (found %U)", r)
+		}
+	}
+	return nil
+}
+
+// checkStruct enforces the depth limit and rejects numbers JSON cannot carry,
+// naming the offending path. depth counts the object itself.
+func checkStruct(s *structpb.Struct, path string, depth int) error {
+	if depth > maxArgsDepth {
+		return invalidf("%s: nested deeper than %d levels", path, maxArgsDepth)
+	}
+	for k, v := range s.GetFields() {
+		if !utf8.ValidString(k) {
+			return invalidf("%s: key is not valid UTF-8", path)
+		}
+		if err := checkValue(v, path+"."+k, depth); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkValue(v *structpb.Value, path string, depth int) error {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NumberValue:
+		if math.IsNaN(k.NumberValue) || math.IsInf(k.NumberValue, 0) {
+			return invalidf("%s: NaN and infinities are not JSON numbers", truncateForMessage(path))
+		}
+	case *structpb.Value_StringValue:
+		if !utf8.ValidString(k.StringValue) {
+			return invalidf("%s: string is not valid UTF-8", truncateForMessage(path))
+		}
+	case *structpb.Value_StructValue:
+		return checkStruct(k.StructValue, path, depth+1)
+	case *structpb.Value_ListValue:
+		if depth+1 > maxArgsDepth {
+			return invalidf("%s: nested deeper than %d levels", truncateForMessage(path), maxArgsDepth)
+		}
+		for i, item := range k.ListValue.GetValues() {
+			if err := checkValue(item, fmt.Sprintf("%s[%d]", path, i), depth+1); err != nil {
+				return err
+			}
+		}
+	case nil:
+		// A Value with no kind set is how a sender encodes nothing at all;
+		// AsMap turns it into null, like an explicit null.
+	}
+	return nil
+}
+
+// truncateForMessage keeps error messages bounded when the offending input
+// is huge.
+func truncateForMessage(s string) string {
+	const max = 160
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// canonicalRequest is the identity of a request: what must match for a
+// retry to count as the same request.
+type canonicalRequest struct {
+	Caller string          `json:"caller"`
+	ToolID string          `json:"tool_id"`
+	Args   json.RawMessage `json:"args"`
+	Ctx    canonicalCtx    `json:"ctx"`
+}
+
+type canonicalCtx struct {
+	RunID     string `json:"run_id"`
+	StepID    string `json:"step_id"`
+	PolicyRef string `json:"policy_ref"`
+}
+
+// canonicalHash is the SHA-256 of the canonical JSON of caller, tool_id,
+// args and ctx, as "sha256:<hex>". Args are already canonical (sorted keys,
+// ES6 number formatting); the struct fixes the order of the rest.
+func canonicalHash(caller string, c call) (string, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(canonicalRequest{
+		Caller: caller,
+		ToolID: c.ToolID,
+		Args:   c.Args,
+		Ctx:    canonicalCtx{RunID: c.RunID, StepID: c.StepID, PolicyRef: c.PolicyRef},
+	})
+	if err != nil {
+		return "", fmt.Errorf("canonical request: %w", err)
+	}
+	sum := sha256.Sum256(bytes.TrimRight(buf.Bytes(), "\n"))
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// decodeArgs gives drivers and policy the arguments as plain JSON values,
+// numbers as json.Number so no precision is lost on the way.
+func decodeArgs(raw json.RawMessage) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("decode args: %w", err)
+	}
+	if m == nil {
+		m = map[string]any{}
+	}
+	return m, nil
+}
