@@ -1,0 +1,82 @@
+// Package workspace is the built-in driver that runs file and shell
+// operations in one folder on the gateway host, following the operations of
+// the Agent Spaces code execution protocol: createFile, readFile, editFile,
+// deleteFile and shell.
+//
+// # Isolation
+//
+// The isolation level is "process", not a sandbox. File operations are
+// confined to the workspace folder with an [os.Root], so no path, ".."
+// component or symbolic link reaches anything outside it. The shell, however,
+// runs as the gateway's own user: it starts in a directory inside the
+// workspace with a scrubbed environment, in its own process group that is
+// killed as a whole when the call ends, but nothing stops a command from
+// reading or writing any file that user can reach. Deploy the gateway under an
+// unprivileged account (or inside a container) when commands are not trusted;
+// Cedar policy decides which callers may use workspace.shell at all.
+//
+// # Arguments
+//
+// Arguments are checked strictly against the protocol's validation rules, and
+// an argument name the operation does not know is rejected so that typos
+// surface instead of being ignored:
+//
+//   - createFile: path, content, encoding ("utf-8" or "base64"), overwrite
+//   - readFile: path, encoding
+//   - editFile: path, edits (a list of {oldContent, newContent})
+//   - deleteFile: path
+//   - shell: command, cwd, timeout (milliseconds), env
+//
+// A path is relative, non-empty, at most 255 characters, valid UTF-8, without
+// NUL bytes and without a ".." component. File content is at most 10 MiB, a
+// command at most 4096 characters, a timeout between 1000 and 3600000 ms, and
+// an environment variable name matches ^[A-Za-z_][A-Za-z0-9_]*$.
+//
+// # Results
+//
+// Every operation answers with a [drivers.Result]; a failed operation is a
+// Result with a non-zero exit code, never a Go error. Exit code 2 means the
+// arguments were invalid, 1 that the operation failed (file missing, already
+// present, edit not found, …) and the shell reports the command's own exit
+// code, 128+N for a command killed by signal N, and 124 for a timeout. The
+// message of a failure is in Stderr. Data is a map holding the fields of the
+// protocol's event for the operation ("type", "path" or "command",
+// "success", …) and, on failure, "error" and "category" ("validation",
+// "execution" or "timeout"). readFile returns the content in Stdout and the
+// shell its output in Stdout and Stderr; neither is repeated in Data.
+//
+// # Files
+//
+// Writes go to a temporary file in the target's directory that is then
+// renamed (or, for a create without overwrite, hard-linked) into place, so a
+// reader sees either the old or the new content, never a torn file. Writes
+// made through one Driver are serialized, which makes an editFile's
+// read-modify-write atomic with respect to the other file operations of the
+// same Driver (not with respect to shell commands). Replacing a file keeps its
+// permission bits. Symbolic links are followed for reading as long as they
+// resolve inside the workspace; createFile, editFile and deleteFile refuse a
+// path whose last element is a symbolic link, so a link can never be used as
+// a handle on anything it points to.
+//
+// # Shell
+//
+// A command runs as Config.Shell -c COMMAND with stdin connected to the null
+// device and this environment, plus the caller's env (which may override
+// it); nothing of the gateway's own environment is passed on:
+//
+//	PATH=/usr/local/bin:/usr/bin:/bin
+//	HOME=<workspace>
+//	LANG=C.UTF-8
+//	TMPDIR=<workspace>/.tmp
+//
+// TMPDIR lives inside the workspace so that temporary files stay with the
+// rest of the call's work instead of accumulating in the host's /tmp; the
+// driver creates it when missing. Each of stdout and stderr keeps at most
+// Config.OutputLimit bytes; the rest is counted and dropped, and a line
+// "[output truncated: N bytes omitted]" is appended to the stream. Output is
+// made valid UTF-8 by replacing invalid bytes with U+FFFD.
+//
+// When the command exits, times out or the call's context ends, the whole
+// process group is killed with SIGKILL, so background processes started by
+// the command never outlive the call.
+package workspace

@@ -1,0 +1,284 @@
+package workspace
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"syscall"
+	"unicode/utf8"
+)
+
+func (d *Driver) createFile(_ context.Context, a args, r *report) {
+	c, err := parseCreate(a)
+	if err != nil {
+		r.invalid(err)
+		return
+	}
+	r.data["path"] = c.path
+
+	d.writeMu.Lock()
+	defer d.writeMu.Unlock()
+	if dir := path.Dir(c.path); dir != "." {
+		if err := d.root.MkdirAll(dir, dirMode); err != nil {
+			r.failed(fmt.Errorf("create parent directories of %s: %w", c.path, err))
+			return
+		}
+	}
+	mode := fileMode
+	fi, err := d.root.Lstat(c.path)
+	switch {
+	case err == nil && !c.overwrite:
+		r.failed(fmt.Errorf("file already exists: %s (set overwrite to true to replace it)", c.path))
+		return
+	case err == nil:
+		if err := replaceable(c.path, fi); err != nil {
+			r.failed(err)
+			return
+		}
+		mode = fi.Mode().Perm()
+	case !errors.Is(err, fs.ErrNotExist):
+		r.failed(err)
+		return
+	}
+	if err := d.writeAtomic(c.path, c.content, mode, c.overwrite); err != nil {
+		r.failed(err)
+		return
+	}
+	r.data["success"] = true
+	r.data["bytesWritten"] = len(c.content)
+}
+
+func (d *Driver) readFile(_ context.Context, a args, r *report) {
+	ra, err := parseRead(a)
+	if err != nil {
+		r.invalid(err)
+		return
+	}
+	r.data["path"] = ra.path
+	content, err := d.readRegular(ra.path)
+	if err != nil {
+		r.failed(err)
+		return
+	}
+	if ra.encoding == encodingUTF8 {
+		if !utf8.Valid(content) {
+			r.failed(fmt.Errorf("file %s is not valid UTF-8; read it with encoding %q", ra.path, encodingBase64))
+			return
+		}
+		r.stdout = string(content)
+	} else {
+		r.stdout = base64.StdEncoding.EncodeToString(content)
+	}
+	r.data["success"] = true
+	r.data["encoding"] = ra.encoding
+	r.data["size"] = len(content)
+}
+
+func (d *Driver) editFile(_ context.Context, a args, r *report) {
+	e, err := parseEdit(a)
+	if err != nil {
+		r.invalid(err)
+		return
+	}
+	r.data["path"] = e.path
+
+	d.writeMu.Lock()
+	defer d.writeMu.Unlock()
+	fi, err := d.root.Lstat(e.path)
+	if err != nil {
+		r.failed(notFound(e.path, err))
+		return
+	}
+	if err := replaceable(e.path, fi); err != nil {
+		r.failed(err)
+		return
+	}
+	content, err := d.readRegular(e.path)
+	if err != nil {
+		r.failed(err)
+		return
+	}
+	s := string(content)
+	for i, ed := range e.edits {
+		at := strings.Index(s, ed.old)
+		if at < 0 {
+			r.failed(fmt.Errorf("edits[%d]: oldContent not found in %s after the preceding edits; nothing was written", i, e.path))
+			return
+		}
+		s = s[:at] + ed.new + s[at+len(ed.old):]
+		if len(s) > maxContentBytes {
+			r.failed(fmt.Errorf("edits[%d]: the edited file would exceed %d bytes; nothing was written", i, maxContentBytes))
+			return
+		}
+	}
+	if err := d.writeAtomic(e.path, []byte(s), fi.Mode().Perm(), true); err != nil {
+		r.failed(err)
+		return
+	}
+	r.data["success"] = true
+	r.data["editsApplied"] = len(e.edits)
+}
+
+func (d *Driver) deleteFile(_ context.Context, a args, r *report) {
+	da, err := parseDelete(a)
+	if err != nil {
+		r.invalid(err)
+		return
+	}
+	r.data["path"] = da.path
+
+	d.writeMu.Lock()
+	defer d.writeMu.Unlock()
+	fi, err := d.root.Lstat(da.path)
+	if err != nil {
+		r.failed(notFound(da.path, err))
+		return
+	}
+	switch {
+	case fi.IsDir():
+		r.failed(fmt.Errorf("%s is a directory; deleteFile removes files only", da.path))
+		return
+	case fi.Mode()&fs.ModeSymlink != 0:
+		r.failed(fmt.Errorf("%s is a symbolic link; deleteFile does not operate on links", da.path))
+		return
+	}
+	if err := d.root.Remove(da.path); err != nil {
+		r.failed(notFound(da.path, err))
+		return
+	}
+	r.data["success"] = true
+}
+
+// notFound turns a missing-file error into a message that says so plainly.
+func notFound(p string, err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("file not found: %s", p)
+	}
+	return err
+}
+
+// replaceable reports whether the existing entry fi at p may be replaced by
+// a regular file. Symbolic links are refused so that a link can never serve
+// as a handle on what it points to.
+func replaceable(p string, fi fs.FileInfo) error {
+	switch {
+	case fi.IsDir():
+		return fmt.Errorf("%s is a directory", p)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return fmt.Errorf("%s is a symbolic link; file operations do not write through links", p)
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("%s is not a regular file", p)
+	}
+	return nil
+}
+
+// readRegular returns the content of the regular file p, refusing anything
+// larger than the content limit.
+func (d *Driver) readRegular(p string) ([]byte, error) {
+	// O_NONBLOCK keeps the open from hanging on a named pipe; the type check
+	// on the open file then refuses it. It does not affect regular files.
+	f, err := d.root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, notFound(p, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case fi.IsDir():
+		return nil, fmt.Errorf("%s is a directory", p)
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("%s is not a regular file", p)
+	case fi.Size() > maxContentBytes:
+		return nil, fmt.Errorf("%s is %d bytes, more than the %d bytes a file operation handles", p, fi.Size(), maxContentBytes)
+	}
+	// The limit also covers a file that grows while it is read.
+	content, err := io.ReadAll(io.LimitReader(f, maxContentBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(content) > maxContentBytes {
+		return nil, fmt.Errorf("%s is more than the %d bytes a file operation handles", p, maxContentBytes)
+	}
+	return content, nil
+}
+
+// writeAtomic stores content at p through a temporary file in the same
+// directory, so that readers see the old file or the new one, never a
+// partial write. With replace, an existing file is replaced; without it the
+// temporary file is hard-linked into place, which fails if p exists even
+// when another process created it a moment ago.
+func (d *Driver) writeAtomic(p string, content []byte, mode fs.FileMode, replace bool) (err error) {
+	tmp, f, err := d.createTemp(path.Dir(p))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// The temporary name is never left behind: after a rename it no
+		// longer exists, after a link it is a second name for p.
+		if rmErr := d.root.Remove(tmp); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) && err == nil {
+			err = fmt.Errorf("remove temporary file: %w", rmErr)
+		}
+	}()
+	if err := writeAndSync(f, content, mode); err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	if replace {
+		if err := d.root.Rename(tmp, p); err != nil {
+			return fmt.Errorf("replace %s: %w", p, err)
+		}
+		return nil
+	}
+	if err := d.root.Link(tmp, p); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("file already exists: %s (set overwrite to true to replace it)", p)
+		}
+		return fmt.Errorf("create %s: %w", p, err)
+	}
+	return nil
+}
+
+// writeAndSync writes content to f, sets its mode (umask would otherwise
+// narrow a preserved mode) and flushes it to disk so that the rename or link
+// that follows never exposes an empty file after a crash. f is closed.
+func writeAndSync(f *os.File, content []byte, mode fs.FileMode) error {
+	_, err := f.Write(content)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// createTemp creates a new, uniquely named file in dir.
+func (d *Driver) createTemp(dir string) (string, *os.File, error) {
+	var rnd [8]byte
+	for range 10 {
+		rand.Read(rnd[:])
+		name := path.Join(dir, ".workspace-"+hex.EncodeToString(rnd[:])+".tmp")
+		f, err := d.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fileMode)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return "", nil, fmt.Errorf("create temporary file in %s: %w", dir, err)
+		}
+		return name, f, nil
+	}
+	return "", nil, fmt.Errorf("create temporary file in %s: no free name", dir)
+}

@@ -1,0 +1,222 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/toolgate/toolgate/drivers"
+)
+
+// Operation names, as passed in drivers.Call.Target.
+const (
+	opCreateFile = "createFile"
+	opReadFile   = "readFile"
+	opEditFile   = "editFile"
+	opDeleteFile = "deleteFile"
+	opShell      = "shell"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	defaultOutputLimit = 1 << 20
+	defaultTimeout     = 30 * time.Second
+	defaultShell       = "/bin/sh"
+)
+
+// Modes for what the driver creates. Group access matches a workspace that
+// is shared with a service group; others get nothing.
+const (
+	dirMode  fs.FileMode = 0o750
+	fileMode fs.FileMode = 0o640
+)
+
+// tmpDirName is the folder inside the workspace that shell commands get as
+// TMPDIR.
+const tmpDirName = ".tmp"
+
+// Operations returns the names of the operations the driver serves, sorted.
+func Operations() []string {
+	return []string{opCreateFile, opDeleteFile, opEditFile, opReadFile, opShell}
+}
+
+// Config configures a Driver. Zero fields take the documented defaults.
+type Config struct {
+	// Root is the workspace folder. It is created with mode 0750 if absent.
+	Root string
+	// OutputLimit caps how many bytes of a shell command's stdout, and
+	// separately of its stderr, are kept. Default 1 MiB.
+	OutputLimit int
+	// DefaultTimeout bounds a shell command whose call gives no timeout.
+	// Default 30s; it must lie within the protocol's [1s, 1h].
+	DefaultTimeout time.Duration
+	// Shell is the absolute path of the shell that runs commands as
+	// Shell -c COMMAND. Default /bin/sh.
+	Shell string
+}
+
+// Driver runs workspace operations in one folder. It implements
+// drivers.Driver and is safe for concurrent use.
+type Driver struct {
+	root           *os.Root
+	absRoot        string // the folder's absolute path, symbolic links resolved
+	outputLimit    int
+	defaultTimeout time.Duration
+	shell          string
+
+	// writeMu serializes the file operations that modify the workspace so
+	// that an editFile's read-modify-write cannot interleave with another
+	// write made through this Driver.
+	writeMu sync.Mutex
+}
+
+var _ drivers.Driver = (*Driver)(nil)
+
+// New opens (creating it if needed) the workspace folder cfg.Root.
+func New(cfg Config) (*Driver, error) {
+	if cfg.Root == "" {
+		return nil, errors.New("workspace: Config.Root is required")
+	}
+	d := &Driver{
+		outputLimit:    cfg.OutputLimit,
+		defaultTimeout: cfg.DefaultTimeout,
+		shell:          cfg.Shell,
+	}
+	if d.outputLimit == 0 {
+		d.outputLimit = defaultOutputLimit
+	}
+	if d.outputLimit < 0 {
+		return nil, fmt.Errorf("workspace: Config.OutputLimit must not be negative, got %d", cfg.OutputLimit)
+	}
+	if d.defaultTimeout == 0 {
+		d.defaultTimeout = defaultTimeout
+	}
+	if d.defaultTimeout < minTimeout || d.defaultTimeout > maxTimeout {
+		return nil, fmt.Errorf("workspace: Config.DefaultTimeout must be between %v and %v, got %v",
+			minTimeout, maxTimeout, cfg.DefaultTimeout)
+	}
+	if d.shell == "" {
+		d.shell = defaultShell
+	}
+	if !filepath.IsAbs(d.shell) {
+		return nil, fmt.Errorf("workspace: Config.Shell must be an absolute path, got %q", d.shell)
+	}
+	if fi, err := os.Stat(d.shell); err != nil {
+		return nil, fmt.Errorf("workspace: Config.Shell: %w", err)
+	} else if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return nil, fmt.Errorf("workspace: Config.Shell %s is not an executable file", d.shell)
+	}
+
+	if err := os.MkdirAll(cfg.Root, dirMode); err != nil {
+		return nil, fmt.Errorf("workspace: create root: %w", err)
+	}
+	abs, err := filepath.Abs(cfg.Root)
+	if err != nil {
+		return nil, fmt.Errorf("workspace: resolve root: %w", err)
+	}
+	// The shell gets directories as absolute paths joined to this one; with
+	// links resolved they name the same folders that os.Root opened.
+	if d.absRoot, err = filepath.EvalSymlinks(abs); err != nil {
+		return nil, fmt.Errorf("workspace: resolve root: %w", err)
+	}
+	if d.root, err = os.OpenRoot(d.absRoot); err != nil {
+		return nil, fmt.Errorf("workspace: open root: %w", err)
+	}
+	return d, nil
+}
+
+// Close releases the workspace folder. Calls to Run after Close fail.
+func (d *Driver) Close() error {
+	return d.root.Close()
+}
+
+// Engine names the downstream engine: "workspace".
+func (d *Driver) Engine() string { return "workspace" }
+
+// Run performs the operation call.Target with call.Args. A failed operation
+// is reported in the Result; Run returns an error only when call.Target is
+// not an operation of this driver (wrapping drivers.ErrUnknownTarget) or the
+// workspace folder itself is unusable.
+func (d *Driver) Run(ctx context.Context, call drivers.Call) (drivers.Result, error) {
+	var op func(context.Context, args, *report)
+	switch call.Target {
+	case opCreateFile:
+		op = d.createFile
+	case opReadFile:
+		op = d.readFile
+	case opEditFile:
+		op = d.editFile
+	case opDeleteFile:
+		op = d.deleteFile
+	case opShell:
+		op = d.runShell
+	default:
+		return drivers.Result{}, fmt.Errorf("workspace: %w %q (operations: %s)",
+			drivers.ErrUnknownTarget, call.Target, strings.Join(Operations(), ", "))
+	}
+	if err := d.usable(); err != nil {
+		return drivers.Result{}, err
+	}
+	r := &report{data: map[string]any{"type": call.Target, "success": false}}
+	op(ctx, args(call.Args), r)
+	if errors.Is(r.cause, os.ErrClosed) {
+		return drivers.Result{}, fmt.Errorf("workspace: %w", r.cause)
+	}
+	return drivers.Result{ExitCode: r.exitCode, Stdout: r.stdout, Stderr: r.stderr, Data: r.data}, nil
+}
+
+// usable reports an error when the workspace folder can no longer serve
+// operations: the driver was closed or the folder was removed under it.
+func (d *Driver) usable() error {
+	fi, err := d.root.Stat(".")
+	if err != nil {
+		return fmt.Errorf("workspace: root %s unusable: %w", d.absRoot, err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink == 0 {
+		return fmt.Errorf("workspace: root %s was removed", d.absRoot)
+	}
+	return nil
+}
+
+// Error categories reported in Data["category"].
+const (
+	categoryValidation = "validation"
+	categoryExecution  = "execution"
+	categoryTimeout    = "timeout"
+)
+
+// Exit codes of failures that are not a command's own.
+const (
+	exitExecution  = 1
+	exitValidation = 2
+	exitTimeout    = 124
+)
+
+// report collects what an operation produced before Run turns it into a
+// drivers.Result.
+type report struct {
+	data           map[string]any
+	stdout, stderr string
+	exitCode       int
+	cause          error // the failure, for Run to tell a broken root apart
+}
+
+// fail records a failure of the given category.
+func (r *report) fail(category string, exitCode int, err error) {
+	r.cause = err
+	r.exitCode = exitCode
+	r.data["success"] = false
+	r.data["error"] = err.Error()
+	r.data["category"] = category
+	r.stderr = err.Error() + "\n"
+}
+
+func (r *report) invalid(err error) { r.fail(categoryValidation, exitValidation, err) }
+func (r *report) failed(err error)  { r.fail(categoryExecution, exitExecution, err) }

@@ -1,0 +1,281 @@
+package evidence
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+)
+
+const (
+	dirPerm  = 0o750
+	filePerm = 0o640
+)
+
+// FileStore is a Store kept in a local directory, one file per key. All
+// access goes through an os.Root, so no key, symbolic link or concurrent
+// rename can make it read or write outside that directory.
+//
+// Put never exposes a partly written file: data goes to a temporary file
+// that is synced and then hard-linked to its final name. Linking fails if
+// the name exists, which gives create-only semantics without a window in
+// which a reader could see a torn artifact. The directory must therefore
+// be on a file system that supports hard links and directory fsync.
+//
+// Because keys map to paths, a key cannot be stored beneath another stored
+// key ("a" and "a/b"); such a Put fails with an error that does not wrap
+// ErrExist.
+type FileStore struct {
+	root *os.Root
+}
+
+var _ Store = (*FileStore)(nil)
+
+// NewFileStore opens the store kept in dir, creating dir (mode 0750) if it
+// does not exist. Close releases it.
+func NewFileStore(dir string) (*FileStore, error) {
+	if dir == "" {
+		return nil, errors.New("evidence: file store directory is empty")
+	}
+	if err := mkdirAllDurable(dir); err != nil {
+		return nil, fmt.Errorf("evidence: create file store directory: %w", err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("evidence: open file store directory: %w", err)
+	}
+	return &FileStore{root: root}, nil
+}
+
+// mkdirAllDurable is os.MkdirAll that also syncs the parent of every
+// directory it creates: Put syncs entries only up to the store's root, so
+// the root's own entry must be durable before the first Put relies on it.
+func mkdirAllDurable(dir string) error {
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+			break // present, or a problem MkdirAll will report
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if err := os.MkdirAll(dir, dirPerm); err != nil {
+		return err
+	}
+	for _, d := range missing {
+		parent, err := os.Open(filepath.Dir(d))
+		if err != nil {
+			return err
+		}
+		if err := syncAndClose(parent); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close releases the directory handle. The store must not be used after.
+func (s *FileStore) Close() error {
+	return s.root.Close()
+}
+
+// Put stores data under key if key is not yet stored. When it returns nil,
+// the file and every directory entry leading to it have been synced.
+func (s *FileStore) Put(ctx context.Context, key string, data []byte) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("evidence: put %q: %w", key, err)
+	}
+	if err := ValidKey(key); err != nil {
+		return err
+	}
+	dir := path.Dir(key)
+	if err := s.root.MkdirAll(dir, dirPerm); err != nil {
+		return fmt.Errorf("evidence: put %q: %w", key, err)
+	}
+	tmp, err := s.writeTemp(dir, data)
+	if err != nil {
+		return fmt.Errorf("evidence: put %q: %w", key, err)
+	}
+	linkErr := s.root.Link(tmp, key)
+	// Once the link exists, or is known to exist, a failure to remove the
+	// temporary file is dropped: the key's state is settled, and a stray
+	// temporary file is invisible to Get and List. Reporting it would tell
+	// the caller the key is free when it is not.
+	rmErr := s.root.Remove(tmp)
+	exists := false
+	switch {
+	case linkErr == nil:
+	case errors.Is(linkErr, fs.ErrExist):
+		fi, err := s.root.Lstat(key)
+		if err != nil {
+			return fmt.Errorf("evidence: put %q: %w", key, errors.Join(linkErr, err, rmErr))
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("evidence: put %q: the name is taken by a directory or special file: %w", key, errors.Join(linkErr, rmErr))
+		}
+		exists = true
+	default:
+		return fmt.Errorf("evidence: put %q: %w", key, errors.Join(linkErr, rmErr))
+	}
+	// Synced on ErrExist too: a caller told the key exists must be able to
+	// rely on the winner's entry surviving a crash.
+	if err := s.syncPath(dir); err != nil {
+		return fmt.Errorf("evidence: put %q: %w", key, err)
+	}
+	if exists {
+		return fmt.Errorf("%w: %q", ErrExist, key)
+	}
+	return nil
+}
+
+// writeTemp writes data to a new, synced temporary file in dir and returns
+// its name.
+func (s *FileStore) writeTemp(dir string, data []byte) (string, error) {
+	name := path.Join(dir, tempPrefix+rand.Text())
+	f, err := s.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, filePerm)
+	if err != nil {
+		return "", err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if closeErr := f.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return "", errors.Join(err, s.root.Remove(name))
+	}
+	return name, nil
+}
+
+// syncPath syncs dir and each of its parents up to the store's root. Every
+// level is synced, not just those this Put created, because a directory
+// made by a concurrent Put may not have been synced yet. Syncing a
+// directory with nothing pending is cheap.
+func (s *FileStore) syncPath(dir string) error {
+	for {
+		if err := s.syncDir(dir); err != nil {
+			return err
+		}
+		if dir == "." {
+			return nil
+		}
+		dir = path.Dir(dir)
+	}
+}
+
+func (s *FileStore) syncDir(dir string) error {
+	f, err := s.root.Open(dir)
+	if err != nil {
+		return err
+	}
+	return syncAndClose(f)
+}
+
+// syncAndClose syncs and closes an open directory.
+func syncAndClose(dir *os.File) error {
+	err := dir.Sync()
+	if closeErr := dir.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return fmt.Errorf("sync directory %q: %w", dir.Name(), err)
+	}
+	return nil
+}
+
+// Get returns the data stored under key.
+func (s *FileStore) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("evidence: get %q: %w", key, err)
+	}
+	if err := ValidKey(key); err != nil {
+		return nil, err
+	}
+	f, err := s.root.Open(key)
+	if isNotExist(err) {
+		return nil, fmt.Errorf("%w: %q", ErrNotExist, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("evidence: get %q: %w", key, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("evidence: get %q: %w", key, err)
+	}
+	if !fi.Mode().IsRegular() {
+		// A directory holding other keys is not itself an artifact.
+		return nil, fmt.Errorf("%w: %q", ErrNotExist, key)
+	}
+	// Artifacts are immutable once linked, so the size read above holds.
+	data := make([]byte, fi.Size())
+	if _, err := io.ReadFull(f, data); err != nil {
+		return nil, fmt.Errorf("evidence: get %q: %w", key, err)
+	}
+	return data, nil
+}
+
+// List returns the keys that start with prefix, sorted. The prefix need
+// not end at a segment boundary: "requests/r" matches "requests/r1/x" and
+// "requests/r2/x". A prefix that no valid key can start with yields no keys.
+func (s *FileStore) List(ctx context.Context, prefix string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("evidence: list %q: %w", prefix, err)
+	}
+	// Walk only the deepest directory that the prefix names in full.
+	start := "."
+	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
+		start = prefix[:i]
+		if ValidKey(start) != nil {
+			return nil, nil
+		}
+	}
+	var keys []string
+	err := fs.WalkDir(s.root.FS(), start, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p == start && isNotExist(err) {
+				return fs.SkipAll
+			}
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != "." && !strings.HasPrefix(p+"/", prefix) && !strings.HasPrefix(prefix, p+"/") {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		// Temporary files fail ValidKey; anything else that does (or that
+		// is not a regular file) was not written by Put.
+		if d.Type().IsRegular() && strings.HasPrefix(p, prefix) && ValidKey(p) == nil {
+			keys = append(keys, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("evidence: list %q: %w", prefix, err)
+	}
+	// WalkDir visits "a/b" before "a.b"; keys sort as plain strings.
+	slices.Sort(keys)
+	return keys, nil
+}
+
+// isNotExist reports whether err means a path is absent, including the
+// case where one of its parents is a file.
+func isNotExist(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)
+}

@@ -1,0 +1,196 @@
+package evidence
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// tempFiles returns the in-flight files Put left under dir.
+func tempFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var found []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if strings.HasPrefix(d.Name(), tempPrefix) {
+			found = append(found, p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("walk %s: %v", dir, err)
+	}
+	return found
+}
+
+func TestNewFileStoreCreatesDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	newTestFileStore(t, dir)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fi.IsDir() || fi.Mode().Perm()&^dirPerm != 0 {
+		t.Fatalf("store directory mode = %v, want a directory within %o", fi.Mode(), dirPerm)
+	}
+}
+
+func TestNewFileStoreErrors(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"", file} {
+		if s, err := NewFileStore(dir); err == nil {
+			s.Close()
+			t.Errorf("NewFileStore(%q) = nil error, want failure", dir)
+		}
+	}
+}
+
+func TestFileStoreDurableAcrossReopen(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	s, err := NewFileStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, s, "requests/r1/request.json", []byte("payload"))
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+
+	s2 := newTestFileStore(t, dir)
+	if got := mustGet(t, s2, "requests/r1/request.json"); string(got) != "payload" {
+		t.Fatalf("Get after reopen = %q, want %q", got, "payload")
+	}
+	if err := s2.Put(ctx, "requests/r1/request.json", []byte("again")); !errors.Is(err, ErrExist) {
+		t.Fatalf("Put after reopen = %v, want ErrExist", err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, "requests", "r1", "request.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm&^filePerm != 0 {
+		t.Fatalf("artifact mode = %o, want no bits beyond %o", perm, filePerm)
+	}
+}
+
+func TestFileStoreLeavesNoTempFiles(t *testing.T) {
+	dir := t.TempDir()
+	s := newTestFileStore(t, dir)
+	mustPut(t, s, "requests/r1/request.json", []byte("one"))
+	if err := s.Put(context.Background(), "requests/r1/request.json", []byte("two")); !errors.Is(err, ErrExist) {
+		t.Fatalf("second Put = %v, want ErrExist", err)
+	}
+	if err := s.Put(context.Background(), "requests/r1/request.json/x", []byte("three")); err == nil {
+		t.Fatal("Put below an artifact succeeded")
+	}
+	if found := tempFiles(t, dir); len(found) != 0 {
+		t.Fatalf("temporary files left behind: %q", found)
+	}
+}
+
+func TestFileStoreKeyConflictsWithDirectory(t *testing.T) {
+	ctx := context.Background()
+	s := newTestFileStore(t, t.TempDir())
+	mustPut(t, s, "a/b", []byte("x"))
+	for _, key := range []string{"a", "a/b/c"} {
+		err := s.Put(ctx, key, []byte("y"))
+		if err == nil || errors.Is(err, ErrExist) {
+			t.Errorf("Put(%q) = %v, want a failure that is not ErrExist", key, err)
+		}
+	}
+	if got := mustList(t, s, ""); !slices.Equal(got, []string{"a/b"}) {
+		t.Fatalf("List = %q, want only a/b", got)
+	}
+}
+
+func TestFileStoreListSkipsForeignEntries(t *testing.T) {
+	dir := t.TempDir()
+	s := newTestFileStore(t, dir)
+	mustPut(t, s, "requests/r1/request.json", []byte("x"))
+	r1 := filepath.Join(dir, "requests", "r1")
+	// An interrupted Put, a symbolic link and a file no key can name.
+	for name, data := range map[string]string{tempPrefix + "ABC": "partial", "bad\x01name": "x"} {
+		if err := os.WriteFile(filepath.Join(r1, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("request.json", filepath.Join(r1, "link.json")); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := mustList(t, s, "requests/r1/"), []string{"requests/r1/request.json"}; !slices.Equal(got, want) {
+		t.Fatalf("List = %q, want %q", got, want)
+	}
+}
+
+func TestFileStoreStaysInsideDirectory(t *testing.T) {
+	ctx := context.Background()
+	base := t.TempDir()
+	dir := filepath.Join(base, "store")
+	outside := filepath.Join(base, "outside")
+	if err := os.Mkdir(outside, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := newTestFileStore(t, dir)
+	// A link planted inside the store that points out of it.
+	if err := os.Symlink(outside, filepath.Join(dir, "requests")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, "requests/r1/request.json", []byte("x")); err == nil {
+		t.Error("Put through an escaping link succeeded")
+	}
+	if _, err := s.Get(ctx, "requests/secret"); err == nil {
+		t.Error("Get through an escaping link succeeded")
+	}
+	entries, err := os.ReadDir(outside)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 {
+		t.Fatalf("outside directory now holds %d entries, want only the original file", len(entries))
+	}
+}
+
+// TestFileStoreUnwritableDirectory checks that a store Put cannot write to
+// reports the failure instead of claiming the key exists or succeeding.
+func TestFileStoreUnwritableDirectory(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := newTestFileStore(t, dir)
+	if err := os.Chmod(dir, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(dir, 0o700) })
+	// Permission bits do not stop root; when they don't, block the write by
+	// putting a file where Put needs a directory.
+	probe := filepath.Join(dir, "probe")
+	if err := os.WriteFile(probe, nil, 0o600); err == nil {
+		t.Log("directory is still writable (running as root); blocking requests/ with a file instead")
+		if err := os.Rename(probe, filepath.Join(dir, "requests")); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	err := s.Put(ctx, "requests/r1/request.json", []byte("x"))
+	if err == nil || errors.Is(err, ErrExist) {
+		t.Fatalf("Put = %v, want a failure that is not ErrExist", err)
+	}
+	if _, err := s.Get(ctx, "requests/r1/request.json"); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("Get after failed Put = %v, want ErrNotExist", err)
+	}
+	if found := tempFiles(t, dir); len(found) != 0 {
+		t.Fatalf("temporary files left behind: %q", found)
+	}
+}

@@ -1,0 +1,165 @@
+package evidence
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// ManifestVersion is the manifest format this package writes and reads.
+const ManifestVersion = 1
+
+// Outcomes a manifest records.
+const (
+	OutcomeCompleted = "completed" // the request ran to a response
+	OutcomeFailed    = "failed"    // the request stopped on an error
+)
+
+// Manifest is the last artifact written for a request. It records the
+// digest of every other artifact, so the set can be verified later, and
+// which engine and policy set produced them.
+type Manifest struct {
+	Version              int              `json:"version"` // ManifestVersion
+	RequestID            string           `json:"request_id"`
+	CanonicalRequestHash string           `json:"canonical_request_hash"`
+	EngineRef            string           `json:"engine_ref"`
+	PolicySetDigest      string           `json:"policy_set_digest"`
+	Outcome              string           `json:"outcome"` // OutcomeCompleted or OutcomeFailed
+	Error                string           `json:"error,omitempty"`
+	Artifacts            []ArtifactDigest `json:"artifacts"`
+	Redactions           []Redaction      `json:"redactions"`
+	CreatedAt            time.Time        `json:"created_at"`
+}
+
+// ArtifactDigest identifies the exact content of one stored artifact.
+type ArtifactDigest struct {
+	Key    string `json:"key"`
+	SHA256 string `json:"sha256"` // lowercase hex
+	Size   int64  `json:"size"`
+}
+
+// Redaction records one secret removed from an artifact before it was
+// stored. It says where, never what.
+type Redaction struct {
+	Rule     string `json:"rule"`     // the redaction rule that matched
+	Artifact string `json:"artifact"` // the artifact it was removed from
+	Path     string `json:"path"`     // the field within the artifact
+	Offset   int    `json:"offset"`   // byte offset of the match within the field
+}
+
+// Digest returns the digest of data stored under key.
+func Digest(key string, data []byte) ArtifactDigest {
+	sum := sha256.Sum256(data)
+	return ArtifactDigest{Key: key, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))}
+}
+
+// MarshalJSON encodes m with empty lists as [] rather than null, so readers
+// of the evidence need not tell "none" from "absent".
+func (m Manifest) MarshalJSON() ([]byte, error) {
+	type plain Manifest // no methods, so no recursion
+	p := plain(m)
+	if p.Artifacts == nil {
+		p.Artifacts = []ArtifactDigest{}
+	}
+	if p.Redactions == nil {
+		p.Redactions = []Redaction{}
+	}
+	return json.Marshal(p)
+}
+
+// ParseManifest decodes and checks a manifest read from a store. Evidence
+// may have been tampered with, so it is strict: the version must be
+// ManifestVersion, unknown fields and trailing data are rejected, and every
+// artifact must be a distinct key under the manifest's own request prefix
+// with a well-formed digest. Artifacts and Redactions are never nil in the
+// result.
+func ParseManifest(data []byte) (Manifest, error) {
+	// The version is read first so that a newer manifest is reported as
+	// such rather than as one with unknown fields. Unmarshal also checks
+	// the whole input is one JSON value, so the Decoder below need not.
+	var head struct {
+		Version *int `json:"version"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return Manifest{}, fmt.Errorf("evidence: manifest: %w", err)
+	}
+	if head.Version == nil {
+		return Manifest{}, errors.New("evidence: manifest: version is missing")
+	}
+	if *head.Version != ManifestVersion {
+		return Manifest{}, fmt.Errorf("evidence: manifest: version %d is not supported (want %d)", *head.Version, ManifestVersion)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var m Manifest
+	if err := dec.Decode(&m); err != nil {
+		return Manifest{}, fmt.Errorf("evidence: manifest: %w", err)
+	}
+	if m.Artifacts == nil {
+		m.Artifacts = []ArtifactDigest{}
+	}
+	if m.Redactions == nil {
+		m.Redactions = []Redaction{}
+	}
+	if err := m.check(); err != nil {
+		return Manifest{}, fmt.Errorf("evidence: manifest: %w", err)
+	}
+	return m, nil
+}
+
+// check enforces the rules ParseManifest documents beyond JSON syntax.
+func (m *Manifest) check() error {
+	if validRequestID(m.RequestID) != nil {
+		return fmt.Errorf("request_id %q is not a single valid key segment", m.RequestID)
+	}
+	if m.Outcome != OutcomeCompleted && m.Outcome != OutcomeFailed {
+		return fmt.Errorf("outcome %q is not %q or %q", m.Outcome, OutcomeCompleted, OutcomeFailed)
+	}
+	if m.CreatedAt.IsZero() {
+		return errors.New("created_at is missing")
+	}
+	prefix := RequestPrefix(m.RequestID)
+	self := Key(m.RequestID, ArtifactManifest)
+	seen := make(map[string]bool, len(m.Artifacts))
+	for i, a := range m.Artifacts {
+		switch {
+		case ValidKey(a.Key) != nil:
+			return fmt.Errorf("artifacts[%d].key %q is not a valid key", i, a.Key)
+		case !strings.HasPrefix(a.Key, prefix):
+			return fmt.Errorf("artifacts[%d].key %q is not under %q", i, a.Key, prefix)
+		case a.Key == self:
+			return fmt.Errorf("artifacts[%d].key %q is the manifest itself", i, a.Key)
+		case seen[a.Key]:
+			return fmt.Errorf("artifacts[%d].key %q is listed twice", i, a.Key)
+		case !isSHA256Hex(a.SHA256):
+			return fmt.Errorf("artifacts[%d].sha256 %q is not 64 lowercase hex digits", i, a.SHA256)
+		case a.Size < 0:
+			return fmt.Errorf("artifacts[%d].size %d is negative", i, a.Size)
+		}
+		seen[a.Key] = true
+	}
+	for i, r := range m.Redactions {
+		if r.Offset < 0 {
+			return fmt.Errorf("redactions[%d].offset %d is negative", i, r.Offset)
+		}
+	}
+	return nil
+}
+
+func isSHA256Hex(s string) bool {
+	if len(s) != 2*sha256.Size {
+		return false
+	}
+	for i := range len(s) {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,86 @@
+package evidence
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// MemoryStore is a Store held in memory, for tests and benchmarks. It
+// follows the same rules as FileStore for keys and create-only writes but
+// keeps nothing across restarts. The zero value is not usable; call
+// NewMemoryStore.
+type MemoryStore struct {
+	mu   sync.RWMutex
+	data map[string][]byte
+}
+
+var _ Store = (*MemoryStore)(nil)
+
+// NewMemoryStore returns an empty MemoryStore.
+func NewMemoryStore() *MemoryStore {
+	return &MemoryStore{data: make(map[string][]byte)}
+}
+
+// Close does nothing; it lets a MemoryStore stand where a StoreCloser is
+// expected. The store stays usable.
+func (s *MemoryStore) Close() error { return nil }
+
+// Put stores a copy of data under key if key is not yet stored.
+func (s *MemoryStore) Put(ctx context.Context, key string, data []byte) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("evidence: put %q: %w", key, err)
+	}
+	if err := ValidKey(key); err != nil {
+		return err
+	}
+	// Copy before locking: the caller may reuse data once Put returns.
+	stored := slices.Clone(data)
+	if stored == nil {
+		stored = []byte{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.data[key]; ok {
+		return fmt.Errorf("%w: %q", ErrExist, key)
+	}
+	s.data[key] = stored
+	return nil
+}
+
+// Get returns a copy of the data stored under key.
+func (s *MemoryStore) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("evidence: get %q: %w", key, err)
+	}
+	if err := ValidKey(key); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	stored, ok := s.data[key]
+	s.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrNotExist, key)
+	}
+	// Stored slices are never modified, so copying outside the lock is safe.
+	return slices.Clone(stored), nil
+}
+
+// List returns the keys that start with prefix, sorted.
+func (s *MemoryStore) List(ctx context.Context, prefix string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("evidence: list %q: %w", prefix, err)
+	}
+	var keys []string
+	s.mu.RLock()
+	for k := range s.data {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	s.mu.RUnlock()
+	slices.Sort(keys)
+	return keys, nil
+}

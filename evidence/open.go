@@ -1,0 +1,53 @@
+package evidence
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// StoreCloser is a Store that holds resources, such as an open directory,
+// which Close releases.
+type StoreCloser interface {
+	Store
+	io.Closer
+}
+
+// Open returns the store that rawURL names:
+//
+//	file://DIR   a FileStore in DIR, created if missing. Everything after
+//	             "file://" is the directory, taken literally: "file://./ev"
+//	             and "file://ev" are relative to the working directory,
+//	             "file:///var/lib/ev" is absolute.
+//	mem://       an empty MemoryStore.
+//
+// The caller must Close the store when done with it.
+func Open(ctx context.Context, rawURL string) (StoreCloser, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("evidence: open store: %w", err)
+	}
+	scheme, rest, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return nil, fmt.Errorf("evidence: store URL %q has no scheme (want file://DIR or mem://)", rawURL)
+	}
+	switch strings.ToLower(scheme) {
+	case "file":
+		if rest == "" {
+			return nil, fmt.Errorf("evidence: store URL %q names no directory (want file://DIR)", rawURL)
+		}
+		store, err := NewFileStore(rest)
+		if err != nil {
+			// Not returned directly: a nil *FileStore is a non-nil StoreCloser.
+			return nil, err
+		}
+		return store, nil
+	case "mem":
+		if rest != "" {
+			return nil, fmt.Errorf("evidence: store URL %q: mem:// takes no path", rawURL)
+		}
+		return NewMemoryStore(), nil
+	default:
+		return nil, fmt.Errorf("evidence: unsupported store URL scheme %q (supported: file, mem)", scheme)
+	}
+}
