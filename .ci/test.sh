@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Runs every check and test of Toolgate on a fresh machine with Go installed.
+# The tools it needs are installed at pinned versions into .ci/bin first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+bin=$root/.ci/bin
+export PATH="$bin:$PATH"
+export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
+
+# Pinned tool versions. protoc-gen-go matches google.golang.org/protobuf in go.mod.
+tools=(
+  "buf github.com/bufbuild/buf/cmd/buf@v1.75.0"
+  "protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12"
+  "protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2"
+  "grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3"
+)
+step() { printf '\n==> %s\n' "$*"; }
+
+step "installing pinned tools into .ci/bin"
+mkdir -p "$bin"
+for t in "${tools[@]}"; do
+  name=${t%% *} pkg=${t#* }
+  stamp="$bin/.$name@${pkg##*@}"
+  if [ ! -x "$bin/$name" ] || [ ! -f "$stamp" ]; then
+    (cd "$(mktemp -d)" && GOBIN="$bin" go install "$pkg")
+    rm -f "$bin/.$name@"*
+    touch "$stamp"
+  fi
+  echo "$name ${pkg##*@}"
+done
+
+step "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [ -n "$unformatted" ]; then echo "not gofmt'd:"; echo "$unformatted"; exit 1; fi
+
+step "go mod tidy (no diff allowed)"
+go mod tidy -diff
+
+step "go vet"
+go vet ./...
+
+step "buf lint, and generated code matches proto/"
+(cd proto && buf lint && buf generate)
+if [ -n "$(git status --porcelain -- proto)" ]; then
+  echo "generated code is stale; run 'cd proto && buf generate' and commit:"
+  git status --porcelain -- proto
+  git diff --stat -- proto
+  exit 1
+fi
+
+step "go test -race"
+go test -race -count=1 ./...
+
+step "fuzz targets, briefly"
+fuzztime=${FUZZTIME:-10s}
+for pkg in $(go list ./...); do
+  dir=$(go list -f '{{.Dir}}' "$pkg")
+  for target in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //' | sort -u); do
+    echo "fuzz $pkg $target ($fuzztime)"
+    go test -run='^$' -fuzz="^${target}\$" -fuzztime="$fuzztime" "$pkg" > /tmp/toolgate-fuzz.log 2>&1 || { cat /tmp/toolgate-fuzz.log; exit 1; }
+  done
+done
+
+step "benchmarks compile and run (one iteration each)"
+go test -run='^$' -bench=. -benchtime=1x ./... > /tmp/toolgate-bench.log 2>&1 || { cat /tmp/toolgate-bench.log; exit 1; }
+grep -c '^Benchmark' /tmp/toolgate-bench.log | sed 's/^/benchmarks run: /'
+
+step "all checks passed"

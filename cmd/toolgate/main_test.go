@@ -1,0 +1,394 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// toolgateBin is the binary under test, built once by TestMain.
+var toolgateBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "toolgate-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	toolgateBin = filepath.Join(dir, "toolgate")
+	build := exec.Command("go", "build", "-race", "-o", toolgateBin, ".")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building toolgate:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// server is a `toolgate serve` process.
+type server struct {
+	cmd  *exec.Cmd
+	addr string
+	dir  string
+	log  *syncBuffer
+	done chan error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var addrPattern = regexp.MustCompile(`msg="toolgate serving" addr=(\S+)`)
+
+// startServer runs `toolgate serve ARGS...` in dir and waits until it
+// listens. It always adds --listen 127.0.0.1:0 so tests can run in parallel.
+func startServer(t *testing.T, dir string, args ...string) *server {
+	t.Helper()
+	cmd := exec.Command(toolgateBin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
+	cmd.Dir = dir
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{cmd: cmd, dir: dir, log: &syncBuffer{}, done: make(chan error, 1)}
+	addrCh := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			s.log.Write([]byte(line + "\n"))
+			if m := addrPattern.FindStringSubmatch(line); m != nil {
+				addrCh <- m[1]
+			}
+		}
+		s.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("server log:\n%s", s.log.String())
+		}
+	})
+	select {
+	case s.addr = <-addrCh:
+	case err := <-s.done:
+		t.Fatalf("toolgate serve exited early (%v):\n%s", err, s.log.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("toolgate serve did not start:\n%s", s.log.String())
+	}
+	return s
+}
+
+// runTool runs the toolgate binary to completion and returns its outputs
+// and exit code.
+func runTool(t *testing.T, dir string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(toolgateBin, args...)
+	cmd.Dir = dir
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	default:
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// tourDir is a fresh folder holding a copy of the shipped policies, as a
+// user who cloned the repository has.
+func tourDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.CopyFS(filepath.Join(dir, "policies"), os.DirFS("../../policies")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func writePolicy(t *testing.T, dir, text string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(dir, "policies"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "policies", "policy.default.cedar"), []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReadmeTour follows the README's tour on the embedded default
+// configuration: a denied shell call, an allowed read, the evidence files.
+func TestReadmeTour(t *testing.T) {
+	dir := tourDir(t)
+	srv := startServer(t, dir)
+
+	out, _, code := runTool(t, dir, "call", "--addr", srv.addr, "--request-id", "tour-1",
+		"--tool", "workspace.shell", "--args", `{"command": "touch pwned"}`)
+	if code != exitFailure || !strings.Contains(out, `"decision": "deny"`) || !strings.Contains(out, `"rule_id": "default_deny"`) {
+		t.Fatalf("denied call: exit %d, output:\n%s", code, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "workspace", "pwned")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("the denied shell command ran")
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, "workspace", "notes.txt"), []byte("hello from the workspace\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code = runTool(t, dir, "call", "--addr", srv.addr, "--request-id", "tour-2",
+		"--tool", "workspace.readFile", "--args", `{"path": "notes.txt"}`)
+	if code != exitOK {
+		t.Fatalf("allowed call: exit %d, output:\n%s", code, out)
+	}
+	var resp struct {
+		OK         bool `json:"ok"`
+		ToolResult struct {
+			Stdout string `json:"stdout"`
+		} `json:"tool_result"`
+		EvidenceRefs []string `json:"evidence_refs"`
+		EngineRef    string   `json:"engine_ref"`
+	}
+	if err := json.Unmarshal([]byte(out), &resp); err != nil {
+		t.Fatalf("call output is not JSON: %v\n%s", err, out)
+	}
+	if !resp.OK || resp.ToolResult.Stdout != "hello from the workspace\n" || !strings.HasPrefix(resp.EngineRef, "toolgate/0.1.0@") {
+		t.Fatalf("allowed call answered %+v", resp)
+	}
+	for _, ref := range resp.EvidenceRefs {
+		if _, err := os.Stat(filepath.Join(dir, "toolgate-evidence", ref)); err != nil {
+			t.Errorf("evidence ref %s: %v", ref, err)
+		}
+	}
+	if len(resp.EvidenceRefs) != 5 {
+		t.Errorf("evidence_refs = %v, want five artifacts", resp.EvidenceRefs)
+	}
+}
+
+// TestGrpcurl calls the gateway the way an operator without our proto files
+// would: grpcurl with server reflection. The test command installs grpcurl.
+func TestGrpcurl(t *testing.T) {
+	grpcurl, err := exec.LookPath("grpcurl")
+	if err != nil {
+		t.Fatal("grpcurl is not on PATH: run the tests with `bash .ci/test.sh`, which installs the pinned version")
+	}
+	dir := tourDir(t)
+	srv := startServer(t, dir)
+	tests := []struct {
+		name string
+		args []string // the address goes between flags and the rest
+		rest []string
+		want string
+	}{
+		{"list services", nil, []string{"list"}, "toolgate.v1.ToolGateway"},
+		{"describe", nil, []string{"describe", "toolgate.v1.ToolGateway.RunTool"}, "RunToolRequest"},
+		{"health", nil, []string{"grpc.health.v1.Health/Check"}, `"status": "SERVING"`},
+		{"run tool", []string{"-d", `{"request_id":"curl-1","tool_id":"workspace.shell","args":{"command":"id"}}`},
+			[]string{"toolgate.v1.ToolGateway/RunTool"}, `"decision": "deny"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(append(append([]string{"-plaintext"}, tc.args...), srv.addr), tc.rest...)
+			out, err := exec.Command(grpcurl, args...).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), tc.want) {
+				t.Fatalf("grpcurl %v: %v\n%s", args, err, out)
+			}
+		})
+	}
+}
+
+// TestGracefulShutdown sends SIGTERM while a call runs: the call finishes,
+// its evidence is complete, and the server exits 0.
+func TestGracefulShutdown(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, `@id("all_workspace") permit (principal, action, resource in Driver::"workspace");`)
+	srv := startServer(t, dir)
+
+	type result struct {
+		out  string
+		code int
+	}
+	res := make(chan result, 1)
+	go func() {
+		out, _, code := runTool(t, dir, "call", "--addr", srv.addr, "--request-id", "slow-1",
+			"--tool", "workspace.shell", "--args", `{"command": "sleep 2; echo finished"}`)
+		res <- result{out, code}
+	}()
+	decision := filepath.Join(dir, "toolgate-evidence", "requests", "slow-1", "policy_decision.json")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(decision); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the call never started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	r := <-res
+	if r.code != exitOK || !strings.Contains(r.out, "finished") {
+		t.Fatalf("in-flight call: exit %d\n%s", r.code, r.out)
+	}
+	select {
+	case err := <-srv.done:
+		if err != nil {
+			t.Fatalf("server exit: %v\n%s", err, srv.log.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("server did not exit after SIGTERM")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "toolgate-evidence", "requests", "slow-1", "manifest.json")); err != nil {
+		t.Errorf("evidence incomplete after shutdown: %v", err)
+	}
+}
+
+func TestServeRefusals(t *testing.T) {
+	broken := t.TempDir()
+	writePolicy(t, broken, "permit (principal, action, resource);\n\n@id(\"x\")\npermit (principal action resource);\n")
+	tests := []struct {
+		name string
+		dir  string
+		args []string
+		want string
+	}{
+		{"non-loopback without auth", tourDir(t), []string{"serve", "--listen", "0.0.0.0:0"}, "not a loopback address"},
+		{"policy parse error", broken, []string{"serve", "--listen", "127.0.0.1:0"}, "policy.default.cedar:4"},
+		{"unknown config key", tourDir(t), []string{"serve", "--config", "bad.yaml"}, "field listne not found"},
+		{"unknown flag", tourDir(t), []string{"serve", "--nope"}, "flag provided but not defined"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.WriteFile(filepath.Join(tc.dir, "bad.yaml"), []byte("listne: 127.0.0.1:1\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, stderr, code := runTool(t, tc.dir, tc.args...)
+			if code != exitError || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, stderr:\n%s\nwant exit %d mentioning %q", code, stderr, exitError, tc.want)
+			}
+		})
+	}
+}
+
+func TestServeWithConfigAndAuth(t *testing.T) {
+	dir := tourDir(t)
+	cfg := `
+listen: 127.0.0.1:0
+instance: gw-test
+auth:
+  keys:
+    - caller: alice
+      env: TOOLGATE_TEST_KEY
+evidence:
+  url: file://./audit
+drivers:
+  workspace:
+    type: workspace
+    root: ./ws
+`
+	if err := os.WriteFile(filepath.Join(dir, "toolgate.yaml"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TOOLGATE_TEST_KEY", "k-0123456789")
+	srv := startServer(t, dir, "--config", "toolgate.yaml")
+
+	_, stderr, code := runTool(t, dir, "call", "--addr", srv.addr, "--request-id", "auth-1", "--tool", "workspace.readFile")
+	if code != exitError || !strings.Contains(stderr, "Unauthenticated") {
+		t.Fatalf("call without key: exit %d\n%s", code, stderr)
+	}
+	out, stderr, code := runTool(t, dir, "call", "--addr", srv.addr, "--request-id", "auth-2",
+		"--tool", "workspace.readFile", "--args", `{"path":"missing.txt"}`, "--key-env", "TOOLGATE_TEST_KEY")
+	if code != exitFailure || !strings.Contains(out, `"engine_ref": "toolgate/0.1.0@gw-test/workspace"`) {
+		t.Fatalf("call with key: exit %d\n%s%s", code, out, stderr)
+	}
+	req, err := os.ReadFile(filepath.Join(dir, "audit", "requests", "auth-2", "request.json"))
+	if err != nil || !strings.Contains(string(req), `"caller": "alice"`) {
+		t.Fatalf("request.json = %s (%v), want caller alice", req, err)
+	}
+}
+
+func TestPolicyCheck(t *testing.T) {
+	broken := t.TempDir()
+	writePolicy(t, broken, "@id(\"a\")\npermit (principal, action, resource)\nwhen { context.nope };\n")
+	tests := []struct {
+		name     string
+		dir      string
+		wantCode int
+		want     string
+	}{
+		{"shipped policies", "../../policies", exitOK, "policy.default"},
+		{"schema violation", filepath.Join(broken, "policies"), exitFailure, "policy.default.cedar:"},
+		{"missing folder", filepath.Join(broken, "nope"), exitFailure, "nope"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "schema violation" {
+				schema, err := os.ReadFile("../../policies/toolgate.cedarschema")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(tc.dir, "toolgate.cedarschema"), schema, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out, stderr, code := runTool(t, ".", "policy", "check", tc.dir)
+			if code != tc.wantCode || !strings.Contains(out+stderr, tc.want) {
+				t.Fatalf("exit %d, output:\n%s%s\nwant exit %d mentioning %q", code, out, stderr, tc.wantCode, tc.want)
+			}
+		})
+	}
+}
+
+func TestCallUsageErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"missing request id", []string{"call", "--tool", "x"}, "--request-id and --tool are required"},
+		{"args not an object", []string{"call", "--request-id", "a", "--tool", "x", "--args", "[1]"}, "--args"},
+		{"unreachable gateway", []string{"call", "--addr", "127.0.0.1:1", "--request-id", "a", "--tool", "x", "--timeout", "2s"}, "Unavailable"},
+		{"unknown command", []string{"frobnicate"}, "unknown command"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, code := runTool(t, ".", tc.args...)
+			if code != exitError || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, stderr:\n%s\nwant exit 2 mentioning %q", code, stderr, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,141 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/policy"
+	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
+	"github.com/toolgate/toolgate/redact"
+)
+
+// noopDriver answers at once, so a benchmark measures the gateway alone.
+type noopDriver struct{}
+
+func (noopDriver) Engine() string { return "noop" }
+
+func (noopDriver) Run(context.Context, drivers.Call) (drivers.Result, error) {
+	return drivers.Result{Stdout: "ok\n", Data: map[string]any{"done": true}}, nil
+}
+
+// echoDesc is a bare unary service on the same server: it decodes the same
+// request and answers a response of similar size, doing nothing else. It
+// is the baseline the gateway's overhead is measured against.
+var echoDesc = grpc.ServiceDesc{
+	ServiceName: "toolgate.bench.Echo",
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Echo",
+		Handler: func(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			req := new(toolgatev1.RunToolRequest)
+			if err := dec(req); err != nil {
+				return nil, err
+			}
+			return &toolgatev1.RunToolResponse{
+				Ok:           true,
+				ToolResult:   &toolgatev1.ToolResult{Stdout: "ok\n"},
+				PolicyCheck:  &toolgatev1.PolicyCheck{Decision: "allow", Reason: "echo", RuleId: req.GetToolId()},
+				EvidenceRefs: []string{"requests/" + req.GetRequestId() + "/response.json"},
+				EngineRef:    "echo",
+			}, nil
+		},
+	}},
+}
+
+const benchPolicy = `
+@id("allow_noop") @reason("benchmark")
+permit (principal, action == Action::"RunTool", resource == Tool::"noop.run");
+`
+
+func benchClient(b *testing.B, store evidence.Store) (*grpc.ClientConn, toolgatev1.ToolGatewayClient) {
+	b.Helper()
+	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "policy.default.cedar"), []byte(benchPolicy), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	engine, err := policy.Load(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	red, err := redact.New(redact.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	auth, _ := NewAuthenticator(nil, nil)
+	g, err := New(Options{
+		Decider: engine, Store: store, Redactor: red, Auth: auth, Instance: "bench",
+		Drivers: map[string]drivers.Driver{"noop": noopDriver{}, "other": noopDriver{}},
+		Tools:   map[string]Tool{"noop.run": {Driver: "noop", Target: "run"}, "other.run": {Driver: "other", Target: "run"}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	conn := serve(b, g, func(s *grpc.Server) { s.RegisterService(&echoDesc, struct{}{}) })
+	return conn, toolgatev1.NewToolGatewayClient(conn)
+}
+
+// BenchmarkRunTool measures RunTool over a real loopback gRPC connection.
+// "echo" is a bare unary call on the same connection; the gateway's
+// overhead is each case's ns/op divided by echo's.
+func BenchmarkRunTool(b *testing.B) {
+	args, _ := structpb.NewStruct(map[string]any{"path": "docs/readme.md", "limit": 10.0, "verbose": true})
+	newReq := func(i int, tool string) *toolgatev1.RunToolRequest {
+		return &toolgatev1.RunToolRequest{
+			RequestId: fmt.Sprintf("bench-%d", i), ToolId: tool, Args: args,
+			Ctx: &toolgatev1.RunContext{RunId: "run-1", StepId: "step-1"},
+		}
+	}
+	b.Run("echo", func(b *testing.B) {
+		conn, _ := benchClient(b, evidence.NewMemoryStore())
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			var resp toolgatev1.RunToolResponse
+			if err := conn.Invoke(context.Background(), "/toolgate.bench.Echo/Echo", newReq(i, "noop.run"), &resp); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	stores := []struct {
+		name string
+		open func(b *testing.B) evidence.Store
+	}{
+		{"memory", func(*testing.B) evidence.Store { return evidence.NewMemoryStore() }},
+		{"file", func(b *testing.B) evidence.Store {
+			s, err := evidence.NewFileStore(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Close() })
+			return s
+		}},
+	}
+	for _, path := range []struct{ name, tool string }{{"deny", "other.run"}, {"allow", "noop.run"}} {
+		for _, st := range stores {
+			b.Run(path.name+"/"+st.name, func(b *testing.B) {
+				_, client := benchClient(b, st.open(b))
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					resp, err := client.RunTool(context.Background(), newReq(i, path.tool))
+					if err != nil {
+						b.Fatal(err)
+					}
+					if want := path.name; resp.GetPolicyCheck().GetDecision() != want {
+						b.Fatalf("decision %q, want %q", resp.GetPolicyCheck().GetDecision(), want)
+					}
+					i++
+				}
+			})
+		}
+	}
+}
