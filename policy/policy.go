@@ -1,0 +1,302 @@
+// Package policy decides with Cedar whether a tool call may run.
+//
+// A folder of policy files is loaded once into an Engine. Each file
+// <policy_ref>.cedar is one policy set; a request names the set it is judged
+// by with its policy_ref (DefaultRef when it names none). When the folder also
+// holds toolgate.cedarschema, every policy is validated against it at load
+// time, so a typo in a rule stops the gateway from starting rather than
+// making the rule silently never match.
+//
+// A request becomes the Cedar request
+//
+//	principal  Caller::"<caller>"
+//	action     Action::"RunTool" or Action::"CallTool"
+//	resource   Tool::"<tool_id>", a member of Driver::"<driver>", with
+//	           attribute driver (String)
+//	context    see Context
+//
+// Decisions fail closed: anything other than a clean permit, including an
+// error while evaluating any rule, is a deny.
+package policy
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"slices"
+	"strings"
+
+	cedar "github.com/cedar-policy/cedar-go"
+	"github.com/cedar-policy/cedar-go/types"
+)
+
+// DefaultRef is the policy_ref used when a request gives none.
+const DefaultRef = "policy.default"
+
+// Rule ids Decide reports when no policy of the set decided.
+const (
+	// RuleDefaultDeny: no permit matched and no forbid did.
+	RuleDefaultDeny = "default_deny"
+	// RulePolicyError: evaluation failed, so the call was denied.
+	RulePolicyError = "policy_error"
+	// RuleUnknownPolicyRef: the request named a policy set that is not loaded.
+	RuleUnknownPolicyRef = "unknown_policy_ref"
+)
+
+// The two actions a request may ask for.
+const (
+	// ActionRunTool is a call made by an orchestrator through RunTool.
+	ActionRunTool = "RunTool"
+	// ActionCallTool is a nested call made by guest code inside a sandbox.
+	ActionCallTool = "CallTool"
+)
+
+// Request is one authorization question: may Caller perform Action on ToolID?
+type Request struct {
+	// Caller names the principal, Caller::"<Caller>". Required.
+	Caller string
+	// Action is ActionRunTool or ActionCallTool. Required.
+	Action string
+	// ToolID names the resource, Tool::"<ToolID>". Required.
+	ToolID string
+	// Driver names the tool's parent, Driver::"<Driver>", and is the Tool's
+	// driver attribute. Required.
+	Driver string
+
+	RequestID       string // context.requestId
+	RunID           string // context.runId, absent when empty
+	StepID          string // context.stepId, absent when empty
+	PolicyRef       string // the policy set to use; DefaultRef when empty
+	ParentRequestID string // context.parentRequestId, absent when empty
+
+	// Args are the tool arguments as decoded by a json.Decoder with
+	// UseNumber; see ArgsValue for how they appear in Cedar.
+	Args map[string]any
+}
+
+// Decision is the outcome of Decide.
+type Decision struct {
+	Allow bool
+	// RuleID is the deciding policy's @id annotation, or
+	// "<file>:<policy id>" (for example "policy.default.cedar:policy2") for a
+	// policy without one, or one of RuleDefaultDeny, RulePolicyError and
+	// RuleUnknownPolicyRef.
+	RuleID string
+	// Reason is the deciding policy's @reason annotation, or an explanation
+	// written by Decide.
+	Reason string
+	// PolicyRef is the policy set the request was judged by.
+	PolicyRef string
+	// PolicySetDigest is "sha256:<hex>" of that policy set's file, or "" when
+	// the set is not loaded.
+	PolicySetDigest string
+	// Errors lists what went wrong when RuleID is RulePolicyError.
+	Errors []string
+}
+
+// Engine holds the policy sets of one folder. It is immutable after Load and
+// safe for concurrent use.
+type Engine struct {
+	sets map[string]*policySet
+}
+
+// Refs returns the policy_refs of the loaded policy sets, sorted.
+func (e *Engine) Refs() []string {
+	refs := make([]string, 0, len(e.sets))
+	for ref := range e.sets {
+		refs = append(refs, ref)
+	}
+	slices.Sort(refs)
+	return refs
+}
+
+// Decide judges req by the policy set it names. The call is allowed only when
+// at least one permit matches, no forbid matches and no policy of the set
+// fails to evaluate; every other outcome, including a malformed request, a
+// cancelled ctx and an internal failure, is a deny whose RuleID says why.
+//
+// When several policies decide (several permits, or several forbids), the
+// first one in file order is reported.
+func (e *Engine) Decide(ctx context.Context, req Request) (d Decision) {
+	ref := effectiveRef(req.PolicyRef)
+	d = Decision{PolicyRef: ref}
+	defer func() {
+		// Cedar is a third-party evaluator; whatever goes wrong inside it
+		// must end as a deny, never as a crashed gateway.
+		if r := recover(); r != nil {
+			d = failed(d, fmt.Sprintf("internal failure while deciding: %v", r))
+		}
+	}()
+
+	set, ok := e.sets[ref]
+	if !ok {
+		d.RuleID = RuleUnknownPolicyRef
+		d.Reason = fmt.Sprintf("no policy set named %q is loaded", ref)
+		return d
+	}
+	d.PolicySetDigest = set.digest
+
+	if err := ctx.Err(); err != nil {
+		return failed(d, fmt.Sprintf("decision abandoned: %v", err))
+	}
+	if err := checkRequest(req); err != nil {
+		return failed(d, err.Error())
+	}
+	cctx, err := Context(req)
+	if err != nil {
+		return failed(d, fmt.Sprintf("tool arguments cannot be expressed in Cedar: %v", err))
+	}
+
+	principal := types.NewEntityUID("Caller", types.String(req.Caller))
+	resource := types.NewEntityUID("Tool", types.String(req.ToolID))
+	driver := types.NewEntityUID("Driver", types.String(req.Driver))
+	entities := types.EntityMap{
+		principal: {UID: principal},
+		driver:    {UID: driver},
+		resource: {
+			UID:        resource,
+			Parents:    types.NewEntityUIDSet(driver),
+			Attributes: types.NewRecord(types.RecordMap{"driver": types.String(req.Driver)}),
+		},
+	}
+	creq := cedar.Request{
+		Principal: principal,
+		Action:    types.NewEntityUID("Action", types.String(req.Action)),
+		Resource:  resource,
+		Context:   cctx,
+	}
+
+	decision, diag := cedar.Authorize(set.candidates(principal, resource), entities, creq)
+
+	if len(diag.Errors) > 0 {
+		// Cedar skips a policy whose evaluation errors. For a forbid that
+		// would turn a deny into an allow, so any error denies.
+		msgs := make([]string, 0, len(diag.Errors))
+		for _, de := range diag.Errors {
+			p := set.byID[de.PolicyID]
+			msgs = append(msgs, fmt.Sprintf("%s: rule %s: %s", positionText(de.Position), p.ruleID, de.Message))
+		}
+		d = failed(d, "a policy failed to evaluate, so the call is denied: "+strings.Join(msgs, "; "))
+		d.Errors = msgs
+		return d
+	}
+	if len(diag.Reasons) == 0 {
+		d.RuleID = RuleDefaultDeny
+		d.Reason = fmt.Sprintf("no permit policy in %s matched caller %q calling tool %q", set.file, req.Caller, req.ToolID)
+		return d
+	}
+	// The candidates are visited in file order, so the first reason is the
+	// first deciding policy in the file.
+	p := set.byID[diag.Reasons[0].PolicyID]
+	d.Allow = decision == cedar.Allow
+	d.RuleID = p.ruleID
+	d.Reason = p.reason
+	if d.Reason == "" {
+		verb := "forbidden"
+		if d.Allow {
+			verb = "permitted"
+		}
+		d.Reason = fmt.Sprintf("%s by policy %s", verb, p.ruleID)
+	}
+	return d
+}
+
+// failed turns d into a policy_error deny carrying msg.
+func failed(d Decision, msg string) Decision {
+	d.Allow = false
+	d.RuleID = RulePolicyError
+	d.Reason = msg
+	d.Errors = []string{msg}
+	return d
+}
+
+func effectiveRef(ref string) string {
+	if ref == "" {
+		return DefaultRef
+	}
+	return ref
+}
+
+// checkRequest rejects requests the Cedar model cannot express faithfully.
+// An unknown action in particular must not reach policies written as
+// `permit (principal, action, resource == …)`.
+func checkRequest(req Request) error {
+	switch {
+	case req.Action != ActionRunTool && req.Action != ActionCallTool:
+		return fmt.Errorf("request action %q is neither %q nor %q", req.Action, ActionRunTool, ActionCallTool)
+	case req.Caller == "":
+		return fmt.Errorf("request has no caller")
+	case req.ToolID == "":
+		return fmt.Errorf("request has no tool_id")
+	case req.Driver == "":
+		return fmt.Errorf("tool %q has no driver", req.ToolID)
+	}
+	return nil
+}
+
+func positionText(p cedar.Position) string {
+	return fmt.Sprintf("%s:%d:%d", p.Filename, p.Line, p.Column)
+}
+
+// policySet is one loaded <policy_ref>.cedar file.
+type policySet struct {
+	file     string // base name, e.g. "policy.default.cedar"
+	digest   string
+	policies []loadedPolicy // in file order
+	byID     map[cedar.PolicyID]*loadedPolicy
+
+	// Policies whose scope pins the resource (resource == Tool::"x") or,
+	// failing that, the principal (principal == Caller::"x") can only match
+	// requests for that entity; they are filed under it so a request
+	// evaluates just the policies that can apply to it. All others are in
+	// general. Each list holds indexes into policies in ascending order.
+	general     []int
+	byResource  map[types.EntityUID][]int
+	byPrincipal map[types.EntityUID][]int
+}
+
+type loadedPolicy struct {
+	id     cedar.PolicyID // Cedar's name within the file: policy0, policy1, …
+	policy *cedar.Policy
+	ruleID string
+	reason string // the @reason annotation, possibly ""
+}
+
+// candidates returns, in file order, the policies that may apply to a
+// request for principal and resource. Skipping the others is exact: their
+// scope compares principal or resource with a different entity, which Cedar
+// evaluates first and which is false without error.
+func (s *policySet) candidates(principal, resource types.EntityUID) candidateList {
+	return candidateList{
+		set:   s,
+		lists: [3][]int{s.general, s.byResource[resource], s.byPrincipal[principal]},
+	}
+}
+
+// candidateList implements cedar.PolicyIterator by merging index lists.
+type candidateList struct {
+	set   *policySet
+	lists [3][]int
+}
+
+func (c candidateList) All() iter.Seq2[cedar.PolicyID, *cedar.Policy] {
+	return func(yield func(cedar.PolicyID, *cedar.Policy) bool) {
+		lists := c.lists
+		for {
+			next := -1
+			for i, l := range lists {
+				if len(l) > 0 && (next < 0 || l[0] < lists[next][0]) {
+					next = i
+				}
+			}
+			if next < 0 {
+				return
+			}
+			p := &c.set.policies[lists[next][0]]
+			lists[next] = lists[next][1:]
+			if !yield(p.id, p.policy) {
+				return
+			}
+		}
+	}
+}
