@@ -30,6 +30,7 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	// Instance names this gateway in engine_ref; the host name by default.
 	Instance string       `yaml:"instance"`
+	TLS      TLSConfig    `yaml:"tls"`
 	Auth     AuthConfig   `yaml:"auth"`
 	Policies PolicyConfig `yaml:"policies"`
 	Evidence EvidenceConfig `yaml:"evidence"`
@@ -41,6 +42,21 @@ type Config struct {
 	// being listed here.
 	Tools map[string]ToolConfig `yaml:"tools"`
 }
+
+// TLSConfig secures the listener. API keys travel in every call's metadata,
+// so a listener reachable from other hosts needs TLS, or an explicit
+// statement that something in front of the gateway provides it.
+type TLSConfig struct {
+	// CertFile and KeyFile are the server's PEM certificate chain and key.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// AllowPlaintext permits a non-loopback listener without TLS, for
+	// deployments where a proxy or service mesh terminates TLS.
+	AllowPlaintext bool `yaml:"allow_plaintext"`
+}
+
+// Enabled reports whether the gateway terminates TLS itself.
+func (t TLSConfig) Enabled() bool { return t.CertFile != "" || t.KeyFile != "" }
 
 // AuthConfig lists the API keys callers may present.
 type AuthConfig struct {
@@ -167,6 +183,14 @@ func (c Config) Validate() error {
 	if len(c.Auth.Keys) == 0 && !isLoopbackHost(host) {
 		return fmt.Errorf("config: listen %q is not a loopback address and auth.keys is empty: "+
 			"refusing to serve unauthenticated callers beyond this host", c.Listen)
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		return errors.New("config: tls: give both cert_file and key_file")
+	}
+	if !isLoopbackHost(host) && !c.TLS.Enabled() && !c.TLS.AllowPlaintext {
+		return fmt.Errorf("config: listen %q is not a loopback address and tls is not configured: "+
+			"API keys would cross the network in clear text (set tls.cert_file and tls.key_file, or "+
+			"tls.allow_plaintext: true when a proxy in front of the gateway terminates TLS)", c.Listen)
 	}
 	seen := map[string]bool{}
 	for i, k := range c.Auth.Keys {

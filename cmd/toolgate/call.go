@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -33,6 +34,8 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	policyRef := fs.String("policy-ref", "", "ctx.policy_ref (default policy.default)")
 	keyEnv := fs.String("key-env", "", "environment `variable` holding the API key, sent as a Bearer token")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
+	useTLS := fs.Bool("tls", false, "connect with TLS (system roots unless --ca-file)")
+	caFile := fs.String("ca-file", "", "PEM `file` of the CA that signed the gateway's certificate (implies --tls)")
 	if err := fs.Parse(args); err != nil {
 		return exitError
 	}
@@ -63,7 +66,16 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+key)
 	}
 
-	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	switch {
+	case *caFile != "":
+		if creds, err = credentials.NewClientTLSFromFile(*caFile, ""); err != nil {
+			return fail("--ca-file: %v", err)
+		}
+	case *useTLS:
+		creds = credentials.NewTLS(nil)
+	}
+	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return fail("%v", err)
 	}

@@ -12,6 +12,9 @@ import (
 	"os/signal"
 	"syscall"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
 	"github.com/toolgate/toolgate/gateway"
 )
 
@@ -81,11 +84,20 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	srv, health := g.NewServer()
+	var opts []grpc.ServerOption
+	if cfg.TLS.Enabled() {
+		creds, err := credentials.NewServerTLSFromFile(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("tls: %w", err)
+		}
+		opts = append(opts, grpc.Creds(creds))
+	}
+	srv, health := g.NewServer(opts...)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	log.Info("toolgate serving", "addr", lis.Addr().String(), "version", gateway.Version,
-		"policies", cfg.Policies.Dir, "evidence", cfg.Evidence.URL, "auth", len(cfg.Auth.Keys) > 0)
+		"policies", cfg.Policies.Dir, "evidence", cfg.Evidence.URL, "auth", len(cfg.Auth.Keys) > 0, "tls", cfg.TLS.Enabled())
 
 	select {
 	case err := <-served:

@@ -1,0 +1,78 @@
+package gateway
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestDefaultConfigIsValid(t *testing.T) {
+	cfg, err := DefaultConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	want := Config{Listen: "127.0.0.1:50051"}
+	if cfg.Listen != want.Listen || cfg.Policies.Dir != "./policies" ||
+		cfg.Evidence.URL != "file://./toolgate-evidence" || cfg.Drivers["workspace"].Root != "./workspace" ||
+		len(cfg.Auth.Keys) != 0 {
+		t.Errorf("embedded default = %+v, want DESIGN's defaults", cfg)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	digest := strings.Repeat("ab", 32)
+	tests := []struct {
+		name    string
+		yaml    string
+		wantErr string // "" means valid
+	}{
+		{"loopback without auth", "listen: 127.0.0.1:9000", ""},
+		{"ipv6 loopback without auth", "listen: '[::1]:9000'", ""},
+		{"localhost without auth", "listen: localhost:9000", ""},
+		{"all interfaces without auth", "listen: 0.0.0.0:9000", "not a loopback address and auth.keys is empty"},
+		{"empty host without auth", "listen: ':9000'", "not a loopback address"},
+		{"public with auth but no tls", "listen: 0.0.0.0:9000\nauth: {keys: [{caller: a, sha256: " + digest + "}]}", "tls is not configured"},
+		{"public with auth and plaintext acknowledged", "listen: 0.0.0.0:9000\nauth: {keys: [{caller: a, sha256: " + digest + "}]}\ntls: {allow_plaintext: true}", ""},
+		{"public with auth and tls", "listen: 0.0.0.0:9000\nauth: {keys: [{caller: a, sha256: " + digest + "}]}\ntls: {cert_file: c.pem, key_file: k.pem}", ""},
+		{"tls cert without key", "tls: {cert_file: c.pem}", "give both cert_file and key_file"},
+		{"plaintext key instead of digest", "auth: {keys: [{caller: a, sha256: hunter2}]}", "64 hex digits"},
+		{"key without source", "auth: {keys: [{caller: a}]}", "give sha256"},
+		{"key with both sources", "auth: {keys: [{caller: a, sha256: " + digest + ", env: K}]}", "not both"},
+		{"bad caller name", "auth: {keys: [{caller: 'a b', env: K}]}", "caller"},
+		{"duplicate key", "auth: {keys: [{caller: a, env: K}, {caller: b, env: K}]}", "listed twice"},
+		{"bad env name", "auth: {keys: [{caller: a, env: 'K-1'}]}", "not an environment variable name"},
+		{"unknown driver type", "drivers: {x: {type: ftp}}", "unknown driver type"},
+		{"workspace without root", "drivers: {w: {type: workspace}}", "root: required"},
+		{"tool on missing driver", "tools: {t.x: {driver: nope, target: readFile}}", "no such driver"},
+		{"tool id with space", "tools: {'t x': {driver: workspace, target: readFile}}", "white space"},
+		{"bad secrets_env", "redact: {secrets_env: ['A B']}", "redact.secrets_env"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := ParseConfig([]byte(tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err = cfg.WithDefaults()
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = cfg.Validate()
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("error = %v, want one mentioning %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestParseConfigRejectsUnknownKeys(t *testing.T) {
+	_, err := ParseConfig([]byte("listen: 127.0.0.1:1\npolicies:\n  dirr: x\n"))
+	if err == nil || !strings.Contains(err.Error(), "line 3") || !strings.Contains(err.Error(), "dirr") {
+		t.Fatalf("error = %v, want the unknown key and its line", err)
+	}
+}
