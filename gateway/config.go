@@ -29,12 +29,12 @@ type Config struct {
 	// Listen is the gRPC listen address, host:port.
 	Listen string `yaml:"listen"`
 	// Instance names this gateway in engine_ref; the host name by default.
-	Instance string       `yaml:"instance"`
-	TLS      TLSConfig    `yaml:"tls"`
-	Auth     AuthConfig   `yaml:"auth"`
-	Policies PolicyConfig `yaml:"policies"`
+	Instance string         `yaml:"instance"`
+	TLS      TLSConfig      `yaml:"tls"`
+	Auth     AuthConfig     `yaml:"auth"`
+	Policies PolicyConfig   `yaml:"policies"`
 	Evidence EvidenceConfig `yaml:"evidence"`
-	Redact   RedactConfig `yaml:"redact"`
+	Redact   RedactConfig   `yaml:"redact"`
 	// Drivers maps a driver name to its settings.
 	Drivers map[string]DriverConfig `yaml:"drivers"`
 	// Tools maps additional tool ids onto a driver and a target. Workspace

@@ -475,4 +475,3 @@ func TestEngineRef(t *testing.T) {
 		t.Errorf("engine_ref = %q, want %q", resp.GetEngineRef(), want)
 	}
 }
-
