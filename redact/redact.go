@@ -3,6 +3,7 @@ package redact
 import (
 	"cmp"
 	"fmt"
+	"math/bits"
 	"regexp"
 	"slices"
 	"strings"
@@ -46,6 +47,10 @@ type Redactor struct {
 type ruleSet struct {
 	patterns []rule
 	keyNames []string // normalized; a key is secret when its normalized form ends with one
+	// firstByte[c] has bit p set when pattern p has a literal that can start with byte c. Most
+	// strings in evidence (ids, timestamps, paths) contain no literal at all; one pass over the
+	// string with this table rules them out instead of one substring search per literal.
+	firstByte [256]uint64
 }
 
 // Finding records one redaction, never the secret itself nor any part of it.
@@ -77,6 +82,18 @@ func New(cfg Config) (*Redactor, error) {
 			return nil, fmt.Errorf("redact: compiling rule %s: %w", spec.id, err)
 		}
 		rs.patterns = append(rs.patterns, rule{patternSpec: spec, re: re})
+	}
+	if len(rs.patterns) > 64 {
+		return nil, fmt.Errorf("redact: %d pattern rules, the prefilter holds 64", len(rs.patterns))
+	}
+	for p, ru := range rs.patterns {
+		for _, lit := range ru.literals {
+			c := lit[0]
+			rs.firstByte[c] |= 1 << p
+			if ru.fold && 'a' <= c && c <= 'z' {
+				rs.firstByte[c-'a'+'A'] |= 1 << p
+			}
+		}
 	}
 	return &Redactor{rules: rs, known: mergeKnown(nil, cfg.KnownSecrets)}, nil
 }
@@ -144,10 +161,30 @@ func (r *Redactor) find(s string) []span {
 			i = start + len(k)
 		}
 	}
+	present := r.rules.literalsPresent(s)
 	for p := range r.rules.patterns {
-		spans = r.rules.patterns[p].appendMatches(spans, s, p+1)
+		if present&(1<<p) != 0 {
+			spans = r.rules.patterns[p].appendMatches(spans, s, p+1)
+		}
 	}
 	return mergeSpans(spans)
+}
+
+// literalsPresent returns the set of patterns (bit p for pattern p) one of whose literals occurs
+// in s. A pattern outside the set cannot match s.
+func (rs *ruleSet) literalsPresent(s string) uint64 {
+	var present uint64
+	for i := 0; i < len(s); i++ {
+		candidates := rs.firstByte[s[i]] &^ present
+		for candidates != 0 {
+			p := bits.TrailingZeros64(candidates)
+			candidates &= candidates - 1
+			if rs.patterns[p].hasLiteralAt(s[i:]) {
+				present |= 1 << p
+			}
+		}
+	}
+	return present
 }
 
 // mergeSpans sorts spans and merges overlapping ones, so that no part of any match survives

@@ -214,6 +214,16 @@ func (ru *rule) appendMatches(spans []span, s string, prio int) []span {
 	return spans
 }
 
+// hasLiteralAt reports whether s starts with one of the rule's literals.
+func (ru *rule) hasLiteralAt(s string) bool {
+	for _, lit := range ru.literals {
+		if ru.fold && hasPrefixFoldASCII(s, lit) || !ru.fold && strings.HasPrefix(s, lit) {
+			return true
+		}
+	}
+	return false
+}
+
 // index returns the index of the first occurrence of lit in s, or -1.
 func (ru *rule) index(s, lit string) int {
 	if ru.fold {
