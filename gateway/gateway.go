@@ -171,7 +171,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	err = rec.put(ctx, evidence.ArtifactPolicyDecision, decisionRecord{
 		RequestID:       c.RequestID,
 		Caller:          caller,
-		Action:          "RunTool",
+		Action:          policy.ActionRunTool,
 		ToolID:          c.ToolID,
 		Driver:          tool.Driver,
 		Decision:        decisionWord(decision.Allow),
@@ -204,9 +204,11 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 
 	// 3. Run. The driver gets the caller's deadline but not its
 	// cancellation, for the same reason the evidence writes do.
-	dctx, cancel := ctx, context.CancelFunc(func() {})
+	dctx := ctx
 	if hasDeadline {
+		var cancel context.CancelFunc
 		dctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
 	}
 	ranAt := g.now()
 	result, err := runDriver(dctx, g.drivers[tool.Driver], drivers.Call{
@@ -215,7 +217,6 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		Target:    tool.Target,
 		Args:      args,
 	})
-	cancel()
 	if err != nil {
 		log.Error("driver failed", "driver", tool.Driver, "err", err)
 		return nil, rec.fail(ctx, codes.Unavailable, fmt.Errorf("driver %s: %w", tool.Driver, err))
@@ -262,7 +263,7 @@ func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, 
 	}
 	return g.decider.Decide(ctx, policy.Request{
 		Caller:    caller,
-		Action:    "RunTool",
+		Action:    policy.ActionRunTool,
 		ToolID:    c.ToolID,
 		Driver:    tool.Driver,
 		RequestID: c.RequestID,
