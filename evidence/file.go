@@ -231,47 +231,76 @@ func (s *FileStore) Get(ctx context.Context, key string) ([]byte, error) {
 // not end at a segment boundary: "requests/r" matches "requests/r1/x" and
 // "requests/r2/x". A prefix that no valid key can start with yields no keys.
 func (s *FileStore) List(ctx context.Context, prefix string) ([]string, error) {
+	var keys []string
+	err := s.Walk(ctx, prefix, func(key string) error {
+		keys = append(keys, key)
+		return nil
+	})
+	return keys, err
+}
+
+// Walk calls fn with each key that starts with prefix, in ascending byte
+// order. It holds one directory listing per level of the walk, so memory
+// grows with the widest directory rather than with the store.
+func (s *FileStore) Walk(ctx context.Context, prefix string, fn func(key string) error) error {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("evidence: list %q: %w", prefix, err)
+		return fmt.Errorf("evidence: walk %q: %w", prefix, err)
 	}
 	// Walk only the deepest directory that the prefix names in full.
 	start := "."
 	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
 		start = prefix[:i]
 		if ValidKey(start) != nil {
-			return nil, nil
+			return nil
 		}
 	}
-	var keys []string
-	err := fs.WalkDir(s.root.FS(), start, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if p == start && isNotExist(err) {
-				return fs.SkipAll
-			}
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if p != "." && !strings.HasPrefix(p+"/", prefix) && !strings.HasPrefix(prefix, p+"/") {
-				return fs.SkipDir
-			}
+	return s.walkDir(ctx, start, prefix, fn)
+}
+
+// walkDir visits dir's entries in the order of the keys below them. Every
+// key below a directory d starts with "d/", so a directory sorts as its
+// name plus a slash: "a.b" comes before the keys of directory "a".
+func (s *FileStore) walkDir(ctx context.Context, dir, prefix string, fn func(key string) error) error {
+	entries, err := fs.ReadDir(s.root.FS(), dir)
+	if err != nil {
+		if isNotExist(err) {
+			// The prefix names a directory that does not exist: no keys.
 			return nil
+		}
+		return fmt.Errorf("evidence: walk %q: %w", prefix, err)
+	}
+	sortName := func(e fs.DirEntry) string {
+		if e.IsDir() {
+			return e.Name() + "/"
+		}
+		return e.Name()
+	}
+	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(sortName(a), sortName(b)) })
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("evidence: walk %q: %w", prefix, err)
+		}
+		p := e.Name()
+		if dir != "." {
+			p = dir + "/" + p
+		}
+		if e.IsDir() {
+			if strings.HasPrefix(p+"/", prefix) || strings.HasPrefix(prefix, p+"/") {
+				if err := s.walkDir(ctx, p, prefix, fn); err != nil {
+					return err
+				}
+			}
+			continue
 		}
 		// Temporary files fail ValidKey; anything else that does (or that
 		// is not a regular file) was not written by Put.
-		if d.Type().IsRegular() && strings.HasPrefix(p, prefix) && ValidKey(p) == nil {
-			keys = append(keys, p)
+		if e.Type().IsRegular() && strings.HasPrefix(p, prefix) && ValidKey(p) == nil {
+			if err := fn(p); err != nil {
+				return err
+			}
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("evidence: list %q: %w", prefix, err)
 	}
-	// WalkDir visits "a/b" before "a.b"; keys sort as plain strings.
-	slices.Sort(keys)
-	return keys, nil
+	return nil
 }
 
 // isNotExist reports whether err means a path is absent, including the

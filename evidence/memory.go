@@ -68,6 +68,24 @@ func (s *MemoryStore) Get(ctx context.Context, key string) ([]byte, error) {
 	return slices.Clone(stored), nil
 }
 
+// Walk calls fn with each key that starts with prefix, in ascending order.
+// It works on a snapshot of the keys taken when it starts.
+func (s *MemoryStore) Walk(ctx context.Context, prefix string, fn func(key string) error) error {
+	keys, err := s.List(ctx, prefix)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("evidence: walk %q: %w", prefix, err)
+		}
+		if err := fn(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // List returns the keys that start with prefix, sorted.
 func (s *MemoryStore) List(ctx context.Context, prefix string) ([]string, error) {
 	if err := ctx.Err(); err != nil {

@@ -33,4 +33,9 @@ type Store interface {
 	// matched as a string, not as a directory: "requests/r" matches both
 	// "requests/r1/x" and "requests/r2/x".
 	List(ctx context.Context, prefix string) ([]string, error)
+	// Walk calls fn with each key that starts with prefix, in ascending
+	// byte order, without holding all keys in memory, so that a bucket of
+	// millions of artifacts can be audited. It stops at and returns the
+	// first error fn returns.
+	Walk(ctx context.Context, prefix string, fn func(key string) error) error
 }

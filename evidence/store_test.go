@@ -123,6 +123,26 @@ func TestStoreConformance(t *testing.T) {
 				t.Fatalf("Get = %q after mutating buffers, want %q", again, "original")
 			}
 		}},
+		{"walk visits keys in list order and stops on error", func(t *testing.T, s Store) {
+			for _, k := range []string{"a/b", "a.b", "a/c/d", "a0", "b", "requests/x/1", "requests/x.y/2"} {
+				mustPut(t, s, k, []byte("x"))
+			}
+			for _, prefix := range []string{"", "a", "a/", "requests/x", "requests/x/", "zzz"} {
+				var walked []string
+				if err := s.Walk(ctx, prefix, func(k string) error { walked = append(walked, k); return nil }); err != nil {
+					t.Fatalf("Walk(%q) = %v", prefix, err)
+				}
+				if want := mustList(t, s, prefix); !slices.Equal(walked, want) || !slices.IsSorted(walked) {
+					t.Errorf("Walk(%q) visited %q, want %q in ascending order", prefix, walked, want)
+				}
+			}
+			stop := errors.New("stop")
+			n := 0
+			err := s.Walk(ctx, "", func(string) error { n++; return stop })
+			if err != stop || n != 1 {
+				t.Errorf("Walk with a failing fn: err %v after %d keys, want fn's error after 1", err, n)
+			}
+		}},
 		{"list is sorted and matches prefixes as strings", func(t *testing.T, s Store) {
 			for _, k := range []string{
 				"requests/r2/request.json", "requests/r1/response.json", "requests/r1/request.json",
