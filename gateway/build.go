@@ -52,6 +52,13 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		return fail(fmt.Errorf("config: evidence.url: %w", err))
 	}
 	closers = append(closers, store)
+	var spool *evidence.Spool
+	if dir := cfg.Evidence.SpoolDir; dir != "" && dir != "none" {
+		if spool, err = evidence.OpenSpool(dir); err != nil {
+			return fail(fmt.Errorf("config: evidence.spool_dir: %w", err))
+		}
+		closers = append(closers, spool)
+	}
 
 	drvs := map[string]drivers.Driver{}
 	tools := map[string]Tool{}
@@ -91,6 +98,7 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	g, err := New(Options{
 		Decider:  engine,
 		Store:    store,
+		Spool:    spool,
 		Redactor: redactor,
 		Auth:     auth,
 		Drivers:  drvs,

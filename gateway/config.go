@@ -81,8 +81,12 @@ type PolicyConfig struct {
 
 // EvidenceConfig locates the evidence store.
 type EvidenceConfig struct {
-	// URL is file://DIR (or mem:// for tests).
+	// URL is file://DIR or s3://BUCKET/PREFIX?endpoint=…&region=…&path_style=true
+	// (mem:// keeps evidence in memory, for tests).
 	URL string `yaml:"url"`
+	// SpoolDir keeps artifacts the store could not take after a call was
+	// decided, until they can be flushed to it. "none" turns spooling off.
+	SpoolDir string `yaml:"spool_dir"`
 }
 
 // RedactConfig adds secrets the redactor must know about.
@@ -160,6 +164,9 @@ func (c Config) WithDefaults() (Config, error) {
 	}
 	if c.Evidence.URL == "" {
 		c.Evidence.URL = def.Evidence.URL
+	}
+	if c.Evidence.SpoolDir == "" {
+		c.Evidence.SpoolDir = def.Evidence.SpoolDir
 	}
 	if c.Drivers == nil {
 		c.Drivers = def.Drivers

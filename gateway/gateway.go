@@ -44,8 +44,11 @@ type Tool struct {
 
 // Options are a Gateway's collaborators. All but Logger and Now are required.
 type Options struct {
-	Decider  Decider
-	Store    evidence.Store
+	Decider Decider
+	Store   evidence.Store
+	// Spool, if set, takes the artifacts the store refuses once a call's
+	// decision is durable; RunSpoolFlusher moves them to the store later.
+	Spool    *evidence.Spool
 	Redactor *redact.Redactor
 	Auth     *Authenticator
 	Drivers  map[string]drivers.Driver
@@ -61,6 +64,8 @@ type Options struct {
 type Gateway struct {
 	decider    Decider
 	store      evidence.Store
+	spool      *evidence.Spool
+	spoolKick  chan struct{}
 	redactor   *redact.Redactor
 	auth       *Authenticator
 	drivers    map[string]drivers.Driver
@@ -92,6 +97,8 @@ func New(opts Options) (*Gateway, error) {
 	g := &Gateway{
 		decider:    opts.Decider,
 		store:      opts.Store,
+		spool:      opts.Spool,
+		spoolKick:  make(chan struct{}, 1),
 		redactor:   opts.Redactor,
 		auth:       opts.Auth,
 		drivers:    opts.Drivers,
@@ -157,6 +164,9 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		return g.resume(ctx, c, hash, engineRef)
 	}
 	if err != nil {
+		if resp, ok, err := g.replaySpooled(ctx, c, hash); ok {
+			return resp, err
+		}
 		log.Error("evidence store unavailable; nothing ran", "err", err)
 		return nil, rec.failure(codes.Unavailable, "evidence store unavailable, nothing was executed: %v", err)
 	}
@@ -186,6 +196,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		log.Error("could not record the policy decision; nothing ran", "err", err)
 		return nil, rec.fail(ctx, codes.Unavailable, fmt.Errorf("evidence store unavailable, nothing was executed: %w", err))
 	}
+	rec.decided = true
 
 	resp := &toolgatev1.RunToolResponse{
 		PolicyCheck: &toolgatev1.PolicyCheck{
@@ -221,7 +232,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		log.Error("driver failed", "driver", tool.Driver, "err", err)
 		return nil, rec.fail(ctx, codes.Unavailable, fmt.Errorf("driver %s: %w", tool.Driver, err))
 	}
-	err = rec.put(ctx, evidence.ArtifactToolResult, toolResultRecord{
+	toolResult, err := rec.redact(evidence.ArtifactToolResult, toolResultRecord{
 		RequestID:  c.RequestID,
 		Driver:     tool.Driver,
 		Target:     tool.Target,
@@ -234,8 +245,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		Data:       result.Data,
 	})
 	if err != nil {
-		log.Error("tool ran but its result could not be recorded", "err", err)
-		return nil, rec.fail(ctx, codes.Unavailable, fmt.Errorf("the tool ran but the evidence store failed: %w", err))
+		return nil, rec.fail(ctx, codes.Internal, err)
 	}
 	data, err := toValue(result.Data)
 	if err != nil {
@@ -249,7 +259,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	}
 	resp.Ok = result.ExitCode == 0
 	log.Info("ran", "rule_id", decision.RuleID, "exit_code", result.ExitCode, "duration", g.now().Sub(started))
-	return rec.finish(ctx, resp)
+	return rec.finish(ctx, resp, artifact{evidence.ArtifactToolResult, toolResult})
 }
 
 // decide applies the gateway's own rules, then policy.
@@ -306,7 +316,12 @@ func (g *Gateway) resume(ctx context.Context, c call, hash, engineRef string) (*
 		return nil, rec.failure(codes.Unavailable, "evidence store unavailable: %v", err)
 	}
 	rec.refs = refs
-	body, err := g.store.Get(ctx, evidence.Key(c.RequestID, evidence.ArtifactResponse))
+	responseKey := evidence.Key(c.RequestID, evidence.ArtifactResponse)
+	body, err := g.store.Get(ctx, responseKey)
+	if errors.Is(err, evidence.ErrNotExist) && g.spool != nil {
+		// Finished while the store was down: the answer waits in the spool.
+		body, err = g.spool.Get(ctx, responseKey)
+	}
 	switch {
 	case err == nil:
 		resp, err := decodeResponse(body)
@@ -325,6 +340,36 @@ func (g *Gateway) resume(ctx context.Context, c call, hash, engineRef string) (*
 	}
 	return nil, rec.failure(codes.Aborted,
 		"request_id %q is in flight or was interrupted before it finished; it will not be executed again", c.RequestID)
+}
+
+// replaySpooled answers a retry that arrives while the store is down, for a
+// request that finished into the spool: its spooled manifest carries the
+// canonical hash that tells a retry from a reuse of the id.
+func (g *Gateway) replaySpooled(ctx context.Context, c call, hash string) (*toolgatev1.RunToolResponse, bool, error) {
+	if g.spool == nil {
+		return nil, false, nil
+	}
+	m, err := g.spool.Get(ctx, evidence.Key(c.RequestID, evidence.ArtifactManifest))
+	if err != nil {
+		return nil, false, nil
+	}
+	man, err := evidence.ParseManifest(m)
+	if err != nil {
+		return nil, false, nil
+	}
+	if man.CanonicalRequestHash != hash {
+		return nil, true, status.Errorf(codes.AlreadyExists,
+			"request_id %q was already used for a different request; use a new request_id", c.RequestID)
+	}
+	body, err := g.spool.Get(ctx, evidence.Key(c.RequestID, evidence.ArtifactResponse))
+	if err != nil {
+		return nil, false, nil
+	}
+	resp, err := decodeResponse(body)
+	if err != nil {
+		return nil, false, nil
+	}
+	return resp, true, nil
 }
 
 func decisionWord(allow bool) string {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -58,6 +59,7 @@ type envOptions struct {
 	getenv   func(string) string
 	extra    map[string]drivers.Driver // more drivers, each serving tool "<name>.run"
 	secrets  []string
+	spoolDir string // set: spool post-decision artifacts there
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -117,8 +119,15 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var spool *evidence.Spool
+	if o.spoolDir != "" {
+		if spool, err = evidence.OpenSpool(o.spoolDir); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { spool.Close() })
+	}
 	e.gw, err = New(Options{
-		Decider: engine, Store: e.store, Redactor: red, Auth: auth,
+		Decider: engine, Store: e.store, Spool: spool, Redactor: red, Auth: auth,
 		Drivers: drvs, Tools: tools, Instance: "test-host",
 	})
 	if err != nil {
@@ -311,4 +320,31 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// flakyStore fails every Put while down is set, as a store that became
+// unreachable does.
+type flakyStore struct {
+	evidence.Store
+	down atomic.Bool
+}
+
+func (f *flakyStore) Put(ctx context.Context, key string, data []byte) error {
+	if f.down.Load() {
+		return errors.New("dial tcp 127.0.0.1:9000: connect: connection refused")
+	}
+	return f.Store.Put(ctx, key, data)
+}
+
+// hookDriver calls a function when it runs.
+type hookDriver struct {
+	run func()
+	out drivers.Result
+}
+
+func (d *hookDriver) Engine() string { return "hook" }
+
+func (d *hookDriver) Run(context.Context, drivers.Call) (drivers.Result, error) {
+	d.run()
+	return d.out, nil
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -170,9 +172,14 @@ type recorder struct {
 	hash            string
 	engineRef       string
 	policySetDigest string
-	refs            []string
-	digests         []evidence.ArtifactDigest
-	redactions      []evidence.Redaction
+	// decided is set once policy_decision.json is durable: from then on
+	// artifacts may go to the spool.
+	decided bool
+	// spooled is set once an artifact went to the spool.
+	spooled    bool
+	refs       []string
+	digests    []evidence.ArtifactDigest
+	redactions []evidence.Redaction
 }
 
 func newRecorder(g *Gateway, requestID, hash, engineRef string) *recorder {
@@ -201,30 +208,69 @@ func (r *recorder) redactBytes(artifact string, raw []byte) ([]byte, error) {
 	return out, nil
 }
 
-// store writes data create-only and records its digest.
-func (r *recorder) store(ctx context.Context, artifact string, data []byte) error {
-	key := evidence.Key(r.requestID, artifact)
-	if err := r.g.store.Put(ctx, key, data); err != nil {
-		return err
+// artifact is one encoded, redacted artifact ready to be stored.
+type artifact struct {
+	name string
+	data []byte
+}
+
+// persist writes artifacts create-only, concurrently, and records their
+// digests in the given order.
+//
+// Before the decision is durable (r.decided false) a failed write fails the
+// call, so nothing runs without its write-ahead record. After it, an
+// artifact the store refuses goes to the local spool: the call is decided,
+// and for an allowed call the tool has run, so its record must not be lost.
+// Once one artifact of a request is spooled the rest follow it there, so the
+// store never holds a later artifact without the earlier ones.
+func (r *recorder) persist(ctx context.Context, arts ...artifact) error {
+	errs := make([]error, len(arts))
+	if !r.spooled {
+		var wg sync.WaitGroup
+		for i, a := range arts {
+			wg.Go(func() { errs[i] = r.g.store.Put(ctx, evidence.Key(r.requestID, a.name), a.data) })
+		}
+		wg.Wait()
 	}
-	r.refs = append(r.refs, key)
-	r.digests = append(r.digests, evidence.Digest(key, data))
+	for i, a := range arts {
+		key := evidence.Key(r.requestID, a.name)
+		if r.spooled || errs[i] != nil {
+			if !r.decided || r.g.spool == nil || errors.Is(errs[i], evidence.ErrExist) {
+				return errs[i]
+			}
+			if err := r.g.spool.Put(ctx, key, a.data); err != nil {
+				return errors.Join(errs[i], fmt.Errorf("spool: %w", err))
+			}
+			if !r.spooled {
+				r.g.log.Warn("evidence store failed; artifacts spooled locally until it is back",
+					"request_id", r.requestID, "artifact", a.name, "err", errs[i])
+				r.spooled = true
+				r.g.kickFlusher()
+			}
+		}
+		r.refs = append(r.refs, key)
+		r.digests = append(r.digests, evidence.Digest(key, a.data))
+	}
 	return nil
 }
 
-func (r *recorder) put(ctx context.Context, artifact string, v any) error {
-	data, err := r.redact(artifact, v)
+func (r *recorder) put(ctx context.Context, name string, v any) error {
+	data, err := r.redact(name, v)
 	if err != nil {
 		return err
 	}
-	return r.store(ctx, artifact, data)
+	return r.persist(ctx, artifact{name: name, data: data})
 }
 
-// finish stores response.json and the manifest and returns the response
-// decoded from the stored bytes, so the caller receives exactly what is on
-// record.
-func (r *recorder) finish(ctx context.Context, resp *toolgatev1.RunToolResponse) (*toolgatev1.RunToolResponse, error) {
-	resp.EvidenceRefs = append(append([]string(nil), r.refs...),
+// finish stores response.json (with any artifacts that may be written
+// beside it) and the manifest, and returns the response decoded from the
+// stored bytes, so the caller receives exactly what is on record.
+func (r *recorder) finish(ctx context.Context, resp *toolgatev1.RunToolResponse, with ...artifact) (*toolgatev1.RunToolResponse, error) {
+	resp.EvidenceRefs = slices.Clone(r.refs)
+	for _, a := range with {
+		resp.EvidenceRefs = append(resp.EvidenceRefs, evidence.Key(r.requestID, a.name))
+	}
+	resp.EvidenceRefs = append(resp.EvidenceRefs,
 		evidence.Key(r.requestID, evidence.ArtifactResponse),
 		evidence.Key(r.requestID, evidence.ArtifactManifest))
 	body, err := MarshalResponse(resp)
@@ -241,8 +287,8 @@ func (r *recorder) finish(ctx context.Context, resp *toolgatev1.RunToolResponse)
 	if err != nil {
 		return nil, r.fail(ctx, codes.Internal, err)
 	}
-	if err := r.store(ctx, evidence.ArtifactResponse, stored); err != nil {
-		return nil, r.fail(ctx, codes.Unavailable, fmt.Errorf("evidence store failed writing the response: %w", err))
+	if err := r.persist(ctx, append(with, artifact{evidence.ArtifactResponse, stored})...); err != nil {
+		return nil, r.fail(ctx, codes.Unavailable, fmt.Errorf("the evidence store and the spool failed writing the response: %w", err))
 	}
 	if err := r.writeManifest(ctx, evidence.OutcomeCompleted, ""); err != nil {
 		// response.json is durable, so a retry replays it; the manifest
@@ -282,7 +328,7 @@ func (r *recorder) writeManifest(ctx context.Context, outcome, errText string) e
 	if err != nil {
 		return fmt.Errorf("encode manifest: %w", err)
 	}
-	return r.store(ctx, evidence.ArtifactManifest, append(data, '\n'))
+	return r.persist(ctx, artifact{evidence.ArtifactManifest, append(data, '\n')})
 }
 
 // failure builds a status carrying the evidence written so far.

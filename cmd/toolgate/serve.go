@@ -11,12 +11,17 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/toolgate/toolgate/gateway"
 )
+
+// spoolFlushInterval is how often spooled evidence is retried when no new
+// call spools anything.
+const spoolFlushInterval = 5 * time.Second
 
 func serveCmd(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {
 	fs := flag.NewFlagSet("toolgate serve", flag.ContinueOnError)
@@ -94,6 +99,16 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		opts = append(opts, grpc.Creds(creds))
 	}
 	srv, health := g.NewServer(opts...)
+	flusherCtx, stopFlusher := context.WithCancel(context.WithoutCancel(ctx))
+	flusherDone := make(chan struct{})
+	go func() {
+		defer close(flusherDone)
+		g.RunSpoolFlusher(flusherCtx, spoolFlushInterval)
+	}()
+	defer func() {
+		stopFlusher()
+		<-flusherDone
+	}()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	log.Info("toolgate serving", "addr", lis.Addr().String(), "version", gateway.Version,

@@ -1,0 +1,50 @@
+package gateway
+
+import (
+	"context"
+	"time"
+)
+
+// kickFlusher asks the spool flusher to run soon. It never blocks: one
+// pending kick is as good as many.
+func (g *Gateway) kickFlusher() {
+	select {
+	case g.spoolKick <- struct{}{}:
+	default:
+	}
+}
+
+// FlushSpool moves spooled artifacts to the evidence store and returns how
+// many it moved. Without a spool it does nothing.
+func (g *Gateway) FlushSpool(ctx context.Context) (int, error) {
+	if g.spool == nil {
+		return 0, nil
+	}
+	return g.spool.Flush(ctx, g.store)
+}
+
+// RunSpoolFlusher flushes the spool at once (a previous run may have left
+// artifacts in it), whenever a call spools an artifact, and every interval,
+// until ctx ends. Failures are logged and retried at the next turn.
+func (g *Gateway) RunSpoolFlusher(ctx context.Context, interval time.Duration) {
+	if g.spool == nil {
+		return
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		n, err := g.FlushSpool(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			g.log.Warn("spool flush incomplete; retrying later", "flushed", n, "err", err)
+		case n > 0:
+			g.log.Info("spooled evidence flushed to the store", "artifacts", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case <-g.spoolKick:
+		}
+	}
+}
