@@ -2,7 +2,9 @@ package evidence
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -34,6 +36,9 @@ type Manifest struct {
 	Artifacts            []ArtifactDigest `json:"artifacts"`
 	Redactions           []Redaction      `json:"redactions"`
 	CreatedAt            time.Time        `json:"created_at"`
+	// Signature is nil for an unsigned manifest. Signer.Sign sets it; it
+	// covers every other field.
+	Signature *Signature `json:"signature,omitempty"`
 }
 
 // ArtifactDigest identifies the exact content of one stored artifact.
@@ -74,10 +79,11 @@ func (m Manifest) MarshalJSON() ([]byte, error) {
 
 // ParseManifest decodes and checks a manifest read from a store. Evidence
 // may have been tampered with, so it is strict: the version must be
-// ManifestVersion, unknown fields and trailing data are rejected, and every
-// artifact must be a distinct key under the manifest's own request prefix
-// with a well-formed digest. Artifacts and Redactions are never nil in the
-// result.
+// ManifestVersion; unknown fields, fields given twice and trailing data are
+// rejected; every artifact must be a distinct key under the manifest's own
+// request prefix with a well-formed digest; and a signature, when present,
+// must be well-formed (whether it verifies is Verify's business).
+// Artifacts and Redactions are never nil in the result.
 func ParseManifest(data []byte) (Manifest, error) {
 	// The version is read first so that a newer manifest is reported as
 	// such rather than as one with unknown fields. Unmarshal also checks
@@ -98,6 +104,9 @@ func ParseManifest(data []byte) (Manifest, error) {
 	dec.DisallowUnknownFields()
 	var m Manifest
 	if err := dec.Decode(&m); err != nil {
+		return Manifest{}, fmt.Errorf("evidence: manifest: %w", err)
+	}
+	if err := rejectDuplicateNames(data); err != nil {
 		return Manifest{}, fmt.Errorf("evidence: manifest: %w", err)
 	}
 	if m.Artifacts == nil {
@@ -146,6 +155,77 @@ func (m *Manifest) check() error {
 	for i, r := range m.Redactions {
 		if r.Offset < 0 {
 			return fmt.Errorf("redactions[%d].offset %d is negative", i, r.Offset)
+		}
+	}
+	if sig := m.Signature; sig != nil {
+		switch {
+		case sig.Algorithm != SignatureAlgorithm:
+			return fmt.Errorf("signature.algorithm %q is not %q", sig.Algorithm, SignatureAlgorithm)
+		case !validKeyID(sig.KeyID):
+			return fmt.Errorf("signature.key_id %q is not %q followed by %d lowercase hex digits", sig.KeyID, keyIDPrefix, keyIDHexLen)
+		}
+		raw, err := base64.StdEncoding.Strict().DecodeString(sig.Value)
+		if err != nil || len(raw) != ed25519.SignatureSize {
+			return fmt.Errorf("signature.value is not the standard base64 of a %d-byte signature", ed25519.SignatureSize)
+		}
+	}
+	return nil
+}
+
+// rejectDuplicateNames returns an error naming the first member name that
+// occurs twice in one object of data, which must be valid JSON.
+// encoding/json keeps the last of duplicates and matches names without
+// regard to case, so a person reading a manifest with duplicates could see
+// one value while verification uses another.
+//
+// Names are compared with strings.EqualFold, the rule encoding/json
+// matches them by, pairwise within each object. Called after a decode that
+// rejects unknown fields, an object holds at most a dozen distinct names
+// before the first duplicate, which keeps that cheap.
+func rejectDuplicateNames(data []byte) error {
+	type object struct {
+		names    []string // nil for an array
+		wantName bool     // the next string is a member name
+		isObject bool
+	}
+	var stack []object
+	for i := 0; i < len(data); i++ {
+		switch data[i] {
+		case '{':
+			stack = append(stack, object{isObject: true, wantName: true})
+		case '[':
+			stack = append(stack, object{})
+		case '}', ']':
+			stack = stack[:len(stack)-1]
+		case ',':
+			if top := &stack[len(stack)-1]; top.isObject {
+				top.wantName = true
+			}
+		case '"':
+			end := i + 1
+			for data[end] != '"' {
+				if data[end] == '\\' {
+					end++
+				}
+				end++
+			}
+			if len(stack) == 0 || !stack[len(stack)-1].wantName {
+				i = end
+				continue
+			}
+			top := &stack[len(stack)-1]
+			var name string
+			if err := json.Unmarshal(data[i:end+1], &name); err != nil {
+				return err
+			}
+			for _, seen := range top.names {
+				if strings.EqualFold(seen, name) {
+					return fmt.Errorf("field %q is given more than once", name)
+				}
+			}
+			top.names = append(top.names, name)
+			top.wantName = false
+			i = end
 		}
 	}
 	return nil

@@ -1,6 +1,8 @@
 package evidence
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -94,6 +96,8 @@ func TestParseManifestRejects(t *testing.T) {
 		return []any{map[string]any{"key": key, "sha256": sum, "size": size}}
 	}
 	goodSum := strings.Repeat("ab", 32)
+	goodKeyID := "ed25519:0123456789abcdef"
+	goodSig := base64.StdEncoding.EncodeToString(make([]byte, 64))
 	tests := []struct {
 		name    string
 		data    string
@@ -120,6 +124,27 @@ func TestParseManifestRejects(t *testing.T) {
 			m["artifacts"] = append(a, a...)
 		}), "listed twice"},
 		{"negative redaction offset", encode(func(m map[string]any) { m["redactions"] = []any{map[string]any{"offset": -1}} }), "offset"},
+		{"field given twice", strings.Replace(encode(func(map[string]any) {}), `"outcome":"completed"`, `"outcome":"failed","outcome":"completed"`, 1), `field "outcome" is given more than once`},
+		{"field given twice in another case", strings.Replace(encode(func(map[string]any) {}), `"outcome":"completed"`, `"OUTCOME":"failed","outcome":"completed"`, 1), `field "outcome" is given more than once`},
+		{"artifact field given twice, once case-folded", strings.Replace(encode(func(map[string]any) {}), `"size":3`, `"ſize":4,"size":3`, 1), `field "size" is given more than once`},
+		{"field given twice, once escaped", strings.Replace(encode(func(map[string]any) {}), `"outcome":"completed"`, `"outc\u006fme":"failed","outcome":"completed"`, 1), `field "outcome" is given more than once`},
+		{"signature without algorithm", encode(func(m map[string]any) { m["signature"] = map[string]any{"key_id": goodKeyID, "value": goodSig} }), "signature.algorithm"},
+		{"signature by another algorithm", encode(func(m map[string]any) {
+			m["signature"] = map[string]any{"algorithm": "rsa", "key_id": goodKeyID, "value": goodSig}
+		}), `signature.algorithm "rsa"`},
+		{"signature with a malformed key id", encode(func(m map[string]any) {
+			m["signature"] = map[string]any{"algorithm": "ed25519", "key_id": "ed25519:ABCDEF0123456789", "value": goodSig}
+		}), "signature.key_id"},
+		{"signature without value", encode(func(m map[string]any) { m["signature"] = map[string]any{"algorithm": "ed25519", "key_id": goodKeyID} }), "signature.value"},
+		{"signature value not base64", encode(func(m map[string]any) {
+			m["signature"] = map[string]any{"algorithm": "ed25519", "key_id": goodKeyID, "value": "!!" + goodSig[2:]}
+		}), "signature.value"},
+		{"signature value too short", encode(func(m map[string]any) {
+			m["signature"] = map[string]any{"algorithm": "ed25519", "key_id": goodKeyID, "value": goodSig[:64]}
+		}), "signature.value"},
+		{"unknown signature field", encode(func(m map[string]any) {
+			m["signature"] = map[string]any{"algorithm": "ed25519", "key_id": goodKeyID, "value": goodSig, "signed_at": "now"}
+		}), "unknown field"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -128,6 +153,27 @@ func TestParseManifestRejects(t *testing.T) {
 				t.Fatalf("ParseManifest(%s) = %v, want an error containing %q", tt.data, err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestParseManifestAcceptsAwkwardStrings makes sure that quotes, commas
+// and brackets inside strings are not mistaken for structure when looking
+// for duplicate fields.
+func TestParseManifestAcceptsAwkwardStrings(t *testing.T) {
+	m := sampleManifest()
+	m.Error = `failed: "a", {"outcome": "completed"}, [x] \ \"`
+	m.EngineRef = "outcome"
+	m.Redactions = append(m.Redactions, Redaction{Rule: "rule", Artifact: ArtifactRequest, Path: `args["rule"]`})
+	data, err := EncodeManifest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseManifest(data)
+	if err != nil {
+		t.Fatalf("ParseManifest = %v\n%s", err, data)
+	}
+	if !reflect.DeepEqual(got, m) {
+		t.Fatalf("ParseManifest = %+v, want %+v", got, m)
 	}
 }
 
@@ -142,7 +188,8 @@ func TestParseManifestNormalisesNullLists(t *testing.T) {
 }
 
 // FuzzParseManifest checks that ParseManifest never panics and that what it
-// accepts re-encodes to a manifest it accepts again, unchanged.
+// accepts re-encodes to a manifest it accepts again, unchanged, with the
+// same signed message.
 func FuzzParseManifest(f *testing.F) {
 	good, err := json.Marshal(sampleManifest())
 	if err != nil {
@@ -153,6 +200,19 @@ func FuzzParseManifest(f *testing.F) {
 	f.Add([]byte(`{"version":1,"request_id":"r1","outcome":"failed","artifacts":null,"redactions":[],"created_at":"2025-01-01T00:00:00+01:00"}`))
 	f.Add([]byte(`{"version":1,"request_id":"r1","outcome":"completed","artifacts":[{"key":"requests/r1/x","sha256":"","size":0}],"created_at":"2025-01-01T00:00:00Z"}`))
 	f.Add([]byte(`null`))
+	signed := sampleManifest()
+	signer, err := NewSigner(testKey(1))
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := signer.Sign(&signed); err != nil {
+		f.Fatal(err)
+	}
+	signedData, err := EncodeManifest(signed)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(signedData)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := ParseManifest(data)
 		if err != nil {
@@ -173,6 +233,19 @@ func FuzzParseManifest(f *testing.F) {
 		m2, err := ParseManifest(again)
 		if err != nil {
 			t.Fatalf("ParseManifest(%s) = %v after round trip", again, err)
+		}
+		// Verification re-derives the signed message from the parsed
+		// manifest, so the message must survive a store round trip.
+		msg, err := signedMessage(m)
+		if err != nil {
+			t.Fatalf("signed message of an accepted manifest = %v", err)
+		}
+		msg2, err := signedMessage(m2)
+		if err != nil || !bytes.Equal(msg, msg2) {
+			t.Fatalf("signed message changed in round trip (%v):\n%s\n%s", err, msg, msg2)
+		}
+		if m.Signature != nil && (!validKeyID(m.Signature.KeyID) || m.Signature.Algorithm != SignatureAlgorithm) {
+			t.Fatalf("accepted a malformed signature: %+v", m.Signature)
 		}
 		if !m2.CreatedAt.Equal(m.CreatedAt) {
 			t.Fatalf("created_at changed in round trip: %v -> %v", m.CreatedAt, m2.CreatedAt)

@@ -1,94 +1,452 @@
 package evidence
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"path"
+	"slices"
+	"strings"
 )
 
-// Verification statuses reported in VerifyReport.Status.
+// Verification statuses reported in VerifyReport.Status. They say whether
+// the stored artifacts agree with the manifest; whether the manifest itself
+// is authentic is VerifyReport.Signature.
 const (
-	StatusOK         = "ok"         // every artifact matches the manifest
-	StatusIncomplete = "incomplete" // the request has no manifest
-	StatusMismatch   = "mismatch"   // the artifacts and the manifest disagree
+	// StatusOK: every artifact matches the manifest and nothing unlisted
+	// is stored.
+	StatusOK = "ok"
+	// StatusPending: the artifacts match, but some of them, or the
+	// manifest, are so far only in the spool (VerifyOptions.Spool),
+	// waiting to be uploaded to the store.
+	StatusPending = "pending"
+	// StatusIncomplete: the request has no manifest, neither in the store
+	// nor in the spool. It is in flight, or a crash or failure left it.
+	StatusIncomplete = "incomplete"
+	// StatusMismatch: the artifacts and the manifest disagree: a digest or
+	// size differs, a listed artifact is missing, an unlisted one is
+	// present, or the manifest is unreadable or belongs to another
+	// request.
+	StatusMismatch = "mismatch"
 )
 
-// VerifyReport is the result of Verify.
-type VerifyReport struct {
-	RequestID string   `json:"request_id"`
-	Status    string   `json:"status"`             // StatusOK, StatusIncomplete or StatusMismatch
-	Problems  []string `json:"problems,omitempty"` // one line each; empty when Status is StatusOK
+// Signature states reported in VerifyReport.Signature.
+const (
+	// SignatureValid: signed by one of VerifyOptions.TrustedKeys.
+	SignatureValid = "valid"
+	// SignatureUnsigned: the manifest carries no signature, so nothing
+	// shows who wrote it.
+	SignatureUnsigned = "unsigned"
+	// SignatureUnchecked: the manifest is signed but no trusted keys were
+	// given to check it with.
+	SignatureUnchecked = "unchecked"
+	// SignatureUnknownKey: signed by a key that is not trusted.
+	SignatureUnknownKey = "unknown-key"
+	// SignatureBad: the signature does not match the manifest's content.
+	SignatureBad = "bad"
+)
+
+// VerifyOptions adjusts Verify and VerifyAll. The zero value checks digests
+// only: signed manifests are reported as SignatureUnchecked.
+type VerifyOptions struct {
+	// TrustedKeys are the public keys whose signatures are accepted.
+	TrustedKeys []ed25519.PublicKey
+	// Spool, if set, is a local store with the same layout from which a
+	// gateway uploads artifacts to the store later. An artifact (or
+	// manifest) missing from the store but present in the spool is
+	// verified from the spool and makes the request StatusPending.
+	Spool Store
 }
 
-// Verify checks the evidence of one request against its manifest: every
-// artifact the manifest lists must be present with the recorded size and
-// SHA-256, and every artifact under the request's prefix must be listed.
+// VerifyReport is the result of verifying one request.
+type VerifyReport struct {
+	RequestID string `json:"request_id"`
+	// Status is StatusOK, StatusPending, StatusIncomplete or
+	// StatusMismatch.
+	Status string `json:"status"`
+	// Signature is one of the Signature* states, or empty when there is no
+	// readable manifest to carry one.
+	Signature string `json:"signature,omitempty"`
+	// KeyID names the key the manifest says signed it.
+	KeyID string `json:"key_id,omitempty"`
+	// Problems has one line per finding, each starting with the key of
+	// the artifact concerned. It is empty unless Tampered reports true or
+	// Status is StatusIncomplete.
+	Problems []string `json:"problems,omitempty"`
+	// Spooled lists the keys verified from the spool because the store
+	// does not have them yet.
+	Spooled []string `json:"spooled,omitempty"`
+}
+
+// Tampered reports whether the evidence shows signs of tampering: the
+// artifacts disagree with the manifest, or the manifest's signature is bad
+// or made by an untrusted key. Incomplete, pending, unsigned and unchecked
+// requests are not tampered with as far as can be told.
+func (r VerifyReport) Tampered() bool {
+	return r.Status == StatusMismatch || r.Signature == SignatureBad || r.Signature == SignatureUnknownKey
+}
+
+// Verdict folds Status and Signature into the one word an auditor reads
+// first, worst first: "mismatch", "bad-signature", "unknown-key",
+// "incomplete", "pending", "unchecked-signature", "unsigned", "ok". Only
+// "ok" means verified and signed by a trusted key.
+func (r VerifyReport) Verdict() string {
+	switch {
+	case r.Status == StatusMismatch:
+		return StatusMismatch
+	case r.Signature == SignatureBad:
+		return "bad-signature"
+	case r.Signature == SignatureUnknownKey:
+		return SignatureUnknownKey
+	case r.Status == StatusIncomplete || r.Status == StatusPending:
+		return r.Status
+	case r.Signature == SignatureUnchecked:
+		return "unchecked-signature"
+	case r.Signature == SignatureUnsigned:
+		return SignatureUnsigned
+	default:
+		return StatusOK
+	}
+}
+
+// Verify checks the evidence of one request: every artifact the manifest
+// lists must be present with the recorded size and SHA-256, every artifact
+// under the request's prefix must be listed, and the manifest's signature,
+// if any, is checked against opts' trusted keys. Status and Signature are
+// reported separately, so an intact unsigned request has Status StatusOK
+// and Signature SignatureUnsigned; Tampered and Verdict combine them.
 //
-// A missing manifest yields StatusIncomplete; an unreadable manifest or
-// any disagreement yields StatusMismatch. Verify returns an error only for
-// an invalid request id or when the store itself fails.
-func Verify(ctx context.Context, s Store, requestID string) (VerifyReport, error) {
+// At most one VerifyOptions may be given; none means the zero value.
+// Verify returns an error only for an invalid request id or options, or
+// when a store itself fails.
+func Verify(ctx context.Context, s Store, requestID string, opts ...VerifyOptions) (VerifyReport, error) {
+	if len(opts) > 1 {
+		return VerifyReport{}, fmt.Errorf("evidence: verify: %d VerifyOptions given, want at most one", len(opts))
+	}
+	var o VerifyOptions
+	if len(opts) == 1 {
+		o = opts[0]
+	}
 	if err := validRequestID(requestID); err != nil {
 		return VerifyReport{}, err
 	}
-	rep := VerifyReport{RequestID: requestID}
-	manifestKey := Key(requestID, ArtifactManifest)
-	raw, err := s.Get(ctx, manifestKey)
-	if errors.Is(err, ErrNotExist) {
+	v, err := newVerifier(s, o)
+	if err != nil {
+		return VerifyReport{}, err
+	}
+	present, err := s.List(ctx, RequestPrefix(requestID))
+	if err != nil {
+		return VerifyReport{}, fmt.Errorf("evidence: verify %q: %w", requestID, err)
+	}
+	return v.verify(ctx, requestID, present)
+}
+
+// VerifyAll verifies every request in s, calling fn with each report in
+// ascending order of the request's key prefix, and stops at the first
+// error of fn or of a store. It walks the store once and holds only the
+// keys of the request being verified, so memory stays flat however many
+// requests the store holds; with a spool it also holds the ids of the
+// requests in the spool.
+//
+// A key directly under "requests/", outside any request's folder, is
+// reported as a StatusMismatch report whose RequestID is the key's last
+// segment.
+func VerifyAll(ctx context.Context, s Store, opts VerifyOptions, fn func(VerifyReport) error) error {
+	v, err := newVerifier(s, opts)
+	if err != nil {
+		return err
+	}
+	// Requests that so far exist only in the spool are merged into the
+	// walk in the same order.
+	var spooled []string
+	if opts.Spool != nil {
+		if spooled, err = requestIDs(ctx, opts.Spool); err != nil {
+			return fmt.Errorf("evidence: verify: spool: %w", err)
+		}
+	}
+	emit := func(id string, present []string) error {
+		for len(spooled) > 0 && RequestPrefix(spooled[0]) <= RequestPrefix(id) {
+			next := spooled[0]
+			spooled = spooled[1:]
+			if next == id {
+				break
+			}
+			if err := v.emit(ctx, next, nil, fn); err != nil {
+				return err
+			}
+		}
+		return v.emit(ctx, id, present, fn)
+	}
+	stray := func(key string) error {
+		return fn(VerifyReport{
+			RequestID: path.Base(key),
+			Status:    StatusMismatch,
+			Problems:  []string{key + ": stored outside any request's folder"},
+		})
+	}
+	if err := walkRequests(ctx, s, emit, stray); err != nil {
+		return err
+	}
+	for _, id := range spooled {
+		if err := v.emit(ctx, id, nil, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// requestsRoot is the prefix of every request's folder.
+const requestsRoot = "requests/"
+
+// WalkRequests calls fn once for each request with a folder in s, in
+// ascending order of the request's key prefix, with the request's keys in
+// ascending order. It walks the store once and holds one request's keys at
+// a time, so fn must not keep keys after it returns: the slice is reused.
+// Keys directly under "requests/", outside any request's folder, are
+// skipped. WalkRequests stops at and returns the first error of fn or of
+// the store.
+func WalkRequests(ctx context.Context, s Store, fn func(requestID string, keys []string) error) error {
+	return walkRequests(ctx, s, fn, func(string) error { return nil })
+}
+
+// walkRequests is WalkRequests calling stray with each key outside a
+// request's folder. Keys of one request are contiguous in the walk because
+// they share the prefix "requests/<id>/".
+func walkRequests(ctx context.Context, s Store, fn func(requestID string, keys []string) error, stray func(key string) error) error {
+	var current string
+	var keys []string
+	err := s.Walk(ctx, requestsRoot, func(key string) error {
+		id, _, inFolder := strings.Cut(strings.TrimPrefix(key, requestsRoot), "/")
+		if !inFolder {
+			return stray(key)
+		}
+		if id != current && len(keys) > 0 {
+			if err := fn(current, keys); err != nil {
+				return err
+			}
+			keys = keys[:0]
+		}
+		current = id
+		keys = append(keys, key)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(keys) > 0 {
+		return fn(current, keys)
+	}
+	return nil
+}
+
+// requestIDs returns the ids of the requests with a folder in s, in
+// ascending order of their prefix.
+func requestIDs(ctx context.Context, s Store) ([]string, error) {
+	var ids []string
+	err := WalkRequests(ctx, s, func(id string, _ []string) error {
+		ids = append(ids, id)
+		return nil
+	})
+	return ids, err
+}
+
+// verifier holds what Verify and VerifyAll share across requests.
+type verifier struct {
+	store   Store
+	spool   Store
+	trusted map[string]ed25519.PublicKey // by KeyID
+}
+
+func newVerifier(s Store, opts VerifyOptions) (*verifier, error) {
+	v := &verifier{store: s, spool: opts.Spool, trusted: make(map[string]ed25519.PublicKey, len(opts.TrustedKeys))}
+	for i, k := range opts.TrustedKeys {
+		if len(k) != ed25519.PublicKeySize {
+			return nil, fmt.Errorf("evidence: verify: TrustedKeys[%d] is %d bytes, want %d", i, len(k), ed25519.PublicKeySize)
+		}
+		v.trusted[KeyID(k)] = k
+	}
+	return v, nil
+}
+
+// emit verifies one request and passes the report to fn.
+func (v *verifier) emit(ctx context.Context, id string, present []string, fn func(VerifyReport) error) error {
+	rep, err := v.verify(ctx, id, present)
+	if err != nil {
+		return err
+	}
+	return fn(rep)
+}
+
+// verify checks request id, whose keys in the store are present.
+func (v *verifier) verify(ctx context.Context, id string, present []string) (VerifyReport, error) {
+	rep := VerifyReport{RequestID: id}
+	fail := func(err error) (VerifyReport, error) {
+		return VerifyReport{}, fmt.Errorf("evidence: verify %q: %w", id, err)
+	}
+	if err := validRequestID(id); err != nil {
+		// Only a store holding keys Put would refuse can get here.
+		rep.Status = StatusMismatch
+		rep.Problems = []string{fmt.Sprintf("%s: %v", RequestPrefix(id), err)}
+		return rep, nil
+	}
+	var spooled []string
+	if v.spool != nil {
+		var err error
+		if spooled, err = v.spool.List(ctx, RequestPrefix(id)); err != nil {
+			return fail(fmt.Errorf("spool: %w", err))
+		}
+	}
+	r := requestCopies{v: v, inSpool: spooled}
+
+	manifestKey := Key(id, ArtifactManifest)
+	copies, err := r.read(ctx, manifestKey)
+	if err != nil {
+		return fail(err)
+	}
+	if len(copies) == 0 {
 		rep.Status = StatusIncomplete
 		rep.Problems = []string{manifestKey + ": missing"}
 		return rep, nil
 	}
-	if err != nil {
-		return VerifyReport{}, fmt.Errorf("evidence: verify %q: %w", requestID, err)
+	if len(copies) == 2 && !bytes.Equal(copies[0].data, copies[1].data) {
+		rep.Status = StatusMismatch
+		rep.Problems = []string{manifestKey + ": the spool's copy differs from the store's"}
+		return rep, nil
 	}
-	m, err := ParseManifest(raw)
+	if copies[0].spooled {
+		rep.Spooled = append(rep.Spooled, manifestKey)
+	}
+	m, err := ParseManifest(copies[0].data)
 	if err != nil {
 		rep.Status = StatusMismatch
 		rep.Problems = []string{fmt.Sprintf("%s: %v", manifestKey, err)}
 		return rep, nil
 	}
-	if m.RequestID != requestID {
+	v.checkSignature(m, manifestKey, &rep)
+	if m.RequestID != id {
 		// Its artifacts lie under another prefix, so checking them would
 		// say nothing about this request.
 		rep.Status = StatusMismatch
-		rep.Problems = []string{fmt.Sprintf("%s: request_id is %q", manifestKey, m.RequestID)}
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%s: request_id is %q", manifestKey, m.RequestID))
 		return rep, nil
 	}
 
+	mismatches := 0
+	problem := func(format string, args ...any) {
+		rep.Problems = append(rep.Problems, fmt.Sprintf(format, args...))
+		mismatches++
+	}
 	listed := make(map[string]bool, len(m.Artifacts))
 	for _, want := range m.Artifacts {
 		listed[want.Key] = true
-		data, err := s.Get(ctx, want.Key)
-		if errors.Is(err, ErrNotExist) {
-			rep.Problems = append(rep.Problems, want.Key+": listed in the manifest but missing")
+		copies, err := r.read(ctx, want.Key)
+		if err != nil {
+			return fail(err)
+		}
+		if len(copies) == 0 {
+			problem("%s: listed in the manifest but missing", want.Key)
 			continue
 		}
-		if err != nil {
-			return VerifyReport{}, fmt.Errorf("evidence: verify %q: %w", requestID, err)
+		if len(copies) == 1 && copies[0].spooled {
+			rep.Spooled = append(rep.Spooled, want.Key)
 		}
-		got := Digest(want.Key, data)
-		if got.Size != want.Size {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: size is %d, manifest says %d", want.Key, got.Size, want.Size))
+		for _, c := range copies {
+			where := ""
+			if c.spooled {
+				where = " in the spool"
+			}
+			got := Digest(want.Key, c.data)
+			if got.Size != want.Size {
+				problem("%s: size%s is %d, manifest says %d", want.Key, where, got.Size, want.Size)
+			}
+			if got.SHA256 != want.SHA256 {
+				problem("%s: sha256%s is %s, manifest says %s", want.Key, where, got.SHA256, want.SHA256)
+			}
 		}
-		if got.SHA256 != want.SHA256 {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: sha256 is %s, manifest says %s", want.Key, got.SHA256, want.SHA256))
-		}
-	}
-
-	present, err := s.List(ctx, RequestPrefix(requestID))
-	if err != nil {
-		return VerifyReport{}, fmt.Errorf("evidence: verify %q: %w", requestID, err)
 	}
 	for _, k := range present {
 		if k != manifestKey && !listed[k] {
-			rep.Problems = append(rep.Problems, k+": present but not listed in the manifest")
+			problem("%s: present but not listed in the manifest", k)
+		}
+	}
+	for _, k := range spooled {
+		if k != manifestKey && !listed[k] {
+			problem("%s: in the spool but not listed in the manifest", k)
 		}
 	}
 
-	rep.Status = StatusOK
-	if len(rep.Problems) > 0 {
+	switch {
+	case mismatches > 0:
 		rep.Status = StatusMismatch
+	case len(rep.Spooled) > 0:
+		rep.Status = StatusPending
+	default:
+		rep.Status = StatusOK
 	}
 	return rep, nil
+}
+
+// requestCopies reads one request's artifacts from the store and the spool.
+type requestCopies struct {
+	v       *verifier
+	inSpool []string // the request's keys in the spool
+}
+
+// storedCopy is the content of one artifact in one place.
+type storedCopy struct {
+	data    []byte
+	spooled bool // read from the spool rather than the store
+}
+
+// read returns every copy of key: the store's, then the spool's. The store
+// is asked even for a key its listing lacks, since a listing may lag
+// behind a write; the spool, being local, is asked only for what it
+// listed.
+func (r requestCopies) read(ctx context.Context, key string) ([]storedCopy, error) {
+	var copies []storedCopy
+	data, err := r.v.store.Get(ctx, key)
+	switch {
+	case err == nil:
+		copies = append(copies, storedCopy{data: data})
+	case !errors.Is(err, ErrNotExist):
+		return nil, err
+	}
+	if slices.Contains(r.inSpool, key) {
+		data, err := r.v.spool.Get(ctx, key)
+		switch {
+		case err == nil:
+			copies = append(copies, storedCopy{data: data, spooled: true})
+		case !errors.Is(err, ErrNotExist): // flushed meanwhile: not an error
+			return nil, fmt.Errorf("spool: %w", err)
+		}
+	}
+	return copies, nil
+}
+
+// checkSignature sets rep.Signature and rep.KeyID for m, adding a problem
+// when the signature is bad or by an untrusted key.
+func (v *verifier) checkSignature(m Manifest, manifestKey string, rep *VerifyReport) {
+	if m.Signature == nil {
+		rep.Signature = SignatureUnsigned
+		return
+	}
+	rep.KeyID = m.Signature.KeyID
+	if len(v.trusted) == 0 {
+		rep.Signature = SignatureUnchecked
+		return
+	}
+	pub, ok := v.trusted[m.Signature.KeyID]
+	if !ok {
+		rep.Signature = SignatureUnknownKey
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%s: signed by key %s, which is not trusted", manifestKey, m.Signature.KeyID))
+		return
+	}
+	if !verifySignature(pub, m) {
+		rep.Signature = SignatureBad
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%s: signature by key %s does not match the manifest's content", manifestKey, m.Signature.KeyID))
+		return
+	}
+	rep.Signature = SignatureValid
 }

@@ -43,6 +43,21 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		return nil, nil, fmt.Errorf("config: redact: %w", err)
 	}
 
+	var signer *evidence.Signer
+	if src := cfg.Evidence.SigningKey; src != nil {
+		pem, err := src.Read(getenv)
+		if err != nil {
+			return nil, nil, fmt.Errorf("config: evidence.signing_key: %w", err)
+		}
+		key, err := evidence.ParsePrivateKey(pem)
+		if err != nil {
+			return nil, nil, fmt.Errorf("config: evidence.signing_key: %w", err)
+		}
+		if signer, err = evidence.NewSigner(key); err != nil {
+			return nil, nil, fmt.Errorf("config: evidence.signing_key: %w", err)
+		}
+	}
+
 	var closers closeAll
 	fail := func(err error) (*Gateway, io.Closer, error) {
 		return nil, nil, errors.Join(err, closers.Close())
@@ -99,6 +114,7 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		Decider:  engine,
 		Store:    store,
 		Spool:    spool,
+		Signer:   signer,
 		Redactor: redactor,
 		Auth:     auth,
 		Drivers:  drvs,

@@ -87,6 +87,33 @@ type EvidenceConfig struct {
 	// SpoolDir keeps artifacts the store could not take after a call was
 	// decided, until they can be flushed to it. "none" turns spooling off.
 	SpoolDir string `yaml:"spool_dir"`
+	// SigningKey, if set, signs every manifest (Ed25519).
+	SigningKey *SecretSource `yaml:"signing_key"`
+}
+
+// SecretSource names where a secret is read from: a file or an environment
+// variable, never the configuration itself.
+type SecretSource struct {
+	File string `yaml:"file"`
+	Env  string `yaml:"env"`
+}
+
+// Read returns the secret. getenv reads environment variables.
+func (s SecretSource) Read(getenv func(string) string) ([]byte, error) {
+	switch {
+	case s.File != "" && s.Env != "":
+		return nil, errors.New("give file or env, not both")
+	case s.File != "":
+		return os.ReadFile(s.File)
+	case s.Env != "":
+		v := getenv(s.Env)
+		if v == "" {
+			return nil, fmt.Errorf("environment variable %s is empty or unset", s.Env)
+		}
+		return []byte(v), nil
+	default:
+		return nil, errors.New("give file or env")
+	}
 }
 
 // RedactConfig adds secrets the redactor must know about.

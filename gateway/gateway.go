@@ -48,7 +48,9 @@ type Options struct {
 	Store   evidence.Store
 	// Spool, if set, takes the artifacts the store refuses once a call's
 	// decision is durable; RunSpoolFlusher moves them to the store later.
-	Spool    *evidence.Spool
+	Spool *evidence.Spool
+	// Signer, if set, signs every manifest.
+	Signer   *evidence.Signer
 	Redactor *redact.Redactor
 	Auth     *Authenticator
 	Drivers  map[string]drivers.Driver
@@ -66,6 +68,7 @@ type Gateway struct {
 	store      evidence.Store
 	spool      *evidence.Spool
 	spoolKick  chan struct{}
+	signer     *evidence.Signer
 	redactor   *redact.Redactor
 	auth       *Authenticator
 	drivers    map[string]drivers.Driver
@@ -99,6 +102,7 @@ func New(opts Options) (*Gateway, error) {
 		store:      opts.Store,
 		spool:      opts.Spool,
 		spoolKick:  make(chan struct{}, 1),
+		signer:     opts.Signer,
 		redactor:   opts.Redactor,
 		auth:       opts.Auth,
 		drivers:    opts.Drivers,

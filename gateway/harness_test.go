@@ -2,10 +2,10 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"math"
 	"net"
 	"os"
@@ -60,6 +60,7 @@ type envOptions struct {
 	extra    map[string]drivers.Driver // more drivers, each serving tool "<name>.run"
 	secrets  []string
 	spoolDir string // set: spool post-decision artifacts there
+	signer   *evidence.Signer
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -127,7 +128,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Cleanup(func() { spool.Close() })
 	}
 	e.gw, err = New(Options{
-		Decider: engine, Store: e.store, Spool: spool, Redactor: red, Auth: auth,
+		Decider: engine, Store: e.store, Spool: spool, Signer: o.signer, Redactor: red, Auth: auth,
 		Drivers: drvs, Tools: tools, Instance: "test-host",
 	})
 	if err != nil {

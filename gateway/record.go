@@ -324,11 +324,16 @@ func (r *recorder) writeManifest(ctx context.Context, outcome, errText string) e
 		Redactions:           r.redactions,
 		CreatedAt:            r.g.now().UTC(),
 	}
-	data, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode manifest: %w", err)
+	if r.g.signer != nil {
+		if err := r.g.signer.Sign(&m); err != nil {
+			return err
+		}
 	}
-	return r.persist(ctx, artifact{evidence.ArtifactManifest, append(data, '\n')})
+	data, err := evidence.EncodeManifest(m)
+	if err != nil {
+		return err
+	}
+	return r.persist(ctx, artifact{evidence.ArtifactManifest, data})
 }
 
 // failure builds a status carrying the evidence written so far.

@@ -49,6 +49,11 @@ func TestStoreFailingAfterTheToolRanSpools(t *testing.T) {
 		t.Fatal("the tool ran although its write-ahead evidence failed")
 	}
 
+	pending, err := evidence.Verify(ctx, store, "spool-1", evidence.VerifyOptions{Spool: e.gw.spool})
+	if err != nil || pending.Status != evidence.StatusPending {
+		t.Fatalf("verify while spooled = %+v, %v; want pending", pending, err)
+	}
+
 	store.down.Store(false)
 	if n, err := e.gw.FlushSpool(ctx); err != nil || n != 3 {
 		t.Fatalf("FlushSpool = %d, %v; want tool_result, response and manifest moved", n, err)

@@ -3,6 +3,7 @@
 //	toolgate serve   [--config FILE] [--listen ADDR] [--policies DIR] [--evidence URL] [--workspace DIR]
 //	toolgate call    --addr ADDR --request-id ID --tool TOOL [--args JSON] [--run-id R] [--step-id S] [--policy-ref P] [--key-env VAR]
 //	toolgate policy check DIR
+//	toolgate evidence (ls | show | verify | pubkey | keygen) [flags]
 //	toolgate version
 package main
 
@@ -29,6 +30,7 @@ Usage:
   toolgate serve [flags]          run the gateway (embedded default config without --config)
   toolgate call [flags]           call RunTool and print the response as JSON
   toolgate policy check DIR       parse and schema-validate a policy folder
+  toolgate evidence <command>     list, show and verify evidence; manage the signing key
   toolgate version                print the version
 
 Run "toolgate <command> -h" for a command's flags.
@@ -55,6 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return callCmd(ctx, args[1:], stdout, stderr, getenv)
 	case "policy":
 		return policyCmd(args[1:], stdout, stderr)
+	case "evidence":
+		return evidenceCmd(ctx, args[1:], stdout, stderr, getenv)
 	case "version":
 		fmt.Fprintln(stdout, versionString())
 		return exitOK

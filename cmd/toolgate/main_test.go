@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	toolgateBin = filepath.Join(dir, "toolgate")
+	// A race-enabled binary sleeps a second before every exit; the tests
+	// run it hundreds of times.
+	os.Setenv("GORACE", "atexit_sleep_ms=0")
 	build := exec.Command("go", "build", "-race", "-o", toolgateBin, ".")
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
@@ -70,8 +73,15 @@ var addrPattern = regexp.MustCompile(`msg="toolgate serving" addr=(\S+)`)
 // listens. It always adds --listen 127.0.0.1:0 so tests can run in parallel.
 func startServer(t *testing.T, dir string, args ...string) *server {
 	t.Helper()
+	return startServerEnv(t, dir, nil, args...)
+}
+
+// startServerEnv is startServer with extra environment variables.
+func startServerEnv(t *testing.T, dir string, env []string, args ...string) *server {
+	t.Helper()
 	cmd := exec.Command(toolgateBin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
 	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -167,7 +167,7 @@ func (d *Driver) execute(ctx context.Context, command, dir string, env []string)
 	cmd.Env = env
 	cmd.Stdout = outW
 	cmd.Stderr = errW
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = shellProcAttr()
 	err = cmd.Start()
 	// The child holds its own copies; ours must go for EOF to arrive.
 	outW.Close()

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"os/exec"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,4 +19,12 @@ func awaitExit(cmd *exec.Cmd) (reap func() error) {
 			return cmd.Wait
 		}
 	}
+}
+
+// shellProcAttr puts the shell in its own process group, so it can be
+// killed with everything it started, and has the kernel kill it if the
+// gateway dies first: a call whose gateway was killed must not go on
+// changing the workspace unobserved, with no evidence of what it did.
+func shellProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }

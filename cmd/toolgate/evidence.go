@@ -1,0 +1,758 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway"
+)
+
+const evidenceUsage = `Usage: toolgate evidence <command> [flags]
+
+Read and check an evidence store, or manage the key that signs manifests.
+The store is --evidence URL (file://DIR or s3://BUCKET/PREFIX?...), or
+evidence.url of --config FILE, or the embedded default's file://./toolgate-evidence.
+
+  ls [--run-id R] [--tool T] [--decision allow|deny] [--since TIME] [--limit N]
+        one tab-separated line per request: received_at, request_id, caller,
+        tool, decision, rule_id, ok ("-" when absent). TIME is RFC 3339 or a
+        duration back from now, such as 24h.
+  show REQUEST_ID
+        every artifact of the request, pretty-printed
+  verify (REQUEST_ID | --all) [--pubkey FILE]... [--spool DIR] [--require-signature] [-v]
+        check artifacts against manifests and manifests against signatures.
+        Exit 1 when any request shows tampering, 0 otherwise (unsigned,
+        incomplete and pending requests are reported, not failed).
+  pubkey (--key FILE | --key-env VAR)
+        print the public key (PEM) and key id of a signing key
+  keygen --out FILE
+        write a new Ed25519 signing key (PEM PKCS #8, mode 0600) and print
+        its public key; "openssl genpkey -algorithm ed25519 -out FILE" works too
+
+Exit status 2 on errors, including a request with no evidence at all.
+`
+
+// evidenceCmd runs the auditor's subcommands.
+func evidenceCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, evidenceUsage)
+		return exitError
+	}
+	var err error
+	code := exitOK
+	switch args[0] {
+	case "ls":
+		err = evidenceLs(ctx, args[1:], stdout, stderr)
+	case "show":
+		err = evidenceShow(ctx, args[1:], stdout, stderr)
+	case "verify":
+		code, err = evidenceVerify(ctx, args[1:], stdout, stderr)
+	case "pubkey":
+		err = evidencePubkey(args[1:], stdout, stderr, getenv)
+	case "keygen":
+		err = evidenceKeygen(args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, evidenceUsage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "toolgate evidence: unknown command %q\n\n%s", args[0], evidenceUsage)
+		return exitError
+	}
+	if err != nil {
+		if !errors.Is(err, errUsage) {
+			fmt.Fprintf(stderr, "toolgate evidence %s: %v\n", args[0], err)
+		}
+		return exitError
+	}
+	return code
+}
+
+// newEvidenceFlags returns the flag set of one evidence subcommand.
+func newEvidenceFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("toolgate evidence "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parseArgs parses flags that may come before, between or after the
+// positional arguments, as in "verify r1 --pubkey k.pem", and returns the
+// positional ones. Everything after "--" is positional.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, errUsage
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// storeFlags name the evidence store a subcommand reads.
+type storeFlags struct {
+	url    string
+	config string
+}
+
+func addStoreFlags(fs *flag.FlagSet) *storeFlags {
+	f := &storeFlags{}
+	fs.StringVar(&f.url, "evidence", "", "evidence store `URL` (file://DIR or s3://BUCKET/PREFIX?...); overrides the configuration's evidence.url")
+	fs.StringVar(&f.config, "config", "", "read evidence.url from this YAML configuration `file` (default: the embedded default)")
+	return f
+}
+
+// resolve returns the store URL and, when the URL comes from the
+// configuration, the configuration's spool folder (empty when spooling is
+// off).
+func (f *storeFlags) resolve() (url, spoolDir string, err error) {
+	var cfg gateway.Config
+	if f.config != "" {
+		cfg, err = gateway.LoadConfig(f.config)
+	} else {
+		cfg, err = gateway.DefaultConfig()
+	}
+	if err != nil {
+		return "", "", err
+	}
+	if f.url != "" {
+		return f.url, "", nil
+	}
+	if cfg.Evidence.SpoolDir != "none" {
+		spoolDir = cfg.Evidence.SpoolDir
+	}
+	return cfg.Evidence.URL, spoolDir, nil
+}
+
+// openStore opens a store for reading. Unlike the gateway, an auditor's
+// command never creates a missing file:// folder: a typing mistake must
+// not look like an empty store.
+func openStore(ctx context.Context, url string) (evidence.StoreCloser, error) {
+	if dir, ok := strings.CutPrefix(url, "file://"); ok {
+		if err := requireDir(dir); err != nil {
+			return nil, fmt.Errorf("evidence store %s: %w", url, err)
+		}
+	}
+	return evidence.Open(ctx, url)
+}
+
+func requireDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a folder", dir)
+	}
+	return nil
+}
+
+// errLimit stops a walk once --limit lines are printed.
+var errLimit = errors.New("limit reached")
+
+func evidenceLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newEvidenceFlags("ls", stderr)
+	sf := addStoreFlags(fs)
+	runID := fs.String("run-id", "", "only requests with this ctx.run_id")
+	tool := fs.String("tool", "", "only requests for this tool `id`")
+	decision := fs.String("decision", "", "only requests with this policy decision: allow or deny")
+	sinceArg := fs.String("since", "", "only requests received at or after `TIME`: RFC 3339, or a duration back from now such as 24h")
+	limit := fs.Int("limit", 0, "print at most `N` requests (0: all)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("unexpected arguments %q", pos)
+	}
+	if *decision != "" && *decision != "allow" && *decision != "deny" {
+		return fmt.Errorf("--decision %q: want allow or deny", *decision)
+	}
+	if *limit < 0 {
+		return fmt.Errorf("--limit %d: must not be negative", *limit)
+	}
+	var since time.Time
+	if *sinceArg != "" {
+		if since, err = parseSince(*sinceArg, time.Now()); err != nil {
+			return err
+		}
+	}
+	url, _, err := sf.resolve()
+	if err != nil {
+		return err
+	}
+	store, err := openStore(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	// Lines are written as they are found, never aligned, so that a
+	// bucket of any size streams and the output stays easy to cut(1).
+	fmt.Fprintln(stdout, "received_at\trequest_id\tcaller\ttool\tdecision\trule_id\tok")
+	printed := 0
+	err = evidence.WalkRequests(ctx, store, func(id string, keys []string) error {
+		var req struct {
+			Caller     string    `json:"caller"`
+			ToolID     string    `json:"tool_id"`
+			ReceivedAt time.Time `json:"received_at"`
+			Ctx        struct {
+				RunID string `json:"run_id"`
+			} `json:"ctx"`
+		}
+		reqState, err := readArtifact(ctx, store, keys, evidence.Key(id, evidence.ArtifactRequest), &req, stderr)
+		if err != nil {
+			return err
+		}
+		if (*runID != "" && req.Ctx.RunID != *runID) || (*tool != "" && req.ToolID != *tool) ||
+			(!since.IsZero() && (reqState != artifactRead || req.ReceivedAt.Before(since))) {
+			return nil
+		}
+		var dec struct {
+			Decision string `json:"decision"`
+			RuleID   string `json:"rule_id"`
+		}
+		decState, err := readArtifact(ctx, store, keys, evidence.Key(id, evidence.ArtifactPolicyDecision), &dec, stderr)
+		if err != nil {
+			return err
+		}
+		if *decision != "" && dec.Decision != *decision {
+			return nil
+		}
+		var resp struct {
+			OK *bool `json:"ok"`
+		}
+		respState, err := readArtifact(ctx, store, keys, evidence.Key(id, evidence.ArtifactResponse), &resp, stderr)
+		if err != nil {
+			return err
+		}
+		received := ""
+		if !req.ReceivedAt.IsZero() {
+			received = req.ReceivedAt.UTC().Format(time.RFC3339)
+		}
+		ok := ""
+		if resp.OK != nil {
+			ok = strconv.FormatBool(*resp.OK)
+		}
+		fmt.Fprintln(stdout, strings.Join([]string{
+			reqState.cell(received), cell(id), reqState.cell(req.Caller), reqState.cell(req.ToolID),
+			decState.cell(dec.Decision), decState.cell(dec.RuleID), respState.cell(ok),
+		}, "\t"))
+		printed++
+		if *limit > 0 && printed >= *limit {
+			return errLimit
+		}
+		return nil
+	})
+	if errors.Is(err, errLimit) {
+		return nil
+	}
+	return err
+}
+
+// artifactState says what became of reading one artifact for ls.
+type artifactState int
+
+const (
+	artifactAbsent     artifactState = iota // not stored (yet)
+	artifactRead                            // read and decoded
+	artifactUnreadable                      // stored but not the expected JSON
+)
+
+// cell renders a field of an artifact in this state: "-" when the
+// artifact or the field is absent, "?" when the artifact is unreadable.
+func (s artifactState) cell(v string) string {
+	if s == artifactUnreadable {
+		return "?"
+	}
+	return cell(v)
+}
+
+// readArtifact decodes key into v if keys lists it. A malformed artifact
+// is reported on stderr and yields artifactUnreadable; only a failing
+// store is an error.
+func readArtifact(ctx context.Context, s evidence.Store, keys []string, key string, v any, stderr io.Writer) (artifactState, error) {
+	if !slices.Contains(keys, key) {
+		return artifactAbsent, nil
+	}
+	data, err := s.Get(ctx, key)
+	if errors.Is(err, evidence.ErrNotExist) {
+		return artifactAbsent, nil
+	}
+	if err != nil {
+		return artifactAbsent, err
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		fmt.Fprintf(stderr, "toolgate evidence ls: %s: %v\n", key, err)
+		return artifactUnreadable, nil
+	}
+	return artifactRead, nil
+}
+
+// cell renders one field of a tab-separated line: "-" when empty, quoted
+// when it holds anything but printable characters, so that evidence cannot
+// break the columns or send escape sequences to a terminal.
+func cell(s string) string {
+	if s == "" {
+		return "-"
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) || r == utf8.RuneError {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// parseSince reads --since: an RFC 3339 time, or a duration before now.
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("--since %q: want an RFC 3339 time (2025-01-02T15:04:05Z) or a positive duration (24h)", s)
+	}
+	return now.Add(-d), nil
+}
+
+// showOrder is the order in which show prints the known artifacts: the
+// order the gateway writes them in. Others follow in key order.
+var showOrder = []string{
+	evidence.ArtifactRequest, evidence.ArtifactPolicyDecision, evidence.ArtifactToolResult,
+	evidence.ArtifactResponse, evidence.ArtifactManifest,
+}
+
+func evidenceShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newEvidenceFlags("show", stderr)
+	sf := addStoreFlags(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fmt.Fprintln(stderr, "usage: toolgate evidence show [--evidence URL | --config FILE] REQUEST_ID")
+		return errUsage
+	}
+	id := pos[0]
+	url, _, err := sf.resolve()
+	if err != nil {
+		return err
+	}
+	store, err := openStore(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	keys, err := listRequest(ctx, store, id)
+	if err != nil {
+		return err
+	}
+	rank := func(key string) int {
+		if i := slices.Index(showOrder, strings.TrimPrefix(key, evidence.RequestPrefix(id))); i >= 0 {
+			return i
+		}
+		return len(showOrder)
+	}
+	slices.SortStableFunc(keys, func(a, b string) int { return rank(a) - rank(b) })
+	for i, key := range keys {
+		data, err := store.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			fmt.Fprintln(stdout)
+		}
+		fmt.Fprintf(stdout, "== %s ==\n", key)
+		var pretty bytes.Buffer
+		if json.Valid(data) && json.Indent(&pretty, data, "", "  ") == nil {
+			fmt.Fprintf(stdout, "%s\n", bytes.TrimSpace(pretty.Bytes()))
+			continue
+		}
+		fmt.Fprintf(stdout, "(not JSON, %d bytes; control characters escaped)\n%s\n", len(data), escapeControl(bytes.TrimSuffix(data, []byte("\n"))))
+	}
+	return nil
+}
+
+// errNoEvidence reports a request id without a single artifact.
+var errNoEvidence = errors.New("no evidence stored")
+
+// listRequest returns the keys of a request, or an error when it has none.
+func listRequest(ctx context.Context, s evidence.Store, id string) ([]string, error) {
+	if strings.Contains(id, "/") || evidence.ValidKey(id) != nil {
+		return nil, fmt.Errorf("request id %q is not a valid request id", id)
+	}
+	keys, err := s.List(ctx, evidence.RequestPrefix(id))
+	if err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%w for request %q", errNoEvidence, id)
+	}
+	return keys, nil
+}
+
+// escapeControl returns data with everything but printable characters,
+// tabs and newlines escaped, so that a tampered artifact cannot drive the
+// terminal.
+func escapeControl(data []byte) string {
+	var b strings.Builder
+	for len(data) > 0 {
+		r, size := utf8.DecodeRune(data)
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, data[0])
+		case r == '\n' || r == '\t' || unicode.IsPrint(r):
+			b.WriteRune(r)
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		data = data[size:]
+	}
+	return b.String()
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// verdictOrder lists the verdicts of evidence.VerifyReport.Verdict, and
+// verify's own "unsigned-required" (--require-signature), worst first, for
+// the summary.
+var verdictOrder = []string{
+	"mismatch", "bad-signature", "unknown-key", "unsigned-required",
+	"incomplete", "pending", "unchecked-signature", "unsigned", "ok",
+}
+
+// progressEvery is how many requests verify --all checks between updates
+// of its progress line.
+const progressEvery = 100
+
+// evidenceVerify returns exitFailure when a request shows tampering (or
+// lacks a required signature) and exitOK otherwise; the error is for
+// everything that kept it from checking.
+func evidenceVerify(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+	fs := newEvidenceFlags("verify", stderr)
+	sf := addStoreFlags(fs)
+	all := fs.Bool("all", false, "verify every request in the store")
+	var pubkeys stringList
+	fs.Var(&pubkeys, "pubkey", "trusted public key `file` (PEM or base64); repeat for several keys")
+	spoolArg := fs.String("spool", "", "spool `folder` of artifacts not yet uploaded (default: the configuration's evidence.spool_dir when it exists and the store comes from the configuration; none: no spool)")
+	requireSig := fs.Bool("require-signature", false, "fail on manifests that are not signed by a trusted key (needs --pubkey)")
+	verbose := fs.Bool("v", false, "print every request, not only those with findings")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return exitError, err
+	}
+	if (len(pos) == 1) == *all || len(pos) > 1 {
+		fmt.Fprintln(stderr, "usage: toolgate evidence verify [flags] (REQUEST_ID | --all)")
+		return exitError, errUsage
+	}
+	if *requireSig && len(pubkeys) == 0 {
+		return exitError, errors.New("--require-signature needs at least one --pubkey")
+	}
+	var opts evidence.VerifyOptions
+	for _, file := range pubkeys {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return exitError, fmt.Errorf("--pubkey: %w", err)
+		}
+		pub, err := evidence.ParsePublicKey(data)
+		if err != nil {
+			return exitError, fmt.Errorf("--pubkey %s: %w", file, err)
+		}
+		opts.TrustedKeys = append(opts.TrustedKeys, pub)
+	}
+	url, spoolDir, err := sf.resolve()
+	if err != nil {
+		return exitError, err
+	}
+	switch *spoolArg {
+	case "":
+		// The configuration's spool is used only if it is there: an
+		// auditor on another machine has none.
+		if spoolDir != "" && requireDir(spoolDir) != nil {
+			spoolDir = ""
+		}
+	case "none":
+		spoolDir = ""
+	default:
+		if err := requireDir(*spoolArg); err != nil {
+			return exitError, fmt.Errorf("--spool: %w", err)
+		}
+		spoolDir = *spoolArg
+	}
+	store, err := openStore(ctx, url)
+	if err != nil {
+		return exitError, err
+	}
+	defer store.Close()
+	if spoolDir != "" {
+		// A spool is a folder in the file store's layout.
+		spool, err := evidence.NewFileStore(spoolDir)
+		if err != nil {
+			return exitError, fmt.Errorf("--spool: %w", err)
+		}
+		defer spool.Close()
+		opts.Spool = spool
+	}
+
+	verdict := func(rep evidence.VerifyReport) string {
+		v := rep.Verdict()
+		if *requireSig && !rep.Tampered() && rep.Status != evidence.StatusIncomplete && rep.Signature != evidence.SignatureValid {
+			return "unsigned-required"
+		}
+		return v
+	}
+	failing := func(v string) bool {
+		return v == "mismatch" || v == "bad-signature" || v == "unknown-key" || v == "unsigned-required"
+	}
+
+	if !*all {
+		id := pos[0]
+		if _, err := listRequest(ctx, store, id); err != nil {
+			// A request may so far be in the spool alone.
+			if opts.Spool == nil || !errors.Is(err, errNoEvidence) {
+				return exitError, err
+			}
+			if _, err := listRequest(ctx, opts.Spool, id); err != nil {
+				return exitError, err
+			}
+		}
+		rep, err := evidence.Verify(ctx, store, id, opts)
+		if err != nil {
+			return exitError, err
+		}
+		v := verdict(rep)
+		printReport(stdout, rep, v)
+		if failing(v) {
+			return exitFailure, nil
+		}
+		return exitOK, nil
+	}
+
+	var progress io.Writer
+	if isTerminal(stderr) {
+		progress = stderr
+	}
+	counts := map[string]int{}
+	total := 0
+	err = evidence.VerifyAll(ctx, store, opts, func(rep evidence.VerifyReport) error {
+		v := verdict(rep)
+		counts[v]++
+		total++
+		if *verbose || (v != "ok" && v != "unsigned" && v != "unchecked-signature") {
+			if progress != nil {
+				fmt.Fprint(progress, "\r\033[K")
+			}
+			printReport(stdout, rep, v)
+		}
+		if progress != nil && total%progressEvery == 0 {
+			fmt.Fprintf(progress, "\rverified %d requests…", total)
+		}
+		return nil
+	})
+	if progress != nil && total >= progressEvery {
+		fmt.Fprint(progress, "\r\033[K")
+	}
+	if err != nil {
+		return exitError, err
+	}
+	printSummary(stdout, total, counts)
+	for _, v := range verdictOrder {
+		if failing(v) && counts[v] > 0 {
+			return exitFailure, nil
+		}
+	}
+	return exitOK, nil
+}
+
+// printReport prints one request's verdict line and its findings.
+func printReport(w io.Writer, rep evidence.VerifyReport, verdict string) {
+	id := cell(rep.RequestID)
+	switch verdict {
+	case "ok":
+		fmt.Fprintf(w, "ok %s: artifacts match; signed by trusted key %s\n", id, rep.KeyID)
+	case "unsigned":
+		fmt.Fprintf(w, "unsigned %s: artifacts match, but the manifest is not signed, so nothing shows who wrote it\n", id)
+	case "unsigned-required":
+		fmt.Fprintf(w, "unsigned-required %s: artifacts match, but the manifest is not signed by a trusted key (signature: %s)\n", id, rep.Signature)
+	case "unchecked-signature":
+		fmt.Fprintf(w, "unchecked-signature %s: artifacts match; signed by key %s, not checked (no --pubkey given)\n", id, rep.KeyID)
+	case "pending":
+		fmt.Fprintf(w, "pending %s: artifacts match; %d not yet uploaded from the spool (signature: %s)\n", id, len(rep.Spooled), rep.Signature)
+	case "incomplete":
+		fmt.Fprintf(w, "incomplete %s: no manifest (in flight, or a crash or failure left it)\n", id)
+	default:
+		fmt.Fprintf(w, "%s %s: TAMPERED\n", verdict, id)
+	}
+	for _, p := range rep.Problems {
+		if verdict == "incomplete" {
+			break // the line above says it
+		}
+		fmt.Fprintf(w, "  %s\n", cell(p))
+	}
+}
+
+// printSummary prints the counts per verdict and says plainly what the
+// quiet verdicts mean.
+func printSummary(w io.Writer, total int, counts map[string]int) {
+	var parts []string
+	for _, v := range verdictOrder {
+		if counts[v] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[v], v))
+		}
+	}
+	if total == 0 {
+		fmt.Fprintln(w, "verified 0 requests: the store holds no evidence")
+		return
+	}
+	fmt.Fprintf(w, "verified %d requests: %s\n", total, strings.Join(parts, ", "))
+	tampered := counts["mismatch"] + counts["bad-signature"] + counts["unknown-key"]
+	if tampered > 0 {
+		fmt.Fprintf(w, "TAMPERING: %d request(s) do not match their manifest or signature\n", tampered)
+	}
+	if n := counts["unsigned-required"]; n > 0 {
+		fmt.Fprintf(w, "FAILED: %d request(s) lack a signature by a trusted key, which --require-signature demands\n", n)
+	}
+	if n := counts["unsigned"]; n > 0 {
+		fmt.Fprintf(w, "note: %d request(s) have unsigned manifests: their artifacts match, but nothing shows who wrote them\n", n)
+	}
+	if n := counts["unchecked-signature"]; n > 0 {
+		fmt.Fprintf(w, "note: %d signed request(s) were not checked: give the gateway's public key with --pubkey\n", n)
+	}
+}
+
+// isTerminal reports whether w is a character device such as a terminal,
+// where a progress line helps; a pipe or file gets none.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func evidencePubkey(args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := newEvidenceFlags("pubkey", stderr)
+	keyFile := fs.String("key", "", "private key `file`: PEM PKCS #8 or the base64 of the 32-byte seed")
+	keyEnv := fs.String("key-env", "", "environment `variable` holding the private key, in either form")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("unexpected arguments %q", pos)
+	}
+	var data []byte
+	switch {
+	case (*keyFile == "") == (*keyEnv == ""):
+		fmt.Fprintln(stderr, "usage: toolgate evidence pubkey (--key FILE | --key-env VAR)")
+		return errUsage
+	case *keyFile != "":
+		if data, err = os.ReadFile(*keyFile); err != nil {
+			return fmt.Errorf("--key: %w", err)
+		}
+	default:
+		if data = []byte(getenv(*keyEnv)); len(data) == 0 {
+			return fmt.Errorf("--key-env: environment variable %s is empty or unset", *keyEnv)
+		}
+	}
+	key, err := evidence.ParsePrivateKey(data)
+	if err != nil {
+		return err
+	}
+	signer, err := evidence.NewSigner(key)
+	if err != nil {
+		return err
+	}
+	return writePublicKey(stdout, signer.PublicKey())
+}
+
+func evidenceKeygen(args []string, stdout, stderr io.Writer) error {
+	fs := newEvidenceFlags("keygen", stderr)
+	out := fs.String("out", "", "`file` to write the new private key to (must not exist)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 || *out == "" {
+		fmt.Fprintln(stderr, "usage: toolgate evidence keygen --out FILE")
+		return errUsage
+	}
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return err
+	}
+	if err := writeNewFile(*out, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "wrote the private key to %s (mode 0600); keep it secret, the public key below verifies its signatures\n", *out)
+	return writePublicKey(stdout, pub)
+}
+
+// writeNewFile writes data to a file that must not exist yet, readable by
+// its owner only, and removes it again if the write fails.
+func writeNewFile(name string, data []byte) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("%s already exists; refusing to overwrite a key", name)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if closeErr := f.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return errors.Join(err, os.Remove(name))
+	}
+	return nil
+}
+
+// writePublicKey prints a comment line with the key id, then the key as a
+// PEM "PUBLIC KEY" block. The output is a valid --pubkey file: the parser
+// and openssl skip the comment line.
+func writePublicKey(w io.Writer, pub ed25519.PublicKey) error {
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "# key id: %s\n%s", evidence.KeyID(pub), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+	return nil
+}
