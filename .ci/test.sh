@@ -14,6 +14,7 @@ tools=(
   "protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12"
   "protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2"
   "grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3"
+  "minio github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c"
 )
 step() { printf '\n==> %s\n' "$*"; }
 

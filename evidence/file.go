@@ -98,11 +98,14 @@ func (s *FileStore) Put(ctx context.Context, key string, data []byte) error {
 	if err := ValidKey(key); err != nil {
 		return err
 	}
+	if len(data) > MaxArtifactSize {
+		return fmt.Errorf("evidence: put %q: artifact is %d bytes, larger than the %d-byte limit", key, len(data), MaxArtifactSize)
+	}
 	dir := path.Dir(key)
 	if err := s.root.MkdirAll(dir, dirPerm); err != nil {
 		return fmt.Errorf("evidence: put %q: %w", key, err)
 	}
-	tmp, err := s.writeTemp(dir, data)
+	tmp, err := s.writeTemp(dir, encodeBody(data, 0))
 	if err != nil {
 		return fmt.Errorf("evidence: put %q: %w", key, err)
 	}
@@ -219,9 +222,16 @@ func (s *FileStore) Get(ctx context.Context, key string) ([]byte, error) {
 		// A directory holding other keys is not itself an artifact.
 		return nil, fmt.Errorf("%w: %q", ErrNotExist, key)
 	}
+	if fi.Size() > MaxArtifactSize {
+		return nil, fmt.Errorf("evidence: get %q: %w", key, errTooLarge)
+	}
 	// Artifacts are immutable once linked, so the size read above holds.
-	data := make([]byte, fi.Size())
-	if _, err := io.ReadFull(f, data); err != nil {
+	body := make([]byte, fi.Size())
+	if _, err := io.ReadFull(f, body); err != nil {
+		return nil, fmt.Errorf("evidence: get %q: %w", key, err)
+	}
+	data, err := decodeBody(body)
+	if err != nil {
 		return nil, fmt.Errorf("evidence: get %q: %w", key, err)
 	}
 	return data, nil

@@ -1,10 +1,12 @@
 package evidence
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -192,5 +194,37 @@ func TestFileStoreUnwritableDirectory(t *testing.T) {
 	}
 	if found := tempFiles(t, dir); len(found) != 0 {
 		t.Fatalf("temporary files left behind: %q", found)
+	}
+}
+
+// TestFileStoreCompressesLargeArtifacts: a large artifact is gzip on disk,
+// readable with ordinary tools, and Get returns the original bytes.
+func TestFileStoreCompressesLargeArtifacts(t *testing.T) {
+	dir := t.TempDir()
+	s := newTestFileStore(t, dir)
+	large := []byte(`{"stdout":"` + strings.Repeat("log line\n", 30000) + `"}`)
+	small := []byte(`{"ok":true}`)
+	mustPut(t, s, "requests/r1/tool_result.json", large)
+	mustPut(t, s, "requests/r1/response.json", small)
+
+	onDisk, err := os.ReadFile(filepath.Join(dir, "requests", "r1", "tool_result.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !isGzip(onDisk) || len(onDisk) >= len(large)/4 {
+		t.Fatalf("large artifact on disk: %d bytes, gzip %v; want it compressed", len(onDisk), isGzip(onDisk))
+	}
+	if got := mustGet(t, s, "requests/r1/tool_result.json"); !bytes.Equal(got, large) {
+		t.Fatal("Get did not return the original bytes of a compressed artifact")
+	}
+	if got := mustGet(t, s, "requests/r1/response.json"); !bytes.Equal(got, small) {
+		t.Fatal("small artifact changed")
+	}
+	// An auditor reads both with zcat -f, which passes plain files through.
+	for name, want := range map[string][]byte{"tool_result.json": large, "response.json": small} {
+		out, err := exec.Command("zcat", "-f", filepath.Join(dir, "requests", "r1", name)).Output()
+		if err != nil || !bytes.Equal(out, want) {
+			t.Errorf("zcat -f %s: %v, %d bytes; want the artifact", name, err, len(out))
+		}
 	}
 }

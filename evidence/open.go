@@ -21,6 +21,12 @@ type StoreCloser interface {
 //	             and "file://ev" are relative to the working directory,
 //	             "file:///var/lib/ev" is absolute.
 //	mem://       an empty MemoryStore.
+//	s3://BUCKET/PREFIX?endpoint=URL&region=REGION&path_style=true
+//	             an S3Store in BUCKET, with keys under PREFIX (optional).
+//	             The other parameters, all optional, are object_lock_mode
+//	             (GOVERNANCE or COMPLIANCE) with object_lock_days, and
+//	             compress_threshold; see S3Options. Credentials come from
+//	             the standard AWS environment, never from the URL.
 //
 // The caller must Close the store when done with it.
 func Open(ctx context.Context, rawURL string) (StoreCloser, error) {
@@ -29,7 +35,7 @@ func Open(ctx context.Context, rawURL string) (StoreCloser, error) {
 	}
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
-		return nil, fmt.Errorf("evidence: store URL %q has no scheme (want file://DIR or mem://)", rawURL)
+		return nil, fmt.Errorf("evidence: store URL %q has no scheme (want file://DIR, mem:// or s3://BUCKET/PREFIX)", rawURL)
 	}
 	switch strings.ToLower(scheme) {
 	case "file":
@@ -47,7 +53,17 @@ func Open(ctx context.Context, rawURL string) (StoreCloser, error) {
 			return nil, fmt.Errorf("evidence: store URL %q: mem:// takes no path", rawURL)
 		}
 		return NewMemoryStore(), nil
+	case "s3":
+		opts, err := parseS3URL(rawURL)
+		if err != nil {
+			return nil, err
+		}
+		store, err := NewS3Store(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		return store, nil
 	default:
-		return nil, fmt.Errorf("evidence: unsupported store URL scheme %q (supported: file, mem)", scheme)
+		return nil, fmt.Errorf("evidence: unsupported store URL scheme %q (supported: file, mem, s3)", scheme)
 	}
 }

@@ -17,6 +17,7 @@ func TestOpen(t *testing.T) {
 		url     string
 		wantDir string // for file stores: the directory that must now exist
 		wantMem bool
+		wantS3  bool
 		wantErr string
 	}{
 		{name: "absolute file", url: "file://" + abs, wantDir: abs},
@@ -24,8 +25,12 @@ func TestOpen(t *testing.T) {
 		{name: "relative file", url: "file://ev/nested", wantDir: filepath.Join("ev", "nested")},
 		{name: "scheme is case-insensitive", url: "FILE://upper", wantDir: "upper"},
 		{name: "memory", url: "mem://", wantMem: true},
-		{name: "s3 is not supported", url: "s3://bucket/prefix", wantErr: `evidence: unsupported store URL scheme "s3" (supported: file, mem)`},
-		{name: "http", url: "http://example.com/x", wantErr: `unsupported store URL scheme "http"`},
+		{name: "s3", url: "s3://evidence/tenant?region=us-east-1", wantS3: true},
+		{name: "s3 scheme is case-insensitive", url: "S3://evidence?region=auto&endpoint=https://acct.r2.cloudflarestorage.com", wantS3: true},
+		{name: "s3 with an unknown parameter", url: "s3://evidence?regoin=us-east-1", wantErr: `unknown parameter "regoin"`},
+		{name: "s3 without bucket", url: "s3:///tenant?region=auto", wantErr: `bucket "" is not a valid bucket name`},
+		{name: "s3 with bad object lock", url: "s3://evidence?region=auto&object_lock_mode=GOVERNANCE", wantErr: "object lock days 0 is not between 1 and 36500"},
+		{name: "http", url: "http://example.com/x", wantErr: `evidence: unsupported store URL scheme "http" (supported: file, mem, s3)`},
 		{name: "no scheme", url: "./evidence", wantErr: "has no scheme"},
 		{name: "empty", url: "", wantErr: "has no scheme"},
 		{name: "file without directory", url: "file://", wantErr: "names no directory"},
@@ -50,11 +55,16 @@ func TestOpen(t *testing.T) {
 			switch got := s.(type) {
 			case *MemoryStore:
 				if !tt.wantMem {
-					t.Fatalf("Open(%q) = MemoryStore, want FileStore", tt.url)
+					t.Fatalf("Open(%q) = MemoryStore, want another store", tt.url)
+				}
+			case *S3Store:
+				// Opening makes no request; TestS3Store uses a real server.
+				if !tt.wantS3 {
+					t.Fatalf("Open(%q) = S3Store, want another store", tt.url)
 				}
 			case *FileStore:
-				if tt.wantMem {
-					t.Fatalf("Open(%q) = FileStore, want MemoryStore", tt.url)
+				if tt.wantMem || tt.wantS3 {
+					t.Fatalf("Open(%q) = FileStore, want another store", tt.url)
 				}
 				mustPut(t, got, "k", []byte("v"))
 				if _, err := os.Stat(filepath.Join(tt.wantDir, "k")); err != nil {
