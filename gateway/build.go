@@ -62,7 +62,11 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	fail := func(err error) (*Gateway, io.Closer, error) {
 		return nil, nil, errors.Join(err, closers.Close())
 	}
-	store, err := evidence.Open(ctx, cfg.Evidence.URL)
+	storeURL, err := cfg.Evidence.storeURL()
+	if err != nil {
+		return fail(fmt.Errorf("config: %w", err))
+	}
+	store, err := evidence.Open(ctx, storeURL)
 	if err != nil {
 		return fail(fmt.Errorf("config: evidence.url: %w", err))
 	}

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -89,6 +91,36 @@ type EvidenceConfig struct {
 	SpoolDir string `yaml:"spool_dir"`
 	// SigningKey, if set, signs every manifest (Ed25519).
 	SigningKey *SecretSource `yaml:"signing_key"`
+	// ObjectLock, for s3:// stores on buckets with S3 Object Lock on,
+	// retains every artifact for a number of days.
+	ObjectLock *ObjectLockConfig `yaml:"object_lock"`
+}
+
+// ObjectLockConfig is the S3 Object Lock retention put on each artifact.
+type ObjectLockConfig struct {
+	// Mode is GOVERNANCE or COMPLIANCE.
+	Mode string `yaml:"mode"`
+	Days int    `yaml:"days"`
+}
+
+// storeURL returns the evidence URL with the object lock settings folded
+// into its query, where the s3 backend reads them.
+func (e EvidenceConfig) storeURL() (string, error) {
+	if e.ObjectLock == nil {
+		return e.URL, nil
+	}
+	u, err := url.Parse(e.URL)
+	if err != nil || u.Scheme != "s3" {
+		return "", fmt.Errorf("evidence.object_lock: needs an s3:// evidence.url")
+	}
+	q := u.Query()
+	if q.Has("object_lock_mode") || q.Has("object_lock_days") {
+		return "", fmt.Errorf("evidence.object_lock: the URL sets object lock too; give it in one place")
+	}
+	q.Set("object_lock_mode", e.ObjectLock.Mode)
+	q.Set("object_lock_days", strconv.Itoa(e.ObjectLock.Days))
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }
 
 // SecretSource names where a secret is read from: a file or an environment
@@ -251,6 +283,17 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s: the same key is listed twice", where)
 		}
 		seen[id] = true
+	}
+	if ol := c.Evidence.ObjectLock; ol != nil {
+		if ol.Mode != "GOVERNANCE" && ol.Mode != "COMPLIANCE" {
+			return fmt.Errorf("config: evidence.object_lock.mode %q: want GOVERNANCE or COMPLIANCE", ol.Mode)
+		}
+		if ol.Days <= 0 {
+			return fmt.Errorf("config: evidence.object_lock.days: must be at least 1")
+		}
+		if _, err := c.Evidence.storeURL(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
 	}
 	for _, name := range c.Redact.SecretsEnv {
 		if !envNamePattern.MatchString(name) {

@@ -47,6 +47,11 @@ func TestConfigValidate(t *testing.T) {
 		{"workspace without root", "drivers: {w: {type: workspace}}", "root: required"},
 		{"tool on missing driver", "tools: {t.x: {driver: nope, target: readFile}}", "no such driver"},
 		{"tool id with space", "tools: {'t x': {driver: workspace, target: readFile}}", "white space"},
+		{"object lock on s3", "evidence: {url: 's3://b/p?region=auto', object_lock: {mode: COMPLIANCE, days: 30}}", ""},
+		{"object lock on a file store", "evidence: {object_lock: {mode: GOVERNANCE, days: 1}}", "needs an s3://"},
+		{"object lock bad mode", "evidence: {url: 's3://b?region=auto', object_lock: {mode: STRICT, days: 1}}", "GOVERNANCE or COMPLIANCE"},
+		{"object lock zero days", "evidence: {url: 's3://b?region=auto', object_lock: {mode: GOVERNANCE}}", "at least 1"},
+		{"object lock twice", "evidence: {url: 's3://b?region=auto&object_lock_days=2', object_lock: {mode: GOVERNANCE, days: 1}}", "one place"},
 		{"bad secrets_env", "redact: {secrets_env: ['A B']}", "redact.secrets_env"},
 	}
 	for _, tc := range tests {
@@ -74,5 +79,18 @@ func TestParseConfigRejectsUnknownKeys(t *testing.T) {
 	_, err := ParseConfig([]byte("listen: 127.0.0.1:1\npolicies:\n  dirr: x\n"))
 	if err == nil || !strings.Contains(err.Error(), "line 3") || !strings.Contains(err.Error(), "dirr") {
 		t.Fatalf("error = %v, want the unknown key and its line", err)
+	}
+}
+
+func TestObjectLockReachesTheStoreURL(t *testing.T) {
+	e := EvidenceConfig{URL: "s3://bucket/pre?region=auto&endpoint=https://x.r2.cloudflarestorage.com", ObjectLock: &ObjectLockConfig{Mode: "COMPLIANCE", Days: 30}}
+	got, err := e.storeURL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"object_lock_mode=COMPLIANCE", "object_lock_days=30", "region=auto", "s3://bucket/pre?"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("store URL %q lacks %q", got, want)
+		}
 	}
 }
