@@ -122,8 +122,15 @@ func startServerEnv(t *testing.T, dir string, env []string, args ...string) *ser
 // and exit code.
 func runTool(t *testing.T, dir string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runToolEnv(t, dir, nil, args...)
+}
+
+// runToolEnv is runTool with extra environment variables.
+func runToolEnv(t *testing.T, dir string, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	cmd := exec.Command(toolgateBin, args...)
 	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -26,17 +28,22 @@ import (
 
 // s3Gateway writes a configuration for a gateway whose evidence is in the
 // bucket, with its own spool folder, sharing dir's workspace and policies.
-func s3Gateway(t *testing.T, dir, name, url string) string {
+// evidenceKeys are more lines of the evidence block.
+func s3Gateway(t *testing.T, dir, name, url string, evidenceKeys ...string) string {
 	t.Helper()
+	extra := ""
+	for _, k := range evidenceKeys {
+		extra += "  " + k + "\n"
+	}
 	cfg := fmt.Sprintf(`instance: %s
 evidence:
   url: %q
   spool_dir: ./spool-%s
-drivers:
+%sdrivers:
   workspace:
     type: workspace
     root: ./ws
-`, name, url, name)
+`, name, url, name, extra)
 	file := name + ".yaml"
 	if err := os.WriteFile(filepath.Join(dir, file), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -266,5 +273,58 @@ func TestStoreOutages(t *testing.T) {
 	rep, err = evidence.Verify(ctx, bucket, "outage-c")
 	if err != nil || rep.Status != evidence.StatusIncomplete {
 		t.Fatalf("(c) verify = %+v, %v; want incomplete", rep, err)
+	}
+}
+
+// TestEvidenceCLIOnS3: the auditor's commands work on a bucket as they do on
+// a folder, signed manifests included, and catch an object overwritten
+// behind the gateway's back.
+func TestEvidenceCLIOnS3(t *testing.T) {
+	m := evidencetest.StartMinIO(t)
+	m.CreateBucket(t, "audit", false)
+	url := m.URL("audit", "prod")
+	dir := t.TempDir()
+	writePolicy(t, dir, `@id("all_workspace") permit (principal, action, resource in Driver::"workspace");`)
+	if _, stderr, code := runTool(t, dir, "evidence", "keygen", "--out", "signing.pem"); code != exitOK {
+		t.Fatalf("keygen: %s", stderr)
+	}
+	pub, stderr, code := runTool(t, dir, "evidence", "pubkey", "--key", "signing.pem")
+	if code != exitOK {
+		t.Fatalf("pubkey: %s", stderr)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "toolgate.pub"), []byte(pub), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := s3Gateway(t, dir, "gw", url, "signing_key: {file: signing.pem}")
+	gw := startServerEnv(t, dir, m.Env(), "--config", cfg)
+	client := dial(t, gw.addr)
+	for i := range 3 {
+		if _, err := client.RunTool(context.Background(), shellRequest(t, fmt.Sprintf("cli-%d", i), "echo hi")); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	out, stderr, code := runToolEnv(t, dir, m.Env(), "evidence", "ls", "--evidence", url)
+	if code != exitOK || strings.Count(out, "workspace.shell") != 3 {
+		t.Fatalf("ls on s3: exit %d\n%s%s", code, out, stderr)
+	}
+	out, stderr, code = runToolEnv(t, dir, m.Env(), "evidence", "verify", "--evidence", url, "--all",
+		"--pubkey", "toolgate.pub", "--require-signature")
+	if code != exitOK {
+		t.Fatalf("verify on s3 of intact signed evidence: exit %d\n%s%s", code, out, stderr)
+	}
+
+	// Overwrite one response behind the gateway's back (the bucket has no
+	// object lock, so the service allows it).
+	_, err := m.Client().PutObject(context.Background(), &s3.PutObjectInput{
+		Bucket: aws.String("audit"), Key: aws.String("prod/requests/cli-1/response.json"),
+		Body: strings.NewReader(`{"ok":true}`),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code = runToolEnv(t, dir, m.Env(), "evidence", "verify", "--evidence", url, "--all", "--pubkey", "toolgate.pub")
+	if code != exitFailure || !strings.Contains(out+stderr, "cli-1") {
+		t.Fatalf("verify after tampering: exit %d, want 1 naming cli-1\n%s%s", code, out, stderr)
 	}
 }
