@@ -140,7 +140,8 @@ func checkModel(v *validate.Validator) error {
 	for _, ent := range []types.Entity{
 		{UID: caller},
 		{UID: driver},
-		{UID: tool, Parents: types.NewEntityUIDSet(driver), Attributes: types.NewRecord(types.RecordMap{"driver": types.String("driver")})},
+		toolEntity(tool, driver, "driver", ToolAttributes{}),
+		toolEntity(tool, driver, "driver", ToolAttributes{Package: "@scope/pkg", Export: "run", Version: "1.0.0", Tags: []string{"a", "b"}}),
 	} {
 		if err := v.Entity(ent); err != nil {
 			return fmt.Errorf("entity %s: %w", ent.UID, err)

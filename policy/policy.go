@@ -12,7 +12,8 @@
 //	principal  Caller::"<caller>"
 //	action     Action::"RunTool" or Action::"CallTool"
 //	resource   Tool::"<tool_id>", a member of Driver::"<driver>", with
-//	           attribute driver (String)
+//	           attributes driver, package, export, version (String) and
+//	           tags (Set of String)
 //	context    see Context
 //
 // Decisions fail closed: anything other than a clean permit, including an
@@ -62,6 +63,8 @@ type Request struct {
 	// Driver names the tool's parent, Driver::"<Driver>", and is the Tool's
 	// driver attribute. Required.
 	Driver string
+	// Tool holds the catalog attributes of the resource.
+	Tool ToolAttributes
 
 	RequestID       string // context.requestId
 	RunID           string // context.runId, absent when empty
@@ -72,6 +75,37 @@ type Request struct {
 	// Args are the tool arguments as decoded by a json.Decoder with
 	// UseNumber; see ArgsValue for how they appear in Cedar.
 	Args map[string]any
+}
+
+// ToolAttributes are the catalog facts about a tool that rules can test:
+// resource.package, resource.export, resource.version and resource.tags,
+// beside resource.driver. Tools without a package (the workspace's) have
+// empty strings and no tags, so rules need no `has` guard.
+type ToolAttributes struct {
+	Package string
+	Export  string
+	Version string
+	Tags    []string
+}
+
+// toolEntity is the Tool entity of a request: a member of its driver, with
+// the catalog attributes.
+func toolEntity(uid, driver types.EntityUID, driverName string, t ToolAttributes) types.Entity {
+	tags := make([]types.Value, len(t.Tags))
+	for i, tag := range t.Tags {
+		tags[i] = types.String(tag)
+	}
+	return types.Entity{
+		UID:     uid,
+		Parents: types.NewEntityUIDSet(driver),
+		Attributes: types.NewRecord(types.RecordMap{
+			"driver":  types.String(driverName),
+			"package": types.String(t.Package),
+			"export":  types.String(t.Export),
+			"version": types.String(t.Version),
+			"tags":    types.NewSet(tags...),
+		}),
+	}
 }
 
 // Decision is the outcome of Decide.
@@ -153,11 +187,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (d Decision) {
 	entities := types.EntityMap{
 		principal: {UID: principal},
 		driver:    {UID: driver},
-		resource: {
-			UID:        resource,
-			Parents:    types.NewEntityUIDSet(driver),
-			Attributes: types.NewRecord(types.RecordMap{"driver": types.String(req.Driver)}),
-		},
+		resource:  toolEntity(resource, driver, req.Driver, req.Tool),
 	}
 	creq := cedar.Request{
 		Principal: principal,

@@ -729,3 +729,41 @@ func TestLoadEmptyFolder(t *testing.T) {
 		t.Errorf("rule %q digest %q, want %q and no digest", d.RuleID, d.PolicySetDigest, RuleUnknownPolicyRef)
 	}
 }
+
+// TestToolAttributes: rules about the catalog's attributes of a tool, with
+// the schema on, as a security team writes them.
+func TestToolAttributes(t *testing.T) {
+	dir := policyDir(t, true, map[string]string{"policy.default.cedar": `
+@id("tpmjs_read_tools")
+permit (principal, action == Action::"RunTool", resource in Driver::"tpmjs")
+when { resource.package like "@tpmjs/*" && resource.tags.contains("read-only") && resource.version != "latest" };
+
+@id("no_beta_exports")
+forbid (principal, action, resource)
+when { resource.export like "*Beta" };
+`})
+	e := mustLoad(t, dir)
+	base := Request{Caller: "alice", Action: ActionRunTool, ToolID: "web.search", Driver: "tpmjs", RequestID: "r1"}
+	tests := []struct {
+		name     string
+		tool     ToolAttributes
+		wantRule string
+	}{
+		{"scoped read-only tool", ToolAttributes{Package: "@tpmjs/web-search", Export: "search", Version: "1.2.0", Tags: []string{"read-only", "web"}}, "tpmjs_read_tools"},
+		{"other scope", ToolAttributes{Package: "@evil/web-search", Export: "search", Version: "1.2.0", Tags: []string{"read-only"}}, RuleDefaultDeny},
+		{"not tagged read-only", ToolAttributes{Package: "@tpmjs/mailer", Export: "send", Version: "1.0.0", Tags: []string{"write"}}, RuleDefaultDeny},
+		{"floating version", ToolAttributes{Package: "@tpmjs/web-search", Export: "search", Version: "latest", Tags: []string{"read-only"}}, RuleDefaultDeny},
+		{"forbidden export", ToolAttributes{Package: "@tpmjs/web-search", Export: "searchBeta", Version: "1.0.0", Tags: []string{"read-only"}}, "no_beta_exports"},
+		{"tool without a package", ToolAttributes{}, RuleDefaultDeny},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req := base
+			req.Tool = tc.tool
+			d := e.Decide(context.Background(), req)
+			if d.RuleID != tc.wantRule || d.Allow != (tc.wantRule == "tpmjs_read_tools") {
+				t.Fatalf("decision = %+v, want rule %s", d, tc.wantRule)
+			}
+		})
+	}
+}
