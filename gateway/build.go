@@ -7,9 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"slices"
 
 	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/drivers/tpmjs"
 	"github.com/toolgate/toolgate/drivers/workspace"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/policy"
@@ -32,17 +32,6 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	if err != nil {
 		return nil, nil, fmt.Errorf("policies: %w", err)
 	}
-	var secrets []string
-	for _, name := range cfg.Redact.SecretsEnv {
-		if v := getenv(name); v != "" {
-			secrets = append(secrets, v)
-		}
-	}
-	redactor, err := redact.New(redact.Config{KnownSecrets: secrets, KeyNames: cfg.Redact.KeyNames})
-	if err != nil {
-		return nil, nil, fmt.Errorf("config: redact: %w", err)
-	}
-
 	var signer *evidence.Signer
 	if src := cfg.Evidence.SigningKey; src != nil {
 		pem, err := src.Read(getenv)
@@ -56,6 +45,26 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		if signer, err = evidence.NewSigner(key); err != nil {
 			return nil, nil, fmt.Errorf("config: evidence.signing_key: %w", err)
 		}
+	}
+
+	tools, err := catalogTools(cfg, getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	var secrets []string
+	for _, name := range cfg.Redact.SecretsEnv {
+		if v := getenv(name); v != "" {
+			secrets = append(secrets, v)
+		}
+	}
+	for _, id := range sortedKeys(tools) {
+		for _, name := range sortedKeys(tools[id].Env) {
+			secrets = append(secrets, tools[id].Env[name])
+		}
+	}
+	redactor, err := redact.New(redact.Config{KnownSecrets: secrets, KeyNames: cfg.Redact.KeyNames})
+	if err != nil {
+		return nil, nil, fmt.Errorf("config: redact: %w", err)
 	}
 
 	var closers closeAll
@@ -80,7 +89,11 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	}
 
 	drvs := map[string]drivers.Driver{}
-	tools := map[string]Tool{}
+	traceDirs := map[string]string{}
+	var registry *Registry
+	// Probes of downstream executors run until the gateway is closed.
+	probeCtx, stopProbes := context.WithCancel(context.WithoutCancel(ctx))
+	closers = append(closers, closerFunc(func() error { stopProbes(); return nil }))
 	for _, name := range sortedKeys(cfg.Drivers) {
 		dc := cfg.Drivers[name]
 		switch dc.Type {
@@ -96,16 +109,42 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 			closers = append(closers, d)
 			drvs[name] = d
 			for _, op := range workspace.Operations() {
-				tools[name+"."+op] = Tool{Driver: name, Target: op}
+				if _, taken := tools[name+"."+op]; !taken {
+					tools[name+"."+op] = Tool{Driver: name, Target: op, Description: workspaceDescriptions[op], Tags: []string{"workspace"}}
+				}
+			}
+		case "tpmjs":
+			tc := tpmjs.Config{
+				Name:             name,
+				URL:              dc.URL,
+				HealthTimeout:    dc.HealthTimeout,
+				CallTimeout:      dc.CallTimeout,
+				MaxResponseBytes: dc.MaxResponseBytes,
+				Logger:           log,
+			}
+			if dc.APIKeyEnv != "" {
+				if tc.APIKey = getenv(dc.APIKeyEnv); tc.APIKey == "" {
+					return fail(fmt.Errorf("config: drivers.%s.api_key_env: environment variable %s is empty or unset", name, dc.APIKeyEnv))
+				}
+			}
+			if dc.TraceDir != "" {
+				if err := os.MkdirAll(dc.TraceDir, 0o750); err != nil {
+					return fail(fmt.Errorf("config: drivers.%s.trace_dir: %w", name, err))
+				}
+				tc.Trace = &traceFiles{dir: dc.TraceDir, redactor: redactor}
+				traceDirs[name] = dc.TraceDir
+			}
+			d, err := tpmjs.New(tc)
+			if err != nil {
+				return fail(fmt.Errorf("config: drivers.%s: %w", name, err))
+			}
+			closers = append(closers, d)
+			d.Start(probeCtx)
+			drvs[name] = d
+			if dc.AllowRegistryIDs {
+				registry = &Registry{Driver: name, Version: dc.RegistryVersion}
 			}
 		}
-	}
-	for _, id := range sortedKeys(cfg.Tools) {
-		t := cfg.Tools[id]
-		if cfg.Drivers[t.Driver].Type == "workspace" && !slices.Contains(workspace.Operations(), t.Target) {
-			return fail(fmt.Errorf("config: tools.%s.target %q: a workspace driver serves %v", id, t.Target, workspace.Operations()))
-		}
-		tools[id] = Tool{Driver: t.Driver, Target: t.Target}
 	}
 
 	instance := cfg.Instance
@@ -115,22 +154,69 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		}
 	}
 	g, err := New(Options{
-		Decider:  engine,
-		Store:    store,
-		Spool:    spool,
-		Signer:   signer,
-		Redactor: redactor,
-		Auth:     auth,
-		Drivers:  drvs,
-		Tools:    tools,
-		Instance: instance,
-		Logger:   log,
+		Decider:   engine,
+		Store:     store,
+		Spool:     spool,
+		Signer:    signer,
+		Redactor:  redactor,
+		Auth:      auth,
+		Drivers:   drvs,
+		Tools:     tools,
+		Registry:  registry,
+		TraceDirs: traceDirs,
+		Instance:  instance,
+		Logger:    log,
 	})
 	if err != nil {
 		return fail(err)
 	}
 	return g, closers, nil
 }
+
+// catalogTools builds the configured part of the catalog, reading each
+// tool's environment values from the gateway's environment.
+func catalogTools(cfg Config, getenv func(string) string) (map[string]Tool, error) {
+	tools := map[string]Tool{}
+	for _, id := range sortedKeys(cfg.Tools) {
+		t := cfg.Tools[id]
+		tool := Tool{
+			Driver: t.Driver, Target: t.Target, Description: t.Description,
+			Tags: t.Tags, CallerEnv: t.CallerEnv,
+		}
+		if cfg.Drivers[t.Driver].Type == "tpmjs" {
+			tool.Target, tool.Package, tool.Version = t.Export, t.Package, t.Version
+			if tool.Version == "" {
+				tool.Version = "latest"
+			}
+		}
+		for _, name := range sortedKeys(t.Env) {
+			v := getenv(t.Env[name].FromEnv)
+			if v == "" {
+				return nil, fmt.Errorf("config: tools.%s.env.%s: environment variable %s is empty or unset", id, name, t.Env[name].FromEnv)
+			}
+			if tool.Env == nil {
+				tool.Env = map[string]string{}
+			}
+			tool.Env[name] = v
+		}
+		tools[id] = tool
+	}
+	return tools, nil
+}
+
+// workspaceDescriptions describe the workspace tools for discovery.
+var workspaceDescriptions = map[string]string{
+	"createFile": "Create a file in the workspace (path, content, encoding, overwrite).",
+	"readFile":   "Read a file of the workspace (path, encoding).",
+	"editFile":   "Apply search-and-replace edits to a workspace file, all or nothing (path, edits).",
+	"deleteFile": "Delete a file of the workspace (path).",
+	"shell":      "Run a shell command in the workspace (command, cwd, timeout, env).",
+}
+
+// closerFunc adapts a function to io.Closer.
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
 
 // closeAll closes everything in reverse order of opening.
 type closeAll []io.Closer

@@ -11,12 +11,16 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/toolgate/toolgate/drivers/tpmjs"
+	"github.com/toolgate/toolgate/drivers/workspace"
 )
 
 // DefaultConfigYAML is the configuration `toolgate serve` runs on when it is
@@ -160,8 +164,30 @@ type RedactConfig struct {
 
 // DriverConfig configures one downstream driver.
 type DriverConfig struct {
-	// Type is the driver kind; "workspace" is built in.
+	// Type is the driver kind: "workspace" or "tpmjs".
 	Type string `yaml:"type"`
+
+	// URL is the executor's base URL (type tpmjs).
+	URL string `yaml:"url"`
+	// APIKeyEnv names the environment variable holding the executor's
+	// Bearer key (type tpmjs; none: no Authorization header).
+	APIKeyEnv string `yaml:"api_key_env"`
+	// HealthTimeout bounds /health and /info probes (type tpmjs; 1s).
+	HealthTimeout time.Duration `yaml:"health_timeout"`
+	// CallTimeout bounds one execution (type tpmjs; 120s), lowered to
+	// what the executor advertises as its maximum.
+	CallTimeout time.Duration `yaml:"call_timeout"`
+	// MaxResponseBytes caps an executor's answer (type tpmjs; 10 MiB).
+	MaxResponseBytes int64 `yaml:"max_response_bytes"`
+	// AllowRegistryIDs lets callers name any tool of the registry as
+	// "<package>::<export>" (type tpmjs; at most one driver).
+	AllowRegistryIDs bool `yaml:"allow_registry_ids"`
+	// RegistryVersion is the version registry ids run (type tpmjs; latest).
+	RegistryVersion string `yaml:"registry_version"`
+	// TraceDir, if set, keeps a redacted JSONL trace of every exchange
+	// with the executor, one file per request (type tpmjs).
+	TraceDir string `yaml:"trace_dir"`
+
 	// Root is the workspace folder (type workspace).
 	Root string `yaml:"root"`
 	// OutputLimit caps each of a shell's stdout and stderr, in bytes
@@ -172,10 +198,31 @@ type DriverConfig struct {
 	DefaultTimeout time.Duration `yaml:"default_timeout"`
 }
 
-// ToolConfig binds a tool id to a driver.
+// ToolConfig binds a tool id to a driver and describes it for discovery
+// and for policy.
 type ToolConfig struct {
 	Driver string `yaml:"driver"`
+	// Target is the operation of a workspace driver.
 	Target string `yaml:"target"`
+	// Package, Version and Export locate a TPMJS tool: the npm package,
+	// a version, range or dist-tag (default latest), and the export name.
+	Package string `yaml:"package"`
+	Version string `yaml:"version"`
+	Export  string `yaml:"export"`
+	// Description and Tags are shown by ListTools; Tags are also
+	// resource.tags in Cedar.
+	Description string   `yaml:"description"`
+	Tags        []string `yaml:"tags"`
+	// Env is handed to the tool, each value read from the gateway's
+	// environment: {OPENAI_API_KEY: {from_env: OPENAI_API_KEY}}.
+	Env map[string]EnvValue `yaml:"env"`
+	// CallerEnv names the variables a caller may set, in args._env.
+	CallerEnv []string `yaml:"caller_env"`
+}
+
+// EnvValue says where the gateway reads an environment value for a tool.
+type EnvValue struct {
+	FromEnv string `yaml:"from_env"`
 }
 
 // ParseConfig decodes a YAML configuration. Unknown keys are errors, so a
@@ -300,6 +347,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("config: redact.secrets_env: %q is not an environment variable name", name)
 		}
 	}
+	registryDriver := ""
 	for _, name := range sortedKeys(c.Drivers) {
 		d := c.Drivers[name]
 		if !driverNamePattern.MatchString(name) {
@@ -316,10 +364,31 @@ func (c Config) Validate() error {
 			if d.DefaultTimeout < 0 {
 				return fmt.Errorf("config: drivers.%s.default_timeout: must not be negative", name)
 			}
+		case "tpmjs":
+			if u, err := url.Parse(d.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("config: drivers.%s.url %q: want the executor's http:// or https:// base URL", name, d.URL)
+			}
+			if d.APIKeyEnv != "" && !envNamePattern.MatchString(d.APIKeyEnv) {
+				return fmt.Errorf("config: drivers.%s.api_key_env %q: not an environment variable name", name, d.APIKeyEnv)
+			}
+			if d.HealthTimeout < 0 || d.CallTimeout < 0 || d.MaxResponseBytes < 0 {
+				return fmt.Errorf("config: drivers.%s: timeouts and sizes must not be negative", name)
+			}
+			if d.RegistryVersion != "" {
+				if err := tpmjs.ValidateVersion(d.RegistryVersion); err != nil {
+					return fmt.Errorf("config: drivers.%s.registry_version: %w", name, err)
+				}
+			}
+			if d.AllowRegistryIDs {
+				if registryDriver != "" {
+					return fmt.Errorf("config: drivers.%s.allow_registry_ids: %s allows them already; registry ids must name one driver", name, registryDriver)
+				}
+				registryDriver = name
+			}
 		case "":
-			return fmt.Errorf("config: drivers.%s.type: required (workspace)", name)
+			return fmt.Errorf("config: drivers.%s.type: required (workspace or tpmjs)", name)
 		default:
-			return fmt.Errorf("config: drivers.%s.type %q: unknown driver type (this build has: workspace)", name, d.Type)
+			return fmt.Errorf("config: drivers.%s.type %q: unknown driver type (this build has: workspace, tpmjs)", name, d.Type)
 		}
 	}
 	for _, id := range sortedKeys(c.Tools) {
@@ -327,11 +396,60 @@ func (c Config) Validate() error {
 		if err := validateToolID(id); err != nil {
 			return fmt.Errorf("config: tools.%s: %w", id, err)
 		}
-		if _, ok := c.Drivers[t.Driver]; !ok {
+		d, ok := c.Drivers[t.Driver]
+		if !ok {
 			return fmt.Errorf("config: tools.%s.driver %q: no such driver", id, t.Driver)
 		}
-		if t.Target == "" {
-			return fmt.Errorf("config: tools.%s.target: required", id)
+		if err := t.validate(d.Type); err != nil {
+			return fmt.Errorf("config: tools.%s.%w", id, err)
+		}
+	}
+	return nil
+}
+
+// validate checks a tool's settings for its driver type. Errors start with
+// the offending key.
+func (t ToolConfig) validate(driverType string) error {
+	switch driverType {
+	case "workspace":
+		if !slices.Contains(workspace.Operations(), t.Target) {
+			return fmt.Errorf("target %q: a workspace driver serves %v", t.Target, workspace.Operations())
+		}
+		if t.Package != "" || t.Export != "" || t.Version != "" || len(t.Env) > 0 || len(t.CallerEnv) > 0 {
+			return fmt.Errorf("target: a workspace tool takes no package, export, version or env")
+		}
+	case "tpmjs":
+		if t.Target != "" {
+			return fmt.Errorf("target: a tpmjs tool is named by package and export")
+		}
+		if err := tpmjs.ValidatePackageName(t.Package); err != nil {
+			return fmt.Errorf("package: %w", err)
+		}
+		if err := tpmjs.ValidateExportName(t.Export); err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		if t.Version != "" {
+			if err := tpmjs.ValidateVersion(t.Version); err != nil {
+				return fmt.Errorf("version: %w", err)
+			}
+		}
+	}
+	for name, v := range t.Env {
+		if !envNamePattern.MatchString(name) || !envNamePattern.MatchString(v.FromEnv) {
+			return fmt.Errorf("env.%s: want {from_env: VARIABLE} with valid variable names", name)
+		}
+	}
+	for _, name := range t.CallerEnv {
+		if !envNamePattern.MatchString(name) {
+			return fmt.Errorf("caller_env: %q is not an environment variable name", name)
+		}
+		if _, ok := t.Env[name]; ok {
+			return fmt.Errorf("caller_env: %s is set by the gateway and cannot be overridden by callers", name)
+		}
+	}
+	for _, tag := range t.Tags {
+		if tag == "" || len(tag) > 64 {
+			return fmt.Errorf("tags: %q: tags are 1 to 64 bytes", tag)
 		}
 	}
 	return nil

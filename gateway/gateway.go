@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -34,14 +36,6 @@ type Decider interface {
 	Decide(ctx context.Context, req policy.Request) policy.Decision
 }
 
-// Tool binds a tool id to the driver that serves it.
-type Tool struct {
-	// Driver is the name of a driver in Options.Drivers.
-	Driver string
-	// Target is handed to the driver as drivers.Call.Target.
-	Target string
-}
-
 // Options are a Gateway's collaborators. All but Logger and Now are required.
 type Options struct {
 	Decider Decider
@@ -55,6 +49,11 @@ type Options struct {
 	Auth     *Authenticator
 	Drivers  map[string]drivers.Driver
 	Tools    map[string]Tool
+	// Registry, if set, serves registry-style tool ids.
+	Registry *Registry
+	// TraceDirs maps a driver name to the folder where it keeps a local
+	// trace per request, <dir>/<request_id>.jsonl.
+	TraceDirs map[string]string
 	// Instance names this gateway in engine_ref.
 	Instance string
 	Logger   *slog.Logger
@@ -73,6 +72,8 @@ type Gateway struct {
 	auth       *Authenticator
 	drivers    map[string]drivers.Driver
 	tools      map[string]Tool
+	registry   *Registry
+	traceDirs  map[string]string
 	engineBase string
 	log        *slog.Logger
 	now        func() time.Time
@@ -97,6 +98,11 @@ func New(opts Options) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: tool %q: no driver %q", id, t.Driver)
 		}
 	}
+	if r := opts.Registry; r != nil {
+		if _, ok := opts.Drivers[r.Driver]; !ok {
+			return nil, fmt.Errorf("gateway: registry ids: no driver %q", r.Driver)
+		}
+	}
 	g := &Gateway{
 		decider:    opts.Decider,
 		store:      opts.Store,
@@ -107,6 +113,8 @@ func New(opts Options) (*Gateway, error) {
 		auth:       opts.Auth,
 		drivers:    opts.Drivers,
 		tools:      opts.Tools,
+		registry:   opts.Registry,
+		traceDirs:  opts.TraceDirs,
 		engineBase: fmt.Sprintf("toolgate/%s@%s", Version, opts.Instance),
 		log:        opts.Logger,
 		now:        opts.Now,
@@ -145,12 +153,25 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	tool, known := g.tools[c.ToolID]
+	tool, known := g.lookupTool(c.ToolID)
 	engineRef := g.engineBase
 	if known {
 		engineRef += "/" + g.drivers[tool.Driver].Engine()
 	}
+	args, err := decodeArgs(c.Args)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	env, callerSecrets, params, err := tool.env(args)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	rec := newRecorder(g, c.RequestID, hash, engineRef)
+	if len(callerSecrets) > 0 {
+		// What a caller hands a tool as environment is treated as secret
+		// in every artifact of the call, the request included.
+		rec.redactor = g.redactor.WithSecrets(callerSecrets...)
+	}
 	log := g.log.With("request_id", c.RequestID, "caller", caller, "tool_id", c.ToolID)
 
 	// 1. Claim the request id: a create-only write of request.json.
@@ -176,10 +197,6 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	}
 
 	// 2. Decide, and make the decision durable before anything runs.
-	args, err := decodeArgs(c.Args)
-	if err != nil {
-		return nil, rec.fail(ctx, codes.Internal, err)
-	}
 	decision := g.decide(ctx, caller, c, tool, known, args)
 	rec.policySetDigest = decision.PolicySetDigest
 	err = rec.put(ctx, evidence.ArtifactPolicyDecision, decisionRecord{
@@ -230,8 +247,16 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		RequestID: c.RequestID,
 		ToolID:    c.ToolID,
 		Target:    tool.Target,
-		Args:      args,
+		Package:   tool.Package,
+		Version:   tool.Version,
+		Args:      params,
+		Env:       env,
 	})
+	if dir, ok := g.traceDirs[tool.Driver]; ok {
+		if trace := filepath.Join(dir, c.RequestID+".jsonl"); fileExists(trace) {
+			resp.LocalEvidencePaths = append(resp.LocalEvidencePaths, trace)
+		}
+	}
 	if err != nil {
 		log.Error("driver failed", "driver", tool.Driver, "err", err)
 		return nil, rec.fail(ctx, codes.Unavailable, fmt.Errorf("driver %s: %w", tool.Driver, err))
@@ -280,6 +305,7 @@ func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, 
 		Action:    policy.ActionRunTool,
 		ToolID:    c.ToolID,
 		Driver:    tool.Driver,
+		Tool:      tool.attributes(),
 		RequestID: c.RequestID,
 		RunID:     c.RunID,
 		StepID:    c.StepID,
@@ -374,6 +400,11 @@ func (g *Gateway) replaySpooled(ctx context.Context, c call, hash string) (*tool
 		return nil, false, nil
 	}
 	return resp, true, nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 func decisionWord(allow bool) string {

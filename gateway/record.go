@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolgate/toolgate/evidence"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
+	"github.com/toolgate/toolgate/redact"
 )
 
 // The JSON shapes of the artifacts, before redaction. Field names are the
@@ -168,6 +169,7 @@ func marshalJSON(v any) ([]byte, error) {
 // what it wrote for the manifest.
 type recorder struct {
 	g               *Gateway
+	redactor        *redact.Redactor // the gateway's, plus the call's own secrets
 	requestID       string
 	hash            string
 	engineRef       string
@@ -183,7 +185,7 @@ type recorder struct {
 }
 
 func newRecorder(g *Gateway, requestID, hash, engineRef string) *recorder {
-	return &recorder{g: g, requestID: requestID, hash: hash, engineRef: engineRef}
+	return &recorder{g: g, redactor: g.redactor, requestID: requestID, hash: hash, engineRef: engineRef}
 }
 
 // redact encodes v and passes it through the redactor.
@@ -198,7 +200,7 @@ func (r *recorder) redact(artifact string, v any) ([]byte, error) {
 // redactBytes passes an encoded artifact through the redactor and keeps its
 // findings for the manifest.
 func (r *recorder) redactBytes(artifact string, raw []byte) ([]byte, error) {
-	out, findings, err := r.g.redactor.JSON(artifact, raw)
+	out, findings, err := r.redactor.JSON(artifact, raw)
 	if err != nil {
 		return nil, fmt.Errorf("redact %s: %w", artifact, err)
 	}
@@ -302,7 +304,7 @@ func (r *recorder) finish(ctx context.Context, resp *toolgatev1.RunToolResponse,
 // status for the caller. The manifest is best effort: the store may be the
 // very thing that failed.
 func (r *recorder) fail(ctx context.Context, code codes.Code, cause error) error {
-	msg, _ := r.g.redactor.String(cause.Error())
+	msg, _ := r.redactor.String(cause.Error())
 	if len(r.refs) > 0 {
 		if err := r.writeManifest(ctx, evidence.OutcomeFailed, msg); err != nil {
 			r.g.log.Error("could not write the failure manifest", "request_id", r.requestID, "err", err)

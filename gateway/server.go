@@ -41,9 +41,10 @@ func (g *Gateway) NewServer(opts ...grpc.ServerOption) (*grpc.Server, *health.Se
 	return s, hs
 }
 
-// runToolServer is the one method the service descriptor dispatches to.
-type runToolServer interface {
+// toolGatewayServer is what the service descriptor dispatches to.
+type toolGatewayServer interface {
 	RunTool(context.Context, *toolgatev1.RunToolRequest) (*toolgatev1.RunToolResponse, error)
+	ListTools(context.Context, *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error)
 }
 
 // toolGatewayDesc is the generated descriptor with our own RunTool handler.
@@ -52,11 +53,11 @@ type runToolServer interface {
 // mistake; decoding here lets us answer INVALID_ARGUMENT and name the field.
 var toolGatewayDesc = grpc.ServiceDesc{
 	ServiceName: toolgatev1.ToolGateway_ServiceDesc.ServiceName,
-	HandlerType: (*runToolServer)(nil),
-	Methods: []grpc.MethodDesc{{
-		MethodName: "RunTool",
-		Handler:    runToolHandler,
-	}},
+	HandlerType: (*toolGatewayServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{MethodName: "RunTool", Handler: runToolHandler},
+		{MethodName: "ListTools", Handler: listToolsHandler},
+	},
 	Metadata: toolgatev1.ToolGateway_ServiceDesc.Metadata,
 }
 
@@ -69,13 +70,28 @@ func runToolHandler(srv any, ctx context.Context, dec func(any) error, intercept
 	if err := proto.Unmarshal(raw.data, req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, describeDecodeError(raw.data, err))
 	}
-	s := srv.(runToolServer)
+	s := srv.(toolGatewayServer)
 	if interceptor == nil {
 		return s.RunTool(ctx, req)
 	}
 	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: toolgatev1.ToolGateway_RunTool_FullMethodName}
 	return interceptor(ctx, req, info, func(ctx context.Context, req any) (any, error) {
 		return s.RunTool(ctx, req.(*toolgatev1.RunToolRequest))
+	})
+}
+
+func listToolsHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	req := new(toolgatev1.ListToolsRequest)
+	if err := dec(req); err != nil {
+		return nil, err
+	}
+	s := srv.(toolGatewayServer)
+	if interceptor == nil {
+		return s.ListTools(ctx, req)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: toolgatev1.ToolGateway_ListTools_FullMethodName}
+	return interceptor(ctx, req, info, func(ctx context.Context, req any) (any, error) {
+		return s.ListTools(ctx, req.(*toolgatev1.ListToolsRequest))
 	})
 }
 

@@ -7,12 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -25,17 +20,13 @@ import (
 func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	fs := flag.NewFlagSet("toolgate call", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", "127.0.0.1:50051", "gateway `address`")
+	conn := addConnFlags(fs)
 	requestID := fs.String("request-id", "", "stable request `id` (required); retries reuse it")
 	tool := fs.String("tool", "", "tool `id` (required), e.g. workspace.readFile")
 	argsJSON := fs.String("args", "{}", "tool arguments as a JSON `object`")
 	runID := fs.String("run-id", "", "ctx.run_id")
 	stepID := fs.String("step-id", "", "ctx.step_id")
 	policyRef := fs.String("policy-ref", "", "ctx.policy_ref (default policy.default)")
-	keyEnv := fs.String("key-env", "", "environment `variable` holding the API key, sent as a Bearer token")
-	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
-	useTLS := fs.Bool("tls", false, "connect with TLS (system roots unless --ca-file)")
-	caFile := fs.String("ca-file", "", "PEM `file` of the CA that signed the gateway's certificate (implies --tls)")
 	if err := fs.Parse(args); err != nil {
 		return exitError
 	}
@@ -58,35 +49,16 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	if err != nil {
 		return fail("--args: %v", err)
 	}
-	if *keyEnv != "" {
-		key := getenv(*keyEnv)
-		if key == "" {
-			return fail("--key-env: environment variable %s is empty or unset", *keyEnv)
-		}
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+key)
-	}
-
-	creds := insecure.NewCredentials()
-	switch {
-	case *caFile != "":
-		if creds, err = credentials.NewClientTLSFromFile(*caFile, ""); err != nil {
-			return fail("--ca-file: %v", err)
-		}
-	case *useTLS:
-		creds = credentials.NewTLS(nil)
-	}
-	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(creds))
+	client, closeConn, ctx, err := conn.dial(ctx, getenv)
 	if err != nil {
 		return fail("%v", err)
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
+	defer closeConn()
 	req := &toolgatev1.RunToolRequest{RequestId: *requestID, ToolId: *tool, Args: argStruct}
 	if *runID != "" || *stepID != "" || *policyRef != "" {
 		req.Ctx = &toolgatev1.RunContext{RunId: *runID, StepId: *stepID, PolicyRef: *policyRef}
 	}
-	resp, err := toolgatev1.NewToolGatewayClient(conn).RunTool(ctx, req)
+	resp, err := client.RunTool(ctx, req)
 	if err != nil {
 		st := status.Convert(err)
 		fmt.Fprintf(stderr, "toolgate call: %s: %s\n", st.Code(), st.Message())

@@ -2,6 +2,7 @@
 //
 //	toolgate serve   [--config FILE] [--listen ADDR] [--policies DIR] [--evidence URL] [--workspace DIR]
 //	toolgate call    --addr ADDR --request-id ID --tool TOOL [--args JSON] [--run-id R] [--step-id S] [--policy-ref P] [--key-env VAR]
+//	toolgate tools   [--addr ADDR] [--key-env VAR] [--limit N] [--policy-ref P] [QUERY]
 //	toolgate policy check DIR
 //	toolgate evidence (ls | show | verify | pubkey | keygen) [flags]
 //	toolgate version
@@ -29,6 +30,7 @@ const usage = `toolgate is a policy-gated evidence gateway for AI tool calls.
 Usage:
   toolgate serve [flags]          run the gateway (embedded default config without --config)
   toolgate call [flags]           call RunTool and print the response as JSON
+  toolgate tools [flags] [QUERY]  list the tools the gateway lets you run
   toolgate policy check DIR       parse and schema-validate a policy folder
   toolgate evidence <command>     list, show and verify evidence; manage the signing key
   toolgate version                print the version
@@ -55,6 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		err = serveCmd(ctx, args[1:], stderr, getenv)
 	case "call":
 		return callCmd(ctx, args[1:], stdout, stderr, getenv)
+	case "tools":
+		return toolsCmd(ctx, args[1:], stdout, stderr, getenv)
 	case "policy":
 		return policyCmd(args[1:], stdout, stderr)
 	case "evidence":

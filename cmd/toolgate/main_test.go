@@ -409,3 +409,38 @@ func TestCallUsageErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestToolsCommand lists what policy lets the caller run: on the shipped
+// policies, only the read-only workspace tool.
+func TestToolsCommand(t *testing.T) {
+	dir := tourDir(t)
+	srv := startServer(t, dir)
+	tests := []struct {
+		name  string
+		args  []string
+		want  []string
+		avoid []string
+	}{
+		{"everything allowed", nil, []string{"tool_id\tdriver", "workspace.readFile\tworkspace\tworkspace\tRead a file"}, []string{"workspace.shell", "workspace.createFile"}},
+		{"query matching nothing allowed", []string{"shell"}, []string{"tool_id"}, []string{"workspace."}},
+		{"unknown policy set", []string{"--policy-ref", "nope"}, []string{"tool_id"}, []string{"workspace."}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, stderr, code := runTool(t, dir, append([]string{"tools", "--addr", srv.addr}, tc.args...)...)
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			for _, a := range tc.avoid {
+				if strings.Contains(out, a) {
+					t.Errorf("output lists %q, which policy denies:\n%s", a, out)
+				}
+			}
+		})
+	}
+}

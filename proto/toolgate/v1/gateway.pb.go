@@ -25,6 +25,185 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ListToolsRequest filters the catalog.
+type ListToolsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Words that must all appear (case-insensitively) in a tool's id,
+	// description, tags, package or driver; empty matches every tool.
+	Query string `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
+	// The most tools to return; 0 means 100, and at most 1000 are returned.
+	Limit int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Policy set to check with; "policy.default" when empty.
+	PolicyRef     string `protobuf:"bytes,3,opt,name=policy_ref,json=policyRef,proto3" json:"policy_ref,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListToolsRequest) Reset() {
+	*x = ListToolsRequest{}
+	mi := &file_toolgate_v1_gateway_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListToolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListToolsRequest) ProtoMessage() {}
+
+func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolgate_v1_gateway_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
+func (*ListToolsRequest) Descriptor() ([]byte, []int) {
+	return file_toolgate_v1_gateway_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ListToolsRequest) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
+}
+
+func (x *ListToolsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListToolsRequest) GetPolicyRef() string {
+	if x != nil {
+		return x.PolicyRef
+	}
+	return ""
+}
+
+// ListToolsResponse lists tools, sorted by id.
+type ListToolsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tools         []*ToolInfo            `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListToolsResponse) Reset() {
+	*x = ListToolsResponse{}
+	mi := &file_toolgate_v1_gateway_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListToolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListToolsResponse) ProtoMessage() {}
+
+func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolgate_v1_gateway_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
+func (*ListToolsResponse) Descriptor() ([]byte, []int) {
+	return file_toolgate_v1_gateway_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListToolsResponse) GetTools() []*ToolInfo {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+// ToolInfo describes one tool of the catalog.
+type ToolInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ToolId        string                 `protobuf:"bytes,1,opt,name=tool_id,json=toolId,proto3" json:"tool_id,omitempty"`
+	Description   string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	Driver        string                 `protobuf:"bytes,3,opt,name=driver,proto3" json:"driver,omitempty"`
+	Tags          []string               `protobuf:"bytes,4,rep,name=tags,proto3" json:"tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolInfo) Reset() {
+	*x = ToolInfo{}
+	mi := &file_toolgate_v1_gateway_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolInfo) ProtoMessage() {}
+
+func (x *ToolInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_toolgate_v1_gateway_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolInfo.ProtoReflect.Descriptor instead.
+func (*ToolInfo) Descriptor() ([]byte, []int) {
+	return file_toolgate_v1_gateway_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ToolInfo) GetToolId() string {
+	if x != nil {
+		return x.ToolId
+	}
+	return ""
+}
+
+func (x *ToolInfo) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *ToolInfo) GetDriver() string {
+	if x != nil {
+		return x.Driver
+	}
+	return ""
+}
+
+func (x *ToolInfo) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
 // RunToolRequest asks for one tool call.
 type RunToolRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -43,7 +222,7 @@ type RunToolRequest struct {
 
 func (x *RunToolRequest) Reset() {
 	*x = RunToolRequest{}
-	mi := &file_toolgate_v1_gateway_proto_msgTypes[0]
+	mi := &file_toolgate_v1_gateway_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -55,7 +234,7 @@ func (x *RunToolRequest) String() string {
 func (*RunToolRequest) ProtoMessage() {}
 
 func (x *RunToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolgate_v1_gateway_proto_msgTypes[0]
+	mi := &file_toolgate_v1_gateway_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -68,7 +247,7 @@ func (x *RunToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunToolRequest.ProtoReflect.Descriptor instead.
 func (*RunToolRequest) Descriptor() ([]byte, []int) {
-	return file_toolgate_v1_gateway_proto_rawDescGZIP(), []int{0}
+	return file_toolgate_v1_gateway_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RunToolRequest) GetRequestId() string {
@@ -114,7 +293,7 @@ type RunContext struct {
 
 func (x *RunContext) Reset() {
 	*x = RunContext{}
-	mi := &file_toolgate_v1_gateway_proto_msgTypes[1]
+	mi := &file_toolgate_v1_gateway_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -126,7 +305,7 @@ func (x *RunContext) String() string {
 func (*RunContext) ProtoMessage() {}
 
 func (x *RunContext) ProtoReflect() protoreflect.Message {
-	mi := &file_toolgate_v1_gateway_proto_msgTypes[1]
+	mi := &file_toolgate_v1_gateway_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -139,7 +318,7 @@ func (x *RunContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunContext.ProtoReflect.Descriptor instead.
 func (*RunContext) Descriptor() ([]byte, []int) {
-	return file_toolgate_v1_gateway_proto_rawDescGZIP(), []int{1}
+	return file_toolgate_v1_gateway_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RunContext) GetRunId() string {
@@ -188,7 +367,7 @@ type RunToolResponse struct {
 
 func (x *RunToolResponse) Reset() {
 	*x = RunToolResponse{}
-	mi := &file_toolgate_v1_gateway_proto_msgTypes[2]
+	mi := &file_toolgate_v1_gateway_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -200,7 +379,7 @@ func (x *RunToolResponse) String() string {
 func (*RunToolResponse) ProtoMessage() {}
 
 func (x *RunToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolgate_v1_gateway_proto_msgTypes[2]
+	mi := &file_toolgate_v1_gateway_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -213,7 +392,7 @@ func (x *RunToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunToolResponse.ProtoReflect.Descriptor instead.
 func (*RunToolResponse) Descriptor() ([]byte, []int) {
-	return file_toolgate_v1_gateway_proto_rawDescGZIP(), []int{2}
+	return file_toolgate_v1_gateway_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RunToolResponse) GetOk() bool {
@@ -289,7 +468,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_toolgate_v1_gateway_proto_msgTypes[3]
+	mi := &file_toolgate_v1_gateway_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -301,7 +480,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_toolgate_v1_gateway_proto_msgTypes[3]
+	mi := &file_toolgate_v1_gateway_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -314,7 +493,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_toolgate_v1_gateway_proto_rawDescGZIP(), []int{3}
+	return file_toolgate_v1_gateway_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ToolResult) GetExitCode() int32 {
@@ -360,7 +539,7 @@ type PolicyCheck struct {
 
 func (x *PolicyCheck) Reset() {
 	*x = PolicyCheck{}
-	mi := &file_toolgate_v1_gateway_proto_msgTypes[4]
+	mi := &file_toolgate_v1_gateway_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -372,7 +551,7 @@ func (x *PolicyCheck) String() string {
 func (*PolicyCheck) ProtoMessage() {}
 
 func (x *PolicyCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_toolgate_v1_gateway_proto_msgTypes[4]
+	mi := &file_toolgate_v1_gateway_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -385,7 +564,7 @@ func (x *PolicyCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyCheck.ProtoReflect.Descriptor instead.
 func (*PolicyCheck) Descriptor() ([]byte, []int) {
-	return file_toolgate_v1_gateway_proto_rawDescGZIP(), []int{4}
+	return file_toolgate_v1_gateway_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PolicyCheck) GetDecision() string {
@@ -423,7 +602,7 @@ type RunToolFailure struct {
 
 func (x *RunToolFailure) Reset() {
 	*x = RunToolFailure{}
-	mi := &file_toolgate_v1_gateway_proto_msgTypes[5]
+	mi := &file_toolgate_v1_gateway_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -435,7 +614,7 @@ func (x *RunToolFailure) String() string {
 func (*RunToolFailure) ProtoMessage() {}
 
 func (x *RunToolFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_toolgate_v1_gateway_proto_msgTypes[5]
+	mi := &file_toolgate_v1_gateway_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -448,7 +627,7 @@ func (x *RunToolFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunToolFailure.ProtoReflect.Descriptor instead.
 func (*RunToolFailure) Descriptor() ([]byte, []int) {
-	return file_toolgate_v1_gateway_proto_rawDescGZIP(), []int{5}
+	return file_toolgate_v1_gateway_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RunToolFailure) GetEvidenceRefs() []string {
@@ -469,7 +648,19 @@ var File_toolgate_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_toolgate_v1_gateway_proto_rawDesc = "" +
 	"\n" +
-	"\x19toolgate/v1/gateway.proto\x12\vtoolgate.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xa0\x01\n" +
+	"\x19toolgate/v1/gateway.proto\x12\vtoolgate.v1\x1a\x1cgoogle/protobuf/struct.proto\"]\n" +
+	"\x10ListToolsRequest\x12\x14\n" +
+	"\x05query\x18\x01 \x01(\tR\x05query\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"policy_ref\x18\x03 \x01(\tR\tpolicyRef\"@\n" +
+	"\x11ListToolsResponse\x12+\n" +
+	"\x05tools\x18\x01 \x03(\v2\x15.toolgate.v1.ToolInfoR\x05tools\"q\n" +
+	"\bToolInfo\x12\x17\n" +
+	"\atool_id\x18\x01 \x01(\tR\x06toolId\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x16\n" +
+	"\x06driver\x18\x03 \x01(\tR\x06driver\x12\x12\n" +
+	"\x04tags\x18\x04 \x03(\tR\x04tags\"\xa0\x01\n" +
 	"\x0eRunToolRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x17\n" +
@@ -506,9 +697,10 @@ const file_toolgate_v1_gateway_proto_rawDesc = "" +
 	"\x0eRunToolFailure\x12#\n" +
 	"\revidence_refs\x18\x01 \x03(\tR\fevidenceRefs\x12\x1d\n" +
 	"\n" +
-	"engine_ref\x18\x02 \x01(\tR\tengineRef2S\n" +
+	"engine_ref\x18\x02 \x01(\tR\tengineRef2\x9f\x01\n" +
 	"\vToolGateway\x12D\n" +
-	"\aRunTool\x12\x1b.toolgate.v1.RunToolRequest\x1a\x1c.toolgate.v1.RunToolResponseB;Z9github.com/toolgate/toolgate/proto/toolgate/v1;toolgatev1b\x06proto3"
+	"\aRunTool\x12\x1b.toolgate.v1.RunToolRequest\x1a\x1c.toolgate.v1.RunToolResponse\x12J\n" +
+	"\tListTools\x12\x1d.toolgate.v1.ListToolsRequest\x1a\x1e.toolgate.v1.ListToolsResponseB;Z9github.com/toolgate/toolgate/proto/toolgate/v1;toolgatev1b\x06proto3"
 
 var (
 	file_toolgate_v1_gateway_proto_rawDescOnce sync.Once
@@ -522,30 +714,36 @@ func file_toolgate_v1_gateway_proto_rawDescGZIP() []byte {
 	return file_toolgate_v1_gateway_proto_rawDescData
 }
 
-var file_toolgate_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_toolgate_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_toolgate_v1_gateway_proto_goTypes = []any{
-	(*RunToolRequest)(nil),  // 0: toolgate.v1.RunToolRequest
-	(*RunContext)(nil),      // 1: toolgate.v1.RunContext
-	(*RunToolResponse)(nil), // 2: toolgate.v1.RunToolResponse
-	(*ToolResult)(nil),      // 3: toolgate.v1.ToolResult
-	(*PolicyCheck)(nil),     // 4: toolgate.v1.PolicyCheck
-	(*RunToolFailure)(nil),  // 5: toolgate.v1.RunToolFailure
-	(*structpb.Struct)(nil), // 6: google.protobuf.Struct
-	(*structpb.Value)(nil),  // 7: google.protobuf.Value
+	(*ListToolsRequest)(nil),  // 0: toolgate.v1.ListToolsRequest
+	(*ListToolsResponse)(nil), // 1: toolgate.v1.ListToolsResponse
+	(*ToolInfo)(nil),          // 2: toolgate.v1.ToolInfo
+	(*RunToolRequest)(nil),    // 3: toolgate.v1.RunToolRequest
+	(*RunContext)(nil),        // 4: toolgate.v1.RunContext
+	(*RunToolResponse)(nil),   // 5: toolgate.v1.RunToolResponse
+	(*ToolResult)(nil),        // 6: toolgate.v1.ToolResult
+	(*PolicyCheck)(nil),       // 7: toolgate.v1.PolicyCheck
+	(*RunToolFailure)(nil),    // 8: toolgate.v1.RunToolFailure
+	(*structpb.Struct)(nil),   // 9: google.protobuf.Struct
+	(*structpb.Value)(nil),    // 10: google.protobuf.Value
 }
 var file_toolgate_v1_gateway_proto_depIdxs = []int32{
-	6, // 0: toolgate.v1.RunToolRequest.args:type_name -> google.protobuf.Struct
-	1, // 1: toolgate.v1.RunToolRequest.ctx:type_name -> toolgate.v1.RunContext
-	3, // 2: toolgate.v1.RunToolResponse.tool_result:type_name -> toolgate.v1.ToolResult
-	4, // 3: toolgate.v1.RunToolResponse.policy_check:type_name -> toolgate.v1.PolicyCheck
-	7, // 4: toolgate.v1.ToolResult.data:type_name -> google.protobuf.Value
-	0, // 5: toolgate.v1.ToolGateway.RunTool:input_type -> toolgate.v1.RunToolRequest
-	2, // 6: toolgate.v1.ToolGateway.RunTool:output_type -> toolgate.v1.RunToolResponse
-	6, // [6:7] is the sub-list for method output_type
-	5, // [5:6] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	2,  // 0: toolgate.v1.ListToolsResponse.tools:type_name -> toolgate.v1.ToolInfo
+	9,  // 1: toolgate.v1.RunToolRequest.args:type_name -> google.protobuf.Struct
+	4,  // 2: toolgate.v1.RunToolRequest.ctx:type_name -> toolgate.v1.RunContext
+	6,  // 3: toolgate.v1.RunToolResponse.tool_result:type_name -> toolgate.v1.ToolResult
+	7,  // 4: toolgate.v1.RunToolResponse.policy_check:type_name -> toolgate.v1.PolicyCheck
+	10, // 5: toolgate.v1.ToolResult.data:type_name -> google.protobuf.Value
+	3,  // 6: toolgate.v1.ToolGateway.RunTool:input_type -> toolgate.v1.RunToolRequest
+	0,  // 7: toolgate.v1.ToolGateway.ListTools:input_type -> toolgate.v1.ListToolsRequest
+	5,  // 8: toolgate.v1.ToolGateway.RunTool:output_type -> toolgate.v1.RunToolResponse
+	1,  // 9: toolgate.v1.ToolGateway.ListTools:output_type -> toolgate.v1.ListToolsResponse
+	8,  // [8:10] is the sub-list for method output_type
+	6,  // [6:8] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_toolgate_v1_gateway_proto_init() }
@@ -559,7 +757,7 @@ func file_toolgate_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_toolgate_v1_gateway_proto_rawDesc), len(file_toolgate_v1_gateway_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,7 +22,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ToolGateway_RunTool_FullMethodName = "/toolgate.v1.ToolGateway/RunTool"
+	ToolGateway_RunTool_FullMethodName   = "/toolgate.v1.ToolGateway/RunTool"
+	ToolGateway_ListTools_FullMethodName = "/toolgate.v1.ToolGateway/ListTools"
 )
 
 // ToolGatewayClient is the client API for ToolGateway service.
@@ -40,6 +41,12 @@ type ToolGatewayClient interface {
 	// unfinished, UNAVAILABLE when the evidence store or the executor cannot be
 	// reached (with a RunToolFailure in the status details).
 	RunTool(ctx context.Context, in *RunToolRequest, opts ...grpc.CallOption) (*RunToolResponse, error)
+	// ListTools lists the catalog's tools that match a query and that the
+	// caller could be allowed to run under a policy set. Each tool is
+	// checked with empty arguments, so rules about arguments can still deny
+	// a listed tool when it is called. Registry-style ids
+	// ("<package>::<export>") are not listed: there is no end to them.
+	ListTools(ctx context.Context, in *ListToolsRequest, opts ...grpc.CallOption) (*ListToolsResponse, error)
 }
 
 type toolGatewayClient struct {
@@ -54,6 +61,16 @@ func (c *toolGatewayClient) RunTool(ctx context.Context, in *RunToolRequest, opt
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RunToolResponse)
 	err := c.cc.Invoke(ctx, ToolGateway_RunTool_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *toolGatewayClient) ListTools(ctx context.Context, in *ListToolsRequest, opts ...grpc.CallOption) (*ListToolsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListToolsResponse)
+	err := c.cc.Invoke(ctx, ToolGateway_ListTools_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -75,6 +92,12 @@ type ToolGatewayServer interface {
 	// unfinished, UNAVAILABLE when the evidence store or the executor cannot be
 	// reached (with a RunToolFailure in the status details).
 	RunTool(context.Context, *RunToolRequest) (*RunToolResponse, error)
+	// ListTools lists the catalog's tools that match a query and that the
+	// caller could be allowed to run under a policy set. Each tool is
+	// checked with empty arguments, so rules about arguments can still deny
+	// a listed tool when it is called. Registry-style ids
+	// ("<package>::<export>") are not listed: there is no end to them.
+	ListTools(context.Context, *ListToolsRequest) (*ListToolsResponse, error)
 	mustEmbedUnimplementedToolGatewayServer()
 }
 
@@ -87,6 +110,9 @@ type UnimplementedToolGatewayServer struct{}
 
 func (UnimplementedToolGatewayServer) RunTool(context.Context, *RunToolRequest) (*RunToolResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RunTool not implemented")
+}
+func (UnimplementedToolGatewayServer) ListTools(context.Context, *ListToolsRequest) (*ListToolsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTools not implemented")
 }
 func (UnimplementedToolGatewayServer) mustEmbedUnimplementedToolGatewayServer() {}
 func (UnimplementedToolGatewayServer) testEmbeddedByValue()                     {}
@@ -127,6 +153,24 @@ func _ToolGateway_RunTool_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ToolGateway_ListTools_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListToolsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ToolGatewayServer).ListTools(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ToolGateway_ListTools_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ToolGatewayServer).ListTools(ctx, req.(*ListToolsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ToolGateway_ServiceDesc is the grpc.ServiceDesc for ToolGateway service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -137,6 +181,10 @@ var ToolGateway_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RunTool",
 			Handler:    _ToolGateway_RunTool_Handler,
+		},
+		{
+			MethodName: "ListTools",
+			Handler:    _ToolGateway_ListTools_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,116 @@
+// Package tpmjs is the driver that runs tools on a TPMJS executor over HTTP.
+//
+// A catalog tool maps onto one call of POST {URL}/execute-tool: the call's
+// Package is the npm package, Version its version, range or dist-tag ("" is
+// "latest"), Target the tool's export name, Args the tool's params and Env
+// the environment values the gateway resolved for it. The request carries
+// Content-Type: application/json, X-TPMJS-Protocol-Version: 1.0 and, when an
+// API key is configured, Authorization: Bearer <key>.
+//
+// # Validation before sending
+//
+// Some executors paste the package name and the version unquoted into a
+// shell command and the export name into generated code, so all three are
+// checked before a single byte leaves the gateway (see [ValidatePackageName],
+// [ValidateVersion] and [ValidateExportName]). A call that fails the checks
+// is a Result with exit code 2 and the executor receives nothing.
+//
+// The version grammar admits ranges with spaces, "<", ">" and "||", which
+// an executor that pastes the version into a shell still reads as shell
+// syntax: "<2.0.0" becomes a redirection and "||" a command list. The
+// grammar keeps every word harmless (no word is a bare version or starts
+// with "-", no other metacharacter is accepted), but the range itself does
+// not reach npm intact. For executors built from the Node templates, pin
+// exact versions or dist-tags in the catalog.
+//
+// # Results
+//
+// Every answer of the executor, whatever its HTTP status, becomes a
+// [drivers.Result]. Both wire formats are understood: protocol 1.0 with
+// "error": {"code", "message"} and protocol 1.1 with "error": "text" next to
+// "errorCode", "errorStage" and "retryable". Failures are grouped into
+// classes with distinct exit codes:
+//
+//	exit  class                       executor codes and other causes
+//	0     success                     "success": true
+//	1     tool execution failed       TOOL_EXECUTION_ERROR, TOOL_EXECUTION_FAILED;
+//	                                  "success": true with an output {"error": true, …}
+//	2     invalid request             INVALID_REQUEST; this driver's own validation;
+//	                                  HTTP 400 without a code
+//	3     package or tool unusable    PACKAGE_NOT_FOUND, PACKAGE_IMPORT_FAILED,
+//	                                  TOOL_NOT_FOUND, TOOL_INVALID, INVALID_TOOL,
+//	                                  SCHEMA_UNAVAILABLE, TOOL_CONFIGURATION_REQUIRED
+//	4     unauthorized                UNAUTHORIZED, AUTHENTICATION_REQUIRED;
+//	                                  HTTP 401 or 403 without a code
+//	5     executor error              INTERNAL_ERROR, EXECUTOR_INTERNAL_ERROR,
+//	                                  EXECUTOR_UNAVAILABLE, any unknown code; a body
+//	                                  that is not a JSON object of the protocol,
+//	                                  truncated, broken off or larger than
+//	                                  MaxResponseBytes; a redirect (never followed)
+//	124   timeout                     EXECUTION_TIMEOUT; the driver's own deadline
+//
+// Stdout is the tool's output as compact JSON text and Data the same output
+// decoded with numbers as [encoding/json.Number], so that no digit is lost;
+// both are empty when the answer has no "output". Data is always the tool's
+// own output and nothing else. Stderr is empty on success and "CODE:
+// message" on failure, where CODE is the executor's error code or one of
+// this driver's: INVALID_REQUEST (validation), INVALID_RESPONSE (unusable
+// body or redirect), TOOL_ERROR (a tool that caught its own error),
+// EXECUTION_TIMEOUT (the driver's deadline), and EXECUTOR_ERROR,
+// INVALID_REQUEST or UNAUTHORIZED for a failure whose body names no code,
+// with the HTTP status in the message. A protocol 1.1 failure ends with
+// "(errorStage: load, retryable: true)" so an operator can tell whether a
+// retry may help. Executor messages are cleaned (valid UTF-8, no control
+// characters but line breaks and tabs, at most 8 KiB); an unusable body is
+// quoted as a one-line excerpt of at most 200 bytes. executionTimeMs and the
+// protocol version of the answer appear in the trace only.
+//
+// A tool that catches its own failure and answers {"error": true,
+// "message": …} with "success": true is reported as a failure because it
+// did not do its work; an "error" field with any other value is ordinary
+// output.
+//
+// # Errors
+//
+// Run returns an error (the contract's "throw", reported to the caller as
+// UNAVAILABLE) only when no answer arrived: the connection was refused or
+// reset before the response headers, a name did not resolve, TLS failed,
+// the caller cancelled the context, or the driver was closed. Once the
+// response headers arrived, the executor has answered and the outcome is a
+// Result, even when the body then breaks off.
+//
+// # Time limits
+//
+// A call gets the shortest of the context's deadline, Config.CallTimeout,
+// and the executor's advertised maxExecutionTimeMs (from /info) plus a
+// margin of 10 seconds for the executor's package install and the network.
+// When that time runs out the call ends with exit code 124 and Stderr
+// "EXECUTION_TIMEOUT: …", whatever the executor is doing. The driver always
+// keeps its own deadline because executors do not report their own limits
+// reliably: the Node templates report a killed tool as TOOL_EXECUTION_ERROR
+// "Script exited with code null" (exit code 1, mapped by its code like any
+// other answer) and the Deno executor has no limit at all.
+//
+// # Probes and engine
+//
+// [Driver.Start] asks GET /health and GET /info in the background, now and
+// every ProbeInterval, each bounded by HealthTimeout; a busy executor can
+// take seconds to answer /health. Run never waits for a probe and failures
+// are only logged. [Driver.Engine] is "tpmjs" until a probe answered, then
+// "tpmjs:NAME/VERSION" from /info's name and version, or from /health's
+// runtime and implementationVersion where there is no /info (the Deno
+// executor): for example "tpmjs:railway-executor/1.0.0" or
+// "tpmjs:deno-executor/1.1.0". Both parts are reduced to short lowercase
+// slugs. What a probe learned stays when later probes fail.
+//
+// # Traces and logs
+//
+// When Config.Trace is set, every exchange with /execute-tool is handed to
+// it as a [drivers.Trace]: the request body as sent (env values included,
+// for the gateway to redact), the status, the response body cut to 64 KiB,
+// and what went wrong with the exchange itself. Headers are not part of a
+// trace, so the Authorization header never is. A call rejected by
+// validation sends nothing and leaves no trace. Logs name the driver, the
+// request id, the package and the export, never env values, params or the
+// API key.
+package tpmjs

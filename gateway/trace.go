@@ -1,0 +1,78 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/redact"
+)
+
+// traceFiles keeps a driver's local trace: one JSONL file per request,
+// <dir>/<request_id>.jsonl, each line one redacted exchange. Traces stay on
+// the gateway host; their paths go to local_evidence_paths, never to
+// evidence_refs.
+type traceFiles struct {
+	dir      string
+	redactor *redact.Redactor
+	mu       sync.Mutex // one writer at a time keeps lines whole
+}
+
+// Write appends t, redacted, to its request's trace file. The environment
+// values in the request are secrets of that call, so they are redacted
+// wherever they appear in the trace, echoed responses included.
+func (w *traceFiles) Write(t drivers.Trace) (string, error) {
+	if !requestIDPattern.MatchString(t.RequestID) {
+		return "", fmt.Errorf("trace: request id %q cannot name a file", t.RequestID)
+	}
+	raw, err := json.Marshal(t)
+	if err != nil {
+		return "", fmt.Errorf("trace: %w", err)
+	}
+	redacted, _, err := w.redactor.WithSecrets(traceEnvValues(t)...).JSON("trace", raw)
+	if err != nil {
+		return "", fmt.Errorf("trace: %w", err)
+	}
+	var line bytes.Buffer
+	if err := json.Compact(&line, redacted); err != nil {
+		return "", fmt.Errorf("trace: %w", err)
+	}
+	line.WriteByte('\n')
+
+	path := filepath.Join(w.dir, t.RequestID+".jsonl")
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("trace: %w", err)
+	}
+	_, err = f.Write(line.Bytes())
+	if closeErr := f.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return "", fmt.Errorf("trace: %w", err)
+	}
+	return path, nil
+}
+
+// traceEnvValues returns the environment values a traced request carried.
+func traceEnvValues(t drivers.Trace) []string {
+	env, _ := t.Request["env"].(map[string]any)
+	var values []string
+	for _, v := range env {
+		if s, ok := v.(string); ok {
+			values = append(values, s)
+		}
+	}
+	if env2, ok := t.Request["env"].(map[string]string); ok {
+		for _, v := range env2 {
+			values = append(values, v)
+		}
+	}
+	return values
+}
