@@ -34,6 +34,49 @@ type Call struct {
 	// gateway redacts every one of them from the evidence; a driver must
 	// never log them.
 	Env map[string]string
+	// Tools, when set, lets the driver call other tools on behalf of this
+	// call (guest code in a sandbox calling the host's tools). Each such
+	// call goes through the gateway's whole pipeline.
+	Tools ToolCaller
+}
+
+// ToolCaller runs nested tool calls for a driver whose downstream calls
+// tools back, such as an execbox runner's guest code. The gateway
+// implements it: every nested call gets its own policy decision (as
+// Action::"CallTool", with the parent's request id in its context), its own
+// redaction and its own evidence. A driver knows nothing of that; it only
+// sees the outcome.
+type ToolCaller interface {
+	// Tools lists the tools that may be offered to guest code, sorted by
+	// id. Policy still decides each call.
+	Tools() []ToolInfo
+	// CallTool runs the tool toolID with input (decoded JSON, or nil when
+	// the guest passed none) as a nested call of the current call. callID
+	// identifies the call within its parent; the same callID always maps
+	// to the same nested request id, so a retried parent never runs a
+	// nested call twice.
+	CallTool(ctx context.Context, callID, toolID string, input any) NestedResult
+}
+
+// ToolInfo describes a tool that may be offered to guest code.
+type ToolInfo struct {
+	ID          string
+	Description string
+}
+
+// NestedResult is the outcome of a nested call as guest code sees it.
+type NestedResult struct {
+	// RequestID is the nested call's own request id, under which its
+	// evidence is stored.
+	RequestID string
+	OK        bool
+	// Result is the tool's structured output when OK.
+	Result any
+	// Code and Message explain a failure: Code is one of the execbox error
+	// codes ("tool_error" for a denied or failed tool, "internal_error"
+	// for an unknown tool or a gateway failure, "validation_error" for
+	// input the gateway refused).
+	Code, Message string
 }
 
 // Trace is one exchange between a driver and its downstream, for the local
@@ -66,6 +109,10 @@ type Result struct {
 	Stderr   string
 	// Data is optional structured output; it must be encodable as JSON.
 	Data any
+	// Evidence holds facts the driver wants on record beside the result
+	// (for example which nested calls a sandbox made). The gateway stores
+	// it, redacted, in tool_result.json; the caller does not receive it.
+	Evidence map[string]any
 }
 
 // Driver runs tool calls against one downstream system.
