@@ -184,6 +184,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		ReceivedAt:           started.UTC(),
 		CanonicalRequestHash: hash,
 		Gateway:              g.engineBase,
+		ParentRequestID:      c.ParentRequestID,
 	})
 	if errors.Is(err, evidence.ErrExist) {
 		return g.resume(ctx, c, hash, engineRef)
@@ -202,7 +203,8 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	err = rec.put(ctx, evidence.ArtifactPolicyDecision, decisionRecord{
 		RequestID:       c.RequestID,
 		Caller:          caller,
-		Action:          policy.ActionRunTool,
+		Action:          c.action(),
+		ParentRequestID: c.ParentRequestID,
 		ToolID:          c.ToolID,
 		Driver:          tool.Driver,
 		Decision:        decisionWord(decision.Allow),
@@ -251,6 +253,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		Version:   tool.Version,
 		Args:      params,
 		Env:       env,
+		Tools:     &nestedCaller{g: g, caller: caller, parent: c, parentDriver: tool.Driver},
 	})
 	if dir, ok := g.traceDirs[tool.Driver]; ok {
 		if trace := filepath.Join(dir, c.RequestID+".jsonl"); fileExists(trace) {
@@ -272,6 +275,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		Stdout:     result.Stdout,
 		Stderr:     result.Stderr,
 		Data:       result.Data,
+		Evidence:   result.Evidence,
 	})
 	if err != nil {
 		return nil, rec.fail(ctx, codes.Internal, err)
@@ -301,16 +305,17 @@ func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, 
 		}
 	}
 	return g.decider.Decide(ctx, policy.Request{
-		Caller:    caller,
-		Action:    policy.ActionRunTool,
-		ToolID:    c.ToolID,
-		Driver:    tool.Driver,
-		Tool:      tool.attributes(),
-		RequestID: c.RequestID,
-		RunID:     c.RunID,
-		StepID:    c.StepID,
-		PolicyRef: c.PolicyRef,
-		Args:      args,
+		Caller:          caller,
+		Action:          c.action(),
+		ToolID:          c.ToolID,
+		Driver:          tool.Driver,
+		Tool:            tool.attributes(),
+		RequestID:       c.RequestID,
+		ParentRequestID: c.ParentRequestID,
+		RunID:           c.RunID,
+		StepID:          c.StepID,
+		PolicyRef:       c.PolicyRef,
+		Args:            args,
 	})
 }
 

@@ -32,10 +32,12 @@ type requestRecord struct {
 	ReceivedAt           time.Time       `json:"received_at"`
 	CanonicalRequestHash string          `json:"canonical_request_hash"`
 	Gateway              string          `json:"gateway"`
+	ParentRequestID      string          `json:"parent_request_id,omitempty"`
 }
 
 type decisionRecord struct {
 	RequestID       string    `json:"request_id"`
+	ParentRequestID string    `json:"parent_request_id,omitempty"`
 	Caller          string    `json:"caller"`
 	Action          string    `json:"action"`
 	ToolID          string    `json:"tool_id"`
@@ -60,6 +62,8 @@ type toolResultRecord struct {
 	Stdout     string    `json:"stdout"`
 	Stderr     string    `json:"stderr"`
 	Data       any       `json:"data,omitempty"`
+	// Evidence is what the driver put on record beside the result.
+	Evidence map[string]any `json:"evidence,omitempty"`
 }
 
 // contractResponse is response.json: the Executor Driver Contract's

@@ -37,6 +37,9 @@ type call struct {
 	RunID     string
 	StepID    string
 	PolicyRef string // effective: defaultPolicy when the caller gave none
+	// ParentRequestID is set on nested calls: the request whose sandboxed
+	// code made this call. Such calls are decided as Action::"CallTool".
+	ParentRequestID string
 	// Args is the canonical JSON of the arguments: keys sorted, numbers as
 	// JSON numbers. It is what is hashed, stored and decoded for drivers.
 	Args json.RawMessage

@@ -1,0 +1,161 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/policy"
+	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
+)
+
+// action is the Cedar action a call is decided as.
+func (c call) action() string {
+	if c.ParentRequestID != "" {
+		return policy.ActionCallTool
+	}
+	return policy.ActionRunTool
+}
+
+// Execbox error codes the gateway answers nested calls with.
+const (
+	nestedToolError       = "tool_error"
+	nestedInternalError   = "internal_error"
+	nestedValidationError = "validation_error"
+)
+
+// nestedCaller runs the tool calls that one parent call's sandboxed code
+// makes, each through the whole pipeline: a claim under its own request id,
+// a decision as Action::"CallTool" with the parent in its context,
+// redaction, evidence. Guest code can therefore reach no tool that the
+// caller could not call directly under the same policy.
+type nestedCaller struct {
+	g      *Gateway
+	caller string
+	parent call
+	// parentDriver's own tools are not offered: a sandbox starting
+	// sandboxes would nest without bound.
+	parentDriver string
+}
+
+// Tools lists the catalog's tools, except those of the parent's driver.
+func (n *nestedCaller) Tools() []drivers.ToolInfo {
+	var out []drivers.ToolInfo
+	for _, id := range n.g.catalogIDs() {
+		t := n.g.tools[id]
+		if t.Driver == n.parentDriver {
+			continue
+		}
+		out = append(out, drivers.ToolInfo{ID: id, Description: t.Description})
+	}
+	return out
+}
+
+// CallTool runs one nested call and translates its outcome for the guest.
+func (n *nestedCaller) CallTool(ctx context.Context, callID, toolID string, input any) drivers.NestedResult {
+	id := nestedRequestID(n.parent.RequestID, callID)
+	fail := func(code, format string, args ...any) drivers.NestedResult {
+		return drivers.NestedResult{RequestID: id, Code: code, Message: fmt.Sprintf(format, args...)}
+	}
+	if t, ok := n.g.tools[toolID]; !ok || t.Driver == n.parentDriver {
+		return fail(nestedInternalError, "unknown tool %q", toolID)
+	}
+	args, err := nestedArgs(input)
+	if err != nil {
+		return fail(nestedValidationError, "input for tool %s: %v", toolID, err)
+	}
+	c, err := parseRequest(&toolgatev1.RunToolRequest{
+		RequestId: id,
+		ToolId:    toolID,
+		Args:      args,
+		Ctx: &toolgatev1.RunContext{
+			RunId: n.parent.RunID, StepId: n.parent.StepID, PolicyRef: n.parent.PolicyRef,
+		},
+	})
+	if err != nil {
+		return fail(nestedValidationError, "input for tool %s: %v", toolID, err)
+	}
+	c.ParentRequestID = n.parent.RequestID
+	resp, err := n.g.run(ctx, n.caller, c)
+	if err != nil {
+		return fail(nestedInternalError, "nested call %s: %s", id, status.Convert(err).Message())
+	}
+	if pc := resp.GetPolicyCheck(); pc.GetDecision() != "allow" {
+		return fail(nestedToolError, "tool %s denied by policy (rule %s): %s", toolID, pc.GetRuleId(), pc.GetReason())
+	}
+	tr := resp.GetToolResult()
+	if !resp.GetOk() {
+		return fail(nestedToolError, "tool %s failed with exit code %d: %s", toolID, tr.GetExitCode(), tr.GetStderr())
+	}
+	result, err := nestedResult(tr)
+	if err != nil {
+		return fail(nestedInternalError, "result of tool %s: %v", toolID, err)
+	}
+	return drivers.NestedResult{RequestID: id, OK: true, Result: result}
+}
+
+// nestedArgs turns guest input into tool arguments: an object, or nothing.
+func nestedArgs(input any) (*structpb.Struct, error) {
+	if input == nil {
+		return &structpb.Struct{}, nil
+	}
+	raw, err := json.Marshal(input)
+	if err != nil {
+		return nil, err
+	}
+	var args structpb.Struct
+	if err := protojson.Unmarshal(raw, &args); err != nil {
+		return nil, fmt.Errorf("want an object of arguments")
+	}
+	return &args, nil
+}
+
+// nestedResult is what guest code receives from a successful tool: the
+// tool_result as the caller of RunTool would see it.
+func nestedResult(tr *toolgatev1.ToolResult) (any, error) {
+	out := map[string]any{"exit_code": tr.GetExitCode(), "stdout": tr.GetStdout(), "stderr": tr.GetStderr()}
+	if tr.GetData() != nil {
+		raw, err := protojson.Marshal(tr.GetData())
+		if err != nil {
+			return nil, err
+		}
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		var data any
+		if err := dec.Decode(&data); err != nil {
+			return nil, err
+		}
+		out["data"] = data
+	}
+	return out, nil
+}
+
+// plainCallID is a call id that can appear in a request id as it is.
+var plainCallID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,32}$`)
+
+// nestedRequestID derives a nested call's request id from its parent's and
+// the runner's call id: "<parent>:<callID>" when that is a valid request
+// id, else "<parent, shortened>:n-<digest>". It is a pure function, so the
+// same nested call always has the same id and its claim makes it run once.
+func nestedRequestID(parent, callID string) string {
+	if plainCallID.MatchString(callID) {
+		if id := parent + ":" + callID; requestIDPattern.MatchString(id) {
+			return id
+		}
+	}
+	sum := sha256.Sum256([]byte(parent + "\x00" + callID))
+	prefix := parent
+	if len(prefix) > 100 {
+		prefix = prefix[:100]
+	}
+	return prefix + ":n-" + hex.EncodeToString(sum[:8])
+}
