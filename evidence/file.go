@@ -92,14 +92,8 @@ func (s *FileStore) Close() error {
 // Put stores data under key if key is not yet stored. When it returns nil,
 // the file and every directory entry leading to it have been synced.
 func (s *FileStore) Put(ctx context.Context, key string, data []byte) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("evidence: put %q: %w", key, err)
-	}
-	if err := ValidKey(key); err != nil {
+	if err := checkPut(ctx, key, data); err != nil {
 		return err
-	}
-	if len(data) > MaxArtifactSize {
-		return fmt.Errorf("evidence: put %q: artifact is %d bytes, larger than the %d-byte limit", key, len(data), MaxArtifactSize)
 	}
 	dir := path.Dir(key)
 	if err := s.root.MkdirAll(dir, dirPerm); err != nil {

@@ -30,10 +30,7 @@ func (s *MemoryStore) Close() error { return nil }
 
 // Put stores a copy of data under key if key is not yet stored.
 func (s *MemoryStore) Put(ctx context.Context, key string, data []byte) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("evidence: put %q: %w", key, err)
-	}
-	if err := ValidKey(key); err != nil {
+	if err := checkPut(ctx, key, data); err != nil {
 		return err
 	}
 	// Copy before locking: the caller may reuse data once Put returns.

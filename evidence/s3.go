@@ -355,14 +355,8 @@ func (s *S3Store) Close() error {
 // request was sent, say) and the retry finds the key taken, Put succeeds
 // only if the stored object is the one that attempt wrote.
 func (s *S3Store) Put(ctx context.Context, key string, data []byte) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("evidence: put %q: %w", key, err)
-	}
-	if err := ValidKey(key); err != nil {
+	if err := checkPut(ctx, key, data); err != nil {
 		return err
-	}
-	if len(data) > MaxArtifactSize {
-		return fmt.Errorf("evidence: put %q: artifact is %d bytes, larger than the %d-byte limit", key, len(data), MaxArtifactSize)
 	}
 	body := encodeBody(data, s.threshold)
 	sum := sha256.Sum256(body)

@@ -9,6 +9,7 @@ package evidence
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // ErrExist is returned (wrapped) by Put when the key is already stored.
@@ -38,4 +39,19 @@ type Store interface {
 	// millions of artifacts can be audited. It stops at and returns the
 	// first error fn returns.
 	Walk(ctx context.Context, prefix string, fn func(key string) error) error
+}
+
+// checkPut makes the checks every backend makes before a write: the call
+// is still wanted, the key is valid and the artifact not too large.
+func checkPut(ctx context.Context, key string, data []byte) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("evidence: put %q: %w", key, err)
+	}
+	if err := ValidKey(key); err != nil {
+		return err
+	}
+	if len(data) > MaxArtifactSize {
+		return fmt.Errorf("evidence: put %q: artifact is %d bytes, larger than the %d-byte limit", key, len(data), MaxArtifactSize)
+	}
+	return nil
 }

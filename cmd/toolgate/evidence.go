@@ -150,6 +150,17 @@ func (f *storeFlags) resolve() (url, spoolDir string, err error) {
 // openStore opens a store for reading. Unlike the gateway, an auditor's
 // command never creates a missing file:// folder: a typing mistake must
 // not look like an empty store.
+// open opens the store the flags name, and returns the configuration's
+// spool folder as resolve does.
+func (f *storeFlags) open(ctx context.Context) (evidence.StoreCloser, string, error) {
+	url, spoolDir, err := f.resolve()
+	if err != nil {
+		return nil, "", err
+	}
+	store, err := openStore(ctx, url)
+	return store, spoolDir, err
+}
+
 func openStore(ctx context.Context, url string) (evidence.StoreCloser, error) {
 	if dir, ok := strings.CutPrefix(url, "file://"); ok {
 		if err := requireDir(dir); err != nil {
@@ -200,11 +211,7 @@ func evidenceLs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 	}
-	url, _, err := sf.resolve()
-	if err != nil {
-		return err
-	}
-	store, err := openStore(ctx, url)
+	store, _, err := sf.open(ctx)
 	if err != nil {
 		return err
 	}
@@ -358,11 +365,7 @@ func evidenceShow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return errUsage
 	}
 	id := pos[0]
-	url, _, err := sf.resolve()
-	if err != nil {
-		return err
-	}
-	store, err := openStore(ctx, url)
+	store, _, err := sf.open(ctx)
 	if err != nil {
 		return err
 	}
@@ -489,10 +492,11 @@ func evidenceVerify(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 		opts.TrustedKeys = append(opts.TrustedKeys, pub)
 	}
-	url, spoolDir, err := sf.resolve()
+	store, spoolDir, err := sf.open(ctx)
 	if err != nil {
 		return exitError, err
 	}
+	defer store.Close()
 	switch *spoolArg {
 	case "":
 		// The configuration's spool is used only if it is there: an
@@ -508,11 +512,6 @@ func evidenceVerify(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 		spoolDir = *spoolArg
 	}
-	store, err := openStore(ctx, url)
-	if err != nil {
-		return exitError, err
-	}
-	defer store.Close()
 	if spoolDir != "" {
 		// A spool is a folder in the file store's layout.
 		spool, err := evidence.NewFileStore(spoolDir)
