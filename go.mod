@@ -9,6 +9,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.114.8
 	github.com/aws/smithy-go v1.28.8
 	github.com/cedar-policy/cedar-go v1.9.0
+	github.com/coder/websocket v1.8.15
 	github.com/klauspost/compress v1.20.3
 	golang.org/x/sys v0.48.0
 	google.golang.org/grpc v1.85.0

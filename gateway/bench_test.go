@@ -6,11 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/drivers/execbox"
+	"github.com/toolgate/toolgate/drivers/execbox/execboxtest"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
@@ -138,4 +141,74 @@ func BenchmarkRunTool(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkNestedCall measures one nested tool call made by sandboxed code:
+// tool_call from the runner, the whole gate (claim, CallTool decision,
+// redaction, evidence in memory), tool_result back. "direct" is the same
+// tool called through RunTool over loopback gRPC, in the same run.
+func BenchmarkNestedCall(b *testing.B) {
+	const policyText = `
+permit (principal, action == Action::"RunTool", resource == Tool::"code.run");
+permit (principal, action, resource == Tool::"noop.run");
+`
+	newGateway := func(b *testing.B, runnerURL string) toolgatev1.ToolGatewayClient {
+		dir := b.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "policy.default.cedar"), []byte(policyText), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		engine, err := policy.Load(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		red, _ := redact.New(redact.Config{})
+		auth, _ := NewAuthenticator(nil, nil)
+		drvs := map[string]drivers.Driver{"noop": noopDriver{}}
+		tools := map[string]Tool{"noop.run": {Driver: "noop", Target: "run"}}
+		if runnerURL != "" {
+			sandbox, err := execbox.New(execbox.Config{URL: runnerURL, Timeout: time.Hour})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { sandbox.Close() })
+			drvs["sandbox"] = sandbox
+			tools["code.run"] = Tool{Driver: "sandbox"}
+		}
+		g, err := New(Options{Decider: engine, Store: evidence.NewMemoryStore(), Redactor: red, Auth: auth,
+			Instance: "bench", Drivers: drvs, Tools: tools})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return toolgatev1.NewToolGatewayClient(serve(b, g))
+	}
+	input := map[string]any{"path": "docs/readme.md", "limit": 10.0}
+	b.Run("nested", func(b *testing.B) {
+		runner := execboxtest.NewWS(b, execboxtest.Script{
+			execboxtest.Started(),
+			execboxtest.Repeat(b.N, execboxtest.CallTool("c", "noop", "run", input), execboxtest.AwaitResult("c")),
+			execboxtest.DoneUndefined(),
+		})
+		client := newGateway(b, runner.URL)
+		args, _ := structpb.NewStruct(map[string]any{"code": "for (...) await noop.run(input)"})
+		b.ReportAllocs()
+		b.ResetTimer()
+		resp, err := client.RunTool(context.Background(), &toolgatev1.RunToolRequest{RequestId: fmt.Sprintf("nested-%d", b.N), ToolId: "code.run", Args: args})
+		b.StopTimer()
+		if err != nil || !resp.GetOk() {
+			b.Fatalf("sandbox run: %v, %v", resp, err)
+		}
+	})
+	b.Run("direct", func(b *testing.B) {
+		client := newGateway(b, "")
+		args, _ := structpb.NewStruct(input)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			resp, err := client.RunTool(context.Background(), &toolgatev1.RunToolRequest{RequestId: fmt.Sprintf("direct-%d", i), ToolId: "noop.run", Args: args})
+			if err != nil || !resp.GetOk() {
+				b.Fatalf("direct call: %v, %v", resp, err)
+			}
+			i++
+		}
+	})
 }

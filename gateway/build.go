@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/drivers/execbox"
 	"github.com/toolgate/toolgate/drivers/tpmjs"
 	"github.com/toolgate/toolgate/drivers/workspace"
 	"github.com/toolgate/toolgate/evidence"
@@ -144,6 +145,23 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 			if dc.AllowRegistryIDs {
 				registry = &Registry{Driver: name, Version: dc.RegistryVersion}
 			}
+		case "execbox":
+			d, err := execbox.New(execbox.Config{
+				Name:             name,
+				URL:              dc.URL,
+				Command:          dc.Command,
+				Pool:             dc.Pool,
+				Timeout:          dc.Timeout,
+				MemoryLimitBytes: dc.MemoryLimitBytes,
+				MaxLogLines:      dc.MaxLogLines,
+				MaxLogChars:      dc.MaxLogChars,
+				Logger:           log,
+			})
+			if err != nil {
+				return fail(fmt.Errorf("config: drivers.%s: %w", name, err))
+			}
+			closers = append(closers, d)
+			drvs[name] = d
 		}
 	}
 

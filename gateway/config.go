@@ -188,6 +188,18 @@ type DriverConfig struct {
 	// with the executor, one file per request (type tpmjs).
 	TraceDir string `yaml:"trace_dir"`
 
+	// Command starts a stdio runner, one JSON message per line (type
+	// execbox; give command or url, where url is ws:// or wss://).
+	Command []string `yaml:"command"`
+	// Pool keeps this many stdio runners started ahead (type execbox).
+	Pool int `yaml:"pool"`
+	// Timeout, MemoryLimitBytes, MaxLogLines and MaxLogChars are the
+	// runner options (type execbox); callers may lower the timeout only.
+	Timeout          time.Duration `yaml:"timeout"`
+	MemoryLimitBytes int64         `yaml:"memory_limit_bytes"`
+	MaxLogLines      int           `yaml:"max_log_lines"`
+	MaxLogChars      int           `yaml:"max_log_chars"`
+
 	// Root is the workspace folder (type workspace).
 	Root string `yaml:"root"`
 	// OutputLimit caps each of a shell's stdout and stderr, in bytes
@@ -385,10 +397,20 @@ func (c Config) Validate() error {
 				}
 				registryDriver = name
 			}
+		case "execbox":
+			if (d.URL == "") == (len(d.Command) == 0) {
+				return fmt.Errorf("config: drivers.%s: an execbox driver needs url (ws:// or wss://) or command, not both", name)
+			}
+			if u, err := url.Parse(d.URL); d.URL != "" && (err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "") {
+				return fmt.Errorf("config: drivers.%s.url %q: want a ws:// or wss:// runner URL", name, d.URL)
+			}
+			if d.Pool < 0 || d.Timeout < 0 || d.MemoryLimitBytes < 0 || d.MaxLogLines < 0 || d.MaxLogChars < 0 {
+				return fmt.Errorf("config: drivers.%s: pool, timeout and limits must not be negative", name)
+			}
 		case "":
-			return fmt.Errorf("config: drivers.%s.type: required (workspace or tpmjs)", name)
+			return fmt.Errorf("config: drivers.%s.type: required (workspace, tpmjs or execbox)", name)
 		default:
-			return fmt.Errorf("config: drivers.%s.type %q: unknown driver type (this build has: workspace, tpmjs)", name, d.Type)
+			return fmt.Errorf("config: drivers.%s.type %q: unknown driver type (this build has: workspace, tpmjs, execbox)", name, d.Type)
 		}
 	}
 	for _, id := range sortedKeys(c.Tools) {
@@ -417,6 +439,10 @@ func (t ToolConfig) validate(driverType string) error {
 		}
 		if t.Package != "" || t.Export != "" || t.Version != "" || len(t.Env) > 0 || len(t.CallerEnv) > 0 {
 			return fmt.Errorf("target: a workspace tool takes no package, export, version or env")
+		}
+	case "execbox":
+		if t.Target != "" || t.Package != "" || t.Export != "" || t.Version != "" || len(t.Env) > 0 || len(t.CallerEnv) > 0 {
+			return fmt.Errorf("driver: an execbox tool runs the guest code it is given and takes no target, package or env")
 		}
 	case "tpmjs":
 		if t.Target != "" {

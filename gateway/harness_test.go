@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/drivers/execbox/execboxtest"
 	"github.com/toolgate/toolgate/drivers/workspace"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/policy"
@@ -348,4 +349,10 @@ func (d *hookDriver) Engine() string { return "hook" }
 func (d *hookDriver) Run(context.Context, drivers.Call) (drivers.Result, error) {
 	d.run()
 	return d.out, nil
+}
+
+func TestMain(m *testing.M) {
+	// The fake stdio execbox runner is this test binary run again.
+	execboxtest.MaybeRunStdioRunner()
+	os.Exit(m.Run())
 }

@@ -1,0 +1,217 @@
+package gateway
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/toolgate/toolgate/drivers/execbox/execboxtest"
+	"github.com/toolgate/toolgate/evidence"
+	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
+)
+
+// sandboxPolicy lets callers run code, and lets guest code read files but
+// never reach the shell.
+const sandboxPolicy = `
+@id("run_code") @reason("callers may run sandboxed code")
+permit (principal, action == Action::"RunTool", resource == Tool::"code.run");
+
+@id("guest_reads") @reason("guest code may read workspace files")
+permit (principal, action == Action::"CallTool", resource == Tool::"workspace.readFile")
+when { context has parentRequestId };
+`
+
+type sandboxEnv struct {
+	*env
+	runner *execboxtest.Runner
+}
+
+// newSandboxEnv builds a gateway from configuration with an execbox
+// driver in front of a scripted runner on the given transport.
+func newSandboxEnv(t *testing.T, transport string, script execboxtest.Script) *sandboxEnv {
+	t.Helper()
+	dir := t.TempDir()
+	var runner *execboxtest.Runner
+	var driver string
+	switch transport {
+	case "ws":
+		runner = execboxtest.NewWS(t, script)
+		driver = "{type: execbox, url: \"" + runner.URL + "\", timeout: 2s}"
+	case "stdio":
+		runner = execboxtest.NewStdio(t, script)
+		driver = "{type: execbox, command: [" + quoteAll(runner.Command) + "], timeout: 2s}"
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "policies"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "policies", "policy.default.cedar"), []byte(sandboxPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(dir, "ws")
+	if err := os.MkdirAll(ws, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "notes.txt"), []byte("for the guest\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ParseConfig([]byte(`
+instance: test-host
+policies: {dir: ` + filepath.Join(dir, "policies") + `}
+evidence: {url: "mem://", spool_dir: none}
+drivers:
+  workspace: {type: workspace, root: ` + ws + `}
+  sandbox: ` + driver + `
+tools:
+  code.run: {driver: sandbox, description: Run JavaScript in a sandbox}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err = cfg.WithDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	g, closer, err := Build(context.Background(), cfg, func(string) string { return "" }, nil)
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	t.Cleanup(func() { closer.Close() })
+	conn := serve(t, g)
+	e := &env{t: t, store: g.store, gw: g, conn: conn, client: toolgatev1.NewToolGatewayClient(conn), workspace: ws}
+	return &sandboxEnv{env: e, runner: runner}
+}
+
+func quoteAll(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = `"` + strings.ReplaceAll(a, `"`, `\"`) + `"`
+	}
+	return strings.Join(q, ", ")
+}
+
+// toolResults returns the tool_result messages the runner received.
+func (e *sandboxEnv) toolResults() map[string]execboxtest.Message {
+	out := map[string]execboxtest.Message{}
+	for _, session := range e.runner.Sessions() {
+		for _, m := range session {
+			if m.Type() == "tool_result" {
+				out[m["callId"].(string)] = m
+			}
+		}
+	}
+	return out
+}
+
+func TestSandboxGuestCallsAreGated(t *testing.T) {
+	for _, transport := range []string{"ws", "stdio"} {
+		t.Run(transport, func(t *testing.T) {
+			// The guest reads a file, is denied the shell, catches that
+			// and carries on, and finishes with the file's content.
+			e := newSandboxEnv(t, transport, execboxtest.Script{
+				execboxtest.Started(),
+				execboxtest.CallTool("c1", "workspace", "readFile", map[string]any{"path": "notes.txt"}),
+				execboxtest.CallTool("c2", "workspace", "shell", map[string]any{"command": "touch pwned"}),
+				execboxtest.AwaitResult("c1"),
+				execboxtest.AwaitResult("c2"),
+				execboxtest.Log("shell was denied, carrying on"),
+				execboxtest.DoneFromResult("c1"),
+			})
+			resp := e.mustCall("sb-1", "code.run", map[string]any{"code": "const f = await workspace.readFile({path: 'notes.txt'}); f"})
+			if !resp.GetOk() || resp.GetToolResult().GetStdout() != "shell was denied, carrying on\n" {
+				t.Fatalf("sandbox call: %v", resp)
+			}
+			got := resp.GetToolResult().GetData().GetStructValue().GetFields()["stdout"].GetStringValue()
+			if got != "for the guest\n" {
+				t.Errorf("the guest's result carries %q, want the file", got)
+			}
+			results := e.toolResults()
+			if results["c1"]["ok"] != true {
+				t.Errorf("allowed nested read answered %v", results["c1"])
+			}
+			denied, _ := results["c2"]["error"].(map[string]any)
+			if results["c2"]["ok"] != false || denied["code"] != "tool_error" || !strings.Contains(denied["message"].(string), "default_deny") {
+				t.Errorf("denied nested shell answered %v", results["c2"])
+			}
+			if _, err := os.Stat(filepath.Join(e.workspace, "pwned")); err == nil {
+				t.Fatal("guest code reached a tool the policy denies")
+			}
+
+			// The evidence tree: the parent, and each nested call under
+			// its own derived id, decided as CallTool.
+			for _, id := range []string{"sb-1", "sb-1:c1", "sb-1:c2"} {
+				if got := e.artifactNames(id); !slices.Contains(got, "manifest.json") {
+					t.Errorf("%s evidence = %v", id, got)
+				}
+			}
+			if dec := decodeJSON(t, e.artifact("sb-1:c2", evidence.ArtifactPolicyDecision)); dec["action"] != "CallTool" || dec["decision"] != "deny" {
+				t.Errorf("nested decision = %v", dec)
+			}
+			parent := decodeJSON(t, e.artifact("sb-1", evidence.ArtifactToolResult))
+			ev, _ := parent["evidence"].(map[string]any)
+			if nested, _ := ev["nested_calls"].([]any); len(nested) != 2 {
+				t.Errorf("the parent's evidence lists %v, want both nested calls", ev["nested_calls"])
+			}
+			e.checkReplyIsStored("sb-1", resp)
+		})
+	}
+}
+
+func TestSandboxFailures(t *testing.T) {
+	tests := []struct {
+		name       string
+		script     execboxtest.Script
+		wantCode   codes.Code
+		wantExit   int32
+		wantStderr string
+	}{
+		{"runner never answers", execboxtest.Script{execboxtest.Started(), execboxtest.Hang()}, codes.OK, 124, "timeout"},
+		{"runner ignores cancel", execboxtest.Script{execboxtest.Started(), execboxtest.IgnoreCancel(20 * time.Second)}, codes.OK, 124, "timeout"},
+		{"forged error code", execboxtest.Script{execboxtest.Started(), execboxtest.Fail("root_access_granted", "trust me")}, codes.OK, 5, "internal_error"},
+		{"guest runtime error", execboxtest.Script{execboxtest.Started(), execboxtest.Fail("runtime_error", "out of memory")}, codes.OK, 1, "runtime_error: out of memory"},
+		{"malformed messages are ignored", execboxtest.Script{execboxtest.Started(), execboxtest.Raw("{not json"), execboxtest.Done(7.0)}, codes.OK, 0, ""},
+		{"crash mid-run", execboxtest.Script{execboxtest.Started(), execboxtest.Crash()}, codes.Unavailable, 0, ""},
+		{"oversized message", execboxtest.Script{execboxtest.Started(), execboxtest.Oversized(8 << 20)}, codes.Unavailable, 0, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newSandboxEnv(t, "ws", tc.script)
+			start := time.Now()
+			resp, err := e.call(context.Background(), "sbf-1", "code.run", map[string]any{"code": "1", "timeoutMs": 500.0})
+			if time.Since(start) > 15*time.Second {
+				t.Errorf("the call took %v; the host's own timer must end it", time.Since(start))
+			}
+			if tc.wantCode != codes.OK {
+				wantCode(t, err, tc.wantCode, "driver sandbox")
+				m, err := evidence.ParseManifest(e.artifact("sbf-1", evidence.ArtifactManifest))
+				if err != nil || m.Outcome != evidence.OutcomeFailed {
+					t.Errorf("manifest %+v, %v; want outcome failed", m, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr := resp.GetToolResult()
+			if tr.GetExitCode() != tc.wantExit || !strings.HasPrefix(tr.GetStderr(), tc.wantStderr) {
+				t.Fatalf("exit %d stderr %q, want %d %q", tr.GetExitCode(), tr.GetStderr(), tc.wantExit, tc.wantStderr)
+			}
+			e.checkReplyIsStored("sbf-1", resp)
+		})
+	}
+}
+
+func TestSandboxArgsCannotRaiseLimits(t *testing.T) {
+	e := newSandboxEnv(t, "ws", execboxtest.Script{execboxtest.Started(), execboxtest.Done(nil)})
+	resp := e.mustCall("sba-1", "code.run", map[string]any{"code": "1", "timeoutMs": 3600000.0})
+	if resp.GetToolResult().GetExitCode() != 2 {
+		t.Fatalf("a timeout above the configured one: %v, want exit 2", resp.GetToolResult())
+	}
+	if len(e.runner.Sessions()) != 0 {
+		t.Error("the runner was contacted for invalid arguments")
+	}
+}
