@@ -25,6 +25,10 @@ permit (principal, action == Action::"RunTool", resource == Tool::"code.run");
 @id("guest_reads") @reason("guest code may read workspace files")
 permit (principal, action == Action::"CallTool", resource == Tool::"workspace.readFile")
 when { context has parentRequestId };
+
+@id("guest_may_wait") @reason("guest code may wait, and nothing else, in the shell")
+permit (principal, action == Action::"CallTool", resource == Tool::"workspace.shell")
+when { context.args has command && context.args.command == "sleep 3" };
 `
 
 type sandboxEnv struct {
@@ -214,4 +218,53 @@ func TestSandboxArgsCannotRaiseLimits(t *testing.T) {
 	if len(e.runner.Sessions()) != 0 {
 		t.Error("the runner was contacted for invalid arguments")
 	}
+}
+
+func TestSandboxCancelAndInputlessCalls(t *testing.T) {
+	t.Run("cancel while waiting on a tool", func(t *testing.T) {
+		e := newSandboxEnv(t, "ws", execboxtest.Script{
+			execboxtest.Started(),
+			execboxtest.CallTool("c1", "workspace", "shell", map[string]any{"command": "sleep 3"}),
+			execboxtest.AwaitResult("c1"),
+			execboxtest.Done("never reached"),
+		})
+		start := time.Now()
+		resp := e.mustCall("sbc-1", "code.run", map[string]any{"code": "await workspace.shell({command: 'sleep 3'})", "timeoutMs": 500.0})
+		if tr := resp.GetToolResult(); tr.GetExitCode() != 124 || time.Since(start) > 2500*time.Millisecond {
+			t.Fatalf("exit %d after %v (%s), want 124 well before the nested command ends", tr.GetExitCode(), time.Since(start), tr.GetStderr())
+		}
+		cancelled := false
+		for _, session := range e.runner.Sessions() {
+			for _, m := range session {
+				cancelled = cancelled || m.Type() == "cancel"
+			}
+		}
+		if !cancelled {
+			t.Error("the runner was not sent cancel")
+		}
+		// The nested call still has its complete evidence.
+		waitFor(t, func() bool {
+			_, err := e.store.Get(context.Background(), evidence.Key("sbc-1:c1", evidence.ArtifactManifest))
+			return err == nil
+		})
+	})
+	t.Run("tool call without input", func(t *testing.T) {
+		e := newSandboxEnv(t, "stdio", execboxtest.Script{
+			execboxtest.Started(),
+			execboxtest.CallToolWithoutInput("c1", "workspace", "readFile"),
+			execboxtest.AwaitResult("c1"),
+			execboxtest.Done("carried on"),
+		})
+		resp := e.mustCall("sbi-1", "code.run", map[string]any{"code": "await workspace.readFile()"})
+		if !resp.GetOk() || resp.GetToolResult().GetData().GetStringValue() != "carried on" {
+			t.Fatalf("%v", resp)
+		}
+		failed, _ := e.toolResults()["c1"]["error"].(map[string]any)
+		if failed["code"] != "tool_error" || !strings.Contains(failed["message"].(string), "exit code 2") {
+			t.Errorf("a readFile without arguments answered %v", e.toolResults()["c1"])
+		}
+		if got := e.artifactNames("sbi-1:c1"); len(got) != 5 {
+			t.Errorf("the input-less call went through the gate with evidence %v", got)
+		}
+	})
 }

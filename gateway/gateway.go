@@ -147,6 +147,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	// Evidence must be completed even when the caller goes away: a claimed
 	// request with half its evidence is worse than a late answer.
 	deadline, hasDeadline := ctx.Deadline()
+	callerCtx := ctx
 	ctx = context.WithoutCancel(ctx)
 
 	hash, err := canonicalHash(caller, c)
@@ -237,9 +238,13 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	}
 
 	// 3. Run. The driver gets the caller's deadline but not its
-	// cancellation, for the same reason the evidence writes do.
+	// cancellation, for the same reason the evidence writes do; a nested
+	// call, though, ends with the sandbox session that made it.
 	dctx := ctx
-	if hasDeadline {
+	switch {
+	case c.ParentRequestID != "":
+		dctx = callerCtx
+	case hasDeadline:
 		var cancel context.CancelFunc
 		dctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
