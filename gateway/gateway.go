@@ -249,6 +249,12 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		dctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
+	var nested drivers.ToolCaller
+	if c.ParentRequestID == "" {
+		// Only a top-level call may call tools back: a sandbox started by
+		// guest code gets none, so nesting stops at one level.
+		nested = &nestedCaller{g: g, caller: caller, parent: c, parentDriver: tool.Driver}
+	}
 	ranAt := g.now()
 	result, err := runDriver(dctx, g.drivers[tool.Driver], drivers.Call{
 		RequestID: c.RequestID,
@@ -258,7 +264,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		Version:   tool.Version,
 		Args:      params,
 		Env:       env,
-		Tools:     &nestedCaller{g: g, caller: caller, parent: c, parentDriver: tool.Driver},
+		Tools:     nested,
 	})
 	if dir, ok := g.traceDirs[tool.Driver]; ok {
 		if trace := filepath.Join(dir, c.RequestID+".jsonl"); fileExists(trace) {

@@ -159,3 +159,32 @@ func mustDecode(t *testing.T, body []byte) *toolgatev1.RunToolResponse {
 	}
 	return r
 }
+
+// toolsProbe reports whether its call could call tools back.
+type toolsProbe struct{}
+
+func (toolsProbe) Engine() string { return "probe" }
+
+func (toolsProbe) Run(_ context.Context, c drivers.Call) (drivers.Result, error) {
+	return drivers.Result{Data: map[string]any{"can_call_tools": c.Tools != nil}}, nil
+}
+
+// TestNestingStopsAtOneLevel: a tool reached from guest code cannot call
+// tools itself, so sandboxes cannot start each other without end.
+func TestNestingStopsAtOneLevel(t *testing.T) {
+	sb := &sandboxDriver{calls: []nestedStep{{"c1", "probe.run", nil}}}
+	e := newEnv(t, envOptions{
+		policies: map[string]string{"policy.default.cedar": `permit (principal, action, resource);`},
+		extra:    map[string]drivers.Driver{"sandbox": sb, "probe": toolsProbe{}},
+	})
+	top := e.mustCall("top-1", "probe.run", nil)
+	if !top.GetToolResult().GetData().GetStructValue().GetFields()["can_call_tools"].GetBoolValue() {
+		t.Fatal("a top-level call gets no ToolCaller")
+	}
+	resp := e.mustCall("nest-1", "sandbox.run", nil)
+	inner := resp.GetToolResult().GetData().GetListValue().GetValues()[0].GetStructValue().GetFields()["result"]
+	data := inner.GetStructValue().GetFields()["data"].GetStructValue().GetFields()
+	if data["can_call_tools"].GetBoolValue() {
+		t.Fatal("a nested call was handed a ToolCaller")
+	}
+}
