@@ -133,6 +133,17 @@ func TestSandboxGuestCallsAreGated(t *testing.T) {
 			if got != "for the guest\n" {
 				t.Errorf("the guest's result carries %q, want the file", got)
 			}
+			executes := 0
+			for _, session := range e.runner.Sessions() {
+				for _, m := range session {
+					if m.Type() == "execute" {
+						executes++
+					}
+				}
+			}
+			if executes != 1 {
+				t.Errorf("the runner received %d executes, want exactly one per session", executes)
+			}
 			results := e.toolResults()
 			if results["c1"]["ok"] != true {
 				t.Errorf("allowed nested read answered %v", results["c1"])
