@@ -95,7 +95,10 @@ type inbound struct {
 func (s *session) run(ctx context.Context, execute []byte, limit time.Duration) (drivers.Result, error) {
 	s.served = map[string]bool{}
 	s.counts = map[string]int{}
-	toolCtx, cancelTools := context.WithCancel(ctx)
+	// Nested calls end when the session says so (cancelTools), never on
+	// their own when ctx ends: the runner must hear of the cancel before
+	// it hears of the failures it causes.
+	toolCtx, cancelTools := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelTools()
 
 	incoming := make(chan inbound)
