@@ -173,30 +173,12 @@ func (e *Engine) Decide(ctx context.Context, req Request) (d Decision) {
 	if err := ctx.Err(); err != nil {
 		return failed(d, fmt.Sprintf("decision abandoned: %v", err))
 	}
-	if err := checkRequest(req); err != nil {
+	creq, entities, err := cedarRequest(req)
+	if err != nil {
 		return failed(d, err.Error())
 	}
-	cctx, err := Context(req)
-	if err != nil {
-		return failed(d, fmt.Sprintf("tool arguments cannot be expressed in Cedar: %v", err))
-	}
 
-	principal := types.NewEntityUID("Caller", types.String(req.Caller))
-	resource := types.NewEntityUID("Tool", types.String(req.ToolID))
-	driver := types.NewEntityUID("Driver", types.String(req.Driver))
-	entities := types.EntityMap{
-		principal: {UID: principal},
-		driver:    {UID: driver},
-		resource:  toolEntity(resource, driver, req.Driver, req.Tool),
-	}
-	creq := cedar.Request{
-		Principal: principal,
-		Action:    types.NewEntityUID("Action", types.String(req.Action)),
-		Resource:  resource,
-		Context:   cctx,
-	}
-
-	decision, diag := cedar.Authorize(set.candidates(principal, resource), entities, creq)
+	decision, diag := cedar.Authorize(set.candidates(creq.Principal, creq.Resource), entities, creq)
 
 	if len(diag.Errors) > 0 {
 		// Cedar skips a policy whose evaluation errors. For a forbid that
@@ -229,6 +211,33 @@ func (e *Engine) Decide(ctx context.Context, req Request) (d Decision) {
 		d.Reason = fmt.Sprintf("%s by policy %s", verb, p.ruleID)
 	}
 	return d
+}
+
+// cedarRequest builds the Cedar request and entities Decide evaluates, or
+// says why req cannot be expressed in Cedar.
+func cedarRequest(req Request) (cedar.Request, types.EntityMap, error) {
+	if err := checkRequest(req); err != nil {
+		return cedar.Request{}, nil, err
+	}
+	cctx, err := Context(req)
+	if err != nil {
+		return cedar.Request{}, nil, fmt.Errorf("tool arguments cannot be expressed in Cedar: %w", err)
+	}
+	principal := types.NewEntityUID("Caller", types.String(req.Caller))
+	resource := types.NewEntityUID("Tool", types.String(req.ToolID))
+	driver := types.NewEntityUID("Driver", types.String(req.Driver))
+	entities := types.EntityMap{
+		principal: {UID: principal},
+		driver:    {UID: driver},
+		resource:  toolEntity(resource, driver, req.Driver, req.Tool),
+	}
+	creq := cedar.Request{
+		Principal: principal,
+		Action:    types.NewEntityUID("Action", types.String(req.Action)),
+		Resource:  resource,
+		Context:   cctx,
+	}
+	return creq, entities, nil
 }
 
 // failed turns d into a policy_error deny carrying msg.

@@ -3,7 +3,9 @@
 //	toolgate serve   [--config FILE] [--listen ADDR] [--policies DIR] [--evidence URL] [--workspace DIR]
 //	toolgate call    --addr ADDR --request-id ID --tool TOOL [--args JSON] [--run-id R] [--step-id S] [--policy-ref P] [--key-env VAR]
 //	toolgate tools   [--addr ADDR] [--key-env VAR] [--limit N] [--policy-ref P] [QUERY]
-//	toolgate policy check DIR
+//	toolgate policy validate DIR
+//	toolgate policy authorize --caller C --tool T [--driver D] [--args JSON] [--policies DIR] [--json] [flags]
+//	toolgate policy test DIR
 //	toolgate evidence (ls | show | verify | pubkey | keygen) [flags]
 //	toolgate version
 package main
@@ -31,7 +33,9 @@ Usage:
   toolgate serve [flags]          run the gateway (embedded default config without --config)
   toolgate call [flags]           call RunTool and print the response as JSON
   toolgate tools [flags] [QUERY]  list the tools the gateway lets you run
-  toolgate policy check DIR       parse and schema-validate a policy folder
+  toolgate policy validate DIR    parse and schema-validate a policy folder
+  toolgate policy authorize [flags]  decide one request without running it
+  toolgate policy test DIR        run the policy tests kept beside the policies
   toolgate evidence <command>     list, show and verify evidence; manage the signing key
   toolgate version                print the version
 
@@ -60,7 +64,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "tools":
 		return toolsCmd(ctx, args[1:], stdout, stderr, getenv)
 	case "policy":
-		return policyCmd(args[1:], stdout, stderr)
+		return policyCmd(ctx, args[1:], stdout, stderr)
 	case "evidence":
 		return evidenceCmd(ctx, args[1:], stdout, stderr, getenv)
 	case "version":

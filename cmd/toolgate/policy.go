@@ -1,6 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -9,19 +14,234 @@ import (
 	"github.com/toolgate/toolgate/policy"
 )
 
-// policyCmd runs the policy subcommands. Exit 1 when a check finds problems.
-func policyCmd(args []string, stdout, stderr io.Writer) int {
-	if len(args) != 2 || args[0] != "check" {
-		fmt.Fprintln(stderr, "usage: toolgate policy check DIR")
+const policyUsage = `usage:
+  toolgate policy validate DIR    parse and schema-validate a policy folder ("check" is an alias)
+  toolgate policy authorize [flags]  decide one request without running it
+  toolgate policy test DIR        run the *.test.json files of a policy folder
+`
+
+// policyCmd runs the policy subcommands.
+func policyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, policyUsage)
 		return exitError
 	}
-	engine, err := policy.Load(args[1])
+	switch args[0] {
+	case "validate", "check":
+		return policyValidate(args[1:], stdout, stderr)
+	case "authorize":
+		return policyAuthorize(ctx, args[1:], stdout, stderr)
+	case "test":
+		return policyTest(ctx, args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, policyUsage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "toolgate policy: unknown command %q\n%s", args[0], policyUsage)
+		return exitError
+	}
+}
+
+// policyValidate loads a folder and prints every problem Load reports as
+// file:line:col: message. Exit 1 when there is one.
+func policyValidate(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "usage: toolgate policy validate DIR")
+		return exitError
+	}
+	engine, err := policy.Load(args[0])
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitFailure
 	}
 	refs := engine.Refs()
-	fmt.Fprintf(stdout, "ok: %d policy set(s) in %s: %s\n", len(refs), args[1], strings.Join(refs, ", "))
+	fmt.Fprintf(stdout, "ok: %d policy set(s) in %s: %s\n", len(refs), args[0], strings.Join(refs, ", "))
+	return exitOK
+}
+
+// policyAuthorize decides one request as the gateway would, without running
+// anything. Exit 0 on allow, 1 on deny, 2 on a usage or load error.
+func policyAuthorize(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("toolgate policy authorize", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("policies", "policies", "policy `folder`")
+	var spec policy.RequestSpec
+	fs.StringVar(&spec.Caller, "caller", "", "caller `name` (required), as authentication would set it")
+	fs.StringVar(&spec.Tool, "tool", "", "tool `id` (required), e.g. workspace.readFile")
+	fs.StringVar(&spec.Driver, "driver", "", "`driver` serving the tool (required unless the tool id starts with workspace.)")
+	fs.StringVar(&spec.Action, "action", "", "RunTool or CallTool (default CallTool with --parent-request-id, else RunTool)")
+	argsJSON := fs.String("args", "{}", "tool arguments as a JSON `object`")
+	fs.StringVar(&spec.Ctx.RequestID, "request-id", "", "ctx request `id` (default dry-run)")
+	fs.StringVar(&spec.Ctx.PolicyRef, "policy-ref", "", "ctx.policy_ref (default policy.default)")
+	fs.StringVar(&spec.Ctx.RunID, "run-id", "", "ctx.run_id")
+	fs.StringVar(&spec.Ctx.StepID, "step-id", "", "ctx.step_id")
+	fs.StringVar(&spec.Ctx.ParentRequestID, "parent-request-id", "", "the RunTool request whose sandbox made this nested call")
+	var attrs policy.SpecToolAttributes
+	fs.StringVar(&attrs.Package, "package", "", "tool attribute package")
+	fs.StringVar(&attrs.Export, "export", "", "tool attribute export")
+	fs.StringVar(&attrs.Version, "version", "", "tool attribute version")
+	tags := fs.String("tags", "", "tool attribute tags, comma-separated")
+	asJSON := fs.Bool("json", false, "print the explanation as JSON")
+	if err := fs.Parse(args); err != nil {
+		return exitError
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "toolgate policy authorize: "+format+"\n", a...)
+		return exitError
+	}
+	if fs.NArg() > 0 {
+		return fail("unexpected arguments %q", fs.Args())
+	}
+	dec := json.NewDecoder(strings.NewReader(*argsJSON))
+	dec.UseNumber() // as the gateway decodes arguments for policy
+	if err := dec.Decode(&spec.Args); err != nil || dec.More() {
+		return fail("--args: want one JSON object: %v", err)
+	}
+	for tag := range strings.SplitSeq(*tags, ",") {
+		if tag = strings.TrimSpace(tag); tag != "" {
+			attrs.Tags = append(attrs.Tags, tag)
+		}
+	}
+	if attrs.Package != "" || attrs.Export != "" || attrs.Version != "" || len(attrs.Tags) > 0 {
+		spec.ToolAttributes = &attrs
+	}
+	req, err := spec.Request()
+	if err != nil {
+		return fail("%v", err)
+	}
+	engine, err := policy.Load(*dir)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitError
+	}
+	x := engine.Explain(ctx, req)
+	if *asJSON {
+		err = writeExplanationJSON(stdout, x)
+	} else {
+		err = writeExplanation(stdout, x)
+	}
+	if err != nil {
+		return fail("%v", err)
+	}
+	if !x.Allow {
+		return exitFailure
+	}
+	return exitOK
+}
+
+// explanationJSON is the --json form of a policy.Explanation; its field
+// names follow the gateway's policy_decision evidence.
+type explanationJSON struct {
+	Decision        string        `json:"decision"`
+	RuleID          string        `json:"rule_id"`
+	Reason          string        `json:"reason"`
+	PolicyRef       string        `json:"policy_ref"`
+	PolicySetDigest string        `json:"policy_set_digest"`
+	Matched         []matchedJSON `json:"matched"`
+	Errors          []string      `json:"errors"`
+}
+
+type matchedJSON struct {
+	RuleID      string `json:"rule_id"`
+	Effect      string `json:"effect"`
+	Reason      string `json:"reason"`
+	Position    string `json:"position"`
+	Determining bool   `json:"determining"`
+}
+
+func writeExplanationJSON(w io.Writer, x policy.Explanation) error {
+	out := explanationJSON{
+		Decision:        decisionWord(x.Allow),
+		RuleID:          x.RuleID,
+		Reason:          x.Reason,
+		PolicyRef:       x.PolicyRef,
+		PolicySetDigest: x.PolicySetDigest,
+		Matched:         make([]matchedJSON, 0, len(x.Matched)),
+		Errors:          append([]string{}, x.Errors...),
+	}
+	for _, m := range x.Matched {
+		out.Matched = append(out.Matched, matchedJSON(m))
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(out); err != nil {
+		return err
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+func writeExplanation(w io.Writer, x policy.Explanation) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "decision:   %s\n", decisionWord(x.Allow))
+	fmt.Fprintf(&b, "rule_id:    %s\n", x.RuleID)
+	fmt.Fprintf(&b, "reason:     %s\n", x.Reason)
+	fmt.Fprintf(&b, "policy_ref: %s", x.PolicyRef)
+	if x.PolicySetDigest != "" {
+		fmt.Fprintf(&b, " (%s)", x.PolicySetDigest)
+	}
+	b.WriteString("\n")
+	if len(x.Matched) == 0 {
+		b.WriteString("matched:    no policy\n")
+	} else {
+		// The marker singles out the policies that decided, since a
+		// matching permit does not decide when a forbid also matches.
+		b.WriteString("matched:    (* decided)\n")
+		for _, m := range x.Matched {
+			mark := " "
+			if m.Determining {
+				mark = "*"
+			}
+			fmt.Fprintf(&b, "  %s %s %s at %s", mark, m.Effect, m.RuleID, m.Position)
+			if m.Reason != "" {
+				fmt.Fprintf(&b, ": %s", m.Reason)
+			}
+			b.WriteString("\n")
+		}
+	}
+	for _, e := range x.Errors {
+		fmt.Fprintf(&b, "error:      %s\n", e)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func decisionWord(allow bool) string {
+	if allow {
+		return "allow"
+	}
+	return "deny"
+}
+
+// policyTest runs a folder's policy tests. Exit 0 when all pass, 1 when one
+// fails or there are none, 2 when the policies or a test file do not load.
+func policyTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "usage: toolgate policy test DIR")
+		return exitError
+	}
+	rep, err := policy.RunTests(ctx, args[0])
+	switch {
+	case errors.Is(err, policy.ErrNoTests):
+		fmt.Fprintln(stderr, err)
+		return exitFailure
+	case err != nil:
+		fmt.Fprintln(stderr, err)
+		return exitError
+	}
+	var b strings.Builder
+	for _, r := range rep.Results {
+		for _, m := range r.Mismatches {
+			fmt.Fprintf(&b, "%s: test %q: %s\n", r.File, r.Case.Name, m)
+		}
+	}
+	fmt.Fprintf(&b, "%d passed, %d failed\n", rep.Passed(), rep.Failed())
+	io.WriteString(stdout, b.String())
+	if rep.Failed() > 0 {
+		return exitFailure
+	}
 	return exitOK
 }
 

@@ -1,0 +1,96 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"iter"
+
+	cedar "github.com/cedar-policy/cedar-go"
+)
+
+// Explanation is a decision together with every policy that matched the
+// request. It answers the question a policy author asks of a dry run: which
+// rules fired, and which of them decided.
+type Explanation struct {
+	// Decision is exactly what Decide returns for the same request,
+	// including every evaluation error in Errors.
+	Decision
+	// Matched lists, in file order, every policy of the set whose scope and
+	// conditions hold for the request, permits and forbids alike. It is empty
+	// when the set is not loaded or the request is malformed.
+	Matched []PolicyInfo
+}
+
+// PolicyInfo describes one policy that matched a request.
+type PolicyInfo struct {
+	// RuleID is the policy's rule id as Decide reports it.
+	RuleID string
+	// Effect is "permit" or "forbid".
+	Effect string
+	// Reason is the policy's @reason annotation, possibly "".
+	Reason string
+	// Position is "<file>:<line>:<column>" of the policy in its set.
+	Position string
+	// Determining is true when the policy is one of those that decided:
+	// a matching permit of an allowed call, or a matching forbid of a
+	// denied one. A call denied with RulePolicyError has no determining
+	// policy, because Cedar's own verdict was overruled by the error.
+	Determining bool
+}
+
+// Explain judges req exactly as Decide does and also lists every policy that
+// matched it. It evaluates each candidate policy once more on its own, which
+// costs more than Decide does; it is meant for dry runs and policy tests, not
+// for the gateway's hot path.
+func (e *Engine) Explain(ctx context.Context, req Request) (x Explanation) {
+	x.Decision = e.Decide(ctx, req)
+	set, ok := e.sets[x.PolicyRef]
+	if !ok || ctx.Err() != nil {
+		return x
+	}
+	creq, entities, err := cedarRequest(req)
+	if err != nil {
+		return x
+	}
+	defer func() {
+		// Decide already survived this request; should the per-policy
+		// evaluation still fail, the decision stands without the list.
+		if r := recover(); r != nil {
+			x.Matched = nil
+		}
+	}()
+	for id, p := range set.candidates(creq.Principal, creq.Resource).All() {
+		_, diag := cedar.Authorize(onePolicy{id, p}, entities, creq)
+		if len(diag.Reasons) == 0 {
+			continue
+		}
+		lp := set.byID[id]
+		pos := p.Position()
+		info := PolicyInfo{
+			RuleID:   lp.ruleID,
+			Effect:   "permit",
+			Reason:   lp.reason,
+			Position: fmt.Sprintf("%s:%d:%d", set.file, pos.Line, pos.Column),
+		}
+		if p.Effect() == cedar.Forbid {
+			info.Effect = "forbid"
+		}
+		if x.RuleID != RulePolicyError {
+			info.Determining = (p.Effect() == cedar.Forbid) == !x.Allow
+		}
+		x.Matched = append(x.Matched, info)
+	}
+	return x
+}
+
+// onePolicy is a cedar.PolicyIterator over a single policy.
+type onePolicy struct {
+	id cedar.PolicyID
+	p  *cedar.Policy
+}
+
+func (o onePolicy) All() iter.Seq2[cedar.PolicyID, *cedar.Policy] {
+	return func(yield func(cedar.PolicyID, *cedar.Policy) bool) {
+		yield(o.id, o.p)
+	}
+}

@@ -1,0 +1,332 @@
+package policy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// TestFileExt ends the name of a policy test file kept beside the policies.
+const TestFileExt = ".test.json"
+
+// ErrNoTests is returned by RunTests when a folder holds no test file.
+var ErrNoTests = errors.New("no " + TestFileExt + " files")
+
+// RequestSpec is a request as a policy author writes it: in a test file, or
+// as the flags of a dry run. Request turns it into the Request the gateway
+// would build for the same call.
+type RequestSpec struct {
+	// Caller is the authenticated caller. Required.
+	Caller string `json:"caller"`
+	// Tool is the tool id. Required.
+	Tool string `json:"tool"`
+	// Driver is the driver serving the tool; it may be left out for
+	// "workspace.*" tools, which the workspace driver serves.
+	Driver string `json:"driver,omitempty"`
+	// Action is ActionRunTool or ActionCallTool. Left out, it is what the
+	// gateway uses: CallTool for a nested call (one with a
+	// parent_request_id), RunTool otherwise.
+	Action string `json:"action,omitempty"`
+	// Args are the tool arguments; numbers must have been decoded with
+	// UseNumber, as the gateway decodes them.
+	Args map[string]any `json:"args,omitempty"`
+	// Ctx is the request's ctx.
+	Ctx SpecContext `json:"ctx,omitzero"`
+	// ToolAttributes are the catalog facts of the tool.
+	ToolAttributes *SpecToolAttributes `json:"tool_attributes,omitempty"`
+}
+
+// SpecContext is the ctx of a RequestSpec.
+type SpecContext struct {
+	RequestID       string `json:"request_id,omitempty"`
+	RunID           string `json:"run_id,omitempty"`
+	StepID          string `json:"step_id,omitempty"`
+	PolicyRef       string `json:"policy_ref,omitempty"`
+	ParentRequestID string `json:"parent_request_id,omitempty"`
+}
+
+// SpecToolAttributes are the catalog facts of a RequestSpec's tool.
+type SpecToolAttributes struct {
+	Package string   `json:"package,omitempty"`
+	Export  string   `json:"export,omitempty"`
+	Version string   `json:"version,omitempty"`
+	Tags    []string `json:"tags,omitempty"`
+}
+
+// WorkspaceDriver is the driver that serves every "workspace.*" tool.
+const WorkspaceDriver = "workspace"
+
+// specRequestID is the request id of a spec that gives none; the gateway
+// never sends an empty one.
+const specRequestID = "dry-run"
+
+// Request returns the Request the gateway builds for s, or an error naming
+// the field that is missing or wrong.
+func (s RequestSpec) Request() (Request, error) {
+	req := Request{
+		Caller:          s.Caller,
+		Action:          s.Action,
+		ToolID:          s.Tool,
+		Driver:          s.Driver,
+		RequestID:       s.Ctx.RequestID,
+		RunID:           s.Ctx.RunID,
+		StepID:          s.Ctx.StepID,
+		PolicyRef:       s.Ctx.PolicyRef,
+		ParentRequestID: s.Ctx.ParentRequestID,
+		Args:            s.Args,
+	}
+	if s.ToolAttributes != nil {
+		req.Tool = ToolAttributes(*s.ToolAttributes)
+	}
+	if req.Args == nil {
+		req.Args = map[string]any{}
+	}
+	if req.RequestID == "" {
+		req.RequestID = specRequestID
+	}
+	switch {
+	case req.Action != "":
+	case req.ParentRequestID != "":
+		req.Action = ActionCallTool
+	default:
+		req.Action = ActionRunTool
+	}
+	if req.Driver == "" && strings.HasPrefix(req.ToolID, WorkspaceDriver+".") {
+		req.Driver = WorkspaceDriver
+	}
+	switch {
+	case req.Caller == "":
+		return Request{}, errors.New("caller is required")
+	case req.ToolID == "":
+		return Request{}, errors.New("tool is required")
+	case req.Driver == "":
+		return Request{}, fmt.Errorf("driver is required for tool %q, which is not a %s.* tool", req.ToolID, WorkspaceDriver)
+	case req.Action != ActionRunTool && req.Action != ActionCallTool:
+		return Request{}, fmt.Errorf("action %q must be %q or %q", req.Action, ActionRunTool, ActionCallTool)
+	}
+	return req, nil
+}
+
+// TestCase is one test of a test file: a request and the decision expected
+// for it.
+type TestCase struct {
+	// Name identifies the case in reports; unique within its file.
+	Name    string      `json:"name"`
+	Request RequestSpec `json:"request"`
+	Expect  Expectation `json:"expect"`
+}
+
+// Expectation is what a TestCase expects Decide to return.
+type Expectation struct {
+	// Decision is "allow" or "deny". Required.
+	Decision string `json:"decision"`
+	// RuleID, when set, must equal the decision's rule id.
+	RuleID string `json:"rule_id,omitempty"`
+}
+
+// TestResult is the outcome of one TestCase.
+type TestResult struct {
+	// File is the test file's path.
+	File string
+	Case TestCase
+	// Got is what the engine decided.
+	Got Decision
+	// Mismatches lists, one per line of a report, how Got differs from the
+	// expectation; it is empty when the case passed.
+	Mismatches []string
+}
+
+// Passed reports whether the case got what it expected.
+func (r TestResult) Passed() bool { return len(r.Mismatches) == 0 }
+
+// Report is the outcome of RunTests, in file name order, then case order.
+type Report struct {
+	Results []TestResult
+}
+
+// Failed returns the number of failing cases.
+func (r Report) Failed() int {
+	n := 0
+	for _, res := range r.Results {
+		if !res.Passed() {
+			n++
+		}
+	}
+	return n
+}
+
+// Passed returns the number of passing cases.
+func (r Report) Passed() int { return len(r.Results) - r.Failed() }
+
+// RunTests loads the policies of dir and runs every test file
+// (<dir>/*.test.json) against them. A failing case is a result, not an
+// error; the error reports a folder that does not load, a test file that is
+// malformed (every such problem, each naming its file) or, as ErrNoTests, a
+// folder without test files.
+func RunTests(ctx context.Context, dir string) (Report, error) {
+	engine, err := Load(dir)
+	if err != nil {
+		return Report{}, err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return Report{}, fmt.Errorf("read policy folder %s: %w", dir, err)
+	}
+	var (
+		rep   Report
+		errs  []error
+		files int
+	)
+	for _, entry := range entries {
+		name := entry.Name()
+		if !strings.HasSuffix(name, TestFileExt) || strings.HasPrefix(name, ".") || entry.IsDir() {
+			continue
+		}
+		files++
+		path := filepath.Join(dir, name)
+		src, err := os.ReadFile(path)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", path, err))
+			continue
+		}
+		cases, err := ParseTestFile(path, src)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, tc := range cases {
+			rep.Results = append(rep.Results, runCase(ctx, engine, path, tc))
+		}
+	}
+	if len(errs) > 0 {
+		return Report{}, errors.Join(errs...)
+	}
+	if files == 0 {
+		return Report{}, fmt.Errorf("%s: %w", dir, ErrNoTests)
+	}
+	return rep, nil
+}
+
+// runCase decides tc's request; ParseTestFile has already checked that it
+// forms a valid Request.
+func runCase(ctx context.Context, e *Engine, file string, tc TestCase) TestResult {
+	res := TestResult{File: file, Case: tc}
+	req, err := tc.Request.Request()
+	if err != nil {
+		res.Mismatches = []string{err.Error()}
+		return res
+	}
+	res.Got = e.Decide(ctx, req)
+	got := decisionWord(res.Got.Allow)
+	why := fmt.Sprintf("(rule_id %s: %s)", res.Got.RuleID, res.Got.Reason)
+	if got != tc.Expect.Decision {
+		res.Mismatches = append(res.Mismatches, fmt.Sprintf("decision: want %s, got %s %s", tc.Expect.Decision, got, why))
+	}
+	if tc.Expect.RuleID != "" && tc.Expect.RuleID != res.Got.RuleID {
+		res.Mismatches = append(res.Mismatches, fmt.Sprintf("rule_id: want %s, got %s %s", tc.Expect.RuleID, res.Got.RuleID, why))
+	}
+	return res
+}
+
+func decisionWord(allow bool) string {
+	if allow {
+		return "allow"
+	}
+	return "deny"
+}
+
+// ParseTestFile decodes the test file at path (used only in messages)
+// strictly: unknown fields, a missing or duplicate name, an expected decision
+// other than "allow" or "deny", a request that does not form a valid Request
+// and a file without tests are all errors. Each problem is reported on its own
+// line starting with "<path>: " and naming the case, or with
+// "<path>:<line>:<column>: " for malformed JSON. Numbers in args are kept as
+// json.Number, as the gateway keeps them.
+func ParseTestFile(path string, src []byte) ([]TestCase, error) {
+	var file struct {
+		Tests []json.RawMessage `json:"tests"`
+	}
+	if err := decodeStrict(src, &file); err != nil {
+		if pe, ok := errors.AsType[*positionError](err); ok {
+			return nil, fmt.Errorf("%s:%d:%d: %w", path, pe.line, pe.col, pe.err)
+		}
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(file.Tests) == 0 {
+		return nil, fmt.Errorf(`%s: "tests" holds no test`, path)
+	}
+	cases := make([]TestCase, 0, len(file.Tests))
+	var errs []error
+	seen := make(map[string]bool, len(file.Tests))
+	for i, raw := range file.Tests {
+		var tc TestCase
+		if err := decodeStrict(raw, &tc); err != nil {
+			errs = append(errs, fmt.Errorf("%s: tests[%d]: %w", path, i, err))
+			continue
+		}
+		label := fmt.Sprintf("%s: tests[%d] %q", path, i, tc.Name)
+		switch {
+		case tc.Name == "":
+			errs = append(errs, fmt.Errorf("%s: tests[%d]: name is required", path, i))
+		case seen[tc.Name]:
+			errs = append(errs, fmt.Errorf("%s: name is already used by an earlier test", label))
+		}
+		seen[tc.Name] = true
+		if tc.Expect.Decision != "allow" && tc.Expect.Decision != "deny" {
+			errs = append(errs, fmt.Errorf(`%s: expect.decision %q must be "allow" or "deny"`, label, tc.Expect.Decision))
+		}
+		if _, err := tc.Request.Request(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: request: %w", label, err))
+		}
+		cases = append(cases, tc)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return cases, nil
+}
+
+// decodeStrict decodes exactly one JSON value into v, rejecting unknown
+// fields and trailing data. Malformed JSON is reported as a *positionError.
+func decodeStrict(src []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(src))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		if se, ok := errors.AsType[*json.SyntaxError](err); ok {
+			// Offset counts the offending byte as read.
+			return newPositionError(src, int(se.Offset)-1, err)
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return newPositionError(src, len(src), errors.New("unexpected end of JSON input"))
+		}
+		return err
+	}
+	end := int(dec.InputOffset())
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		rest := bytes.TrimLeft(src[end:], " \t\r\n")
+		return newPositionError(src, len(src)-len(rest), errors.New("unexpected data after the JSON value"))
+	}
+	return nil
+}
+
+// positionError is a problem at a line and column of a test file.
+type positionError struct {
+	line, col int
+	err       error
+}
+
+func newPositionError(src []byte, off int, err error) *positionError {
+	line, col := lineCol(src, off)
+	return &positionError{line: line, col: col, err: err}
+}
+
+func (e *positionError) Error() string { return fmt.Sprintf("%d:%d: %v", e.line, e.col, e.err) }
+
+func (e *positionError) Unwrap() error { return e.err }
