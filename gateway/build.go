@@ -29,7 +29,7 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	if err != nil {
 		return nil, nil, fmt.Errorf("config: %w", err)
 	}
-	engine, err := policy.Load(cfg.Policies.Dir)
+	engine, err := policy.NewLive(cfg.Policies.Dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("policies: %w", err)
 	}

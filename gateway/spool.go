@@ -48,3 +48,39 @@ func (g *Gateway) RunSpoolFlusher(ctx context.Context, interval time.Duration) {
 		}
 	}
 }
+
+// policyReloader is a Decider that can follow its policy folder.
+type policyReloader interface {
+	Reload(force bool) (bool, error)
+	Watch(ctx context.Context, interval time.Duration, report func(swapped bool, err error))
+}
+
+// ReloadPolicies loads the policy folder again, even if it looks unchanged,
+// and swaps the new sets in when all of them are valid. It reports whether
+// it swapped; an error means the running sets stay.
+func (g *Gateway) ReloadPolicies() (bool, error) {
+	r, ok := g.decider.(policyReloader)
+	if !ok {
+		return false, nil
+	}
+	return r.Reload(true)
+}
+
+// WatchPolicies reloads the policy folder whenever its files change,
+// checking every interval until ctx ends, and logs each outcome.
+func (g *Gateway) WatchPolicies(ctx context.Context, interval time.Duration) {
+	r, ok := g.decider.(policyReloader)
+	if !ok || interval <= 0 {
+		return
+	}
+	r.Watch(ctx, interval, g.logReload)
+}
+
+func (g *Gateway) logReload(swapped bool, err error) {
+	switch {
+	case err != nil:
+		g.log.Error("policy change rejected; the running policies stay in force", "err", err)
+	case swapped:
+		g.log.Info("policies reloaded")
+	}
+}

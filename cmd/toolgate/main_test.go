@@ -444,3 +444,80 @@ func TestToolsCommand(t *testing.T) {
 		})
 	}
 }
+
+// TestPolicyHotReload changes the policies of a running gateway: a valid
+// change takes effect without a restart, an invalid one is rejected and
+// the running policies stay, and SIGHUP reloads at once.
+func TestPolicyHotReload(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, `@id("reads") permit (principal, action, resource == Tool::"workspace.readFile");`)
+	cfg := "policies: {dir: ./policies, reload_interval: 50ms}\n"
+	if err := os.WriteFile(filepath.Join(dir, "hot.yaml"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServer(t, dir, "--config", "hot.yaml")
+	n := 0
+	ruleOf := func() string {
+		t.Helper()
+		n++
+		out, stderr, _ := runTool(t, dir, "call", "--addr", srv.addr, "--request-id", fmt.Sprintf("hot-%d", n),
+			"--tool", "workspace.readFile", "--args", `{"path": "none.txt"}`)
+		var resp struct {
+			PolicyCheck struct {
+				RuleID string `json:"rule_id"`
+			} `json:"policy_check"`
+		}
+		if err := json.Unmarshal([]byte(out), &resp); err != nil {
+			t.Fatalf("call: %v\n%s%s", err, out, stderr)
+		}
+		return resp.PolicyCheck.RuleID
+	}
+	waitRule := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for ruleOf() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("rule %q never took effect\n%s", want, srv.log.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if got := ruleOf(); got != "reads" {
+		t.Fatalf("initial rule %q", got)
+	}
+	writePolicy(t, dir, `@id("no_reads") forbid (principal, action, resource);
+permit (principal, action, resource);`)
+	waitRule("no_reads")
+
+	writePolicy(t, dir, "permit (principal, action resource);\n")
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(srv.log.String(), "policy change rejected") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the invalid change was not reported\n%s", srv.log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := ruleOf(); got != "no_reads" {
+		t.Fatalf("after an invalid change the running policies must stay; rule %q", got)
+	}
+
+	// With the checks off, only SIGHUP reloads.
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-srv.done
+	writePolicy(t, dir, `@id("reads") permit (principal, action, resource == Tool::"workspace.readFile");`)
+	if err := os.WriteFile(filepath.Join(dir, "hup.yaml"), []byte("policies: {dir: ./policies, reload_interval: -1s}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv = startServer(t, dir, "--config", "hup.yaml")
+	writePolicy(t, dir, `@id("reads_again") permit (principal, action, resource == Tool::"workspace.readFile");`)
+	time.Sleep(300 * time.Millisecond)
+	if got := ruleOf(); got != "reads" {
+		t.Fatalf("with reloads off the running policies must stay until SIGHUP; rule %q", got)
+	}
+	if err := srv.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitRule("reads_again")
+}

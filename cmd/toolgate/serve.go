@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -22,6 +23,10 @@ import (
 // spoolFlushInterval is how often spooled evidence is retried when no new
 // call spools anything.
 const spoolFlushInterval = 5 * time.Second
+
+// defaultPolicyReloadInterval is how often the policy folder is checked
+// for changes when the configuration does not say.
+const defaultPolicyReloadInterval = 2 * time.Second
 
 func serveCmd(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {
 	fs := flag.NewFlagSet("toolgate serve", flag.ContinueOnError)
@@ -99,15 +104,37 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		opts = append(opts, grpc.Creds(creds))
 	}
 	srv, health := g.NewServer(opts...)
-	flusherCtx, stopFlusher := context.WithCancel(context.WithoutCancel(ctx))
-	flusherDone := make(chan struct{})
-	go func() {
-		defer close(flusherDone)
-		g.RunSpoolFlusher(flusherCtx, spoolFlushInterval)
-	}()
+	// Background work (spool flushing, policy reloads) lives until the
+	// server has drained.
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	var background sync.WaitGroup
+	background.Go(func() { g.RunSpoolFlusher(bgCtx, spoolFlushInterval) })
+	reloadInterval := cfg.Policies.ReloadInterval
+	if reloadInterval == 0 {
+		reloadInterval = defaultPolicyReloadInterval
+	}
+	background.Go(func() { g.WatchPolicies(bgCtx, reloadInterval) })
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	background.Go(func() {
+		for {
+			select {
+			case <-bgCtx.Done():
+				return
+			case <-hup:
+				swapped, err := g.ReloadPolicies()
+				if err != nil {
+					log.Error("SIGHUP: policy reload rejected; the running policies stay in force", "err", err)
+				} else {
+					log.Info("SIGHUP: policies reloaded", "swapped", swapped)
+				}
+			}
+		}
+	})
 	defer func() {
-		stopFlusher()
-		<-flusherDone
+		stopBackground()
+		background.Wait()
 	}()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()

@@ -1,0 +1,138 @@
+package policy
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+const (
+	allowSet = `@id("allow_read") permit (principal, action, resource == Tool::"workspace.readFile");`
+	denySet  = `@id("deny_read") forbid (principal, action, resource == Tool::"workspace.readFile");
+@id("allow_read") permit (principal, action, resource == Tool::"workspace.readFile");`
+)
+
+func writeSet(t *testing.T, dir, text string) {
+	t.Helper()
+	// Write then rename, as deploy tools do, so a reader never sees half
+	// a file; the reload itself must not depend on that, which the
+	// half-written case below checks.
+	tmp := filepath.Join(dir, ".policy.tmp")
+	if err := os.WriteFile(tmp, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "policy.default.cedar")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLiveReloadUnderLoad swaps two policy sets while decisions run: every
+// decision is made by one whole set, the one whose digest it records.
+func TestLiveReloadUnderLoad(t *testing.T) {
+	dir := t.TempDir()
+	writeSet(t, dir, allowSet)
+	live, err := NewLive(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowDigest := live.Engine().sets[DefaultRef].digest
+	writeSet(t, dir, denySet)
+	if _, err := live.Reload(false); err != nil {
+		t.Fatal(err)
+	}
+	denyDigest := live.Engine().sets[DefaultRef].digest
+
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var decisions, mismatches atomic.Int64
+	for range 4 {
+		wg.Go(func() {
+			for !stop.Load() {
+				d := live.Decide(context.Background(), call("workspace.readFile"))
+				decisions.Add(1)
+				ok := d.PolicySetDigest == allowDigest && d.Allow && d.RuleID == "allow_read" ||
+					d.PolicySetDigest == denyDigest && !d.Allow && d.RuleID == "deny_read"
+				if !ok {
+					mismatches.Add(1)
+				}
+			}
+		})
+	}
+	for i := range 50 {
+		text := allowSet
+		if i%2 == 1 {
+			text = denySet
+		}
+		writeSet(t, dir, text)
+		if _, err := live.Reload(false); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	stop.Store(true)
+	wg.Wait()
+	if mismatches.Load() != 0 || decisions.Load() == 0 {
+		t.Fatalf("%d of %d decisions did not match the set whose digest they record", mismatches.Load(), decisions.Load())
+	}
+}
+
+func TestLiveRejectsInvalidChange(t *testing.T) {
+	dir := t.TempDir()
+	writeSet(t, dir, allowSet)
+	live, err := NewLive(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Half a file, as an editor saving in place may leave it for a moment.
+	if err := os.WriteFile(filepath.Join(dir, "policy.default.cedar"), []byte(allowSet[:30]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	swapped, err := live.Reload(false)
+	if swapped || err == nil || !strings.Contains(err.Error(), "policy.default.cedar:") {
+		t.Fatalf("Reload of a broken file = %v, %v; want a rejection naming file:line", swapped, err)
+	}
+	if d := live.Decide(context.Background(), call("workspace.readFile")); !d.Allow {
+		t.Fatalf("after a rejected change the running set must stay: %+v", d)
+	}
+	// The same broken content is not reported again; a fix is picked up.
+	if swapped, err := live.Reload(false); swapped || err != nil {
+		t.Fatalf("unchanged broken folder: %v, %v", swapped, err)
+	}
+	writeSet(t, dir, denySet)
+	if swapped, err := live.Reload(false); !swapped || err != nil {
+		t.Fatalf("fixed folder: %v, %v", swapped, err)
+	}
+	if d := live.Decide(context.Background(), call("workspace.readFile")); d.Allow {
+		t.Fatal("the fixed set is not in force")
+	}
+}
+
+func TestLiveWatch(t *testing.T) {
+	dir := t.TempDir()
+	writeSet(t, dir, allowSet)
+	live, err := NewLive(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	swaps := make(chan error, 10)
+	go live.Watch(ctx, 10*time.Millisecond, func(swapped bool, err error) { swaps <- err })
+	writeSet(t, dir, denySet)
+	select {
+	case err := <-swaps:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the change was not picked up")
+	}
+	if live.Decide(context.Background(), call("workspace.readFile")).Allow {
+		t.Fatal("watched change not in force")
+	}
+}
