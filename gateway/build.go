@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/drivers/execbox"
@@ -32,6 +33,13 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	engine, err := policy.NewLive(cfg.Policies.Dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("policies: %w", err)
+	}
+	for _, ref := range sortedKeys(cfg.Policies.Shadow) {
+		for _, name := range []string{ref, cfg.Policies.Shadow[ref]} {
+			if !slices.Contains(engine.Engine().Refs(), name) {
+				return nil, nil, fmt.Errorf("config: policies.shadow: no policy set %q in %s", name, cfg.Policies.Dir)
+			}
+		}
 	}
 	var signer *evidence.Signer
 	if src := cfg.Evidence.SigningKey; src != nil {
@@ -181,6 +189,7 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		Drivers:   drvs,
 		Tools:     tools,
 		Registry:  registry,
+		Shadows:   cfg.Policies.Shadow,
 		TraceDirs: traceDirs,
 		Instance:  instance,
 		Logger:    log,

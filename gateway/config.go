@@ -87,6 +87,10 @@ type PolicyConfig struct {
 	// are loaded, validated and swapped in whole (SIGHUP reloads at once).
 	// 0 means 2s; a negative value turns the checks off.
 	ReloadInterval time.Duration `yaml:"reload_interval"`
+	// Shadow names, per enforcing policy_ref, a policy set evaluated
+	// beside it on every call: {policy.default: policy.candidate}. Its
+	// decision is recorded in policy_decision.json, never enforced.
+	Shadow map[string]string `yaml:"shadow"`
 }
 
 // EvidenceConfig locates the evidence store.
@@ -346,6 +350,12 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s: the same key is listed twice", where)
 		}
 		seen[id] = true
+	}
+	for _, ref := range sortedKeys(c.Policies.Shadow) {
+		shadow := c.Policies.Shadow[ref]
+		if shadow == "" || shadow == ref {
+			return fmt.Errorf("config: policies.shadow.%s: name another policy set", ref)
+		}
 	}
 	if ol := c.Evidence.ObjectLock; ol != nil {
 		if ol.Mode != "GOVERNANCE" && ol.Mode != "COMPLIANCE" {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -49,6 +50,9 @@ type Options struct {
 	Auth     *Authenticator
 	Drivers  map[string]drivers.Driver
 	Tools    map[string]Tool
+	// Shadows maps an enforcing policy_ref to a policy set evaluated beside
+	// it on every call and recorded, never enforced.
+	Shadows map[string]string
 	// Registry, if set, serves registry-style tool ids.
 	Registry *Registry
 	// TraceDirs maps a driver name to the folder where it keeps a local
@@ -63,20 +67,23 @@ type Options struct {
 
 // Gateway runs RunTool calls. It is safe for concurrent use.
 type Gateway struct {
-	decider    Decider
-	store      evidence.Store
-	spool      *evidence.Spool
-	spoolKick  chan struct{}
-	signer     *evidence.Signer
-	redactor   *redact.Redactor
-	auth       *Authenticator
-	drivers    map[string]drivers.Driver
-	tools      map[string]Tool
-	registry   *Registry
-	traceDirs  map[string]string
-	engineBase string
-	log        *slog.Logger
-	now        func() time.Time
+	decider   Decider
+	store     evidence.Store
+	spool     *evidence.Spool
+	spoolKick chan struct{}
+	signer    *evidence.Signer
+	redactor  *redact.Redactor
+	auth      *Authenticator
+	drivers   map[string]drivers.Driver
+	tools     map[string]Tool
+	registry  *Registry
+	shadows   map[string]string
+	// shadowFlips counts decisions a shadow set would have flipped.
+	shadowFlips atomic.Int64
+	traceDirs   map[string]string
+	engineBase  string
+	log         *slog.Logger
+	now         func() time.Time
 }
 
 // New checks opts and returns a Gateway.
@@ -114,6 +121,7 @@ func New(opts Options) (*Gateway, error) {
 		drivers:    opts.Drivers,
 		tools:      opts.Tools,
 		registry:   opts.Registry,
+		shadows:    opts.Shadows,
 		traceDirs:  opts.TraceDirs,
 		engineBase: fmt.Sprintf("toolgate/%s@%s", Version, opts.Instance),
 		log:        opts.Logger,
@@ -199,7 +207,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	}
 
 	// 2. Decide, and make the decision durable before anything runs.
-	decision := g.decide(ctx, caller, c, tool, known, args)
+	decision, shadow := g.decide(ctx, caller, c, tool, known, args)
 	rec.policySetDigest = decision.PolicySetDigest
 	err = rec.put(ctx, evidence.ArtifactPolicyDecision, decisionRecord{
 		RequestID:       c.RequestID,
@@ -214,6 +222,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		PolicyRef:       decision.PolicyRef,
 		PolicySetDigest: decision.PolicySetDigest,
 		Errors:          nonNil(decision.Errors),
+		Shadow:          shadow,
 		DecidedAt:       g.now().UTC(),
 	})
 	if err != nil {
@@ -306,16 +315,17 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	return rec.finish(ctx, resp, artifact{evidence.ArtifactToolResult, toolResult})
 }
 
-// decide applies the gateway's own rules, then policy.
-func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, known bool, args map[string]any) policy.Decision {
+// decide applies the gateway's own rules, then policy. When the policy set
+// has a shadow, the shadow decides too, for the record only.
+func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, known bool, args map[string]any) (policy.Decision, *shadowRecord) {
 	if !known {
 		return policy.Decision{
 			RuleID:    RuleUnknownTool,
 			Reason:    fmt.Sprintf("no driver serves tool %q", c.ToolID),
 			PolicyRef: c.PolicyRef,
-		}
+		}, nil
 	}
-	return g.decider.Decide(ctx, policy.Request{
+	req := policy.Request{
 		Caller:          caller,
 		Action:          c.action(),
 		ToolID:          c.ToolID,
@@ -327,8 +337,30 @@ func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, 
 		StepID:          c.StepID,
 		PolicyRef:       c.PolicyRef,
 		Args:            args,
-	})
+	}
+	d := g.decider.Decide(ctx, req)
+	shadowRef, ok := g.shadows[d.PolicyRef]
+	if !ok {
+		return d, nil
+	}
+	req.PolicyRef = shadowRef
+	sd := g.decider.Decide(ctx, req)
+	sr := &shadowRecord{
+		PolicyRef: sd.PolicyRef, Decision: decisionWord(sd.Allow), RuleID: sd.RuleID, Reason: sd.Reason,
+		PolicySetDigest: sd.PolicySetDigest, Differs: sd.Allow != d.Allow,
+	}
+	if sr.Differs {
+		g.shadowFlips.Add(1)
+		g.log.Info("shadow policy would decide otherwise", "request_id", c.RequestID, "tool_id", c.ToolID,
+			"policy_ref", d.PolicyRef, "decision", decisionWord(d.Allow), "rule_id", d.RuleID,
+			"shadow_ref", sd.PolicyRef, "shadow_decision", sr.Decision, "shadow_rule_id", sd.RuleID)
+	}
+	return d, sr
 }
+
+// ShadowFlips counts the calls whose shadow policy set decided otherwise
+// (allow against deny) than the enforcing set, since the gateway started.
+func (g *Gateway) ShadowFlips() int64 { return g.shadowFlips.Load() }
 
 // runDriver turns a driver panic into an error: a bug in one driver must not
 // take the gateway, and every other call in flight, down with it.

@@ -62,6 +62,7 @@ type envOptions struct {
 	secrets  []string
 	spoolDir string // set: spool post-decision artifacts there
 	signer   *evidence.Signer
+	shadows  map[string]string
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -130,7 +131,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	e.gw, err = New(Options{
 		Decider: engine, Store: e.store, Spool: spool, Signer: o.signer, Redactor: red, Auth: auth,
-		Drivers: drvs, Tools: tools, Instance: "test-host",
+		Drivers: drvs, Tools: tools, Instance: "test-host", Shadows: o.shadows,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -49,6 +49,20 @@ type decisionRecord struct {
 	PolicySetDigest string    `json:"policy_set_digest"`
 	Errors          []string  `json:"errors"`
 	DecidedAt       time.Time `json:"decided_at"`
+	// Shadow is the decision of the shadow policy set, never enforced.
+	Shadow *shadowRecord `json:"shadow,omitempty"`
+}
+
+// shadowRecord is a shadow policy set's decision on a call.
+type shadowRecord struct {
+	PolicyRef       string `json:"policy_ref"`
+	Decision        string `json:"decision"`
+	RuleID          string `json:"rule_id"`
+	Reason          string `json:"reason"`
+	PolicySetDigest string `json:"policy_set_digest"`
+	// Differs is set when the shadow would allow what was denied, or
+	// deny what was allowed.
+	Differs bool `json:"differs"`
 }
 
 type toolResultRecord struct {
