@@ -6,11 +6,14 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/toolgate/toolgate/policy"
 )
 
 // AnonymousCaller is the caller name used when authentication is off, which
@@ -19,7 +22,8 @@ const AnonymousCaller = "anonymous"
 
 // Authenticator maps the bearer API key of a call onto a caller name.
 type Authenticator struct {
-	keys []apiKey // empty: authentication is off
+	keys  []apiKey // empty: authentication is off
+	attrs map[string]policy.CallerAttributes
 }
 
 type apiKey struct {
@@ -31,8 +35,12 @@ type apiKey struct {
 // environment-held keys through getenv. With no keys, every call is made by
 // AnonymousCaller; Config.Validate makes sure that only happens on loopback.
 func NewAuthenticator(keys []KeyConfig, getenv func(string) string) (*Authenticator, error) {
-	a := &Authenticator{}
+	a := &Authenticator{attrs: map[string]policy.CallerAttributes{}}
 	for i, k := range keys {
+		attrs := a.attrs[k.Caller]
+		attrs.Groups = union(attrs.Groups, k.Groups)
+		attrs.Roles = union(attrs.Roles, k.Roles)
+		a.attrs[k.Caller] = attrs
 		var d [sha256.Size]byte
 		switch {
 		case k.SHA256 != "":
@@ -86,4 +94,17 @@ func (a *Authenticator) Authenticate(ctx context.Context) (string, error) {
 		return "", status.Error(codes.Unauthenticated, "authorization: unknown API key")
 	}
 	return caller, nil
+}
+
+// Attributes returns what the configuration says about a caller, for
+// policy. Unknown callers, the anonymous one included, have none.
+func (a *Authenticator) Attributes(caller string) policy.CallerAttributes {
+	return a.attrs[caller]
+}
+
+// union returns the sorted union of two lists, without repeats.
+func union(a, b []string) []string {
+	out := slices.Concat(a, b)
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -78,6 +78,10 @@ type KeyConfig struct {
 	SHA256 string `yaml:"sha256"`
 	// Env names an environment variable holding the key.
 	Env string `yaml:"env"`
+	// Groups and Roles are the caller's principal.groups and
+	// principal.roles in Cedar. A caller with several keys has the union.
+	Groups []string `yaml:"groups"`
+	Roles  []string `yaml:"roles"`
 }
 
 // PolicyConfig locates the Cedar policy sets.

@@ -327,6 +327,7 @@ func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, 
 	}
 	req := policy.Request{
 		Caller:          caller,
+		CallerAttrs:     g.auth.Attributes(caller),
 		Action:          c.action(),
 		ToolID:          c.ToolID,
 		Driver:          tool.Driver,

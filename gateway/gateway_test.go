@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -473,5 +474,37 @@ func TestEngineRef(t *testing.T) {
 	resp := e.mustCall("eng-1", "workspace.readFile", map[string]any{"path": "none"})
 	if want := "toolgate/" + Version + "@test-host/workspace"; resp.GetEngineRef() != want {
 		t.Errorf("engine_ref = %q, want %q", resp.GetEngineRef(), want)
+	}
+}
+
+// TestCallerGroupsReachPolicy: groups and roles from the auth
+// configuration are principal attributes, so role-based rules work.
+func TestCallerGroupsReachPolicy(t *testing.T) {
+	keys := []KeyConfig{
+		{Caller: "alice", Env: "ALICE_KEY", Groups: []string{"ops"}},
+		{Caller: "alice", Env: "ALICE_KEY2", Roles: []string{"oncall"}},
+		{Caller: "bob", Env: "BOB_KEY", Groups: []string{"dev"}},
+	}
+	env := map[string]string{"ALICE_KEY": "alice-key-1", "ALICE_KEY2": "alice-key-2", "BOB_KEY": "bob-key-1"}
+	e := newEnv(t, envOptions{keys: keys, getenv: func(n string) string { return env[n] }, policies: map[string]string{
+		"policy.default.cedar": `@id("ops_shell") permit (principal, action, resource == Tool::"workspace.shell")
+when { principal.groups.contains("ops") && principal.roles.contains("oncall") };`,
+	}})
+	tests := []struct{ name, key, wantRule string }{
+		{"ops and oncall (from two keys)", "alice-key-1", "ops_shell"},
+		{"same caller, other key", "alice-key-2", "ops_shell"},
+		{"dev", "bob-key-1", "default_deny"},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tc.key)
+			resp, err := e.call(ctx, fmt.Sprintf("grp-%d", i), "workspace.shell", map[string]any{"command": "true"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.GetPolicyCheck().GetRuleId() != tc.wantRule {
+				t.Fatalf("rule = %s, want %s", resp.GetPolicyCheck().GetRuleId(), tc.wantRule)
+			}
+		})
 	}
 }

@@ -57,7 +57,7 @@ func (g *Gateway) ListTools(ctx context.Context, req *toolgatev1.ListToolsReques
 			continue
 		}
 		d := g.decider.Decide(ctx, policy.Request{
-			Caller: caller, Action: policy.ActionRunTool, ToolID: id, Driver: t.Driver,
+			Caller: caller, CallerAttrs: g.auth.Attributes(caller), Action: policy.ActionRunTool, ToolID: id, Driver: t.Driver,
 			Tool: t.attributes(), PolicyRef: policyRef, Args: map[string]any{},
 		})
 		if !d.Allow {

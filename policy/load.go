@@ -138,7 +138,8 @@ func checkModel(v *validate.Validator) error {
 	driver := types.NewEntityUID("Driver", "driver")
 	tool := types.NewEntityUID("Tool", "tool")
 	for _, ent := range []types.Entity{
-		{UID: caller},
+		callerEntity(caller, CallerAttributes{}),
+		callerEntity(caller, CallerAttributes{Groups: []string{"ops"}, Roles: []string{"admin"}}),
 		{UID: driver},
 		toolEntity(tool, driver, "driver", ToolAttributes{}),
 		toolEntity(tool, driver, "driver", ToolAttributes{Package: "@scope/pkg", Export: "run", Version: "1.0.0", Tags: []string{"a", "b"}}),

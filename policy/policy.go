@@ -65,6 +65,9 @@ type Request struct {
 	Driver string
 	// Tool holds the catalog attributes of the resource.
 	Tool ToolAttributes
+	// CallerAttrs are the principal's attributes: principal.groups and
+	// principal.roles.
+	CallerAttrs CallerAttributes
 
 	RequestID       string // context.requestId
 	RunID           string // context.runId, absent when empty
@@ -88,13 +91,32 @@ type ToolAttributes struct {
 	Tags    []string
 }
 
+// CallerAttributes are what the gateway's configuration says about a
+// caller, for role-based rules: principal.groups.contains("ops").
+type CallerAttributes struct {
+	Groups []string
+	Roles  []string
+}
+
+// callerEntity is the Caller entity of a request.
+func callerEntity(uid types.EntityUID, a CallerAttributes) types.Entity {
+	return types.Entity{UID: uid, Attributes: types.NewRecord(types.RecordMap{
+		"groups": stringSet(a.Groups),
+		"roles":  stringSet(a.Roles),
+	})}
+}
+
+func stringSet(items []string) types.Set {
+	vals := make([]types.Value, len(items))
+	for i, v := range items {
+		vals[i] = types.String(v)
+	}
+	return types.NewSet(vals...)
+}
+
 // toolEntity is the Tool entity of a request: a member of its driver, with
 // the catalog attributes.
 func toolEntity(uid, driver types.EntityUID, driverName string, t ToolAttributes) types.Entity {
-	tags := make([]types.Value, len(t.Tags))
-	for i, tag := range t.Tags {
-		tags[i] = types.String(tag)
-	}
 	return types.Entity{
 		UID:     uid,
 		Parents: types.NewEntityUIDSet(driver),
@@ -103,7 +125,7 @@ func toolEntity(uid, driver types.EntityUID, driverName string, t ToolAttributes
 			"package": types.String(t.Package),
 			"export":  types.String(t.Export),
 			"version": types.String(t.Version),
-			"tags":    types.NewSet(tags...),
+			"tags":    stringSet(t.Tags),
 		}),
 	}
 }
@@ -227,7 +249,7 @@ func cedarRequest(req Request) (cedar.Request, types.EntityMap, error) {
 	resource := types.NewEntityUID("Tool", types.String(req.ToolID))
 	driver := types.NewEntityUID("Driver", types.String(req.Driver))
 	entities := types.EntityMap{
-		principal: {UID: principal},
+		principal: callerEntity(principal, req.CallerAttrs),
 		driver:    {UID: driver},
 		resource:  toolEntity(resource, driver, req.Driver, req.Tool),
 	}
