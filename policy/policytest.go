@@ -24,6 +24,10 @@ var ErrNoTests = errors.New("no " + TestFileExt + " files")
 type RequestSpec struct {
 	// Caller is the authenticated caller. Required.
 	Caller string `json:"caller"`
+	// Groups and Roles are the caller's principal.groups and
+	// principal.roles, as the gateway's auth configuration gives them.
+	Groups []string `json:"groups,omitempty"`
+	Roles  []string `json:"roles,omitempty"`
 	// Tool is the tool id. Required.
 	Tool string `json:"tool"`
 	// Driver is the driver serving the tool; it may be left out for
@@ -71,6 +75,7 @@ const specRequestID = "dry-run"
 func (s RequestSpec) Request() (Request, error) {
 	req := Request{
 		Caller:          s.Caller,
+		CallerAttrs:     CallerAttributes{Groups: s.Groups, Roles: s.Roles},
 		Action:          s.Action,
 		ToolID:          s.Tool,
 		Driver:          s.Driver,

@@ -81,6 +81,8 @@ func policyAuthorize(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.StringVar(&attrs.Export, "export", "", "tool attribute export")
 	fs.StringVar(&attrs.Version, "version", "", "tool attribute version")
 	tags := fs.String("tags", "", "tool attribute tags, comma-separated")
+	groups := fs.String("groups", "", "the caller's groups (principal.groups), comma-separated")
+	roles := fs.String("roles", "", "the caller's roles (principal.roles), comma-separated")
 	asJSON := fs.Bool("json", false, "print the explanation as JSON")
 	if err := fs.Parse(args); err != nil {
 		return exitError
@@ -97,11 +99,8 @@ func policyAuthorize(ctx context.Context, args []string, stdout, stderr io.Write
 	if err := dec.Decode(&spec.Args); err != nil || dec.More() {
 		return fail("--args: want one JSON object: %v", err)
 	}
-	for tag := range strings.SplitSeq(*tags, ",") {
-		if tag = strings.TrimSpace(tag); tag != "" {
-			attrs.Tags = append(attrs.Tags, tag)
-		}
-	}
+	attrs.Tags = splitList(*tags)
+	spec.Groups, spec.Roles = splitList(*groups), splitList(*roles)
 	if attrs.Package != "" || attrs.Export != "" || attrs.Version != "" || len(attrs.Tags) > 0 {
 		spec.ToolAttributes = &attrs
 	}
@@ -247,4 +246,15 @@ func policyTest(ctx context.Context, args []string, stdout, stderr io.Writer) in
 
 func versionString() string {
 	return "toolgate " + gateway.Version
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for item := range strings.SplitSeq(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }

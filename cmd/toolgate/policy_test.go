@@ -279,3 +279,18 @@ permit (principal, action, resource == Tool::"workspace.readFile");
 		})
 	}
 }
+
+// TestPolicyAuthorizeGroups: the dry run takes the caller's groups and
+// roles, as the gateway takes them from its auth configuration.
+func TestPolicyAuthorizeGroups(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, `@id("ops_shell") permit (principal, action, resource == Tool::"workspace.shell")
+when { principal.groups.contains("ops") && principal.roles.contains("oncall") };`)
+	base := []string{"policy", "authorize", "--policies", filepath.Join(dir, "policies"), "--caller", "alice", "--tool", "workspace.shell"}
+	if _, _, code := runTool(t, dir, append(base, "--groups", "ops, dev", "--roles", "oncall")...); code != exitOK {
+		t.Errorf("ops + oncall: exit %d, want allow", code)
+	}
+	if _, _, code := runTool(t, dir, append(base, "--groups", "dev")...); code != exitFailure {
+		t.Errorf("dev only: exit %d, want deny", code)
+	}
+}
