@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 	"unicode/utf8"
+
+	"github.com/toolgate/toolgate/drivers"
 )
 
 // maxCodeBytes bounds the guest program.
@@ -51,7 +53,7 @@ func parseArgs(args map[string]any, limit time.Duration) (runArgs, error) {
 		}
 		a.code = code
 	default:
-		return runArgs{}, fmt.Errorf("args.code must be a string, got %s", typeName(code))
+		return runArgs{}, fmt.Errorf("args.code must be a string, got %s", drivers.JSONType(code))
 	}
 
 	if raw, ok := args["providers"]; ok && raw != nil {
@@ -83,13 +85,13 @@ func stringList(raw any) ([]string, error) {
 		for i, e := range v {
 			s, ok := e.(string)
 			if !ok {
-				return nil, fmt.Errorf("args.providers[%d] must be a string, got %s", i, typeName(e))
+				return nil, fmt.Errorf("args.providers[%d] must be a string, got %s", i, drivers.JSONType(e))
 			}
 			out[i] = s
 		}
 		return out, nil
 	default:
-		return nil, fmt.Errorf("args.providers must be a list of provider names, got %s", typeName(raw))
+		return nil, fmt.Errorf("args.providers must be a list of provider names, got %s", drivers.JSONType(raw))
 	}
 }
 
@@ -118,25 +120,6 @@ func wholeNumber(v any) (int64, bool) {
 	return 0, false
 }
 
-// typeName names the JSON type of a decoded value.
-func typeName(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	case json.Number, float64, int, int64:
-		return "a number"
-	case []any, []string:
-		return "a list"
-	case map[string]any:
-		return "an object"
-	}
-	return fmt.Sprintf("a %T", v)
-}
-
 // describe quotes a rejected value briefly.
 func describe(v any) string {
 	switch n := v.(type) {
@@ -145,5 +128,5 @@ func describe(v any) string {
 	case float64, int, int64:
 		return fmt.Sprint(n)
 	}
-	return typeName(v)
+	return drivers.JSONType(v)
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/toolgate/toolgate/drivers"
 )
 
 // Limits from the protocol's validation rules.
@@ -104,7 +106,7 @@ func (a args) str(name string, required bool) (s string, ok bool, err error) {
 	}
 	s, isString := v.(string)
 	if !isString {
-		return "", false, fmt.Errorf("%s must be a string, got %s", name, typeName(v))
+		return "", false, fmt.Errorf("%s must be a string, got %s", name, drivers.JSONType(v))
 	}
 	return s, true, nil
 }
@@ -133,7 +135,7 @@ func (a args) boolean(name string, def bool) (bool, error) {
 	}
 	b, ok := v.(bool)
 	if !ok {
-		return false, fmt.Errorf("%s must be a boolean, got %s", name, typeName(v))
+		return false, fmt.Errorf("%s must be a boolean, got %s", name, drivers.JSONType(v))
 	}
 	return b, nil
 }
@@ -159,7 +161,7 @@ func (a args) integer(name string) (n int64, ok bool, err error) {
 	if !present {
 		return 0, false, nil
 	}
-	notInt := fmt.Errorf("%s must be an integer, got %s", name, typeName(v))
+	notInt := fmt.Errorf("%s must be an integer, got %s", name, drivers.JSONType(v))
 	var f float64
 	switch v := v.(type) {
 	case int:
@@ -184,25 +186,6 @@ func (a args) integer(name string) (n int64, ok bool, err error) {
 		return 0, false, fmt.Errorf("%s must be an integer, got %v", name, f)
 	}
 	return int64(f), true, nil
-}
-
-func typeName(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	case json.Number, float64, int, int64:
-		return "a number"
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "an object"
-	default:
-		return fmt.Sprintf("%T", v)
-	}
 }
 
 // createArgs are the validated arguments of createFile.
@@ -300,7 +283,7 @@ func parseEdit(a args) (editArgs, error) {
 	}
 	list, ok := raw.([]any)
 	if !ok {
-		return e, fmt.Errorf("edits must be an array, got %s", typeName(raw))
+		return e, fmt.Errorf("edits must be an array, got %s", drivers.JSONType(raw))
 	}
 	// An empty list would rewrite the file unchanged; it is almost certainly
 	// a caller bug, so it is reported rather than silently accepted.
@@ -311,7 +294,7 @@ func parseEdit(a args) (editArgs, error) {
 	for i, item := range list {
 		obj, ok := item.(map[string]any)
 		if !ok {
-			return e, fmt.Errorf("edits[%d] must be an object, got %s", i, typeName(item))
+			return e, fmt.Errorf("edits[%d] must be an object, got %s", i, drivers.JSONType(item))
 		}
 		ea := args(obj)
 		if err := ea.only("oldContent", "newContent"); err != nil {
@@ -411,7 +394,7 @@ func parseShell(a args, defaultTimeout time.Duration) (shellArgs, error) {
 	}
 	obj, ok := raw.(map[string]any)
 	if !ok {
-		return s, fmt.Errorf("env must be an object, got %s", typeName(raw))
+		return s, fmt.Errorf("env must be an object, got %s", drivers.JSONType(raw))
 	}
 	s.env = make(map[string]string, len(obj))
 	for name, v := range obj {
@@ -420,7 +403,7 @@ func parseShell(a args, defaultTimeout time.Duration) (shellArgs, error) {
 		}
 		val, ok := v.(string)
 		if !ok {
-			return s, fmt.Errorf("env[%q] must be a string, got %s", name, typeName(v))
+			return s, fmt.Errorf("env[%q] must be a string, got %s", name, drivers.JSONType(v))
 		}
 		if strings.IndexByte(val, 0) >= 0 {
 			return s, fmt.Errorf("env[%q] must not contain a NUL byte", name)

@@ -310,7 +310,7 @@ func TestValidationGoCallers(t *testing.T) {
 		{"timeout at the maximum", "shell", map[string]any{"command": "true", "timeout": json.Number("3600000")}, ""},
 		{"timeout as fractional float64", "shell", map[string]any{"command": "true", "timeout": 1000.5}, "must be an integer"},
 		{"timeout as huge float64", "shell", map[string]any{"command": "true", "timeout": 1e300}, "must be an integer"},
-		{"timeout as uint", "shell", map[string]any{"command": "true", "timeout": uint(2000)}, "must be an integer, got uint"},
+		{"timeout as uint", "shell", map[string]any{"command": "true", "timeout": uint(2000)}, "must be an integer, got a uint"},
 		{"env as map[string]string", "shell", map[string]any{"command": "true", "env": map[string]string{"A": "b"}}, "env must be an object"},
 	}
 	for _, tt := range tests {
