@@ -155,33 +155,8 @@ func TestS3Store(t *testing.T) {
 	t.Run("concurrent large puts of one key have exactly one winner", func(t *testing.T) {
 		bucket := newBucket(t, false)
 		s := newTestS3Store(t, m, S3Options{Bucket: bucket})
-		const writers = 32
-		const key = "requests/race/tool_result.json"
 		doc := jsonOfSize(200 << 10)
-		data := func(i int) []byte { return fmt.Appendf(slices.Clone(doc), "%d", i) }
-		errs := make([]error, writers)
-		var wg sync.WaitGroup
-		for i := range writers {
-			wg.Go(func() { errs[i] = s.Put(ctx, key, data(i)) })
-		}
-		wg.Wait()
-		winner := -1
-		for i, err := range errs {
-			switch {
-			case err == nil && winner >= 0:
-				t.Fatalf("writers %d and %d both succeeded", winner, i)
-			case err == nil:
-				winner = i
-			case !errors.Is(err, ErrExist):
-				t.Fatalf("writer %d: Put = %v, want nil or ErrExist", i, err)
-			}
-		}
-		if winner < 0 {
-			t.Fatal("no writer succeeded")
-		}
-		if got := mustGet(t, s, key); !bytes.Equal(got, data(winner)) {
-			t.Fatal("stored data is not the winner's")
-		}
+		raceOneKey(t, s, "requests/race/tool_result.json", 32, func(i int) []byte { return fmt.Appendf(slices.Clone(doc), "%d", i) })
 	})
 
 	t.Run("objects carry content type, encoding and a checksum of the stored bytes", func(t *testing.T) {

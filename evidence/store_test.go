@@ -190,31 +190,7 @@ func TestStoreConformance(t *testing.T) {
 			}
 		}},
 		{"concurrent puts of one key have exactly one winner", func(t *testing.T, s Store) {
-			const writers = 64
-			const key = "requests/race/request.json"
-			errs := make([]error, writers)
-			var wg sync.WaitGroup
-			for i := range writers {
-				wg.Go(func() { errs[i] = s.Put(ctx, key, fmt.Appendf(nil, "writer-%d", i)) })
-			}
-			wg.Wait()
-			winner := -1
-			for i, err := range errs {
-				switch {
-				case err == nil && winner >= 0:
-					t.Fatalf("writers %d and %d both succeeded", winner, i)
-				case err == nil:
-					winner = i
-				case !errors.Is(err, ErrExist):
-					t.Fatalf("writer %d: Put = %v, want nil or ErrExist", i, err)
-				}
-			}
-			if winner < 0 {
-				t.Fatal("no writer succeeded")
-			}
-			if got, want := mustGet(t, s, key), fmt.Appendf(nil, "writer-%d", winner); !bytes.Equal(got, want) {
-				t.Fatalf("stored %q, want the winner's %q", got, want)
-			}
+			raceOneKey(t, s, "requests/race/request.json", 64, func(i int) []byte { return fmt.Appendf(nil, "writer-%d", i) })
 		}},
 		{"concurrent puts of distinct keys all succeed", func(t *testing.T, s Store) {
 			const writers = 32
@@ -257,5 +233,35 @@ func BenchmarkPut(b *testing.B) {
 				i++
 			}
 		})
+	}
+}
+
+// raceOneKey has writers goroutines Put different data under one key at
+// once and checks that exactly one succeeds, the others get ErrExist, and
+// the winner's data is stored.
+func raceOneKey(t *testing.T, s Store, key string, writers int, data func(i int) []byte) {
+	t.Helper()
+	errs := make([]error, writers)
+	var wg sync.WaitGroup
+	for i := range writers {
+		wg.Go(func() { errs[i] = s.Put(context.Background(), key, data(i)) })
+	}
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && winner >= 0:
+			t.Fatalf("writers %d and %d both succeeded", winner, i)
+		case err == nil:
+			winner = i
+		case !errors.Is(err, ErrExist):
+			t.Fatalf("writer %d: Put = %v, want nil or ErrExist", i, err)
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no writer succeeded")
+	}
+	if got := mustGet(t, s, key); !bytes.Equal(got, data(winner)) {
+		t.Fatalf("stored data is not the winner's (writer %d)", winner)
 	}
 }
