@@ -35,7 +35,10 @@ type Manifest struct {
 	Error                string           `json:"error,omitempty"`
 	Artifacts            []ArtifactDigest `json:"artifacts"`
 	Redactions           []Redaction      `json:"redactions"`
-	CreatedAt            time.Time        `json:"created_at"`
+	// FingerprintKeyID names the key of the redaction fingerprints:
+	// fingerprints under the same id can be compared.
+	FingerprintKeyID string    `json:"fingerprint_key_id,omitempty"`
+	CreatedAt        time.Time `json:"created_at"`
 	// Signature is nil for an unsigned manifest. Signer.Sign sets it; it
 	// covers every other field.
 	Signature *Signature `json:"signature,omitempty"`
@@ -49,12 +52,17 @@ type ArtifactDigest struct {
 }
 
 // Redaction records one secret removed from an artifact before it was
-// stored. It says where, never what.
+// stored. It says where, and which secret only as a keyed fingerprint:
+// the same secret leaked in many calls has the same fingerprint, and no
+// one without the key can test a guess against it.
 type Redaction struct {
 	Rule     string `json:"rule"`     // the redaction rule that matched
 	Artifact string `json:"artifact"` // the artifact it was removed from
-	Path     string `json:"path"`     // the field within the artifact
-	Offset   int    `json:"offset"`   // byte offset of the match within the field
+	Path     string `json:"path"`     // the JSON path of the field, empty for text artifacts
+	Offset   int64  `json:"offset"`   // byte offset of the secret within the field (or text)
+	// Fingerprint is hex HMAC-SHA256 of the secret under the gateway's
+	// fingerprint key (see Manifest.FingerprintKeyID).
+	Fingerprint string `json:"fingerprint,omitempty"`
 }
 
 // Digest returns the digest of data stored under key.

@@ -3,6 +3,7 @@ package evidence
 import (
 	"bytes"
 	"crypto/ed25519"
+	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
@@ -257,4 +258,13 @@ func decodeKey(data []byte, blockType string) (der []byte, isPEM bool, err error
 		return nil, false, fmt.Errorf("neither a PEM %q block nor standard base64", blockType)
 	}
 	return raw, false, nil
+}
+
+// DeriveKey returns a 32-byte key for another purpose, derived from the
+// signing key's seed with HMAC-SHA256 under the label purpose: stable for
+// one signing key, and telling nothing about it.
+func (s *Signer) DeriveKey(purpose string) []byte {
+	mac := hmac.New(sha256.New, s.key.Seed())
+	mac.Write([]byte(purpose))
+	return mac.Sum(nil)
 }

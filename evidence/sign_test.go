@@ -135,6 +135,8 @@ func TestSignatureBindsEveryField(t *testing.T) {
 		{"redactions.artifact", func(m *Manifest) { m.Redactions[0].Artifact = ArtifactResponse }},
 		{"redactions.path", func(m *Manifest) { m.Redactions[0].Path = "args.other" }},
 		{"redactions.offset", func(m *Manifest) { m.Redactions[0].Offset++ }},
+		{"redactions.fingerprint", func(m *Manifest) { m.Redactions[0].Fingerprint = "00" + m.Redactions[0].Fingerprint }},
+		{"fingerprint_key_id", func(m *Manifest) { m.FingerprintKeyID = "other" }},
 		{"created_at", func(m *Manifest) { m.CreatedAt = m.CreatedAt.Add(time.Nanosecond) }},
 		{"signature", func(m *Manifest) { m.Signature = nil }},
 		{"signature.algorithm", func(m *Manifest) { m.Signature.Algorithm = "ed448" }},

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -71,7 +72,17 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 			secrets = append(secrets, tools[id].Env[name])
 		}
 	}
-	redactor, err := redact.New(redact.Config{KnownSecrets: secrets, KeyNames: cfg.Redact.KeyNames})
+	fingerprintKey, err := redactFingerprintKey(cfg.Redact.FingerprintKey, signer, getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	redactor, err := redact.New(redact.Config{
+		KnownSecrets:   secrets,
+		KeyNames:       cfg.Redact.KeyNames,
+		RulesFile:      cfg.Redact.RulesFile,
+		DisableRules:   cfg.Redact.DisableRules,
+		FingerprintKey: fingerprintKey,
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("config: redact: %w", err)
 	}
@@ -254,4 +265,30 @@ func (c closeAll) Close() error {
 		errs = append(errs, c[i].Close())
 	}
 	return errors.Join(errs...)
+}
+
+// redactFingerprintKey returns the key of redaction fingerprints: the
+// configured one, else one derived from the manifest signing key (so that
+// fingerprints compare across restarts without another secret to manage),
+// else a random one.
+func redactFingerprintKey(src *SecretSource, signer *evidence.Signer, getenv func(string) string) ([]byte, error) {
+	switch {
+	case src != nil:
+		key, err := src.Read(getenv)
+		if err != nil {
+			return nil, fmt.Errorf("config: redact.fingerprint_key: %w", err)
+		}
+		if len(key) < 16 {
+			return nil, errors.New("config: redact.fingerprint_key: shorter than 16 bytes")
+		}
+		return key, nil
+	case signer != nil:
+		return signer.DeriveKey("toolgate redaction fingerprint v1"), nil
+	default:
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, fmt.Errorf("redact: fingerprint key: %w", err)
+		}
+		return key, nil
+	}
 }

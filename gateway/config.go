@@ -164,7 +164,7 @@ func (s SecretSource) Read(getenv func(string) string) ([]byte, error) {
 	}
 }
 
-// RedactConfig adds secrets the redactor must know about.
+// RedactConfig configures the redactor every artifact passes through.
 type RedactConfig struct {
 	// SecretsEnv names environment variables whose values are secrets to be
 	// replaced wherever they appear in evidence.
@@ -172,6 +172,17 @@ type RedactConfig struct {
 	// KeyNames are JSON key names whose values are secret, in addition to
 	// the built-in list.
 	KeyNames []string `yaml:"key_names"`
+	// RulesFile is a gitleaks-format TOML file of rules added to the
+	// default set (gitleaks' rules and Toolgate's); a rule with the id of a
+	// default rule replaces it.
+	RulesFile string `yaml:"rules_file"`
+	// DisableRules are rule ids to switch off.
+	DisableRules []string `yaml:"disable_rules"`
+	// FingerprintKey keys the HMAC-SHA256 fingerprints of redacted secrets
+	// in manifests. Unset, a key is derived from evidence.signing_key, or
+	// without one drawn at random at start (fingerprints then compare only
+	// within one run).
+	FingerprintKey *SecretSource `yaml:"fingerprint_key"`
 }
 
 // DriverConfig configures one downstream driver.

@@ -422,8 +422,8 @@ func TestRedactionInEveryArtifact(t *testing.T) {
 		found[r.Artifact+" "+r.Rule] = true
 	}
 	for _, want := range []string{
-		"request.json secret-key-name", "tool_result.json github-token",
-		"tool_result.json known-secret", "response.json github-token",
+		"request.json secret-key-name", "tool_result.json github-pat",
+		"tool_result.json known-secret", "response.json github-pat",
 	} {
 		if !found[want] {
 			t.Errorf("manifest redactions lack %q: %v", want, m.Redactions)

@@ -177,6 +177,9 @@ func marshalJSON(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
+	// Indented: auditors read these files, and the redactor keeps the
+	// layout it is given.
+	enc.SetIndent("", "  ")
 	if err := enc.Encode(v); err != nil {
 		return nil, err
 	}
@@ -223,7 +226,7 @@ func (r *recorder) redactBytes(artifact string, raw []byte) ([]byte, error) {
 		return nil, fmt.Errorf("redact %s: %w", artifact, err)
 	}
 	for _, f := range findings {
-		r.redactions = append(r.redactions, evidence.Redaction{Rule: f.Rule, Artifact: f.Artifact, Path: f.Path, Offset: f.Offset})
+		r.redactions = append(r.redactions, evidence.Redaction{Rule: f.Rule, Artifact: f.Artifact, Path: f.Path, Offset: f.Offset, Fingerprint: f.Fingerprint})
 	}
 	return out, nil
 }
@@ -342,6 +345,7 @@ func (r *recorder) writeManifest(ctx context.Context, outcome, errText string) e
 		Error:                errText,
 		Artifacts:            r.digests,
 		Redactions:           r.redactions,
+		FingerprintKeyID:     r.redactor.FingerprintKeyID(),
 		CreatedAt:            r.g.now().UTC(),
 	}
 	if r.g.signer != nil {

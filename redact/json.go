@@ -1,82 +1,90 @@
 package redact
 
 import (
-	"bytes"
-	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
-// JSON redacts a JSON document and returns the redacted document and what was redacted.
-// Output: valid JSON, object keys sorted, numbers preserved exactly as written (decode with
-// UseNumber), no HTML escaping, indented with two spaces, trailing newline. An input that is not
-// exactly one valid JSON value is an error (no partial output).
+// maxJSONDepth bounds nesting, as encoding/json does, so that hostile input cannot exhaust the
+// stack.
+const maxJSONDepth = 10000
+
+// JSON redacts a JSON document structurally: only string values, object keys and numbers that
+// hold a secret change, and everything else — keys, order, spacing, number spelling — stays byte
+// for byte, so the result is valid JSON with the input's structure. When nothing is found the
+// result is doc itself. An input that is not exactly one valid JSON value is an error (no partial
+// output).
 //
-// As in encoding/json, when an object has the same key twice the last value wins, and invalid
-// UTF-8 in a string becomes U+FFFD. Findings are sorted by path, then offset; a finding in an
-// object key carries the path of that member.
+// Rules run twice: over the document text as written, which gives gitleaks-style rules the
+// key/value context they expect ("api_key": "…"), and over each decoded string that holds a
+// keyword or known value, which sees text the way a reader of the string does (a log line with
+// real newlines). The value under a key that names a secret is replaced whole. Findings are in
+// document order.
 func (r *Redactor) JSON(artifact string, doc []byte) ([]byte, []Finding, error) {
-	v, err := decodeOne(doc)
-	if err != nil {
+	out, findings, err := r.jsonPass(artifact, doc)
+	if err != nil || len(findings) == 0 {
+		return out, findings, err
+	}
+	// As in Text, the output must be a fixed point: a pass over text with markers in it may
+	// find what the markers' neighbours now form.
+	for pass := 1; pass < maxPasses; pass++ {
+		next, more, err := r.jsonPass(artifact, out)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(more) == 0 {
+			break
+		}
+		out, findings = next, append(findings, more...)
+	}
+	return out, findings, nil
+}
+
+func (r *Redactor) jsonPass(artifact string, doc []byte) ([]byte, []Finding, error) {
+	sc := r.getScratch()
+	defer r.scratch.Put(sc)
+	hits := slices.Clone(r.hits(doc, sc))
+	docSpans := slices.Clone(r.find(doc, sc, false))
+
+	w := jsonWalker{r: r, sc: sc, artifact: artifact, doc: doc, hits: hits, docSpans: docSpans}
+	p := jsonParser{doc: doc, w: &w}
+	if err := p.parse(); err != nil {
 		return nil, nil, fmt.Errorf("redact: artifact %q: %w", artifact, err)
 	}
-	w := walker{r: r, artifact: artifact}
-	v = w.value(v, false)
-
-	var buf bytes.Buffer
-	buf.Grow(len(doc) + len(doc)/2)
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return nil, nil, fmt.Errorf("redact: artifact %q: encoding the redacted document: %w", artifact, err)
+	if len(w.edits) == 0 {
+		return doc, nil, nil
 	}
-	slices.SortFunc(w.findings, func(a, b Finding) int {
-		return cmp.Or(strings.Compare(a.Path, b.Path), cmp.Compare(a.Offset, b.Offset), strings.Compare(a.Rule, b.Rule))
-	})
-	return buf.Bytes(), w.findings, nil
+	out := make([]byte, 0, len(doc)+len(w.edits)*16)
+	last := 0
+	for _, e := range w.edits {
+		out = append(out, doc[last:e.start]...)
+		out = append(out, e.text...)
+		last = e.end
+	}
+	return append(out, doc[last:]...), w.findings, nil
 }
 
-// decodeOne decodes doc, which must hold exactly one JSON value. Errors give the byte offset but
-// never quote the input: the offending byte may be part of a secret.
-func decodeOne(doc []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		var syntax *json.SyntaxError
-		switch {
-		case errors.As(err, &syntax):
-			return nil, fmt.Errorf("invalid JSON: syntax error at byte offset %d", syntax.Offset)
-		case errors.Is(err, io.EOF):
-			return nil, errors.New("invalid JSON: no value")
-		case errors.Is(err, io.ErrUnexpectedEOF):
-			return nil, fmt.Errorf("invalid JSON: value truncated at byte offset %d", len(doc))
-		default:
-			return nil, errors.New("invalid JSON: cannot decode")
-		}
-	}
-	off := dec.InputOffset()
-	if len(bytes.TrimLeft(doc[off:], " \t\r\n")) != 0 {
-		return nil, fmt.Errorf("invalid JSON: unexpected data after the value at byte offset %d", off)
-	}
-	return v, nil
-}
-
-// walker redacts one decoded document in place, tracking the path to the current value so that
-// findings can name it. Paths are rendered only when a finding needs one.
-type walker struct {
+// jsonWalker decides, token by token, what to redact.
+type jsonWalker struct {
 	r        *Redactor
+	sc       *scratch
 	artifact string
+	doc      []byte
+	hits     []hit  // in doc, by end
+	docSpans []span // secrets found in the document text
 	path     []pathElem
+	edits    []edit
 	findings []Finding
+}
+
+type edit struct {
+	start, end int
+	text       []byte
 }
 
 // pathElem is one step of a JSON path: an object key, or an array index when index >= 0.
@@ -85,111 +93,96 @@ type pathElem struct {
 	index int
 }
 
-// value redacts v. secret is set below a key that names a secret: every string and number there
-// is replaced whole.
-func (w *walker) value(v any, secret bool) any {
-	switch t := v.(type) {
-	case string:
-		if secret {
-			if t == "" {
-				return t
+// needsLook reports whether doc[start:end] holds a hit or overlaps a secret found in the text.
+func (w *jsonWalker) needsLook(start, end int) bool {
+	i, _ := slices.BinarySearchFunc(w.hits, start+1, func(h hit, t int) int { return h.end - t })
+	if i < len(w.hits) && w.hits[i].end <= end {
+		return true
+	}
+	j, _ := slices.BinarySearchFunc(w.docSpans, start, func(s span, t int) int { return s.end - t - 1 })
+	return j < len(w.docSpans) && w.docSpans[j].start < end
+}
+
+// str handles a string token doc[start:end] (quotes included). secret is set below a key that
+// names a secret. A redacted key also replaces the key in the current path, so that no path
+// names a secret.
+func (w *jsonWalker) str(start, end int, secret, isKey bool) {
+	if secret {
+		content := w.doc[start+1 : end-1]
+		if e, ok := markerEnd(content, 0); len(content) > 0 && !(ok && e == len(content)) {
+			w.replaceWhole(start, end, RuleSecretKeyName, content)
+		}
+		return
+	}
+	if !w.needsLook(start, end) {
+		return
+	}
+	raw := w.doc[start+1 : end-1]
+	value := unquote(raw)
+	sc := w.sc
+	_, spans := w.r.redact(value, sc)
+	// Secrets the document-level scan found inside this token, located in the decoded value.
+	for _, ds := range w.docSpans {
+		if ds.end <= start+1 || ds.start >= end-1 {
+			continue
+		}
+		lit := unquote(widenToEscapes(raw, max(ds.start, start+1)-(start+1), min(ds.end, end-1)-(start+1)))
+		if len(lit) == 0 {
+			continue
+		}
+		for from := 0; from < len(value); {
+			i := indexBytes(value[from:], lit)
+			if i < 0 {
+				break
 			}
-			w.record(ruleSecretKeyName, 0)
-			return marker(ruleSecretKeyName)
+			spans = append(spans, span{start: from + i, end: from + i + len(lit), rule: ds.rule})
+			from += i + len(lit)
 		}
-		spans := w.r.find(t)
-		if len(spans) == 0 {
-			return t
+	}
+	if len(spans) == 0 {
+		return
+	}
+	spans = mergeSpans(spans)
+	if markers := markersIn(value); len(markers) > 0 {
+		spans = withoutMarkerText(spans, markers)
+	}
+	redacted := replaceSpans(nil, value, spans)
+	if isKey {
+		w.path[len(w.path)-1].key = string(redacted)
+	}
+	path := w.renderPath()
+	for _, sp := range spans {
+		w.findings = append(w.findings, Finding{Rule: sp.rule, Artifact: w.artifact, Path: path, Offset: int64(sp.start), Fingerprint: w.r.Fingerprint(value[sp.start:sp.end])})
+	}
+	w.edits = append(w.edits, edit{start: start, end: end, text: appendQuoted(nil, redacted)})
+}
+
+// number handles a number token. A number cannot be partly replaced and stay a number, so one
+// that holds a known value, or sits below a secret key, becomes the marker string.
+func (w *jsonWalker) number(start, end int, secret bool) {
+	if secret {
+		w.replaceWhole(start, end, RuleSecretKeyName, w.doc[start:end])
+		return
+	}
+	if !w.needsLook(start, end) {
+		return
+	}
+	for _, sp := range w.r.find(w.doc[start:end], w.sc, true) {
+		if sp.rule == RuleKnownSecret {
+			w.replaceWhole(start, end, RuleKnownSecret, w.doc[start:end])
+			return
 		}
-		for _, sp := range spans {
-			w.record(sp.rule, sp.start)
-		}
-		return replace(t, spans)
-	case json.Number:
-		if secret {
-			w.record(ruleSecretKeyName, 0)
-			return marker(ruleSecretKeyName)
-		}
-		// Part of a number cannot be replaced without making it invalid, so a number holding a
-		// known value becomes the marker string.
-		for _, k := range w.r.known {
-			if strings.Contains(string(t), k) {
-				w.record(ruleKnownSecret, 0)
-				return marker(ruleKnownSecret)
-			}
-		}
-		return t
-	case []any:
-		for i := range t {
-			w.path = append(w.path, pathElem{index: i})
-			t[i] = w.value(t[i], secret)
-			w.path = w.path[:len(w.path)-1]
-		}
-		return t
-	case map[string]any:
-		return w.object(t, secret)
-	default: // bool, nil
-		return v
 	}
 }
 
-// object redacts the keys and values of m.
-func (w *walker) object(m map[string]any, secret bool) map[string]any {
-	var renamed map[string][]span
-	for k := range m {
-		if spans := w.r.find(k); len(spans) > 0 {
-			if renamed == nil {
-				renamed = make(map[string][]span)
-			}
-			renamed[k] = spans
-		}
-	}
-	if renamed == nil {
-		// The common case: no key changes, so the map is updated in place and visiting order does
-		// not matter (findings are sorted at the end).
-		for k, v := range m {
-			w.path = append(w.path, pathElem{key: k, index: -1})
-			m[k] = w.value(v, secret || w.r.rules.isSecretKey(k))
-			w.path = w.path[:len(w.path)-1]
-		}
-		return m
-	}
-
-	// Redacted keys may collide with each other or with other keys; visiting the original keys in
-	// sorted order makes the "#2", "#3" suffixes deterministic.
-	out := make(map[string]any, len(m))
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		name := k
-		spans := renamed[k]
-		if len(spans) > 0 {
-			name = replace(k, spans)
-		}
-		if _, taken := out[name]; taken {
-			for n := 2; ; n++ {
-				alt := name + "#" + strconv.Itoa(n)
-				if _, taken := out[alt]; !taken {
-					name = alt
-					break
-				}
-			}
-		}
-		w.path = append(w.path, pathElem{key: name, index: -1})
-		for _, sp := range spans {
-			w.record(sp.rule, sp.start)
-		}
-		out[name] = w.value(m[k], secret || w.r.rules.isSecretKey(k))
-		w.path = w.path[:len(w.path)-1]
-	}
-	return out
-}
-
-// record adds a finding at the current path.
-func (w *walker) record(rule string, offset int) {
-	w.findings = append(w.findings, Finding{Rule: rule, Artifact: w.artifact, Path: w.renderPath(), Offset: offset})
+func (w *jsonWalker) replaceWhole(start, end int, rule string, secret []byte) {
+	w.findings = append(w.findings, Finding{Rule: rule, Artifact: w.artifact, Path: w.renderPath(), Fingerprint: w.r.Fingerprint(secret)})
+	text := append([]byte{'"'}, appendMarker(nil, rule)...)
+	w.edits = append(w.edits, edit{start: start, end: end, text: append(text, '"')})
 }
 
 // renderPath renders the current path, e.g. `$.args.env["API TOKEN"]` or `$.items[3]`.
-func (w *walker) renderPath() string {
+func (w *jsonWalker) renderPath() string {
 	var b strings.Builder
 	b.WriteByte('$')
 	for _, e := range w.path {
@@ -203,7 +196,7 @@ func (w *walker) renderPath() string {
 			b.WriteString(e.key)
 		default:
 			b.WriteByte('[')
-			writeJSONString(&b, e.key)
+			b.Write(appendQuoted(nil, []byte(e.key)))
 			b.WriteByte(']')
 		}
 	}
@@ -225,64 +218,386 @@ func isIdentifier(key string) bool {
 	return true
 }
 
-// writeJSONString writes s as a JSON string literal, escaping only what JSON requires.
-func writeJSONString(b *strings.Builder, s string) {
-	const hex = "0123456789abcdef"
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20:
-			b.WriteString(`\u00`)
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&0xf])
+// jsonParser validates one JSON value and reports its strings and numbers to the walker. Errors
+// give the byte offset but never quote the input: the offending byte may be part of a secret.
+type jsonParser struct {
+	doc   []byte
+	pos   int
+	depth int
+	w     *jsonWalker
+}
+
+var errTruncated = errors.New("invalid JSON: value truncated")
+
+func (p *jsonParser) parse() error {
+	p.space()
+	if p.pos == len(p.doc) {
+		return errors.New("invalid JSON: no value")
+	}
+	if err := p.value(false); err != nil {
+		return err
+	}
+	p.space()
+	if p.pos != len(p.doc) {
+		return fmt.Errorf("invalid JSON: unexpected data after the value at byte offset %d", p.pos)
+	}
+	return nil
+}
+
+func (p *jsonParser) syntaxError() error {
+	if p.pos >= len(p.doc) {
+		return errTruncated
+	}
+	return fmt.Errorf("invalid JSON: syntax error at byte offset %d", p.pos)
+}
+
+func (p *jsonParser) space() {
+	for p.pos < len(p.doc) {
+		switch p.doc[p.pos] {
+		case ' ', '\t', '\n', '\r':
+			p.pos++
 		default:
-			b.WriteByte(c)
+			return
 		}
 	}
-	b.WriteByte('"')
 }
 
-// isSecretKey reports whether the value under key is secret: its normalized form ends with one of
-// the key names. It avoids allocating for ASCII keys, which is nearly all of them.
-func (rs *ruleSet) isSecretKey(key string) bool {
-	var arr [64]byte
-	buf := arr[:0]
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		switch {
-		case c >= utf8.RuneSelf:
-			return rs.hasKeyNameSuffix(normalizeKey(key))
-		case c == '_' || c == '-' || c == '.' || c == ' ':
+func (p *jsonParser) value(secret bool) error {
+	if p.pos >= len(p.doc) {
+		return errTruncated
+	}
+	switch c := p.doc[p.pos]; {
+	case c == '{':
+		return p.object(secret)
+	case c == '[':
+		return p.array(secret)
+	case c == '"':
+		start := p.pos
+		if err := p.string(); err != nil {
+			return err
+		}
+		p.w.str(start, p.pos, secret, false)
+		return nil
+	case c == '-' || '0' <= c && c <= '9':
+		start := p.pos
+		if err := p.number(); err != nil {
+			return err
+		}
+		p.w.number(start, p.pos, secret)
+		return nil
+	default:
+		for _, lit := range []string{"true", "false", "null"} {
+			if strings.HasPrefix(string(p.doc[p.pos:min(len(p.doc), p.pos+5)]), lit) {
+				p.pos += len(lit)
+				return nil
+			}
+		}
+		return p.syntaxError()
+	}
+}
+
+func (p *jsonParser) enter() error {
+	p.depth++
+	if p.depth > maxJSONDepth {
+		return fmt.Errorf("invalid JSON: nested deeper than %d at byte offset %d", maxJSONDepth, p.pos)
+	}
+	return nil
+}
+
+func (p *jsonParser) object(secret bool) error {
+	if err := p.enter(); err != nil {
+		return err
+	}
+	p.pos++ // {
+	p.space()
+	if p.pos < len(p.doc) && p.doc[p.pos] == '}' {
+		p.pos++
+		p.depth--
+		return nil
+	}
+	for {
+		p.space()
+		if p.pos >= len(p.doc) || p.doc[p.pos] != '"' {
+			return p.syntaxError()
+		}
+		keyStart := p.pos
+		if err := p.string(); err != nil {
+			return err
+		}
+		key := unquote(p.doc[keyStart+1 : p.pos-1])
+		p.w.path = append(p.w.path, pathElem{key: string(key), index: -1})
+		p.w.str(keyStart, p.pos, false, true)
+		p.space()
+		if p.pos >= len(p.doc) || p.doc[p.pos] != ':' {
+			return p.syntaxError()
+		}
+		p.pos++
+		p.space()
+		if err := p.value(secret || p.w.r.isSecretKey(key)); err != nil {
+			return err
+		}
+		p.w.path = p.w.path[:len(p.w.path)-1]
+		p.space()
+		if p.pos >= len(p.doc) {
+			return errTruncated
+		}
+		switch p.doc[p.pos] {
+		case ',':
+			p.pos++
+		case '}':
+			p.pos++
+			p.depth--
+			return nil
+		default:
+			return p.syntaxError()
+		}
+	}
+}
+
+func (p *jsonParser) array(secret bool) error {
+	if err := p.enter(); err != nil {
+		return err
+	}
+	p.pos++ // [
+	p.space()
+	if p.pos < len(p.doc) && p.doc[p.pos] == ']' {
+		p.pos++
+		p.depth--
+		return nil
+	}
+	for i := 0; ; i++ {
+		p.space()
+		p.w.path = append(p.w.path, pathElem{index: i})
+		if err := p.value(secret); err != nil {
+			return err
+		}
+		p.w.path = p.w.path[:len(p.w.path)-1]
+		p.space()
+		if p.pos >= len(p.doc) {
+			return errTruncated
+		}
+		switch p.doc[p.pos] {
+		case ',':
+			p.pos++
+		case ']':
+			p.pos++
+			p.depth--
+			return nil
+		default:
+			return p.syntaxError()
+		}
+	}
+}
+
+// string advances over a string token, validating its escapes.
+func (p *jsonParser) string() error {
+	p.pos++ // opening quote
+	for p.pos < len(p.doc) {
+		switch c := p.doc[p.pos]; {
+		case c == '"':
+			p.pos++
+			return nil
+		case c == '\\':
+			if p.pos+1 >= len(p.doc) {
+				return errTruncated
+			}
+			switch p.doc[p.pos+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				p.pos += 2
+			case 'u':
+				if p.pos+6 > len(p.doc) {
+					return errTruncated
+				}
+				for _, h := range p.doc[p.pos+2 : p.pos+6] {
+					if unhex(h) < 0 {
+						p.pos++
+						return p.syntaxError()
+					}
+				}
+				p.pos += 6
+			default:
+				p.pos++
+				return p.syntaxError()
+			}
+		case c < 0x20:
+			return p.syntaxError()
+		default:
+			p.pos++
+		}
+	}
+	return errTruncated
+}
+
+func (p *jsonParser) number() error {
+	digits := func() int {
+		n := 0
+		for p.pos < len(p.doc) && '0' <= p.doc[p.pos] && p.doc[p.pos] <= '9' {
+			p.pos++
+			n++
+		}
+		return n
+	}
+	if p.doc[p.pos] == '-' {
+		p.pos++
+	}
+	if p.pos < len(p.doc) && p.doc[p.pos] == '0' {
+		p.pos++
+	} else if digits() == 0 {
+		return p.syntaxError()
+	}
+	if p.pos < len(p.doc) && p.doc[p.pos] == '.' {
+		p.pos++
+		if digits() == 0 {
+			return p.syntaxError()
+		}
+	}
+	if p.pos < len(p.doc) && (p.doc[p.pos] == 'e' || p.doc[p.pos] == 'E') {
+		p.pos++
+		if p.pos < len(p.doc) && (p.doc[p.pos] == '+' || p.doc[p.pos] == '-') {
+			p.pos++
+		}
+		if digits() == 0 {
+			return p.syntaxError()
+		}
+	}
+	return nil
+}
+
+func unhex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c - 'a' + 10)
+	case 'A' <= c && c <= 'F':
+		return int(c - 'A' + 10)
+	}
+	return -1
+}
+
+// unquote decodes the content of a validated JSON string. Invalid UTF-8 and lone surrogates
+// become U+FFFD, as encoding/json decodes them. Content without escapes is returned as is.
+func unquote(raw []byte) []byte {
+	if !slices.Contains(raw, '\\') && utf8.Valid(raw) {
+		return raw
+	}
+	out := make([]byte, 0, len(raw))
+	for i := 0; i < len(raw); {
+		c := raw[i]
+		if c != '\\' {
+			r, size := utf8.DecodeRune(raw[i:])
+			if r == utf8.RuneError && size == 1 {
+				out = utf8.AppendRune(out, utf8.RuneError)
+			} else {
+				out = append(out, raw[i:i+size]...)
+			}
+			i += size
 			continue
-		case 'A' <= c && c <= 'Z':
-			c += 'a' - 'A'
 		}
-		buf = append(buf, c)
+		if i+1 >= len(raw) {
+			break
+		}
+		switch raw[i+1] {
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r, n := decodeU(raw[i:])
+			out = utf8.AppendRune(out, r)
+			i += n
+			continue
+		default: // '"', '\\', '/'
+			out = append(out, raw[i+1])
+		}
+		i += 2
 	}
-	return rs.hasKeyNameSuffix(string(buf))
+	return out
 }
 
-// hasKeyNameSuffix reports whether the normalized key ends with one of the key names.
-func (rs *ruleSet) hasKeyNameSuffix(norm string) bool {
-	for _, name := range rs.keyNames {
-		if strings.HasSuffix(norm, name) {
-			return true
-		}
-	}
-	return false
-}
-
-// normalizeKey lower-cases key and removes '_', '-', '.' and spaces, so that DB_PASSWORD,
-// db-password and dbPassword compare equal.
-func normalizeKey(key string) string {
-	return strings.ToLower(strings.Map(func(r rune) rune {
-		switch r {
-		case '_', '-', '.', ' ':
+// decodeU decodes a \uXXXX escape (and a following low surrogate) at the start of s and returns
+// the rune and the bytes consumed.
+func decodeU(s []byte) (rune, int) {
+	hex4 := func(b []byte) rune {
+		if len(b) < 4 {
 			return -1
 		}
-		return r
-	}, key))
+		v := 0
+		for _, c := range b[:4] {
+			h := unhex(c)
+			if h < 0 {
+				return -1
+			}
+			v = v<<4 | h
+		}
+		return rune(v)
+	}
+	r := hex4(s[2:])
+	if r < 0 {
+		return utf8.RuneError, min(len(s), 6)
+	}
+	if utf16.IsSurrogate(r) {
+		if len(s) >= 12 && s[6] == '\\' && s[7] == 'u' {
+			if r2 := hex4(s[8:]); r2 >= 0 {
+				if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+					return dec, 12
+				}
+			}
+		}
+		return utf8.RuneError, 6
+	}
+	return r, 6
 }
+
+// widenToEscapes returns raw[start:end] widened so that it neither starts nor ends inside an
+// escape sequence.
+func widenToEscapes(raw []byte, start, end int) []byte {
+	for i := 0; i < len(raw); {
+		n := 1
+		if raw[i] == '\\' && i+1 < len(raw) {
+			n = 2
+			if raw[i+1] == 'u' {
+				n = min(6, len(raw)-i)
+			}
+		}
+		if i < start && start < i+n {
+			start = i
+		}
+		if i < end && end < i+n {
+			end = i + n
+		}
+		i += n
+	}
+	return raw[start:end]
+}
+
+// appendQuoted appends s as a JSON string literal, escaping only what JSON requires.
+func appendQuoted(dst, s []byte) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	for _, c := range s {
+		switch {
+		case c == '"' || c == '\\':
+			dst = append(dst, '\\', c)
+		case c == '\n':
+			dst = append(dst, '\\', 'n')
+		case c == '\r':
+			dst = append(dst, '\\', 'r')
+		case c == '\t':
+			dst = append(dst, '\\', 't')
+		case c < 0x20:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return append(dst, '"')
+}
+
+func indexBytes(s, sep []byte) int { return strings.Index(string(s), string(sep)) }

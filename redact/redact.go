@@ -1,12 +1,15 @@
 package redact
 
 import (
+	"bytes"
 	"cmp"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
-	"math/bits"
-	"regexp"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // minKnownSecretLen is the length, in bytes, below which a known value is ignored. Replacing a
@@ -16,8 +19,8 @@ const minKnownSecretLen = 4
 
 // Rule ids that are not patterns.
 const (
-	ruleKnownSecret   = "known-secret"
-	ruleSecretKeyName = "secret-key-name"
+	RuleKnownSecret   = "known-secret"
+	RuleSecretKeyName = "secret-key-name"
 )
 
 // builtinKeyNames are the normalized suffixes of JSON keys whose values are secret.
@@ -26,206 +29,622 @@ var builtinKeyNames = []string{
 	"privatekey", "clientsecret", "accesskey", "secretkey", "sessionid", "credentials",
 }
 
-// Config configures a Redactor.
+// Config configures a Redactor. The zero Config gives the default rules without fingerprints.
 type Config struct {
-	// KnownSecrets are exact values (e.g. configured secrets) to replace wherever they appear.
+	// KnownSecrets are exact values (e.g. configured secrets) to replace wherever they appear,
+	// also in their base64, base64url, URL-encoded and JSON-escaped forms.
 	KnownSecrets []string
 	// KeyNames are extra JSON key names whose values are secret, added to the built-in list.
 	KeyNames []string
+	// RulesFile is a gitleaks-format TOML file whose rules are added to the default set; a rule
+	// with the id of a default rule replaces it. Its [extend] disabledRules are honoured.
+	RulesFile string
+	// DisableRules are rule ids to switch off.
+	DisableRules []string
+	// FingerprintKey keys the HMAC-SHA256 fingerprint in each Finding. Without it findings carry
+	// no fingerprint.
+	FingerprintKey []byte
 }
 
-// Redactor replaces secrets in strings and JSON documents. It is immutable and safe for
-// concurrent use.
-type Redactor struct {
-	rules *ruleSet
-	// known holds the known values, deduplicated, each at least minKnownSecretLen bytes long,
-	// longest first.
-	known []string
-}
-
-// ruleSet is the compiled, read-only part of a Redactor that derived redactors share.
-type ruleSet struct {
-	patterns []rule
-	keyNames []string // normalized; a key is secret when its normalized form ends with one
-	// firstByte[c] has bit p set when pattern p has a literal that can start with byte c. Most
-	// strings in evidence (ids, timestamps, paths) contain no literal at all; one pass over the
-	// string with this table rules them out instead of one substring search per literal.
-	firstByte [256]uint64
-}
-
-// Finding records one redaction, never the secret itself nor any part of it.
+// Finding records one redaction: where, by which rule, and a keyed fingerprint of the secret so
+// that the same secret can be recognised across artifacts and calls. Never the secret itself nor
+// any part of it.
 type Finding struct {
-	Rule     string `json:"rule"`     // rule id, e.g. "github-token", "secret-key-name", "known-secret"
-	Artifact string `json:"artifact"` // artifact name given to JSON, e.g. "request.json"
-	Path     string `json:"path"`     // JSON path of the value, e.g. `$.args.env.TOKEN`, `$.items[3]`; keys that are not simple identifiers quoted like `$["a b"]`
-	Offset   int    `json:"offset"`   // byte offset of the secret inside the original string value (0 for whole-value redactions)
+	Rule     string `json:"rule"`     // rule id, e.g. "github-pat", "secret-key-name", "known-secret"
+	Artifact string `json:"artifact"` // artifact name, e.g. "request.json"
+	// Path is the JSON path of the value, e.g. `$.args.env.TOKEN`, `$.items[3]`, with keys that
+	// are not identifiers quoted: `$["a b"]`. Empty for text.
+	Path string `json:"path,omitempty"`
+	// Offset is the byte offset of the secret within the string value (JSON) or the text.
+	Offset int64 `json:"offset"`
+	// Fingerprint is hex HMAC-SHA256 of the secret under the gateway's fingerprint key.
+	Fingerprint string `json:"fingerprint,omitempty"`
 }
 
-// New compiles the redaction rules. It fails when a key name in cfg is empty after
-// normalization, because such a name would mark every key as secret.
+// Redactor replaces secrets in text and JSON documents. It is immutable and safe for concurrent
+// use.
+type Redactor struct {
+	*engine
+	// extra are known-value forms added by WithSecrets, matched by substring search.
+	extra []form
+}
+
+// engine is the compiled, read-only part of a Redactor that derived redactors share.
+type engine struct {
+	rules    []*rule
+	keyNames []string // normalized; a key is secret when its normalized form ends with one
+	auto     *automaton
+	// patterns describes each automaton pattern: a keyword (the rules it selects) or a form of a
+	// known value.
+	patterns []pattern
+	fpKey    []byte
+	scratch  sync.Pool // *scratch
+}
+
+type pattern struct {
+	rules  []int // keyword: indexes into engine.rules
+	form   *form // known value form
+	marker bool  // the start of a marker this redactor writes
+}
+
+// markerPrefix starts every marker; see appendMarker.
+const markerPrefix = "[REDACTED:"
+
+// form is one encoding of a known value.
+type form struct {
+	text []byte
+	// base64Middle marks the part of a base64 encoding that does not depend on the bytes around
+	// the value; the one to three characters on each side that mix in neighbouring bytes are
+	// redacted with it.
+	base64Middle bool
+}
+
+// New compiles the rules: the gitleaks default set, Toolgate's own rules, cfg.RulesFile, minus
+// cfg.DisableRules. It fails on an invalid rule, an unknown id to disable, or a key name that is
+// empty after normalization (it would mark every key as secret).
 func New(cfg Config) (*Redactor, error) {
-	rs := &ruleSet{keyNames: slices.Clone(builtinKeyNames)}
+	rules, err := loadRules(cfg)
+	if err != nil {
+		return nil, err
+	}
+	e := &engine{rules: rules, keyNames: slices.Clone(builtinKeyNames), fpKey: slices.Clone(cfg.FingerprintKey)}
 	for i, name := range cfg.KeyNames {
 		n := normalizeKey(name)
 		if n == "" {
 			return nil, fmt.Errorf("redact: Config.KeyNames[%d] is empty after removing '_', '-', '.' and spaces; it would match every key", i)
 		}
-		rs.keyNames = append(rs.keyNames, n)
+		e.keyNames = append(e.keyNames, n)
 	}
-	slices.Sort(rs.keyNames)
-	rs.keyNames = slices.Compact(rs.keyNames)
+	slices.Sort(e.keyNames)
+	e.keyNames = slices.Compact(e.keyNames)
 
-	rs.patterns = make([]rule, 0, len(patternSpecs))
-	for _, spec := range patternSpecs {
-		re, err := regexp.Compile(`^(?:` + spec.expr + `)`)
-		if err != nil {
-			return nil, fmt.Errorf("redact: compiling rule %s: %w", spec.id, err)
-		}
-		rs.patterns = append(rs.patterns, rule{patternSpec: spec, re: re})
-	}
-	if len(rs.patterns) > 64 {
-		return nil, fmt.Errorf("redact: %d pattern rules, the prefilter holds 64", len(rs.patterns))
-	}
-	for p, ru := range rs.patterns {
-		for _, lit := range ru.literals {
-			c := lit[0]
-			rs.firstByte[c] |= 1 << p
-			if ru.fold && 'a' <= c && c <= 'z' {
-				rs.firstByte[c-'a'+'A'] |= 1 << p
+	keywordIndex := map[string]int{}
+	var texts []string
+	for ri, r := range rules {
+		for _, k := range r.Keywords {
+			pi, ok := keywordIndex[k]
+			if !ok {
+				pi = len(texts)
+				keywordIndex[k] = pi
+				texts = append(texts, k)
+				e.patterns = append(e.patterns, pattern{})
 			}
+			e.patterns[pi].rules = append(e.patterns[pi].rules, ri)
 		}
 	}
-	return &Redactor{rules: rs, known: mergeKnown(nil, cfg.KnownSecrets)}, nil
+	for _, f := range knownForms(nil, cfg.KnownSecrets) {
+		texts = append(texts, string(f.text))
+		e.patterns = append(e.patterns, pattern{form: &f})
+	}
+	texts = append(texts, strings.ToLower(markerPrefix))
+	e.patterns = append(e.patterns, pattern{marker: true})
+	e.auto = newAutomaton(texts)
+	e.scratch.New = func() any { return &scratch{ruleHits: make([][]int, len(rules))} }
+	return &Redactor{engine: e}, nil
 }
 
 // WithSecrets returns a Redactor that also replaces the given exact values (e.g. env values the
-// gateway passes to one tool call). It shares compiled rules with r; r is unchanged. Safe for
-// concurrent use.
+// gateway passes to one tool call), in every encoding Config.KnownSecrets are. It shares compiled
+// rules with r; r is unchanged.
 func (r *Redactor) WithSecrets(values ...string) *Redactor {
-	return &Redactor{rules: r.rules, known: mergeKnown(r.known, values)}
+	return &Redactor{engine: r.engine, extra: knownForms(r.extra, values)}
 }
 
-// String redacts one plain string (Path "" and Artifact "" in findings).
+// Rules describes the active rules, in order.
+func (r *Redactor) Rules() []RuleInfo {
+	out := make([]RuleInfo, len(r.rules))
+	for i, ru := range r.rules {
+		out[i] = ru.RuleInfo
+		out[i].Keywords = slices.Clone(ru.Keywords)
+	}
+	return out
+}
+
+// Fingerprint returns the hex HMAC-SHA256 of secret under the fingerprint key, or "" without a
+// key. Auditors use it to check whether a value they hold is the one a finding records.
+func (r *Redactor) Fingerprint(secret []byte) string {
+	if len(r.fpKey) == 0 {
+		return ""
+	}
+	m := hmac.New(sha256.New, r.fpKey)
+	m.Write(secret)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// FingerprintKeyID identifies the fingerprint key without revealing it (the first 16 hex digits
+// of an HMAC under the key), or "" without a key. Fingerprints compare only under the same id.
+func (r *Redactor) FingerprintKeyID() string {
+	if len(r.fpKey) == 0 {
+		return ""
+	}
+	m := hmac.New(sha256.New, r.fpKey)
+	m.Write([]byte("toolgate fingerprint key id"))
+	return hex.EncodeToString(m.Sum(nil))[:16]
+}
+
+// String redacts one plain string; findings have no artifact and no path.
 func (r *Redactor) String(s string) (string, []Finding) {
-	spans := r.find(s)
+	out, findings := r.Text("", []byte(s))
+	return string(out), findings
+}
+
+// Text redacts plain text (a log, a stdout capture). The result is text itself when nothing was
+// found. For inputs too large to hold in memory, use [Redactor.Copy].
+func (r *Redactor) Text(artifact string, text []byte) ([]byte, []Finding) {
+	sc := r.getScratch()
+	defer r.scratch.Put(sc)
+	out, spans := r.redact(text, sc)
 	if len(spans) == 0 {
-		return s, nil
+		return text, nil
 	}
 	findings := make([]Finding, len(spans))
 	for i, sp := range spans {
-		findings[i] = Finding{Rule: sp.rule, Offset: sp.start}
+		findings[i] = Finding{Rule: sp.rule, Artifact: artifact, Offset: int64(sp.start), Fingerprint: r.Fingerprint(text[sp.start:sp.end])}
 	}
-	return replace(s, spans), findings
+	return out, findings
 }
 
-// mergeKnown returns base plus the usable values of add, deduplicated and sorted longest first.
-// The order only makes the redactor deterministic: overlapping occurrences are merged by
-// mergeSpans, so a value inside a longer one never leaves part of the longer one behind.
-func mergeKnown(base, add []string) []string {
-	out := make([]string, 0, len(base)+len(add))
-	out = append(out, base...)
-	for _, v := range add {
-		if len(v) >= minKnownSecretLen {
-			out = append(out, v)
+// maxPasses bounds the passes of redact. Real text settles after one or two; each further pass
+// needs text crafted so that replacing a secret forms a new one.
+const maxPasses = 16
+
+// redact replaces the secrets of text and returns the result and the spans replaced, in text's
+// offsets. It rescans its own output until nothing more is found: replacing a secret changes
+// the context rules see (a pattern may match differently next to a marker), and redacted text
+// must be a fixed point of the redactor, or evidence would change each time it passes through.
+func (r *Redactor) redact(text []byte, sc *scratch) ([]byte, []span) {
+	spans := slices.Clone(r.find(text, sc, true))
+	if len(spans) == 0 {
+		return text, nil
+	}
+	out := replaceSpans(nil, text, spans)
+	for pass := 1; pass < maxPasses; pass++ {
+		more := r.find(out, sc, true)
+		if len(more) == 0 {
+			break
 		}
+		// New spans avoid marker text, so each lies in text copied unchanged from the input.
+		for _, sp := range more {
+			start := toInputOffset(spans, sp.start)
+			spans = append(spans, span{start: start, end: start + sp.end - sp.start, rule: sp.rule})
+		}
+		slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.start, b.start) })
+		out = replaceSpans(out[:0], text, spans)
 	}
-	slices.SortFunc(out, func(a, b string) int {
-		return cmp.Or(cmp.Compare(len(b), len(a)), strings.Compare(a, b))
-	})
-	return slices.Compact(out)
+	return out, spans
 }
 
-// span is a byte range of a string to replace by the marker of rule.
+// toInputOffset maps an offset in the output of replaceSpans(text, spans), outside markers, to
+// the offset in text.
+func toInputOffset(spans []span, outOffset int) int {
+	delta := 0
+	for _, sp := range spans {
+		markerStart := sp.start + delta
+		if outOffset < markerStart {
+			break
+		}
+		delta += len(markerPrefix) + len(sp.rule) + 1 - (sp.end - sp.start)
+	}
+	return outOffset - delta
+}
+
+// span is one secret: text[start:end], found by rule.
 type span struct {
 	start, end int
 	rule       string
-	// prio breaks ties between matches of equal length: lower wins. Known secrets come first,
-	// then patterns in table order, specific token formats before generic ones.
-	prio int
-	// width is the length of the match that gave the span its rule; a merged span is labelled
-	// by its longest match.
-	width int
 }
 
-// find returns the ranges of s to redact, sorted and non-overlapping.
-func (r *Redactor) find(s string) []span {
-	var spans []span
-	for _, k := range r.known {
-		for i := 0; i+len(k) <= len(s); {
-			j := strings.Index(s[i:], k)
-			if j < 0 {
+// scratch holds per-scan buffers, reused through engine.scratch.
+type scratch struct {
+	hits     []hit
+	ruleHits [][]int // per rule: where its keyword occurrences start
+	touched  []int   // rules with hits
+	spans    []span
+	markers  []span // markers already in the text
+}
+
+func (e *engine) getScratch() *scratch { return e.scratch.Get().(*scratch) }
+
+// hits returns every keyword and known-value occurrence in text, in order of their end.
+func (r *Redactor) hits(text []byte, sc *scratch) []hit {
+	sc.hits = r.auto.scan(text, sc.hits[:0])
+	if len(r.extra) == 0 {
+		return sc.hits
+	}
+	base := len(r.patterns)
+	for fi, f := range r.extra {
+		for from := 0; ; {
+			i := bytes.Index(text[from:], f.text)
+			if i < 0 {
 				break
 			}
-			start := i + j
-			spans = append(spans, span{start: start, end: start + len(k), rule: ruleKnownSecret, width: len(k)})
-			i = start + len(k)
+			sc.hits = append(sc.hits, hit{pattern: int32(base + fi), end: from + i + len(f.text)})
+			from += i + 1
 		}
 	}
-	present := r.rules.literalsPresent(s)
-	for p := range r.rules.patterns {
-		if present&(1<<p) != 0 {
-			spans = r.rules.patterns[p].appendMatches(spans, s, p+1)
-		}
-	}
-	return mergeSpans(spans)
+	slices.SortFunc(sc.hits, func(a, b hit) int { return cmp.Compare(a.end, b.end) })
+	return sc.hits
 }
 
-// literalsPresent returns the set of patterns (bit p for pattern p) one of whose literals occurs
-// in s. A pattern outside the set cannot match s.
-func (rs *ruleSet) literalsPresent(s string) uint64 {
-	var present uint64
-	for i := 0; i < len(s); i++ {
-		candidates := rs.firstByte[s[i]] &^ present
-		for candidates != 0 {
-			p := bits.TrailingZeros64(candidates)
-			candidates &= candidates - 1
-			if rs.patterns[p].hasLiteralAt(s[i:]) {
-				present |= 1 << p
+// patternAt returns the pattern of a hit: the engine's, or one of r.extra.
+func (r *Redactor) patternAt(id int32) pattern {
+	if int(id) < len(r.patterns) {
+		return r.patterns[id]
+	}
+	return pattern{form: &r.extra[int(id)-len(r.patterns)]}
+}
+
+// find returns the secrets in text, merged and ordered. When hitsKnown is false the caller
+// already computed sc.hits for text.
+func (r *Redactor) find(text []byte, sc *scratch, scan bool) []span {
+	hits := sc.hits
+	if scan {
+		hits = r.hits(text, sc)
+	}
+	sc.spans = sc.spans[:0]
+	sc.markers = sc.markers[:0]
+	if len(hits) == 0 {
+		return nil
+	}
+	for _, h := range hits {
+		p := r.patternAt(h.pattern)
+		if p.marker {
+			if end, ok := markerEnd(text, h.end-len(markerPrefix)); ok {
+				sc.markers = append(sc.markers, span{start: h.end - len(markerPrefix), end: end})
 			}
-		}
-	}
-	return present
-}
-
-// mergeSpans sorts spans and merges overlapping ones, so that no part of any match survives
-// even when two rules (or two known values) disagree about where a secret starts or ends.
-func mergeSpans(spans []span) []span {
-	if len(spans) < 2 {
-		return spans
-	}
-	slices.SortFunc(spans, func(a, b span) int {
-		return cmp.Or(cmp.Compare(a.start, b.start), cmp.Compare(b.end, a.end), cmp.Compare(a.prio, b.prio))
-	})
-	out := spans[:1]
-	for _, sp := range spans[1:] {
-		cur := &out[len(out)-1]
-		if sp.start >= cur.end {
-			out = append(out, sp)
 			continue
 		}
-		cur.end = max(cur.end, sp.end)
-		if sp.width > cur.width || (sp.width == cur.width && sp.prio < cur.prio) {
-			cur.rule, cur.prio, cur.width = sp.rule, sp.prio, sp.width
+		if p.form != nil {
+			if sp, ok := p.form.at(text, h.end); ok {
+				sc.spans = append(sc.spans, sp)
+			}
+			continue
+		}
+		start := h.end - r.auto.lengths[h.pattern]
+		for _, ri := range p.rules {
+			if len(sc.ruleHits[ri]) == 0 {
+				sc.touched = append(sc.touched, ri)
+			}
+			sc.ruleHits[ri] = append(sc.ruleHits[ri], start)
+		}
+	}
+	for _, ri := range sc.touched {
+		sc.spans = r.rules[ri].appendMatches(sc.spans, text, sc.ruleHits[ri])
+		sc.ruleHits[ri] = sc.ruleHits[ri][:0]
+	}
+	sc.touched = sc.touched[:0]
+	spans := mergeSpans(sc.spans)
+	if len(sc.markers) > 0 {
+		spans = withoutMarkerText(spans, sc.markers)
+	}
+	return spans
+}
+
+// markerEnd returns the end of the marker starting at start: "[REDACTED:", a rule id, "]".
+func markerEnd(text []byte, start int) (int, bool) {
+	if start < 0 || !bytes.HasPrefix(text[start:], []byte(markerPrefix)) {
+		return 0, false
+	}
+	const maxID = 128
+	rest := text[start+len(markerPrefix) : min(len(text), start+len(markerPrefix)+maxID+1)]
+	i := bytes.IndexByte(rest, ']')
+	if i <= 0 || bytes.ContainsAny(rest[:i], " \t\r\n[") {
+		return 0, false
+	}
+	return start + len(markerPrefix) + i + 1, true
+}
+
+// markersIn returns the markers in text.
+func markersIn(text []byte) []span {
+	var markers []span
+	for from := 0; ; {
+		i := bytes.Index(text[from:], []byte(markerPrefix))
+		if i < 0 {
+			return markers
+		}
+		if end, ok := markerEnd(text, from+i); ok {
+			markers = append(markers, span{start: from + i, end: end})
+		}
+		from += i + 1
+	}
+}
+
+// withoutMarkerText removes marker text from spans (both sorted), splitting spans around it.
+// Markers are never redacted again: the redactor's output must be a fixed point of the
+// redactor, or evidence would change each time it passes through (and markers would nest).
+func withoutMarkerText(spans, markers []span) []span {
+	out := make([]span, 0, len(spans))
+	for _, sp := range spans {
+		for _, m := range markers {
+			if m.end <= sp.start || m.start >= sp.end {
+				continue
+			}
+			if m.start > sp.start {
+				out = append(out, span{start: sp.start, end: m.start, rule: sp.rule})
+			}
+			sp.start = max(sp.start, m.end)
+			if sp.start >= sp.end {
+				break
+			}
+		}
+		if sp.start < sp.end {
+			out = append(out, sp)
 		}
 	}
 	return out
 }
 
-// replace returns s with every span replaced by its marker.
-func replace(s string, spans []span) string {
-	var b strings.Builder
-	b.Grow(len(s) + 32*len(spans))
-	prev := 0
-	for _, sp := range spans {
-		b.WriteString(s[prev:sp.start])
-		b.WriteString(marker(sp.rule))
-		prev = sp.end
+// at checks a hit of f ending at end against the exact (case-sensitive) bytes and returns the
+// span to redact.
+func (f *form) at(text []byte, end int) (span, bool) {
+	start := end - len(f.text)
+	if start < 0 || !bytes.Equal(text[start:end], f.text) {
+		return span{}, false
 	}
-	b.WriteString(s[prev:])
-	return b.String()
+	if f.base64Middle {
+		for n := 0; n < 2 && start > 0 && isBase64Byte(text[start-1]); n++ {
+			start--
+		}
+		for n := 0; n < 3 && end < len(text) && (isBase64Byte(text[end]) || text[end] == '='); n++ {
+			end++
+		}
+	}
+	return span{start: start, end: end, rule: RuleKnownSecret}, true
 }
 
-// marker is the text that replaces a secret found by rule.
-func marker(rule string) string {
-	return "[REDACTED:" + rule + "]"
+func isBase64Byte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '+' || c == '/' || c == '-' || c == '_'
+}
+
+// initialWindow is how far around a keyword an unbounded rule first looks.
+const initialWindow = 384
+
+// appendMatches runs the rule at the keyword occurrences starting at starts (ascending) and
+// appends the secrets it finds.
+func (ru *rule) appendMatches(spans []span, text []byte, starts []int) []span {
+	if ru.anchored[0] != nil {
+		return ru.appendAnchored(spans, text, starts)
+	}
+	return ru.appendWindowed(spans, text, starts)
+}
+
+// appendAnchored runs an anchored rule at each keyword occurrence. Its input ends width bytes
+// later; an unbounded rule gets initialWindow bytes, and the rest of the text when a match
+// reaches that far.
+func (ru *rule) appendAnchored(spans []span, text []byte, starts []int) []span {
+	n := len(text)
+	covered := 0 // a match ended here; starts before it belong to that match
+	for i, s := range starts {
+		if i > 0 && s == starts[i-1] || s < covered {
+			continue
+		}
+		limit := ru.width
+		if limit < 0 {
+			limit = initialWindow
+		}
+		re, base := ru.anchored[0], s
+		if s > 0 {
+			re, base = ru.anchored[1], s-1
+		}
+		hi := min(n, s+limit)
+		m := re.FindSubmatchIndex(text[base:hi])
+		if m != nil && m[1] == hi-base && hi < n {
+			m = re.FindSubmatchIndex(text[base:])
+		}
+		if m == nil {
+			continue
+		}
+		skip := 0
+		if base < s {
+			skip = 1
+		}
+		spans = ru.appendSecret(spans, text, base, skip, m)
+		covered = base + m[1]
+	}
+	return spans
+}
+
+// appendWindowed searches for the rule around each keyword occurrence. Every keyword occurs
+// inside each match, so a match lies within width bytes of an occurrence; windows around
+// occurrences are merged and the regex runs on each. A match touching a window edge (other than
+// the text's) may continue beyond it: the window then grows and the regex runs again.
+func (ru *rule) appendWindowed(spans []span, text []byte, starts []int) []span {
+	const keywordSlack = 64 // longer than any keyword of the default rules
+	radius := ru.width
+	if radius < 0 {
+		radius = initialWindow
+	}
+	radius += keywordSlack
+	n := len(text)
+	for i := 0; i < len(starts); {
+		lo, hi := max(0, starts[i]-radius), min(n, starts[i]+radius)
+		j := i + 1
+		for j < len(starts) && starts[j]-radius <= hi {
+			hi = min(n, starts[j]+radius)
+			j++
+		}
+		i = j
+		grow := radius
+		for {
+			ms := ru.re.FindAllSubmatchIndex(text[lo:hi], -1)
+			if len(ms) == 0 {
+				break
+			}
+			expanded := false
+			if ms[0][0] == 0 && lo > 0 {
+				lo, expanded = max(0, lo-grow), true
+			}
+			if ms[len(ms)-1][1] == hi-lo && hi < n {
+				hi, expanded = min(n, hi+grow), true
+			}
+			if expanded {
+				grow *= 2
+				continue
+			}
+			for _, m := range ms {
+				spans = ru.appendSecret(spans, text, lo, 0, m)
+			}
+			break
+		}
+		// Occurrences whose whole window lies inside one that grew are covered by it.
+		for i < len(starts) && starts[i]+radius <= hi {
+			i++
+		}
+	}
+	return spans
+}
+
+// appendSecret applies the rule's secret group, entropy and allowlists to one match (offsets
+// relative to base; the match proper starts skip bytes after m[0]) and appends the secret's span.
+func (ru *rule) appendSecret(spans []span, text []byte, base, skip int, m []int) []span {
+	start, end := m[0]+skip, m[1]
+	if len(m) > 2 {
+		if ru.secretGroup > 0 {
+			start, end = m[2*ru.secretGroup], m[2*ru.secretGroup+1]
+		} else {
+			start, end = -1, -1
+			for g := 1; g < len(m)/2; g++ {
+				if m[2*g] >= 0 && m[2*g+1] > m[2*g] {
+					start, end = m[2*g], m[2*g+1]
+					break
+				}
+			}
+		}
+	}
+	if start < 0 || end <= start {
+		return spans
+	}
+	secret := text[base+start : base+end]
+	if ru.entropy > 0 {
+		if shannonEntropy(string(secret)) <= ru.entropy {
+			return spans
+		}
+		if ru.needDigit && !bytes.ContainsAny(secret, "0123456789") {
+			return spans
+		}
+	}
+	if len(ru.allowlists) > 0 {
+		matchStart := base + m[0] + skip
+		if ru.leading != nil {
+			matchStart = ru.leading.extendStart(text, matchStart, 0)
+		}
+		match := string(text[matchStart : base+m[1]])
+		line := lineAround(text, base+m[0], base+m[1])
+		for i := range ru.allowlists {
+			if ru.allowlists[i].allows(string(secret), match, line) {
+				return spans
+			}
+		}
+	}
+	return append(spans, span{start: base + start, end: base + end, rule: ru.ID})
+}
+
+// lineAround returns the line(s) holding text[start:end].
+func lineAround(text []byte, start, end int) string {
+	lo := bytes.LastIndexByte(text[:start], '\n') + 1
+	hi := bytes.IndexByte(text[end:], '\n')
+	if hi < 0 {
+		hi = len(text)
+	} else {
+		hi += end
+	}
+	return string(text[lo:hi])
+}
+
+// mergeSpans sorts spans and merges overlapping ones into one, named after the longest of them;
+// among equals a specific rule names it rather than a generic one ("github-pat", not
+// "generic-api-key"), then the first found.
+func mergeSpans(spans []span) []span {
+	if len(spans) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(spans, func(a, b span) int { return cmp.Compare(a.start, b.start) })
+	out := spans[:1]
+	for _, sp := range spans[1:] {
+		last := &out[len(out)-1]
+		if sp.start < last.end {
+			spLen, lastLen := sp.end-sp.start, last.end-last.start
+			if spLen > lastLen || spLen == lastLen && isGeneric(last.rule) && !isGeneric(sp.rule) {
+				last.rule = sp.rule
+			}
+			last.end = max(last.end, sp.end)
+			continue
+		}
+		out = append(out, sp)
+	}
+	return slices.Clone(out)
+}
+
+func isGeneric(rule string) bool { return strings.HasPrefix(rule, "generic") }
+
+// replaceSpans appends text with each span replaced by its marker to dst.
+func replaceSpans(dst, text []byte, spans []span) []byte {
+	last := 0
+	for _, sp := range spans {
+		dst = append(dst, text[last:sp.start]...)
+		dst = appendMarker(dst, sp.rule)
+		last = sp.end
+	}
+	return append(dst, text[last:]...)
+}
+
+// appendMarker appends the text that replaces a secret.
+func appendMarker(dst []byte, rule string) []byte {
+	dst = append(dst, "[REDACTED:"...)
+	dst = append(dst, rule...)
+	return append(dst, ']')
+}
+
+// isSecretKey reports whether the value under key is secret: its normalized form ends with one of
+// the key names.
+func (e *engine) isSecretKey(key []byte) bool {
+	var arr [64]byte
+	buf := arr[:0]
+	for _, c := range key {
+		switch {
+		case c == '_' || c == '-' || c == '.' || c == ' ':
+			continue
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		buf = append(buf, c)
+	}
+	for _, name := range e.keyNames {
+		if bytes.HasSuffix(buf, []byte(name)) {
+			return true
+		}
+	}
+	return false
+}
+
+// normalizeKey lower-cases key and removes '_', '-', '.' and spaces, so that DB_PASSWORD,
+// db-password and dbPassword compare equal.
+func normalizeKey(key string) string {
+	return strings.ToLower(strings.Map(func(r rune) rune {
+		switch r {
+		case '_', '-', '.', ' ':
+			return -1
+		}
+		return r
+	}, key))
 }

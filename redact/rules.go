@@ -1,337 +1,404 @@
 package redact
 
 import (
-	"encoding/base64"
+	_ "embed"
+	"fmt"
+	"math"
+	"os"
 	"regexp"
+	"regexp/syntax"
+	"slices"
 	"strings"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/spf13/viper"
+	gitleaks "github.com/zricethezav/gitleaks/v8/config"
 )
 
-// patternSpec describes one pattern rule. The table below is immutable; New compiles it.
+// toolgateRules are the pattern rules Toolgate adds to the gitleaks set, in the same format:
+// connection strings and URLs with passwords, Authorization header credentials, and private key
+// bodies whose END line is missing (truncated output).
 //
-// Every match starts with one of the rule's literals. Instead of letting a regexp search the whole
-// string (Go's regexp cannot skip ahead to a literal behind \b or (?i), and its NFA is slow on long
-// tool output), the redactor finds the literals itself and runs the regexp anchored at each one.
-// A string without any literal costs a few substring searches. The expressions are written so that
-// a failed attempt stops within a bounded distance or at a byte that cannot start another attempt,
-// or the rule says how far a failure reaches (skipAfterMiss), which keeps the work linear in the
-// input.
-type patternSpec struct {
-	id string
-	// literals are the prefixes a match starts with.
-	literals []string
-	// fold makes the literals match ASCII case-insensitively; they must then be lower case and
-	// expr should carry (?i).
-	fold bool
-	// wordStart requires the byte before a match to be no letter, digit or '_', so that a token
-	// prefix inside a longer word ("task-…" for "sk-") is not taken for a token.
-	wordStart bool
-	// expr is matched at the position of a literal.
-	expr string
-	// group is the submatch that holds the secret; 0 is the whole match. Rules that need context
-	// (a keyword, a scheme, "Bearer") capture only the secret so the context stays readable.
-	group int
-	// valid, when set, rejects matches the expression alone cannot tell from ordinary text.
-	// m holds submatch offsets into s.
-	valid func(s string, m []int) bool
-	// skipAfterMiss, when set, returns the offset before which no attempt can succeed once the
-	// expression failed at p. Rules whose failed attempt may scan far need it so that a long run
-	// of look-alikes is not rescanned once per occurrence.
-	skipAfterMiss func(s string, p int) int
+//go:embed toolgate.toml
+var toolgateRules string
+
+// Rule sources, as reported by [Redactor.Rules].
+const (
+	SourceGitleaks = "gitleaks"
+	SourceToolgate = "toolgate"
+	SourceFile     = "rules_file"
+)
+
+// RuleInfo describes one active rule.
+type RuleInfo struct {
+	ID          string
+	Description string
+	Source      string   // SourceGitleaks, SourceToolgate or SourceFile
+	Keywords    []string // lower case; the rule runs only where one occurs
 }
 
-// rule is a compiled patternSpec.
+// rule is one compiled pattern rule.
 type rule struct {
-	patternSpec
-	re *regexp.Regexp // expr anchored at the start of its input
+	RuleInfo
+	expr        string         // as written in the rules file
+	re          *regexp.Regexp // expr rewritten by optimize
+	secretGroup int     // 0: the first non-empty group, or the whole match without groups
+	entropy     float64 // minimum Shannon entropy of the secret, 0 for none
+	// needDigit rejects secrets without a digit: gitleaks asks it of its generic rules that have
+	// an entropy threshold, because Go's regexp has no lookahead to say so in the pattern.
+	needDigit  bool
+	allowlists []allowlist
+	// leading is the optional run dropped from the start of the pattern (see optimize).
+	leading *leadingRun
+	// anchored, set when every match starts with a keyword, is the pattern anchored at the
+	// start of its input ([0]) or one byte after it ([1]), the byte before a keyword, so that
+	// \b and the like see it.
+	anchored [2]*regexp.Regexp
+	// width bounds a match in bytes; unbounded rules get a search window that grows on demand.
+	width int
 }
 
-// patternSpecs lists the pattern rules. Order matters only between matches of the same length:
-// the earlier rule names the marker, so specific token formats come before generic ones (an
-// "sk-ant-" key is an anthropic-api-key, a JWT after "Bearer" is a jwt).
-var patternSpecs = []patternSpec{
-	{
-		// The whole block, or everything from the BEGIN line on when the END line is missing:
-		// truncated output must not leak the key body.
-		id:       "private-key",
-		literals: []string{"-----BEGIN"},
-		expr:     `-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?:[\s\S]*?-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|[\s\S]*)`,
-	},
-	{
-		id:        "anthropic-api-key",
-		literals:  []string{"sk-ant-"},
-		wordStart: true,
-		expr:      `sk-ant-[A-Za-z0-9_-]{20,}`,
-	},
-	{
-		id:        "openai-api-key",
-		literals:  []string{"sk-"},
-		wordStart: true,
-		expr:      `sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}`,
-		valid:     validOpenAIKey,
-	},
-	{
-		id:        "github-token",
-		literals:  []string{"ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"},
-		wordStart: true,
-		expr:      `gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,}`,
-	},
-	{
-		id:        "slack-token",
-		literals:  []string{"xoxa-", "xoxb-", "xoxp-", "xoxr-", "xoxs-"},
-		wordStart: true,
-		expr:      `xox[abprs]-[A-Za-z0-9-]{10,}`,
-	},
-	{
-		// The workspace and channel ids of a webhook are not secret on their own, but the path as a
-		// whole is the credential, so everything after the kind of hook goes.
-		id:       "slack-token",
-		literals: []string{"hooks.slack.com/"},
-		expr:     `hooks\.slack\.com/(?:services|workflows|triggers)/([A-Za-z0-9_/+-]+)`,
-		group:    1,
-	},
-	{
-		id:        "stripe-key",
-		literals:  []string{"sk_live_", "sk_test_", "rk_live_", "rk_test_"},
-		wordStart: true,
-		expr:      `[rs]k_(?:live|test)_[A-Za-z0-9]{16,}`,
-	},
-	{
-		id:        "google-api-key",
-		literals:  []string{"AIza"},
-		wordStart: true,
-		expr:      `AIza[A-Za-z0-9_-]{35}`,
-	},
-	{
-		id:        "aws-access-key-id",
-		literals:  []string{"AKIA", "ASIA", "ABIA", "ACCA"},
-		wordStart: true,
-		expr:      `[A-Z]{4}[A-Z2-7]{16}\b`,
-	},
-	{
-		// Forty base64 characters are everywhere (git SHAs, digests), so the key counts only
-		// right after a keyword naming a secret: aws_secret_access_key=…, "SecretAccessKey": "…",
-		// AWS_SECRET_ACCESS_KEY: …. The last group only ends the key; RE2 has no lookahead.
-		id:       "aws-secret-access-key",
-		literals: []string{"secret"},
-		fold:     true,
-		expr:     `(?i)secret[A-Za-z0-9_.\- ]{0,24}?[\\"']{0,3}\s{0,4}(?:[:=]|=>)\s{0,4}[\\"']{0,3}([A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+=]|$)`,
-		group:    1,
-		valid:    validAWSSecret,
-	},
-	{
-		id:        "jwt",
-		literals:  []string{"eyJ"},
-		wordStart: true,
-		expr:      `eyJ[A-Za-z0-9_-]+\.eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*`,
-		// The header runs to the end of its base64url run, so every "eyJ" inside that run reaches
-		// the same '.' (or lack of one) and fails the same way.
-		skipAfterMiss: func(s string, p int) int {
-			end := p + len("eyJ")
-			for end < len(s) && (isWordByte(s[end]) || s[end] == '-') {
-				end++
-			}
-			return end
-		},
-	},
-	{
-		// The user part stops at the first ':'; the password runs to the last '@' before the host,
-		// so an unencoded '@' inside a password does not leave its tail behind.
-		id:       "url-password",
-		literals: []string{"://"},
-		expr:     `://[^\s:/?#@\[\]"'<>]*:([^\s/?#"'<>` + "`" + `]+)@`,
-		group:    1,
-	},
-	{
-		id:        "bearer-credential",
-		literals:  []string{"bearer"},
-		fold:      true,
-		wordStart: true,
-		expr:      `(?i)bearer\s{1,8}([A-Za-z0-9._~+/-]+={0,3})`,
-		group:     1,
-		valid:     validBearer,
-	},
-	{
-		id:        "basic-credential",
-		literals:  []string{"basic"},
-		fold:      true,
-		wordStart: true,
-		expr:      `(?i)basic\s{1,8}([A-Za-z0-9+/]+={0,2})`,
-		group:     1,
-		valid:     validBasic,
-	},
+// allowlist is a compiled gitleaks allowlist. Path and commit conditions cannot hold for
+// evidence (an artifact is neither a file path nor a commit), so an allowlist that requires them
+// (condition AND) is dropped, and under OR they are ignored.
+type allowlist struct {
+	target    string // "" (the secret), "match" or "line"
+	and       bool
+	regexes   []*regexp.Regexp
+	stopwords []string // lower case
 }
 
-// appendMatches appends the spans of s this rule redacts.
-func (ru *rule) appendMatches(spans []span, s string, prio int) []span {
-	for _, lit := range ru.literals {
-		// As with regexp's FindAll, matches do not overlap: an occurrence inside the previous match
-		// is part of it. This keeps a run of look-alikes ("-sk-sk-sk-…") from being rescanned once
-		// per occurrence.
-		covered := 0
-		for from := 0; from < len(s); {
-			i := ru.index(s[from:], lit)
-			if i < 0 {
-				break
+// maxBoundedWidth is the largest match width treated as bounded; wider rules search a window
+// that grows while matches touch its edge.
+const maxBoundedWidth = 1024
+
+// ruleFile is one gitleaks-format rules file, decoded with viper as gitleaks does.
+type ruleFile struct {
+	source string
+	name   string // for errors
+	vc     gitleaks.ViperConfig
+}
+
+func decodeRuleFile(source, name, text string) (*ruleFile, error) {
+	v := viper.New()
+	v.SetConfigType("toml")
+	if err := v.ReadConfig(strings.NewReader(text)); err != nil {
+		return nil, fmt.Errorf("redact: rules %s: %w", name, err)
+	}
+	rf := &ruleFile{source: source, name: name}
+	if err := v.Unmarshal(&rf.vc); err != nil {
+		return nil, fmt.Errorf("redact: rules %s: %w", name, err)
+	}
+	return rf, nil
+}
+
+// loadRules returns the active rules: the gitleaks default set, Toolgate's own, then the rules
+// of cfg.RulesFile (a rule with an existing id replaces it), minus the disabled ids. Global
+// allowlists of every file apply to all rules (or to their targetRules).
+func loadRules(cfg Config) ([]*rule, error) {
+	files := make([]*ruleFile, 0, 3)
+	for _, f := range []struct{ source, name, text string }{
+		{SourceGitleaks, "gitleaks default", gitleaks.DefaultConfig},
+		{SourceToolgate, "toolgate default", toolgateRules},
+	} {
+		rf, err := decodeRuleFile(f.source, f.name, f.text)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, rf)
+	}
+	disabled := slices.Clone(cfg.DisableRules)
+	if cfg.RulesFile != "" {
+		text, err := os.ReadFile(cfg.RulesFile)
+		if err != nil {
+			return nil, fmt.Errorf("redact: rules file: %w", err)
+		}
+		rf, err := decodeRuleFile(SourceFile, cfg.RulesFile, string(text))
+		if err != nil {
+			return nil, err
+		}
+		if rf.vc.Extend.Path != "" || rf.vc.Extend.URL != "" {
+			return nil, fmt.Errorf("redact: rules %s: [extend] path and url are not supported; the gitleaks default rules are always included", cfg.RulesFile)
+		}
+		disabled = append(disabled, rf.vc.Extend.DisabledRules...)
+		files = append(files, rf)
+	}
+
+	var (
+		order []string
+		byID  = map[string]*rule{}
+	)
+	for _, rf := range files {
+		for i, vr := range rf.vc.Rules {
+			if vr.ID == "" {
+				return nil, fmt.Errorf("redact: rules %s: rule %d has no id", rf.name, i+1)
 			}
-			p := from + i
-			from = p + 1
-			if p < covered {
-				from = covered
-				continue
+			if vr.Regex == "" {
+				continue // a path-only rule finds files, not text
 			}
-			if ru.wordStart && p > 0 && isWordByte(s[p-1]) {
-				continue
+			r, err := compileRule(rf, vr.ID, vr.Description, vr.Regex, vr.SecretGroup, vr.Entropy, vr.Keywords)
+			if err != nil {
+				return nil, err
 			}
-			m := ru.re.FindStringSubmatchIndex(s[p:])
-			if m == nil {
-				if ru.skipAfterMiss != nil {
-					covered = ru.skipAfterMiss(s, p)
+			if vr.AllowList != nil {
+				vr.Allowlists = append(vr.Allowlists, vr.AllowList)
+			}
+			for _, a := range vr.Allowlists {
+				al, ok, err := compileAllowlist(a.Condition, a.RegexTarget, a.Regexes, a.StopWords, len(a.Paths)+len(a.Commits) > 0)
+				if err != nil {
+					return nil, fmt.Errorf("redact: rules %s: rule %s: allowlist: %w", rf.name, vr.ID, err)
 				}
-				continue
-			}
-			for k := range m {
-				if m[k] >= 0 {
-					m[k] += p
+				if ok {
+					r.allowlists = append(r.allowlists, al)
 				}
 			}
-			start, end := m[2*ru.group], m[2*ru.group+1]
-			if start < 0 || start == end || ru.valid != nil && !ru.valid(s, m) {
-				// A rejected secret may itself begin the real one ("bearer Bearer <token>"), so
-				// context rules look again from the secret on. A rejected whole-match token is a run
-				// of token bytes with no token inside it (validOpenAIKey), so it is skipped.
-				covered = m[1]
-				if ru.group > 0 && start >= 0 {
-					covered = start
-				}
-				continue
+			if _, exists := byID[r.ID]; !exists {
+				order = append(order, r.ID)
 			}
-			spans = append(spans, span{start: start, end: end, rule: ru.id, prio: prio, width: end - start})
-			covered = m[1]
+			byID[r.ID] = r
 		}
 	}
-	return spans
-}
-
-// hasLiteralAt reports whether s starts with one of the rule's literals.
-func (ru *rule) hasLiteralAt(s string) bool {
-	for _, lit := range ru.literals {
-		if ru.fold && hasPrefixFoldASCII(s, lit) || !ru.fold && strings.HasPrefix(s, lit) {
-			return true
+	// Global allowlists, applied after all rules are known so that targetRules can name any.
+	for _, rf := range files {
+		globals := rf.vc.Allowlists
+		if rf.vc.AllowList != nil {
+			globals = append(globals, rf.vc.AllowList)
+		}
+		for _, g := range globals {
+			al, ok, err := compileAllowlist(g.Condition, g.RegexTarget, g.Regexes, g.StopWords, len(g.Paths)+len(g.Commits) > 0)
+			if err != nil {
+				return nil, fmt.Errorf("redact: rules %s: global allowlist: %w", rf.name, err)
+			}
+			if !ok {
+				continue
+			}
+			targets := g.TargetRules
+			if len(targets) == 0 {
+				targets = order
+			}
+			for _, id := range targets {
+				r, found := byID[id]
+				if !found {
+					return nil, fmt.Errorf("redact: rules %s: allowlist target rule %q does not exist", rf.name, id)
+				}
+				r.allowlists = append(r.allowlists, al)
+			}
 		}
 	}
-	return false
-}
-
-// index returns the index of the first occurrence of lit in s, or -1.
-func (ru *rule) index(s, lit string) int {
-	if ru.fold {
-		return indexFoldASCII(s, lit)
+	for _, id := range disabled {
+		if _, found := byID[id]; !found {
+			return nil, fmt.Errorf("redact: cannot disable rule %q: no such rule", id)
+		}
+		delete(byID, id)
 	}
-	return strings.Index(s, lit)
+	rules := make([]*rule, 0, len(byID))
+	for _, id := range order {
+		if r, ok := byID[id]; ok {
+			rules = append(rules, r)
+		}
+	}
+	return rules, nil
 }
 
-// isWordByte reports whether c is an ASCII letter, digit or '_'.
-func isWordByte(c byte) bool {
-	return c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+func compileRule(rf *ruleFile, id, description, expr string, secretGroup int, entropy float64, keywords []string) (*rule, error) {
+	errorf := func(format string, args ...any) error {
+		return fmt.Errorf("redact: rules %s: rule %s: "+format, append([]any{rf.name, id}, args...)...)
+	}
+	if _, err := regexp.Compile(expr); err != nil {
+		return nil, errorf("%w", err)
+	}
+	parsed, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil {
+		return nil, errorf("%w", err)
+	}
+	parsed, run := optimize(parsed)
+	re, err := regexp.Compile(parsed.String())
+	if err != nil {
+		return nil, errorf("rewriting the pattern: %w", err)
+	}
+	if secretGroup < 0 || secretGroup > re.NumSubexp() {
+		return nil, errorf("secretGroup %d, but the regex has %d groups", secretGroup, re.NumSubexp())
+	}
+	if entropy < 0 || math.IsNaN(entropy) {
+		return nil, errorf("entropy must not be negative")
+	}
+	kws := make([]string, 0, len(keywords))
+	for _, k := range keywords {
+		if k == "" {
+			return nil, errorf("empty keyword")
+		}
+		kws = append(kws, strings.ToLower(k))
+	}
+	if len(kws) == 0 {
+		// A rule without keywords would run over every byte of every artifact. gitleaks accepts
+		// it; inline on every call we do not.
+		return nil, errorf("no keywords: every rule needs at least one keyword that occurs in each match")
+	}
+	width, bounded := maxWidth(parsed.Simplify())
+	if !bounded || width > maxBoundedWidth {
+		width = -1
+	}
+	var anchored [2]*regexp.Regexp
+	if startsWithKeyword(parsed, kws) {
+		for i, prefix := range []string{`^(?:`, `^(?s:.)(?:`} {
+			if anchored[i], err = regexp.Compile(prefix + parsed.String() + `)`); err != nil {
+				return nil, errorf("anchoring the pattern: %w", err)
+			}
+		}
+	}
+	return &rule{
+		RuleInfo:    RuleInfo{ID: id, Description: description, Source: rf.source, Keywords: slices.Compact(slices.Sorted(slices.Values(kws)))},
+		expr:        expr,
+		re:          re,
+		secretGroup: secretGroup,
+		entropy:     entropy,
+		needDigit:   entropy > 0 && strings.HasPrefix(id, "generic"),
+		leading:     run,
+		anchored:    anchored,
+		width:       width,
+	}, nil
 }
 
-// indexFoldASCII returns the index of the first occurrence of lower, a lower-case ASCII string,
-// in s ignoring ASCII case, or -1.
-func indexFoldASCII(s, lower string) int {
-	n := len(lower)
-	if n == 0 {
+// compileAllowlist compiles an allowlist. ok is false when it can never apply to evidence.
+func compileAllowlist(condition, target string, regexes, stopwords []string, hasPathOrCommit bool) (allowlist, bool, error) {
+	var al allowlist
+	switch strings.ToUpper(condition) {
+	case "", "OR", "||":
+	case "AND", "&&":
+		al.and = true
+	default:
+		return al, false, fmt.Errorf("condition %q: want AND or OR", condition)
+	}
+	switch target {
+	case "", "secret":
+	case "match", "line":
+		al.target = target
+	default:
+		return al, false, fmt.Errorf("regexTarget %q: want secret, match or line", target)
+	}
+	for _, expr := range regexes {
+		re, err := regexp.Compile(expr)
+		if err != nil {
+			return al, false, err
+		}
+		al.regexes = append(al.regexes, re)
+	}
+	for _, w := range stopwords {
+		if w != "" {
+			al.stopwords = append(al.stopwords, strings.ToLower(w))
+		}
+	}
+	if al.and && hasPathOrCommit {
+		return al, false, nil
+	}
+	return al, len(al.regexes)+len(al.stopwords) > 0, nil
+}
+
+// allows reports whether the allowlist exempts a finding.
+func (al *allowlist) allows(secret, match, line string) bool {
+	subject := secret
+	switch al.target {
+	case "match":
+		subject = match
+	case "line":
+		subject = line
+	}
+	regexHit := slices.ContainsFunc(al.regexes, func(re *regexp.Regexp) bool { return re.MatchString(subject) })
+	stopHit := false
+	if len(al.stopwords) > 0 {
+		lower := strings.ToLower(secret)
+		stopHit = slices.ContainsFunc(al.stopwords, func(w string) bool { return strings.Contains(lower, w) })
+	}
+	if al.and {
+		return (len(al.regexes) == 0 || regexHit) && (len(al.stopwords) == 0 || stopHit)
+	}
+	return regexHit || stopHit
+}
+
+// maxWidth returns the most bytes a match of re can span, and false when that is unbounded.
+func maxWidth(re *syntax.Regexp) (int, bool) {
+	const utfMax = 4
+	switch re.Op {
+	case syntax.OpEmptyMatch, syntax.OpBeginLine, syntax.OpEndLine, syntax.OpBeginText, syntax.OpEndText,
+		syntax.OpWordBoundary, syntax.OpNoWordBoundary, syntax.OpNoMatch:
+		return 0, true
+	case syntax.OpLiteral:
+		n := 0
+		for _, r := range re.Rune {
+			n += runeWidth(r)
+		}
+		return n, true
+	case syntax.OpCharClass:
+		w := 1
+		for i := 1; i < len(re.Rune); i += 2 {
+			w = max(w, runeWidth(re.Rune[i]))
+		}
+		return w, true
+	case syntax.OpAnyChar, syntax.OpAnyCharNotNL:
+		return utfMax, true
+	case syntax.OpCapture:
+		return maxWidth(re.Sub[0])
+	case syntax.OpStar, syntax.OpPlus:
+		return 0, false
+	case syntax.OpQuest:
+		return maxWidth(re.Sub[0])
+	case syntax.OpRepeat:
+		if re.Max < 0 {
+			return 0, false
+		}
+		w, ok := maxWidth(re.Sub[0])
+		return w * re.Max, ok
+	case syntax.OpConcat:
+		total := 0
+		for _, sub := range re.Sub {
+			w, ok := maxWidth(sub)
+			if !ok {
+				return 0, false
+			}
+			total += w
+		}
+		return total, true
+	case syntax.OpAlternate:
+		widest := 0
+		for _, sub := range re.Sub {
+			w, ok := maxWidth(sub)
+			if !ok {
+				return 0, false
+			}
+			widest = max(widest, w)
+		}
+		return widest, true
+	}
+	return 0, false
+}
+
+func runeWidth(r rune) int {
+	switch {
+	case r < 0x80:
+		return 1
+	case r < 0x800:
+		return 2
+	case r < 0x10000:
+		return 3
+	}
+	return 4
+}
+
+// shannonEntropy returns the entropy of s in bits per byte, as gitleaks computes it.
+func shannonEntropy(s string) float64 {
+	if s == "" {
 		return 0
 	}
-	for i := 0; i+n <= len(s); i++ {
-		if s[i]|0x20 == lower[0] && hasPrefixFoldASCII(s[i:], lower) {
-			return i
-		}
-	}
-	return -1
-}
-
-// hasPrefixFoldASCII reports whether s starts with lower, ignoring ASCII case.
-func hasPrefixFoldASCII(s, lower string) bool {
-	if len(s) < len(lower) {
-		return false
-	}
-	for i := 0; i < len(lower); i++ {
-		c := s[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != lower[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// validOpenAIKey rejects Anthropic keys (they have their own rule) and hyphenated words such as
-// "sk-learn-compatible-estimators": a real key body has a digit or an upper-case letter.
-func validOpenAIKey(s string, m []int) bool {
-	key := s[m[0]:m[1]]
-	if strings.HasPrefix(key, "sk-ant-") {
-		return false
-	}
-	return looksRandom(key[len("sk-"):])
-}
-
-// validAWSSecret rejects hex strings such as git SHAs and SHA-1 digests: a real secret access
-// key is base64 and has both upper- and lower-case letters.
-func validAWSSecret(s string, m []int) bool {
-	var upper, lower bool
-	for _, c := range []byte(s[m[2]:m[3]]) {
-		upper = upper || 'A' <= c && c <= 'Z'
-		lower = lower || 'a' <= c && c <= 'z'
-	}
-	return upper && lower
-}
-
-// validBearer accepts any credential in an Authorization header and otherwise only one that
-// looks like a token, so that prose ("the bearer responsibility") is left alone.
-func validBearer(s string, m []int) bool {
-	if afterAuthorization(s, m[0]) {
-		return true
-	}
-	cred := s[m[2]:m[3]]
-	return len(cred) >= 16 && (looksRandom(cred) || strings.ContainsAny(cred, "_~+/="))
-}
-
-// validBasic accepts any credential in an Authorization header and otherwise only base64 that
-// decodes to printable "user:password" text, which prose ("basic understanding") never does.
-func validBasic(s string, m []int) bool {
-	if afterAuthorization(s, m[0]) {
-		return true
-	}
-	raw, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(s[m[2]:m[3]], "="))
-	if err != nil || !utf8.Valid(raw) || !strings.ContainsRune(string(raw), ':') {
-		return false
-	}
-	for _, r := range string(raw) {
-		if !unicode.IsPrint(r) {
-			return false
-		}
-	}
-	return true
-}
-
-// afterAuthorization reports whether an "Authorization" header name closely precedes offset at,
-// as in `Authorization: Bearer …`, `-H "Proxy-Authorization: Basic …"` or `"authorization":"Bearer …"`.
-func afterAuthorization(s string, at int) bool {
-	return indexFoldASCII(s[max(0, at-32):at], "authoriz") >= 0
-}
-
-// looksRandom reports whether s has a digit or an upper-case letter after its first byte, which
-// generated credentials almost always have and ordinary words almost never do.
-func looksRandom(s string) bool {
+	var counts [256]int
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if '0' <= c && c <= '9' || i > 0 && 'A' <= c && c <= 'Z' {
-			return true
+		counts[s[i]]++
+	}
+	n := float64(len(s))
+	var h float64
+	for _, c := range counts {
+		if c > 0 {
+			p := float64(c) / n
+			h -= p * math.Log2(p)
 		}
 	}
-	return false
+	return h
 }
