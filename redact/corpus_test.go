@@ -3,6 +3,7 @@ package redact
 import (
 	"bytes"
 	"encoding/json"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,21 +35,25 @@ func corpusLabels(t testing.TB) []corpusLabel {
 	return labels
 }
 
-// corpusFiles reads every file of the corpus directory sub ("positive" or "negative"), by
-// name relative to the corpus.
+// corpusFiles reads every file below the corpus directory sub ("positive" or "negative"), by
+// path relative to the corpus, as labels.json names them.
 func corpusFiles(t testing.TB, sub string) map[string][]byte {
 	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(corpusDir, sub, "*"))
-	if err != nil || len(paths) == 0 {
-		t.Fatalf("no corpus files in %s/%s (%v)", corpusDir, sub, err)
-	}
 	files := map[string][]byte{}
-	for _, p := range paths {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
+	err := filepath.WalkDir(filepath.Join(corpusDir, sub), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
 		}
-		files[sub+"/"+filepath.Base(p)] = data
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(corpusDir, path)
+		files[filepath.ToSlash(rel)] = data
+		return err
+	})
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no corpus files in %s/%s (%v)", corpusDir, sub, err)
 	}
 	return files
 }
@@ -91,14 +96,18 @@ func TestCorpusRecall(t *testing.T) {
 				outputs["json"] = out
 			}
 			for mode, out := range outputs {
+				var decoded []byte
+				if mode == "json" {
+					decoded = jsonDecodedStrings(t, out)
+				}
 				for _, l := range byFile[name] {
 					secret := []byte(l.Secret)
 					if mode == "json" {
-						// Labels quote the file bytes; the JSON redactor sees decoded strings.
+						// Labels quote the file bytes; look for the decoded secret in the
+						// decoded strings too.
 						var s string
-						if json.Unmarshal([]byte(`"`+l.Secret+`"`), &s) == nil {
-							secret = []byte(s)
-							out = jsonDecodedStrings(t, out)
+						if json.Unmarshal([]byte(`"`+l.Secret+`"`), &s) == nil && bytes.Contains(decoded, []byte(s)) {
+							t.Errorf("%s: %s secret %.12q… left in place (decoded)", mode, l.Kind, l.Secret)
 						}
 					}
 					if bytes.Contains(out, secret) {

@@ -83,7 +83,7 @@ func FuzzJSON(f *testing.F) {
 	f.Add(`{"stdout": "token `+fakeGitHubPAT+`\n", "items": [1, 2.5e3, true, null]}`, "2.5e3x")
 	f.Add(`{"k\u0041": "\ud83d\ude00 `+fakeSlackBot+`", "`+fakeAWSKeyID+`": {}}`, "AKIA")
 	f.Add(`{"card": 4242424242424242, "config": {"api_key": "a8f9d7e6c5b4a3928176"}}`, "4242424242424242")
-	f.Add(`[{"a": "x\"y\\z"}, "` + "\xff" + `"]`, `x"y\z`)
+	f.Add(`[{"a": "x\"y\\z"}, "`+"\xff"+`"]`, `x"y\z`)
 	f.Fuzz(func(t *testing.T, doc, known string) {
 		r := fuzzRedactor(t, known)
 		out, _, err := r.JSON("fuzz", []byte(doc))

@@ -26,60 +26,88 @@ const maxJSONDepth = 10000
 // real newlines). The value under a key that names a secret is replaced whole. Findings are in
 // document order.
 func (r *Redactor) JSON(artifact string, doc []byte) ([]byte, []Finding, error) {
-	out, findings, err := r.jsonPass(artifact, doc)
-	if err != nil || len(findings) == 0 {
-		return out, findings, err
-	}
-	// As in Text, the output must be a fixed point: a pass over text with markers in it may
-	// find what the markers' neighbours now form.
-	for pass := 1; pass < maxPasses; pass++ {
-		next, more, err := r.jsonPass(artifact, out)
-		if err != nil {
-			return nil, nil, err
-		}
-		if len(more) == 0 {
-			break
-		}
-		out, findings = next, append(findings, more...)
-	}
-	return out, findings, nil
-}
-
-func (r *Redactor) jsonPass(artifact string, doc []byte) ([]byte, []Finding, error) {
 	sc := r.getScratch()
 	defer r.scratch.Put(sc)
-	hits := slices.Clone(r.hits(doc, sc))
-	docSpans := slices.Clone(r.find(doc, sc, false))
-
-	w := jsonWalker{r: r, sc: sc, artifact: artifact, doc: doc, hits: hits, docSpans: docSpans}
-	p := jsonParser{doc: doc, w: &w}
-	if err := p.parse(); err != nil {
+	hits, docSpans, err := r.scanDocument(doc, sc)
+	if err != nil {
 		return nil, nil, fmt.Errorf("redact: artifact %q: %w", artifact, err)
 	}
-	if len(w.edits) == 0 {
-		return doc, nil, nil
+	var findings []Finding
+	// As in Text, the output must be a fixed point. Each string value already is one (see
+	// redact); what a pass can change beyond that is the document text around the values, so
+	// the next pass runs only if the scan of the document text finds something new.
+	for pass := 0; pass < maxPasses; pass++ {
+		w := jsonWalker{r: r, sc: sc, artifact: artifact, doc: doc, hits: hits, docSpans: docSpans}
+		if err := (&jsonParser{doc: doc, w: &w}).parse(); err != nil {
+			return nil, nil, fmt.Errorf("redact: artifact %q: %w", artifact, err)
+		}
+		if len(w.edits) == 0 {
+			break
+		}
+		doc, findings = w.apply(), append(findings, w.findings...)
+		if hits, docSpans, err = r.scanDocument(doc, sc); err != nil || len(docSpans) == 0 {
+			break
+		}
 	}
-	out := make([]byte, 0, len(doc)+len(w.edits)*16)
+	return doc, findings, err
+}
+
+// scanDocument validates doc and scans its text: it returns every hit in doc, and the secrets
+// the rules find in the document text, outside long string values.
+func (r *Redactor) scanDocument(doc []byte, sc *scratch) ([]hit, []span, error) {
+	hits := slices.Clone(r.hits(doc, sc))
+	// The scan of the document text is there for context across the structure (a key and its
+	// value). Inside a long string value, a log or a file, the scan of the decoded value sees
+	// the same text with real newlines; scanning it twice would only double the cost, so hits
+	// there are left to that scan.
+	pre := jsonWalker{r: r, doc: doc, collectLong: true}
+	if err := (&jsonParser{doc: doc, w: &pre}).parse(); err != nil {
+		return nil, nil, err
+	}
+	sc.hits = sc.hits[:0]
+	for _, h := range hits {
+		if !insideAny(pre.long, h.end-r.keywordLength(h.pattern), h.end) {
+			sc.hits = append(sc.hits, h)
+		}
+	}
+	return hits, slices.Clone(r.find(doc, sc, false)), nil
+}
+
+// apply returns the document with the walker's edits made.
+func (w *jsonWalker) apply() []byte {
+	out := make([]byte, 0, len(w.doc)+len(w.edits)*16)
 	last := 0
 	for _, e := range w.edits {
-		out = append(out, doc[last:e.start]...)
+		out = append(out, w.doc[last:e.start]...)
 		out = append(out, e.text...)
 		last = e.end
 	}
-	return append(out, doc[last:]...), w.findings, nil
+	return append(out, w.doc[last:]...)
+}
+
+// longValue is the length above which a string value is scanned only decoded (see jsonPass).
+const longValue = 256
+
+// insideAny reports whether [start, end) lies inside one of spans (sorted, disjoint).
+func insideAny(spans []span, start, end int) bool {
+	i, _ := slices.BinarySearchFunc(spans, start, func(s span, t int) int { return s.end - t - 1 })
+	return i < len(spans) && spans[i].start <= start && end <= spans[i].end
 }
 
 // jsonWalker decides, token by token, what to redact.
 type jsonWalker struct {
-	r        *Redactor
-	sc       *scratch
-	artifact string
-	doc      []byte
-	hits     []hit  // in doc, by end
-	docSpans []span // secrets found in the document text
-	path     []pathElem
-	edits    []edit
-	findings []Finding
+	// collectLong makes the walker only note the string values longer than longValue in long.
+	collectLong bool
+	long        []span
+	r           *Redactor
+	sc          *scratch
+	artifact    string
+	doc         []byte
+	hits        []hit  // in doc, by end
+	docSpans    []span // secrets found in the document text
+	path        []pathElem
+	edits       []edit
+	findings    []Finding
 }
 
 type edit struct {
@@ -107,6 +135,12 @@ func (w *jsonWalker) needsLook(start, end int) bool {
 // names a secret. A redacted key also replaces the key in the current path, so that no path
 // names a secret.
 func (w *jsonWalker) str(start, end int, secret, isKey bool) {
+	if w.collectLong {
+		if !isKey && end-start > longValue {
+			w.long = append(w.long, span{start: start, end: end})
+		}
+		return
+	}
 	if secret {
 		content := w.doc[start+1 : end-1]
 		if e, ok := markerEnd(content, 0); len(content) > 0 && !(ok && e == len(content)) {
@@ -160,6 +194,9 @@ func (w *jsonWalker) str(start, end int, secret, isKey bool) {
 // number handles a number token. A number cannot be partly replaced and stay a number, so one
 // that holds a known value, or sits below a secret key, becomes the marker string.
 func (w *jsonWalker) number(start, end int, secret bool) {
+	if w.collectLong {
+		return
+	}
 	if secret {
 		w.replaceWhole(start, end, RuleSecretKeyName, w.doc[start:end])
 		return

@@ -257,3 +257,29 @@ func foldEqual(a, b string) bool {
 	}
 	return true
 }
+
+// requiredLiterals returns literal strings every match of re contains: the case-sensitive
+// literals of its top-level sequence. A rule whose window lacks one of them cannot match there,
+// and a substring search is far cheaper than starting the matcher.
+func requiredLiterals(re *syntax.Regexp) []string {
+	for re.Op == syntax.OpCapture {
+		re = re.Sub[0]
+	}
+	var out []string
+	add := func(sub *syntax.Regexp) {
+		if sub.Op == syntax.OpLiteral && sub.Flags&syntax.FoldCase == 0 {
+			out = append(out, string(sub.Rune))
+		}
+	}
+	if re.Op == syntax.OpConcat {
+		for _, sub := range re.Sub {
+			for sub.Op == syntax.OpCapture {
+				sub = sub.Sub[0]
+			}
+			add(sub)
+		}
+	} else {
+		add(re)
+	}
+	return out
+}

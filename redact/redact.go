@@ -286,6 +286,14 @@ func (r *Redactor) hits(text []byte, sc *scratch) []hit {
 	return sc.hits
 }
 
+// keywordLength returns the length of a hit's pattern.
+func (r *Redactor) keywordLength(id int32) int {
+	if int(id) < len(r.patterns) {
+		return r.auto.lengths[id]
+	}
+	return len(r.extra[int(id)-len(r.patterns)].text)
+}
+
 // patternAt returns the pattern of a hit: the engine's, or one of r.extra.
 func (r *Redactor) patternAt(id int32) pattern {
 	if int(id) < len(r.patterns) {
@@ -416,7 +424,7 @@ func isBase64Byte(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '+' || c == '/' || c == '-' || c == '_'
 }
 
-// initialWindow is how far around a keyword an unbounded rule first looks.
+// initialWindow is how far around a keyword an unbounded windowed rule first looks.
 const initialWindow = 384
 
 // appendMatches runs the rule at the keyword occurrences starting at starts (ascending) and
@@ -428,40 +436,53 @@ func (ru *rule) appendMatches(spans []span, text []byte, starts []int) []span {
 	return ru.appendWindowed(spans, text, starts)
 }
 
-// appendAnchored runs an anchored rule at each keyword occurrence. Its input ends width bytes
-// later; an unbounded rule gets initialWindow bytes, and the rest of the text when a match
-// reaches that far.
+// anchoredWindow is how far an unbounded anchored rule first reads from a keyword: longer than
+// any credential; a longer private key is caught by private-key-body, which matches up to the
+// end of the window. A match that reaches the end of the window may go on,
+// so the rule then runs on the rest of the text.
+const anchoredWindow = 1024
+
+// appendAnchored runs an anchored rule at each keyword occurrence, on the text from there to
+// width bytes on, or anchoredWindow bytes for an unbounded rule.
 func (ru *rule) appendAnchored(spans []span, text []byte, starts []int) []span {
-	n := len(text)
 	covered := 0 // a match ended here; starts before it belong to that match
 	for i, s := range starts {
 		if i > 0 && s == starts[i-1] || s < covered {
 			continue
 		}
+		re, base, skip := ru.anchored[0], s, 0
+		if s > 0 {
+			re, base, skip = ru.anchored[1], s-1, 1
+		}
 		limit := ru.width
 		if limit < 0 {
-			limit = initialWindow
+			limit = anchoredWindow
 		}
-		re, base := ru.anchored[0], s
-		if s > 0 {
-			re, base = ru.anchored[1], s-1
+		hi := min(len(text), s+limit)
+		if ru.width >= 0 && !containsAll(text[s:hi], ru.required) {
+			continue
 		}
-		hi := min(n, s+limit)
 		m := re.FindSubmatchIndex(text[base:hi])
-		if m != nil && m[1] == hi-base && hi < n {
+		if m != nil && m[1] == hi-base && hi < len(text) && ru.width < 0 {
 			m = re.FindSubmatchIndex(text[base:])
 		}
 		if m == nil {
 			continue
 		}
-		skip := 0
-		if base < s {
-			skip = 1
-		}
 		spans = ru.appendSecret(spans, text, base, skip, m)
 		covered = base + m[1]
 	}
 	return spans
+}
+
+// containsAll reports whether text contains each of lits.
+func containsAll(text []byte, lits [][]byte) bool {
+	for _, lit := range lits {
+		if !bytes.Contains(text, lit) {
+			return false
+		}
+	}
+	return true
 }
 
 // appendWindowed searches for the rule around each keyword occurrence. Every keyword occurs
@@ -544,12 +565,19 @@ func (ru *rule) appendSecret(spans []span, text []byte, base, skip int, m []int)
 		}
 	}
 	if len(ru.allowlists) > 0 {
-		matchStart := base + m[0] + skip
-		if ru.leading != nil {
-			matchStart = ru.leading.extendStart(text, matchStart, 0)
+		// The match and the line are built only for allowlists that look at them: a line of
+		// minified JSON can be the whole document.
+		var match, line string
+		if ru.allowlistTargets["match"] {
+			matchStart := base + m[0] + skip
+			if ru.leading != nil {
+				matchStart = ru.leading.extendStart(text, matchStart, 0)
+			}
+			match = string(text[matchStart : base+m[1]])
 		}
-		match := string(text[matchStart : base+m[1]])
-		line := lineAround(text, base+m[0], base+m[1])
+		if ru.allowlistTargets["line"] {
+			line = lineAround(text, base+m[0], base+m[1])
+		}
 		for i := range ru.allowlists {
 			if ru.allowlists[i].allows(string(secret), match, line) {
 				return spans

@@ -41,18 +41,22 @@ type rule struct {
 	RuleInfo
 	expr        string         // as written in the rules file
 	re          *regexp.Regexp // expr rewritten by optimize
-	secretGroup int     // 0: the first non-empty group, or the whole match without groups
-	entropy     float64 // minimum Shannon entropy of the secret, 0 for none
+	secretGroup int            // 0: the first non-empty group, or the whole match without groups
+	entropy     float64        // minimum Shannon entropy of the secret, 0 for none
 	// needDigit rejects secrets without a digit: gitleaks asks it of its generic rules that have
 	// an entropy threshold, because Go's regexp has no lookahead to say so in the pattern.
 	needDigit  bool
 	allowlists []allowlist
+	// allowlistTargets says which texts other than the secret the allowlists read.
+	allowlistTargets map[string]bool
 	// leading is the optional run dropped from the start of the pattern (see optimize).
 	leading *leadingRun
 	// anchored, set when every match starts with a keyword, is the pattern anchored at the
 	// start of its input ([0]) or one byte after it ([1]), the byte before a keyword, so that
 	// \b and the like see it.
 	anchored [2]*regexp.Regexp
+	// required are literals every match contains (see requiredLiterals).
+	required [][]byte
 	// width bounds a match in bytes; unbounded rules get a search window that grows on demand.
 	width int
 }
@@ -184,6 +188,12 @@ func loadRules(cfg Config) ([]*rule, error) {
 			}
 		}
 	}
+	for _, r := range byID {
+		r.allowlistTargets = map[string]bool{}
+		for _, al := range r.allowlists {
+			r.allowlistTargets[al.target] = true
+		}
+	}
 	for _, id := range disabled {
 		if _, found := byID[id]; !found {
 			return nil, fmt.Errorf("redact: cannot disable rule %q: no such rule", id)
@@ -237,6 +247,10 @@ func compileRule(rf *ruleFile, id, description, expr string, secretGroup int, en
 	if !bounded || width > maxBoundedWidth {
 		width = -1
 	}
+	var required [][]byte
+	for _, lit := range requiredLiterals(parsed) {
+		required = append(required, []byte(lit))
+	}
 	var anchored [2]*regexp.Regexp
 	if startsWithKeyword(parsed, kws) {
 		for i, prefix := range []string{`^(?:`, `^(?s:.)(?:`} {
@@ -254,6 +268,7 @@ func compileRule(rf *ruleFile, id, description, expr string, secretGroup int, en
 		needDigit:   entropy > 0 && strings.HasPrefix(id, "generic"),
 		leading:     run,
 		anchored:    anchored,
+		required:    required,
 		width:       width,
 	}, nil
 }
