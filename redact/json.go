@@ -1,6 +1,7 @@
 package redact
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -26,9 +27,17 @@ const maxJSONDepth = 10000
 // real newlines). The value under a key that names a secret is replaced whole. Findings are in
 // document order.
 func (r *Redactor) JSON(artifact string, doc []byte) ([]byte, []Finding, error) {
+	return r.json(artifact, doc, 0)
+}
+
+// maxNesting bounds how deep JSON inside JSON strings is walked as JSON.
+const maxNesting = 2
+
+// json redacts doc, which is nesting levels down in strings of an outer document.
+func (r *Redactor) json(artifact string, doc []byte, nesting int) ([]byte, []Finding, error) {
 	sc := r.getScratch()
 	defer r.scratch.Put(sc)
-	hits, docSpans, err := r.scanDocument(doc, sc)
+	hits, docSpans, structural, err := r.scanDocument(doc, sc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("redact: artifact %q: %w", artifact, err)
 	}
@@ -37,7 +46,7 @@ func (r *Redactor) JSON(artifact string, doc []byte) ([]byte, []Finding, error) 
 	// redact); what a pass can change beyond that is the document text around the values, so
 	// the next pass runs only if the scan of the document text finds something new.
 	for pass := 0; pass < maxPasses; pass++ {
-		w := jsonWalker{r: r, sc: sc, artifact: artifact, doc: doc, hits: hits, docSpans: docSpans}
+		w := jsonWalker{r: r, sc: sc, artifact: artifact, doc: doc, hits: hits, docSpans: docSpans, structural: structural, nesting: nesting}
 		if err := (&jsonParser{doc: doc, w: &w}).parse(); err != nil {
 			return nil, nil, fmt.Errorf("redact: artifact %q: %w", artifact, err)
 		}
@@ -45,7 +54,7 @@ func (r *Redactor) JSON(artifact string, doc []byte) ([]byte, []Finding, error) 
 			break
 		}
 		doc, findings = w.apply(), append(findings, w.findings...)
-		if hits, docSpans, err = r.scanDocument(doc, sc); err != nil || len(docSpans) == 0 {
+		if hits, docSpans, structural, err = r.scanDocument(doc, sc); err != nil || len(docSpans) == 0 {
 			break
 		}
 	}
@@ -54,7 +63,7 @@ func (r *Redactor) JSON(artifact string, doc []byte) ([]byte, []Finding, error) 
 
 // scanDocument validates doc and scans its text: it returns every hit in doc, and the secrets
 // the rules find in the document text, outside long string values.
-func (r *Redactor) scanDocument(doc []byte, sc *scratch) ([]hit, []span, error) {
+func (r *Redactor) scanDocument(doc []byte, sc *scratch) ([]hit, []span, []span, error) {
 	hits := slices.Clone(r.hits(doc, sc))
 	// The scan of the document text is there for context across the structure (a key and its
 	// value). Inside a long string value, a log or a file, the scan of the decoded value sees
@@ -62,7 +71,7 @@ func (r *Redactor) scanDocument(doc []byte, sc *scratch) ([]hit, []span, error) 
 	// there are left to that scan.
 	pre := jsonWalker{r: r, doc: doc, collectLong: true}
 	if err := (&jsonParser{doc: doc, w: &pre}).parse(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	sc.hits = sc.hits[:0]
 	for _, h := range hits {
@@ -70,7 +79,25 @@ func (r *Redactor) scanDocument(doc []byte, sc *scratch) ([]hit, []span, error) 
 			sc.hits = append(sc.hits, h)
 		}
 	}
-	return hits, slices.Clone(r.find(doc, sc, false)), nil
+	return hits, slices.Clone(r.find(doc, sc, false)), pre.structuralSecrets(), nil
+}
+
+// structuralSecrets returns the secret values the first pass found, sorted, nested ones merged
+// into the outermost.
+func (w *jsonWalker) structuralSecrets() []span {
+	if len(w.secretValues) == 0 {
+		return nil
+	}
+	slices.SortFunc(w.secretValues, func(a, b span) int { return a.start - b.start })
+	out := w.secretValues[:1]
+	for _, s := range w.secretValues[1:] {
+		if last := &out[len(out)-1]; s.start < last.end {
+			last.end = max(last.end, s.end)
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // apply returns the document with the walker's edits made.
@@ -84,6 +111,9 @@ func (w *jsonWalker) apply() []byte {
 	}
 	return append(out, w.doc[last:]...)
 }
+
+// packageMapKeys name objects whose keys are package names (npm, Composer, Cargo lockfiles).
+var packageMapKeys = []string{"dependencies", "devDependencies", "peerDependencies", "optionalDependencies", "requires", "packages", "require", "require-dev"}
 
 // longValue is the length above which a string value is scanned only decoded (see jsonPass).
 const longValue = 256
@@ -99,15 +129,24 @@ type jsonWalker struct {
 	// collectLong makes the walker only note the string values longer than longValue in long.
 	collectLong bool
 	long        []span
-	r           *Redactor
-	sc          *scratch
-	artifact    string
-	doc         []byte
-	hits        []hit  // in doc, by end
-	docSpans    []span // secrets found in the document text
-	path        []pathElem
-	edits       []edit
-	findings    []Finding
+	// frames, pendingKey and secretValues serve the structural rules (see structure.go):
+	// secretValues are the values found secret by structure, sorted and merged for the
+	// second pass.
+	frames       []objectFrame
+	pendingKey   string
+	secretValues []span
+	r            *Redactor
+	sc           *scratch
+	artifact     string
+	doc          []byte
+	hits         []hit  // in doc, by end
+	docSpans     []span // secrets found in the document text
+	// structural are values secret by structure (see structure.go), sorted and disjoint.
+	structural []span
+	nesting    int // how deep in strings of an outer document doc is
+	path       []pathElem
+	edits      []edit
+	findings   []Finding
 }
 
 type edit struct {
@@ -135,6 +174,9 @@ func (w *jsonWalker) needsLook(start, end int) bool {
 // names a secret. A redacted key also replaces the key in the current path, so that no path
 // names a secret.
 func (w *jsonWalker) str(start, end int, secret, isKey bool) {
+	if !isKey && insideAny(w.structural, start, end) {
+		secret = true
+	}
 	if w.collectLong {
 		if !isKey && end-start > longValue {
 			w.long = append(w.long, span{start: start, end: end})
@@ -153,6 +195,9 @@ func (w *jsonWalker) str(start, end int, secret, isKey bool) {
 	}
 	raw := w.doc[start+1 : end-1]
 	value := unquote(raw)
+	if !isKey && w.nested(start, end, value) {
+		return
+	}
 	sc := w.sc
 	_, spans := w.r.redact(value, sc)
 	// Secrets the document-level scan found inside this token, located in the decoded value.
@@ -191,11 +236,39 @@ func (w *jsonWalker) str(start, end int, secret, isKey bool) {
 	w.edits = append(w.edits, edit{start: start, end: end, text: appendQuoted(nil, redacted)})
 }
 
+// nested redacts a string value that is itself a JSON document (a secret manager's
+// SecretString, a tool's JSON stdout) as JSON, so that key names and structure count inside it
+// too. It reports false when value is not a JSON object or array.
+func (w *jsonWalker) nested(start, end int, value []byte) bool {
+	trimmed := bytes.TrimLeft(value, " \t\r\n")
+	if w.nesting >= maxNesting || len(trimmed) == 0 || trimmed[0] != '{' && trimmed[0] != '[' {
+		return false
+	}
+	// The scratch buffers belong to this walk; the inner one gets its own.
+	out, findings, err := w.r.json(w.artifact, value, w.nesting+1)
+	if err != nil {
+		return false
+	}
+	if len(findings) == 0 {
+		return true
+	}
+	prefix := w.renderPath() + "<json>"
+	for _, f := range findings {
+		f.Path = prefix + strings.TrimPrefix(f.Path, "$")
+		w.findings = append(w.findings, f)
+	}
+	w.edits = append(w.edits, edit{start: start, end: end, text: appendQuoted(nil, out)})
+	return true
+}
+
 // number handles a number token. A number cannot be partly replaced and stay a number, so one
 // that holds a known value, or sits below a secret key, becomes the marker string.
 func (w *jsonWalker) number(start, end int, secret bool) {
 	if w.collectLong {
 		return
+	}
+	if insideAny(w.structural, start, end) {
+		secret = true
 	}
 	if secret {
 		w.replaceWhole(start, end, RuleSecretKeyName, w.doc[start:end])
@@ -346,6 +419,11 @@ func (p *jsonParser) object(secret bool) error {
 		return err
 	}
 	p.pos++ // {
+	p.w.enterObject()
+	defer p.w.leaveObject()
+	// In a map from package names to versions ("dependencies": {"js-cookie": "^3.0.5"}) keys
+	// are data, not field names.
+	keysAreData := len(p.w.path) > 0 && slices.Contains(packageMapKeys, p.w.path[len(p.w.path)-1].key)
 	p.space()
 	if p.pos < len(p.doc) && p.doc[p.pos] == '}' {
 		p.pos++
@@ -370,9 +448,12 @@ func (p *jsonParser) object(secret bool) error {
 		}
 		p.pos++
 		p.space()
-		if err := p.value(secret || p.w.r.isSecretKey(key)); err != nil {
+		valueStart := p.pos
+		p.w.pendingKey = string(key)
+		if err := p.value(secret || !keysAreData && p.w.r.isSecretKey(key)); err != nil {
 			return err
 		}
+		p.w.member(key, valueStart, p.pos)
 		p.w.path = p.w.path[:len(p.w.path)-1]
 		p.space()
 		if p.pos >= len(p.doc) {

@@ -252,6 +252,7 @@ func toInputOffset(spans []span, outOffset int) int {
 type span struct {
 	start, end int
 	rule       string
+	order      int // rank among rules that find the same secret: lower names it
 }
 
 // scratch holds per-scan buffers, reused through engine.scratch.
@@ -417,7 +418,7 @@ func (f *form) at(text []byte, end int) (span, bool) {
 			end++
 		}
 	}
-	return span{start: start, end: end, rule: RuleKnownSecret}, true
+	return span{start: start, end: end, rule: RuleKnownSecret, order: -1}, true
 }
 
 func isBase64Byte(c byte) bool {
@@ -584,7 +585,7 @@ func (ru *rule) appendSecret(spans []span, text []byte, base, skip int, m []int)
 			}
 		}
 	}
-	return append(spans, span{start: base + start, end: base + end, rule: ru.ID})
+	return append(spans, span{start: base + start, end: base + end, rule: ru.ID, order: ru.order})
 }
 
 // lineAround returns the line(s) holding text[start:end].
@@ -599,9 +600,8 @@ func lineAround(text []byte, start, end int) string {
 	return string(text[lo:hi])
 }
 
-// mergeSpans sorts spans and merges overlapping ones into one, named after the longest of them;
-// among equals a specific rule names it rather than a generic one ("github-pat", not
-// "generic-api-key"), then the first found.
+// mergeSpans sorts spans and merges overlapping ones into one, named after the longest of them
+// (see ranksBefore among equals).
 func mergeSpans(spans []span) []span {
 	if len(spans) == 0 {
 		return nil
@@ -612,8 +612,8 @@ func mergeSpans(spans []span) []span {
 		last := &out[len(out)-1]
 		if sp.start < last.end {
 			spLen, lastLen := sp.end-sp.start, last.end-last.start
-			if spLen > lastLen || spLen == lastLen && isGeneric(last.rule) && !isGeneric(sp.rule) {
-				last.rule = sp.rule
+			if spLen > lastLen || spLen == lastLen && ranksBefore(sp, *last) {
+				last.rule, last.order = sp.rule, sp.order
 			}
 			last.end = max(last.end, sp.end)
 			continue
@@ -623,7 +623,19 @@ func mergeSpans(spans []span) []span {
 	return slices.Clone(out)
 }
 
-func isGeneric(rule string) bool { return strings.HasPrefix(rule, "generic") }
+// ranksBefore reports whether a names a secret that b also found: a specific rule before a
+// generic one ("github-pat", not "generic-api-key"), then known values, gitleaks' rules, ours and
+// a rules file's, in that order.
+func ranksBefore(a, b span) bool {
+	if ga, gb := isGeneric(a.rule), isGeneric(b.rule); ga != gb {
+		return gb
+	}
+	return a.order < b.order
+}
+
+func isGeneric(rule string) bool {
+	return strings.HasPrefix(rule, "generic") || rule == "secret-assignment"
+}
 
 // replaceSpans appends text with each span replaced by its marker to dst.
 func replaceSpans(dst, text []byte, spans []span) []byte {
@@ -643,10 +655,17 @@ func appendMarker(dst []byte, rule string) []byte {
 	return append(dst, ']')
 }
 
-// isSecretKey reports whether the value under key is secret: its normalized form ends with one of
-// the key names.
+// maxKeyNameLen is the length beyond which a key is data rather than a field name.
+const maxKeyNameLen = 128
+
+// isSecretKey reports whether the value under key is secret: key is a field name (letters,
+// digits, '_', '-', '.', spaces) whose normalized form ends with one of the key names. Keys with
+// other characters are data, not names: "node_modules/js-cookie" in a lockfile, a URL.
 func (e *engine) isSecretKey(key []byte) bool {
-	var arr [64]byte
+	if len(key) > maxKeyNameLen {
+		return false
+	}
+	var arr [maxKeyNameLen]byte
 	buf := arr[:0]
 	for _, c := range key {
 		switch {
@@ -654,6 +673,9 @@ func (e *engine) isSecretKey(key []byte) bool {
 			continue
 		case 'A' <= c && c <= 'Z':
 			c += 'a' - 'A'
+		case 'a' <= c && c <= 'z' || '0' <= c && c <= '9':
+		default:
+			return false
 		}
 		buf = append(buf, c)
 	}

@@ -57,6 +57,8 @@ type rule struct {
 	anchored [2]*regexp.Regexp
 	// required are literals every match contains (see requiredLiterals).
 	required [][]byte
+	// order is the rule's position in the active rules (see ranksBefore).
+	order int
 	// width bounds a match in bytes; unbounded rules get a search window that grows on demand.
 	width int
 }
@@ -203,6 +205,7 @@ func loadRules(cfg Config) ([]*rule, error) {
 	rules := make([]*rule, 0, len(byID))
 	for _, id := range order {
 		if r, ok := byID[id]; ok {
+			r.order = len(rules)
 			rules = append(rules, r)
 		}
 	}
