@@ -211,6 +211,18 @@ func (a *automaton) scanInterleaved(text []byte, mid int, hits []hit, second *[]
 	return hits
 }
 
+// any reports whether some pattern occurs in text.
+func (a *automaton) any(text []byte) bool {
+	next, class, accept := a.next, &a.class, a.accept
+	s := int32(0)
+	for _, b := range text {
+		if s = next[s+int32(class[b])]; s >= accept {
+			return true
+		}
+	}
+	return false
+}
+
 func foldByte(b byte) byte {
 	if 'A' <= b && b <= 'Z' {
 		return b + 'a' - 'A'

@@ -176,10 +176,13 @@ func TestCorpusFalsePositives(t *testing.T) {
 	for name, data := range corpusFiles(t, "negative") {
 		_, findings := r.Text(name, data)
 		if isJSONFile(name) {
-			var err error
-			if _, findings, err = r.JSON(name, data); err != nil {
+			// A JSON file counts twice: as a document and as text (a tool's stdout).
+			_, more, err := r.JSON(name, data)
+			if err != nil {
 				t.Fatal(err)
 			}
+			findings = append(findings, more...)
+			total += len(data)
 		}
 		for _, f := range findings {
 			end := min(len(data), int(f.Offset)+40)

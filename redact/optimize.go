@@ -1,8 +1,11 @@
 package redact
 
 import (
+	"fmt"
 	"regexp/syntax"
 	"slices"
+	"strconv"
+	"strings"
 	"unicode"
 )
 
@@ -282,4 +285,305 @@ func requiredLiterals(re *syntax.Regexp) []string {
 		add(re)
 	}
 	return out
+}
+
+// guard is a cheap test an anchored rule must pass before its pattern runs: some byte of set
+// occurs within the first within bytes from the keyword. It comes from the first element after
+// the keyword that cannot be empty, e.g. the assignment operator of gitleaks' generic rule,
+// which must follow its keyword within 33 bytes; most keywords in ordinary text ("key" in
+// "keyboard", "token" in prose) have none nearby, and the test is far cheaper than starting the
+// matcher.
+type guard struct {
+	set    [256]bool
+	within int
+}
+
+// ok reports whether text (from the keyword on) passes the guard.
+func (g *guard) ok(text []byte) bool {
+	for _, c := range text[:min(len(text), g.within)] {
+		if g.set[c] {
+			return true
+		}
+	}
+	return false
+}
+
+// maxGuardSet is the most bytes a guard's set may hold: a larger set rejects too little.
+const maxGuardSet = 24
+
+// newGuard derives a guard from a rewritten pattern, or returns nil.
+func newGuard(re *syntax.Regexp) *guard {
+	for re.Op == syntax.OpCapture {
+		re = re.Sub[0]
+	}
+	if re.Op != syntax.OpConcat {
+		return nil
+	}
+	offset := 0
+	for i, sub := range re.Sub {
+		w, bounded := maxWidth(sub)
+		if !bounded {
+			return nil
+		}
+		if i > 0 && minWidth(sub) > 0 {
+			var g guard
+			if !firstBytes(sub, &g.set) {
+				offset += w
+				continue
+			}
+			n := 0
+			for _, in := range g.set {
+				if in {
+					n++
+				}
+			}
+			if n > maxGuardSet {
+				offset += w
+				continue
+			}
+			g.within = offset + 1
+			return &g
+		}
+		offset += w
+	}
+	return nil
+}
+
+// firstBytes adds to set every byte a match of re can start with. It returns false when that
+// is not a small ASCII set (or re can match empty).
+func firstBytes(re *syntax.Regexp, set *[256]bool) bool {
+	switch re.Op {
+	case syntax.OpLiteral:
+		if re.Flags&syntax.FoldCase != 0 || len(re.Rune) == 0 || re.Rune[0] >= 0x80 {
+			return false
+		}
+		set[re.Rune[0]] = true
+		return true
+	case syntax.OpCharClass:
+		for i := 0; i+1 < len(re.Rune); i += 2 {
+			if re.Rune[i+1] >= 0x80 {
+				return false
+			}
+			for c := re.Rune[i]; c <= re.Rune[i+1]; c++ {
+				set[c] = true
+			}
+		}
+		return true
+	case syntax.OpCapture, syntax.OpPlus:
+		return firstBytes(re.Sub[0], set)
+	case syntax.OpRepeat:
+		return re.Min > 0 && firstBytes(re.Sub[0], set)
+	case syntax.OpAlternate:
+		for _, sub := range re.Sub {
+			if !firstBytes(sub, set) {
+				return false
+			}
+		}
+		return true
+	case syntax.OpConcat:
+		for _, sub := range re.Sub {
+			if minWidth(sub) > 0 {
+				return firstBytes(sub, set)
+			}
+			if !isEmptyWidth(sub) {
+				return false
+			}
+		}
+	}
+	return false
+}
+
+// minWidth returns the fewest bytes a match of re spans.
+func minWidth(re *syntax.Regexp) int {
+	switch re.Op {
+	case syntax.OpLiteral:
+		return len(string(re.Rune))
+	case syntax.OpCharClass, syntax.OpAnyChar, syntax.OpAnyCharNotNL:
+		return 1
+	case syntax.OpCapture, syntax.OpPlus:
+		return minWidth(re.Sub[0])
+	case syntax.OpRepeat:
+		return re.Min * minWidth(re.Sub[0])
+	case syntax.OpConcat:
+		n := 0
+		for _, sub := range re.Sub {
+			n += minWidth(sub)
+		}
+		return n
+	case syntax.OpAlternate:
+		n := -1
+		for _, sub := range re.Sub {
+			if w := minWidth(sub); n < 0 || w < n {
+				n = w
+			}
+		}
+		return max(n, 0)
+	}
+	return 0
+}
+
+// printRegexp writes a parsed pattern back as a pattern, every construct spelled out. Unlike
+// syntax.Regexp.String it never writes a class like [Aa] as (?i:A), which would bring back the
+// case folding unfold removed.
+func printRegexp(re *syntax.Regexp) string {
+	var b strings.Builder
+	writeRegexp(&b, re)
+	return b.String()
+}
+
+func writeRegexp(b *strings.Builder, re *syntax.Regexp) {
+	switch re.Op {
+	case syntax.OpNoMatch:
+		b.WriteString(`[^\x00-\x{10FFFF}]`)
+	case syntax.OpEmptyMatch:
+		b.WriteString(`(?:)`)
+	case syntax.OpLiteral:
+		for _, r := range re.Rune {
+			writeRune(b, r)
+		}
+	case syntax.OpCharClass:
+		b.WriteByte('[')
+		for i := 0; i+1 < len(re.Rune); i += 2 {
+			writeRune(b, re.Rune[i])
+			if re.Rune[i+1] != re.Rune[i] {
+				b.WriteByte('-')
+				writeRune(b, re.Rune[i+1])
+			}
+		}
+		if len(re.Rune) == 0 {
+			b.WriteString(`^\x00-\x{10FFFF}`)
+		}
+		b.WriteByte(']')
+	case syntax.OpAnyCharNotNL:
+		b.WriteString(`[^\n]`)
+	case syntax.OpAnyChar:
+		b.WriteString(`(?s:.)`)
+	case syntax.OpBeginLine:
+		b.WriteString(`(?m:^)`)
+	case syntax.OpEndLine:
+		b.WriteString(`(?m:$)`)
+	case syntax.OpBeginText:
+		b.WriteString(`\A`)
+	case syntax.OpEndText:
+		b.WriteString(`\z`)
+	case syntax.OpWordBoundary:
+		b.WriteString(`\b`)
+	case syntax.OpNoWordBoundary:
+		b.WriteString(`\B`)
+	case syntax.OpCapture:
+		if re.Name != "" {
+			b.WriteString(`(?P<` + re.Name + `>`)
+		} else {
+			b.WriteByte('(')
+		}
+		writeRegexp(b, re.Sub[0])
+		b.WriteByte(')')
+	case syntax.OpStar, syntax.OpPlus, syntax.OpQuest, syntax.OpRepeat:
+		b.WriteString(`(?:`)
+		writeRegexp(b, re.Sub[0])
+		b.WriteByte(')')
+		switch re.Op {
+		case syntax.OpStar:
+			b.WriteByte('*')
+		case syntax.OpPlus:
+			b.WriteByte('+')
+		case syntax.OpQuest:
+			b.WriteByte('?')
+		default:
+			b.WriteString(`{` + strconv.Itoa(re.Min))
+			if re.Max != re.Min {
+				b.WriteByte(',')
+				if re.Max >= 0 {
+					b.WriteString(strconv.Itoa(re.Max))
+				}
+			}
+			b.WriteByte('}')
+		}
+		if re.Flags&syntax.NonGreedy != 0 {
+			b.WriteByte('?')
+		}
+	case syntax.OpConcat:
+		for _, sub := range re.Sub {
+			if sub.Op == syntax.OpAlternate {
+				b.WriteString(`(?:`)
+				writeRegexp(b, sub)
+				b.WriteByte(')')
+				continue
+			}
+			writeRegexp(b, sub)
+		}
+	case syntax.OpAlternate:
+		for i, sub := range re.Sub {
+			if i > 0 {
+				b.WriteByte('|')
+			}
+			writeRegexp(b, sub)
+		}
+	}
+}
+
+func writeRune(b *strings.Builder, r rune) {
+	if r < 0x80 && (unicode.IsLetter(r) || unicode.IsDigit(r) || r == '_') {
+		b.WriteRune(r)
+		return
+	}
+	fmt.Fprintf(b, `\x{%x}`, r)
+}
+
+// cutSafe reports whether cutting the text anywhere inside a match still leaves a match that
+// ends exactly at the cut: every unbounded repetition repeats a single character and everything
+// after it can match empty or at the end of the text, as gitleaks' usual ending
+// (?:[\x60'"\s;]|\\[nr]|$) can. An anchored rule with this property can be tried on a short
+// input first (where Go's fast backtracking matcher runs) and on the rest of the text only when
+// its match reaches the end of that input.
+func cutSafe(re *syntax.Regexp, restCanEnd bool) bool {
+	switch re.Op {
+	case syntax.OpCapture:
+		return cutSafe(re.Sub[0], restCanEnd)
+	case syntax.OpAlternate:
+		for _, sub := range re.Sub {
+			if !cutSafe(sub, restCanEnd) {
+				return false
+			}
+		}
+		return true
+	case syntax.OpConcat:
+		canEnd := restCanEnd
+		for i := len(re.Sub) - 1; i >= 0; i-- {
+			if !cutSafe(re.Sub[i], canEnd) {
+				return false
+			}
+			canEnd = canEnd && canEndText(re.Sub[i])
+		}
+		return true
+	case syntax.OpStar, syntax.OpPlus, syntax.OpRepeat:
+		if re.Op == syntax.OpRepeat && re.Max >= 0 {
+			return cutSafe(re.Sub[0], false)
+		}
+		w, ok := maxWidth(re.Sub[0])
+		return restCanEnd && ok && w <= 4 && minWidth(re.Sub[0]) > 0 && (re.Sub[0].Op == syntax.OpCharClass || re.Sub[0].Op == syntax.OpLiteral || re.Sub[0].Op == syntax.OpAnyChar || re.Sub[0].Op == syntax.OpAnyCharNotNL)
+	case syntax.OpQuest:
+		return cutSafe(re.Sub[0], false)
+	}
+	return true
+}
+
+// canEndText reports whether re can match empty or at the end of the text.
+func canEndText(re *syntax.Regexp) bool {
+	switch re.Op {
+	case syntax.OpEndText:
+		return true
+	case syntax.OpCapture:
+		return canEndText(re.Sub[0])
+	case syntax.OpAlternate:
+		return slices.ContainsFunc(re.Sub, canEndText)
+	case syntax.OpConcat:
+		for _, sub := range re.Sub {
+			if !canEndText(sub) {
+				return false
+			}
+		}
+		return true
+	}
+	return minWidth(re) == 0 && !isEmptyWidth(re)
 }

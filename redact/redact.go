@@ -219,7 +219,7 @@ func (r *Redactor) redact(text []byte, sc *scratch) ([]byte, []span) {
 	}
 	out := replaceSpans(nil, text, spans)
 	for pass := 1; pass < maxPasses; pass++ {
-		more := r.find(out, sc, true)
+		more := r.findNearMarkers(out, sc)
 		if len(more) == 0 {
 			break
 		}
@@ -232,6 +232,31 @@ func (r *Redactor) redact(text []byte, sc *scratch) ([]byte, []span) {
 		out = replaceSpans(out[:0], text, spans)
 	}
 	return out, spans
+}
+
+// rescanReach is how far from a marker a rescan looks: a match that a replacement can change
+// overlaps the marker, and matches are far shorter.
+const rescanReach = 2048
+
+// findNearMarkers finds secrets in redacted text near its markers only: elsewhere the text is
+// what the previous pass already searched. Short texts are searched whole.
+func (r *Redactor) findNearMarkers(text []byte, sc *scratch) []span {
+	markers := markersIn(text)
+	if len(text) <= 4*rescanReach || len(markers) == 0 {
+		return slices.Clone(r.find(text, sc, true))
+	}
+	var spans []span
+	for i := 0; i < len(markers); {
+		lo, hi := max(0, markers[i].start-rescanReach), min(len(text), markers[i].end+rescanReach)
+		for i++; i < len(markers) && markers[i].start-rescanReach <= hi; i++ {
+			hi = min(len(text), markers[i].end+rescanReach)
+		}
+		for _, sp := range r.find(text[lo:hi], sc, true) {
+			sp.start, sp.end = sp.start+lo, sp.end+lo
+			spans = append(spans, sp)
+		}
+	}
+	return mergeSpans(spans)
 }
 
 // toInputOffset maps an offset in the output of replaceSpans(text, spans), outside markers, to
@@ -443,6 +468,10 @@ func (ru *rule) appendMatches(spans []span, text []byte, starts []int) []span {
 // so the rule then runs on the rest of the text.
 const anchoredWindow = 1024
 
+// cutSafeWindow is the first input of an unbounded rule that is safe to cut (see cutSafe): short
+// enough for Go's backtracking matcher.
+const cutSafeWindow = 256
+
 // appendAnchored runs an anchored rule at each keyword occurrence, on the text from there to
 // width bytes on, or anchoredWindow bytes for an unbounded rule.
 func (ru *rule) appendAnchored(spans []span, text []byte, starts []int) []span {
@@ -456,16 +485,23 @@ func (ru *rule) appendAnchored(spans []span, text []byte, starts []int) []span {
 			re, base, skip = ru.anchored[1], s-1, 1
 		}
 		limit := ru.width
-		if limit < 0 {
+		switch {
+		case limit >= 0:
+		case ru.cutSafe:
+			limit = cutSafeWindow
+		default:
 			limit = anchoredWindow
 		}
 		hi := min(len(text), s+limit)
-		if ru.width >= 0 && !containsAll(text[s:hi], ru.required) {
+		if ru.guard != nil && !ru.guard.ok(text[s:]) || ru.width >= 0 && !containsAll(text[s:hi], ru.required) {
 			continue
 		}
 		m := re.FindSubmatchIndex(text[base:hi])
-		if m != nil && m[1] == hi-base && hi < len(text) && ru.width < 0 {
-			m = re.FindSubmatchIndex(text[base:])
+		// A match that reaches the end of its input may go on: double the input until it
+		// stops short of the end.
+		for grow := limit; m != nil && m[1] == hi-base && hi < len(text) && ru.width < 0; grow *= 2 {
+			hi = min(len(text), hi+grow)
+			m = re.FindSubmatchIndex(text[base:hi])
 		}
 		if m == nil {
 			continue
@@ -588,12 +624,19 @@ func (ru *rule) appendSecret(spans []span, text []byte, base, skip int, m []int)
 	return append(spans, span{start: base + start, end: base + end, rule: ru.ID, order: ru.order})
 }
 
-// lineAround returns the line(s) holding text[start:end].
+// maxLineContext bounds the line an allowlist sees on each side of a match: a line of minified
+// JSON can be the whole document, and no allowlist needs more.
+const maxLineContext = 1024
+
+// lineAround returns the line(s) holding text[start:end], at most maxLineContext bytes on each
+// side.
 func lineAround(text []byte, start, end int) string {
-	lo := bytes.LastIndexByte(text[:start], '\n') + 1
-	hi := bytes.IndexByte(text[end:], '\n')
+	from := max(0, start-maxLineContext)
+	lo := from + bytes.LastIndexByte(text[from:start], '\n') + 1
+	to := min(len(text), end+maxLineContext)
+	hi := bytes.IndexByte(text[end:to], '\n')
 	if hi < 0 {
-		hi = len(text)
+		hi = to
 	} else {
 		hi += end
 	}

@@ -55,10 +55,14 @@ type rule struct {
 	// start of its input ([0]) or one byte after it ([1]), the byte before a keyword, so that
 	// \b and the like see it.
 	anchored [2]*regexp.Regexp
+	// guard, for an anchored rule, is a quick test before the pattern runs (see guard).
+	guard *guard
 	// required are literals every match contains (see requiredLiterals).
 	required [][]byte
 	// order is the rule's position in the active rules (see ranksBefore).
 	order int
+	// cutSafe: see cutSafe in optimize.go.
+	cutSafe bool
 	// width bounds a match in bytes; unbounded rules get a search window that grows on demand.
 	width int
 }
@@ -70,7 +74,7 @@ type allowlist struct {
 	target    string // "" (the secret), "match" or "line"
 	and       bool
 	regexes   []*regexp.Regexp
-	stopwords []string // lower case
+	stopwords *automaton // nil without stopwords
 }
 
 // maxBoundedWidth is the largest match width treated as bounded; wider rules search a window
@@ -224,7 +228,7 @@ func compileRule(rf *ruleFile, id, description, expr string, secretGroup int, en
 		return nil, errorf("%w", err)
 	}
 	parsed, run := optimize(parsed)
-	re, err := regexp.Compile(parsed.String())
+	re, err := regexp.Compile(printRegexp(parsed))
 	if err != nil {
 		return nil, errorf("rewriting the pattern: %w", err)
 	}
@@ -255,9 +259,11 @@ func compileRule(rf *ruleFile, id, description, expr string, secretGroup int, en
 		required = append(required, []byte(lit))
 	}
 	var anchored [2]*regexp.Regexp
+	var g *guard
 	if startsWithKeyword(parsed, kws) {
+		g = newGuard(parsed)
 		for i, prefix := range []string{`^(?:`, `^(?s:.)(?:`} {
-			if anchored[i], err = regexp.Compile(prefix + parsed.String() + `)`); err != nil {
+			if anchored[i], err = regexp.Compile(prefix + printRegexp(parsed) + `)`); err != nil {
 				return nil, errorf("anchoring the pattern: %w", err)
 			}
 		}
@@ -271,6 +277,8 @@ func compileRule(rf *ruleFile, id, description, expr string, secretGroup int, en
 		needDigit:   entropy > 0 && strings.HasPrefix(id, "generic"),
 		leading:     run,
 		anchored:    anchored,
+		guard:       g,
+		cutSafe:     cutSafe(parsed, true),
 		required:    required,
 		width:       width,
 	}, nil
@@ -294,21 +302,40 @@ func compileAllowlist(condition, target string, regexes, stopwords []string, has
 		return al, false, fmt.Errorf("regexTarget %q: want secret, match or line", target)
 	}
 	for _, expr := range regexes {
-		re, err := regexp.Compile(expr)
+		re, err := compileUnfolded(expr)
 		if err != nil {
 			return al, false, err
 		}
 		al.regexes = append(al.regexes, re)
 	}
+	var words []string
 	for _, w := range stopwords {
 		if w != "" {
-			al.stopwords = append(al.stopwords, strings.ToLower(w))
+			words = append(words, strings.ToLower(w))
 		}
+	}
+	if len(words) > 0 {
+		// gitleaks' generic rule has over a thousand stopwords: one pass over the secret
+		// instead of one substring search each.
+		al.stopwords = newAutomaton(words)
 	}
 	if al.and && hasPathOrCommit {
 		return al, false, nil
 	}
-	return al, len(al.regexes)+len(al.stopwords) > 0, nil
+	return al, len(al.regexes) > 0 || al.stopwords != nil, nil
+}
+
+// compileUnfolded compiles an allowlist pattern with case-folded literals as classes (see
+// unfold): the same language, matched faster.
+func compileUnfolded(expr string) (*regexp.Regexp, error) {
+	if _, err := regexp.Compile(expr); err != nil {
+		return nil, err
+	}
+	parsed, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil {
+		return nil, err
+	}
+	return regexp.Compile(printRegexp(unfold(parsed)))
 }
 
 // allows reports whether the allowlist exempts a finding.
@@ -321,13 +348,9 @@ func (al *allowlist) allows(secret, match, line string) bool {
 		subject = line
 	}
 	regexHit := slices.ContainsFunc(al.regexes, func(re *regexp.Regexp) bool { return re.MatchString(subject) })
-	stopHit := false
-	if len(al.stopwords) > 0 {
-		lower := strings.ToLower(secret)
-		stopHit = slices.ContainsFunc(al.stopwords, func(w string) bool { return strings.Contains(lower, w) })
-	}
+	stopHit := al.stopwords != nil && al.stopwords.any([]byte(secret))
 	if al.and {
-		return (len(al.regexes) == 0 || regexHit) && (len(al.stopwords) == 0 || stopHit)
+		return (len(al.regexes) == 0 || regexHit) && (al.stopwords == nil || stopHit)
 	}
 	return regexHit || stopHit
 }
@@ -346,9 +369,15 @@ func maxWidth(re *syntax.Regexp) (int, bool) {
 		}
 		return n, true
 	case syntax.OpCharClass:
+		// (?i) adds the long s and the Kelvin sign to every class with s or k; counting them as
+		// the letters they fold to keeps windows as short as the ASCII text they are for.
 		w := 1
-		for i := 1; i < len(re.Rune); i += 2 {
-			w = max(w, runeWidth(re.Rune[i]))
+		for i := 0; i+1 < len(re.Rune); i += 2 {
+			lo, hi := re.Rune[i], re.Rune[i+1]
+			if lo == hi && (lo == 0x17F || lo == 0x212A) {
+				continue
+			}
+			w = max(w, runeWidth(hi))
 		}
 		return w, true
 	case syntax.OpAnyChar, syntax.OpAnyCharNotNL:
