@@ -67,4 +67,15 @@ step "benchmarks compile and run (one iteration each)"
 go test -run='^$' -bench=. -benchtime=1x ./... > /tmp/toolgate-bench.log 2>&1 || { cat /tmp/toolgate-bench.log; exit 1; }
 grep -c '^Benchmark' /tmp/toolgate-bench.log | sed 's/^/benchmarks run: /'
 
+step "redaction against gitleaks' detector (its own module, so the detector stays out of go.mod)"
+# Built the way gitleaks' release binaries are: with its RE2 engine (build tag gore2regex).
+(
+  cd redact/gitleaksbench
+  go mod tidy -diff
+  go vet -tags gore2regex ./...
+  go test -race -count=1 -tags gore2regex ./...
+  go test -count=1 -tags gore2regex -run='^$' -bench=. -benchtime="${BENCHTIME_GITLEAKS:-1x}" ./...
+) > /tmp/toolgate-gitleaks.log 2>&1 || { cat /tmp/toolgate-gitleaks.log; exit 1; }
+grep -E '^(ok|Benchmark)' /tmp/toolgate-gitleaks.log
+
 step "all checks passed"
