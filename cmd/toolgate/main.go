@@ -7,6 +7,7 @@
 //	toolgate policy authorize --caller C --tool T [--driver D] [--args JSON] [--policies DIR] [--json] [flags]
 //	toolgate policy test DIR
 //	toolgate evidence (ls | show | verify | pubkey | keygen) [flags]
+//	toolgate redact [--config FILE] [--rules-file FILE] [--disable IDS] [--json] [--list-rules] [FILE]
 //	toolgate version
 package main
 
@@ -37,6 +38,7 @@ Usage:
   toolgate policy authorize [flags]  decide one request without running it
   toolgate policy test DIR        run the policy tests kept beside the policies
   toolgate evidence <command>     list, show and verify evidence; manage the signing key
+  toolgate redact [flags] [FILE]  redact a file with the gateway's rules; try a rules file
   toolgate version                print the version
 
 Run "toolgate <command> -h" for a command's flags.
@@ -67,6 +69,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return policyCmd(ctx, args[1:], stdout, stderr)
 	case "evidence":
 		return evidenceCmd(ctx, args[1:], stdout, stderr, getenv)
+	case "redact":
+		return redactCmd(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, versionString())
 		return exitOK
