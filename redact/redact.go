@@ -136,6 +136,12 @@ func New(cfg Config) (*Redactor, error) {
 		texts = append(texts, string(f.text))
 		e.patterns = append(e.patterns, pattern{form: &f})
 	}
+	// Key names are keywords too, so that a document without any keyword is known to need no
+	// walk: a key that names a secret holds one of these (see keyNameTriggers).
+	for _, t := range keyNameTriggers(e.keyNames) {
+		texts = append(texts, t)
+		e.patterns = append(e.patterns, pattern{})
+	}
 	texts = append(texts, strings.ToLower(markerPrefix))
 	e.patterns = append(e.patterns, pattern{marker: true})
 	e.auto = newAutomaton(texts)
@@ -728,6 +734,24 @@ func (e *engine) isSecretKey(key []byte) bool {
 		}
 	}
 	return false
+}
+
+// builtinTriggers are substrings every spelling of a built-in key name holds (api_key, apiKey
+// and x-api-key all hold "key"), and the words the structural rules look for.
+var builtinTriggers = []string{"pass", "secret", "token", "key", "authoriz", "cookie", "session", "credential", "sensitive"}
+
+// keyNameTriggers returns the keywords that make a JSON document worth walking: the built-in
+// triggers and, for each configured key name, its last three characters (which a spelling with
+// separators keeps together unless it splits the last word).
+func keyNameTriggers(keyNames []string) []string {
+	out := slices.Clone(builtinTriggers)
+	for _, n := range keyNames {
+		if slices.Contains(builtinKeyNames, n) {
+			continue
+		}
+		out = append(out, n[max(0, len(n)-3):])
+	}
+	return out
 }
 
 // normalizeKey lower-cases key and removes '_', '-', '.' and spaces, so that DB_PASSWORD,
