@@ -1,9 +1,5 @@
-// Package redact removes secrets from the JSON artifacts the gateway writes as evidence.
-//
-// Every artifact (the request, the policy decision, the tool result, the response) passes through
-// a [Redactor] before it is stored, and the caller's reply is decoded from the redacted bytes, so
-// the redactor always emits valid JSON with the structure of its input: object keys sorted,
-// numbers exactly as written, two-space indentation, no HTML escaping, a trailing newline.
+// Package redact removes secrets from the evidence the gateway writes: JSON artifacts
+// ([Redactor.JSON]), text ([Redactor.Text]) and streams too large to hold ([Redactor.Copy]).
 //
 // # Marker
 //
@@ -13,42 +9,42 @@
 //
 // and only the secret itself is replaced, so the text around it stays readable: in
 // "Authorization: Bearer abc…" only the credential goes, in "https://user:pw@host" only "pw".
-// Matches that overlap are merged into one marker labelled by the longest of them.
+// Overlapping secrets merge into one marker, named by the longest (a specific rule before a
+// generic one among equals). Markers already in the input are never redacted again, and the
+// output is a fixed point: redacting it again changes nothing.
 //
 // # Rules
 //
-// Rule ids, as they appear in markers and in each [Finding]:
+// Pattern rules come in the gitleaks format (id, regex, secretGroup, entropy, keywords,
+// allowlists): gitleaks' maintained default set, read from its Go module; Toolgate's own
+// (toolgate.toml in this package: connection strings, URL passwords, Authorization credentials,
+// secret assignments, command-line secrets, …); and a team's file ([Config.RulesFile]), where a
+// rule with an existing id replaces it. [Config.DisableRules] switches rules off. Every rule
+// needs keywords, and each match must contain one: a rule runs only near its keywords.
+//
+// Besides patterns:
 //
 //   - secret-key-name: the value under a JSON key that names a secret. Keys are compared after
 //     lower-casing and removing '_', '-', '.' and spaces, and match when they end with password,
 //     passwd, secret, token, apikey, authorization, cookie, privatekey, clientsecret, accesskey,
-//     secretkey, sessionid or credentials (or one of [Config.KeyNames]). "Ends with" is
-//     deliberate: githubToken and x-api-key match, max_tokens and token_count do not. Strings and
-//     numbers become the marker, booleans, null and empty strings stay, and objects and arrays
-//     keep their shape with every string and number inside replaced.
-//   - known-secret: an exact configured value ([Config.KnownSecrets], [Redactor.WithSecrets])
-//     anywhere in a string or key, or inside a number literal (the number then becomes the
-//     marker string). Values shorter than four bytes are ignored.
-//   - private-key: a PEM "-----BEGIN … PRIVATE KEY-----" block up to its END line, or to the end
-//     of the string when the END line is missing.
-//   - anthropic-api-key: sk-ant-….
-//   - openai-api-key: sk-…, sk-proj-….
-//   - github-token: ghp_, gho_, ghu_, ghs_, ghr_ tokens and github_pat_ tokens.
-//   - slack-token: xoxb-, xoxp-, xoxa-, xoxr-, xoxs- tokens and the secret path of a
-//     hooks.slack.com webhook URL.
-//   - stripe-key: sk_live_, sk_test_, rk_live_, rk_test_ keys.
-//   - google-api-key: AIza followed by 35 characters.
-//   - aws-access-key-id: AKIA, ASIA, ABIA, ACCA followed by 16 base32 characters.
-//   - aws-secret-access-key: a 40-character key right after a secret keyword such as
-//     aws_secret_access_key= or "SecretAccessKey": ".
-//   - jwt: eyJ….eyJ….signature.
-//   - url-password: the password in scheme://user:password@host.
-//   - bearer-credential, basic-credential: the credential after "Bearer" or "Basic", as in
-//     Authorization headers and curl -H lines.
+//     secretkey, sessionid or credentials (or one of [Config.KeyNames]); githubToken and
+//     x-api-key match, max_tokens does not. Strings and numbers become the marker; booleans,
+//     null and empty strings stay; objects and arrays keep their shape with every string and
+//     number inside replaced. The same holds for values secret by structure (see structure.go).
+//   - known-secret: an exact value the gateway holds ([Config.KnownSecrets],
+//     [Redactor.WithSecrets]) in any of its encodings, anywhere; a number holding one becomes
+//     the marker string.
 //
-// Patterns apply to every string value and object key. If redacting two keys of one object gives
-// the same name, the later key (in sorted order of the original keys) gets "#2", "#3", … appended.
+// # Engine
 //
-// A [Finding] records the rule, artifact, JSON path and offset of each redaction and never any
-// part of the secret; paths are built from the redacted key names.
+// One Aho-Corasick pass over the input finds every keyword and known value; input without any
+// costs nothing more. Each rule with a keyword hit then runs with Go's linear-time regexp,
+// anchored at each hit when every match starts with a keyword, otherwise in windows around the
+// hits. See optimize.go for the rewrites that keep gitleaks' patterns fast.
+//
+// # Report
+//
+// A [Finding] records rule, artifact, JSON path or offset, and a keyed HMAC-SHA256 fingerprint of
+// the secret ([Config.FingerprintKey]) — never the secret or a part of it. Paths are built from
+// redacted key names.
 package redact

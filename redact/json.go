@@ -217,7 +217,7 @@ func (w *jsonWalker) str(start, end int, secret, isKey bool) {
 			continue
 		}
 		for from := 0; from < len(value); {
-			i := indexBytes(value[from:], lit)
+			i := bytes.Index(value[from:], lit)
 			if i < 0 {
 				break
 			}
@@ -725,4 +725,3 @@ func appendQuoted(dst, s []byte) []byte {
 	return append(dst, '"')
 }
 
-func indexBytes(s, sep []byte) int { return strings.Index(string(s), string(sep)) }

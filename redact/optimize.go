@@ -296,12 +296,36 @@ func requiredLiterals(re *syntax.Regexp) []string {
 type guard struct {
 	set    [256]bool
 	within int
+	// run, when runMin > 0, must follow a byte of set: runMin bytes of run starting at most gap
+	// bytes after it (the secret of gitleaks' generic rule: ten or more characters of
+	// [\w.=-] at most eight bytes after the operator).
+	run    [256]bool
+	runMin int
+	gap    int
 }
 
 // ok reports whether text (from the keyword on) passes the guard.
 func (g *guard) ok(text []byte) bool {
-	for _, c := range text[:min(len(text), g.within)] {
-		if g.set[c] {
+	for q, c := range text[:min(len(text), g.within)] {
+		if g.set[c] && (g.runMin == 0 || g.runAfter(text, q+1)) {
+			return true
+		}
+	}
+	return false
+}
+
+// runAfter reports whether a run of g.runMin bytes of g.run starts in text[from:from+g.gap+1].
+func (g *guard) runAfter(text []byte, from int) bool {
+	n, end := 0, min(len(text), from+g.gap+g.runMin)
+	for i := from; i < end; i++ {
+		if !g.run[text[i]] {
+			if i-from >= g.gap {
+				return false
+			}
+			n = 0
+			continue
+		}
+		if n++; n >= g.runMin {
 			return true
 		}
 	}
@@ -342,11 +366,81 @@ func newGuard(re *syntax.Regexp) *guard {
 				continue
 			}
 			g.within = offset + 1
+			g.addRun(re.Sub[i+1:], w-1)
 			return &g
 		}
 		offset += w
 	}
 	return nil
+}
+
+// minGuardRun is the shortest run a guard checks for.
+const minGuardRun = 8
+
+// addRun looks in rest, the elements after the guard's byte set (whose element may reach
+// extra bytes further), for a long run every match needs, and adds it to the guard.
+func (g *guard) addRun(rest []*syntax.Regexp, extra int) {
+	gap := extra
+	for _, sub := range rest {
+		if class, n, lead, ok := minRun(sub); ok && n >= minGuardRun {
+			g.run, g.runMin, g.gap = class, n, gap+lead
+			return
+		}
+		w, bounded := maxWidth(sub)
+		if !bounded || minWidth(sub) > 0 {
+			return
+		}
+		gap += w
+	}
+}
+
+// minRun finds a run every match of re starts with, after at most lead bytes: at least n bytes
+// of class in a row.
+func minRun(re *syntax.Regexp) (class [256]bool, n, lead int, ok bool) {
+	switch re.Op {
+	case syntax.OpCapture:
+		return minRun(re.Sub[0])
+	case syntax.OpRepeat, syntax.OpPlus:
+		sub := re.Sub[0]
+		m := 1
+		if re.Op == syntax.OpRepeat {
+			m = re.Min
+		}
+		if sub.Op != syntax.OpCharClass || m < 1 || !firstBytes(sub, &class) {
+			return class, 0, 0, false
+		}
+		return class, m, 0, true
+	case syntax.OpConcat:
+		for i, sub := range re.Sub {
+			if c, m, l, ok := minRun(sub); ok && m >= minGuardRun {
+				for _, before := range re.Sub[:i] {
+					w, bounded := maxWidth(before)
+					if !bounded {
+						return class, 0, 0, false
+					}
+					l += w
+				}
+				return c, m, l, true
+			}
+		}
+	case syntax.OpAlternate:
+		n = -1
+		for _, sub := range re.Sub {
+			c, m, l, ok := minRun(sub)
+			if !ok || m < minGuardRun {
+				return class, 0, 0, false
+			}
+			for b := range c {
+				class[b] = class[b] || c[b]
+			}
+			if n < 0 || m < n {
+				n = m
+			}
+			lead = max(lead, l)
+		}
+		return class, n, lead, true
+	}
+	return class, 0, 0, false
 }
 
 // firstBytes adds to set every byte a match of re can start with. It returns false when that
@@ -361,10 +455,14 @@ func firstBytes(re *syntax.Regexp, set *[256]bool) bool {
 		return true
 	case syntax.OpCharClass:
 		for i := 0; i+1 < len(re.Rune); i += 2 {
-			if re.Rune[i+1] >= 0x80 {
+			lo, hi := re.Rune[i], re.Rune[i+1]
+			if lo == hi && (lo == 0x17F || lo == 0x212A) {
+				continue // the long s and Kelvin sign (?i) adds; see maxWidth
+			}
+			if hi >= 0x80 {
 				return false
 			}
-			for c := re.Rune[i]; c <= re.Rune[i+1]; c++ {
+			for c := lo; c <= hi; c++ {
 				set[c] = true
 			}
 		}
