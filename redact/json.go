@@ -724,4 +724,3 @@ func appendQuoted(dst, s []byte) []byte {
 	}
 	return append(dst, '"')
 }
-
