@@ -685,3 +685,66 @@ func canEndText(re *syntax.Regexp) bool {
 	}
 	return minWidth(re) == 0 && !isEmptyWidth(re)
 }
+
+// minPrefilterLiteral is the shortest literal a prefilter relies on.
+const minPrefilterLiteral = 2
+
+// literalPrefilter returns an automaton of literals one of which every match of re contains
+// (case-insensitively), or nil when some branch of re has none. gitleaks' generic allowlist is an
+// unanchored alternation of some eighty phrases ("access_id", "public_key", "keystore_file", …):
+// run on every candidate secret it costs more than finding the secret did, and almost never
+// matches. One pass of the automaton over the candidate tells whether it can.
+func literalPrefilter(re *syntax.Regexp) *automaton {
+	lits, ok := requiredLiteralSet(re)
+	if !ok || len(lits) == 0 {
+		return nil
+	}
+	return newAutomaton(lits)
+}
+
+// requiredLiteralSet returns lower-cased literals one of which every match of re contains.
+func requiredLiteralSet(re *syntax.Regexp) ([]string, bool) {
+	switch re.Op {
+	case syntax.OpLiteral:
+		if len(re.Rune) < minPrefilterLiteral {
+			return nil, false
+		}
+		return []string{strings.ToLower(string(re.Rune))}, true
+	case syntax.OpCapture, syntax.OpPlus:
+		return requiredLiteralSet(re.Sub[0])
+	case syntax.OpRepeat:
+		if re.Min == 0 {
+			return nil, false
+		}
+		return requiredLiteralSet(re.Sub[0])
+	case syntax.OpAlternate:
+		var all []string
+		for _, sub := range re.Sub {
+			lits, ok := requiredLiteralSet(sub)
+			if !ok {
+				return nil, false
+			}
+			all = append(all, lits...)
+		}
+		return all, true
+	case syntax.OpConcat:
+		// Any one element's literals will do; take the set with the longest shortest literal.
+		var best []string
+		bestLen := 0
+		for _, sub := range re.Sub {
+			lits, ok := requiredLiteralSet(sub)
+			if !ok {
+				continue
+			}
+			shortest := len(lits[0])
+			for _, l := range lits {
+				shortest = min(shortest, len(l))
+			}
+			if shortest > bestLen {
+				best, bestLen = lits, shortest
+			}
+		}
+		return best, best != nil
+	}
+	return nil, false
+}

@@ -73,8 +73,22 @@ type rule struct {
 type allowlist struct {
 	target    string // "" (the secret), "match" or "line"
 	and       bool
-	regexes   []*regexp.Regexp
+	regexes   []allowRegex
 	stopwords *automaton // nil without stopwords
+}
+
+// allowRegex is an allowlist pattern and, when it has one, a prefilter of literals one of which
+// each of its matches contains (see literalPrefilter).
+type allowRegex struct {
+	re        *regexp.Regexp
+	prefilter *automaton
+}
+
+func (a allowRegex) matches(s string) bool {
+	if a.prefilter != nil && !a.prefilter.any([]byte(s)) {
+		return false
+	}
+	return a.re.MatchString(s)
 }
 
 // maxBoundedWidth is the largest match width treated as bounded; wider rules search a window
@@ -306,7 +320,11 @@ func compileAllowlist(condition, target string, regexes, stopwords []string, has
 		if err != nil {
 			return al, false, err
 		}
-		al.regexes = append(al.regexes, re)
+		parsed, err := syntax.Parse(expr, syntax.Perl)
+		if err != nil {
+			return al, false, err
+		}
+		al.regexes = append(al.regexes, allowRegex{re: re, prefilter: literalPrefilter(parsed)})
 	}
 	var words []string
 	for _, w := range stopwords {
@@ -347,12 +365,15 @@ func (al *allowlist) allows(secret, match, line string) bool {
 	case "line":
 		subject = line
 	}
-	regexHit := slices.ContainsFunc(al.regexes, func(re *regexp.Regexp) bool { return re.MatchString(subject) })
 	stopHit := al.stopwords != nil && al.stopwords.any([]byte(secret))
+	if !al.and && stopHit {
+		return true
+	}
+	regexHit := slices.ContainsFunc(al.regexes, func(a allowRegex) bool { return a.matches(subject) })
 	if al.and {
 		return (len(al.regexes) == 0 || regexHit) && (al.stopwords == nil || stopHit)
 	}
-	return regexHit || stopHit
+	return regexHit
 }
 
 // maxWidth returns the most bytes a match of re can span, and false when that is unbounded.
