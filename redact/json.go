@@ -462,21 +462,29 @@ func (p *jsonParser) object(secret bool) error {
 		}
 		p.w.member(key, valueStart, p.pos)
 		p.w.path = p.w.path[:len(p.w.path)-1]
-		p.space()
-		if p.pos >= len(p.doc) {
-			return errTruncated
-		}
-		switch p.doc[p.pos] {
-		case ',':
-			p.pos++
-		case '}':
-			p.pos++
-			p.depth--
-			return nil
-		default:
-			return p.syntaxError()
+		if done, err := p.endOfMember('}'); done || err != nil {
+			return err
 		}
 	}
+}
+
+// endOfMember reads what follows a member or element: a comma (more follow) or the closing
+// bracket, which ends the container.
+func (p *jsonParser) endOfMember(closing byte) (done bool, err error) {
+	p.space()
+	if p.pos >= len(p.doc) {
+		return true, errTruncated
+	}
+	switch p.doc[p.pos] {
+	case ',':
+		p.pos++
+		return false, nil
+	case closing:
+		p.pos++
+		p.depth--
+		return true, nil
+	}
+	return true, p.syntaxError()
 }
 
 func (p *jsonParser) array(secret bool) error {
@@ -497,19 +505,8 @@ func (p *jsonParser) array(secret bool) error {
 			return err
 		}
 		p.w.path = p.w.path[:len(p.w.path)-1]
-		p.space()
-		if p.pos >= len(p.doc) {
-			return errTruncated
-		}
-		switch p.doc[p.pos] {
-		case ',':
-			p.pos++
-		case ']':
-			p.pos++
-			p.depth--
-			return nil
-		default:
-			return p.syntaxError()
+		if done, err := p.endOfMember(']'); done || err != nil {
+			return err
 		}
 	}
 }

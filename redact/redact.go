@@ -334,8 +334,8 @@ func (r *Redactor) patternAt(id int32) pattern {
 	return pattern{form: &r.extra[int(id)-len(r.patterns)]}
 }
 
-// find returns the secrets in text, merged and ordered. When hitsKnown is false the caller
-// already computed sc.hits for text.
+// find returns the secrets in text, merged and ordered. With scan false the caller has already
+// put the hits to use in sc.hits.
 func (r *Redactor) find(text []byte, sc *scratch, scan bool) []span {
 	hits := sc.hits
 	if scan {

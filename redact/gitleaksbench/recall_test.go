@@ -143,19 +143,19 @@ func mask(s string) string {
 
 // toolgateRules lists the distinct rule ids of toolgate findings.
 func toolgateRules(fs []redact.Finding) []string {
-	ids := make([]string, 0, len(fs))
-	for _, f := range fs {
-		ids = append(ids, f.Rule)
-	}
-	slices.Sort(ids)
-	return slices.Compact(ids)
+	return distinctRules(fs, func(f redact.Finding) string { return f.Rule })
 }
 
 // gitleaksRules lists the distinct rule ids of gitleaks findings.
 func gitleaksRules(fs []report.Finding) []string {
+	return distinctRules(fs, func(f report.Finding) string { return f.RuleID })
+}
+
+// distinctRules lists the distinct rule ids of findings, sorted.
+func distinctRules[F any](fs []F, id func(F) string) []string {
 	ids := make([]string, 0, len(fs))
 	for _, f := range fs {
-		ids = append(ids, f.RuleID)
+		ids = append(ids, id(f))
 	}
 	slices.Sort(ids)
 	return slices.Compact(ids)
