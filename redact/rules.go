@@ -77,19 +77,6 @@ type allowlist struct {
 	stopwords *automaton // nil without stopwords
 }
 
-// allowRegex is an allowlist pattern and, when it has one, a prefilter of literals one of which
-// each of its matches contains (see literalPrefilter).
-type allowRegex struct {
-	re        *regexp.Regexp
-	prefilter *automaton
-}
-
-func (a allowRegex) matches(s string) bool {
-	if a.prefilter != nil && !a.prefilter.any([]byte(s)) {
-		return false
-	}
-	return a.re.MatchString(s)
-}
 
 // maxBoundedWidth is the largest match width treated as bounded; wider rules search a window
 // that grows while matches touch its edge.
@@ -316,15 +303,11 @@ func compileAllowlist(condition, target string, regexes, stopwords []string, has
 		return al, false, fmt.Errorf("regexTarget %q: want secret, match or line", target)
 	}
 	for _, expr := range regexes {
-		re, err := compileUnfolded(expr)
+		re, err := compileAllowRegex(expr)
 		if err != nil {
 			return al, false, err
 		}
-		parsed, err := syntax.Parse(expr, syntax.Perl)
-		if err != nil {
-			return al, false, err
-		}
-		al.regexes = append(al.regexes, allowRegex{re: re, prefilter: literalPrefilter(parsed)})
+		al.regexes = append(al.regexes, re)
 	}
 	var words []string
 	for _, w := range stopwords {
