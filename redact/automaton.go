@@ -140,24 +140,62 @@ type hit struct {
 // scan appends every occurrence of every pattern in text to hits, in order of their end.
 //
 // A DFA step waits for the previous one (the next state is loaded from the current one), so one
-// pass runs at the latency of a memory load per byte. Longer texts are scanned as two halves in
-// one loop: the two chains of loads are independent and the processor overlaps them. The second
-// half starts maxLen-1 bytes early so that a pattern ending in it is seen whole, and reports only
-// patterns ending after the middle.
+// chain runs at the latency of a memory load per byte. Longer texts are cut into four parts
+// scanned in one loop: the four chains of loads are independent and the processor overlaps them.
+// Each part but the first starts maxLen-1 bytes early, so that a pattern ending in it is seen
+// whole, and reports only patterns ending inside it.
 func (a *automaton) scan(text []byte, hits []hit) []hit {
 	const minSplit = 4096
-	if len(text) < minSplit || len(text) < 4*a.maxLen {
-		return a.scanRange(text, 0, len(text), 0, hits)
+	n := len(text)
+	if n < minSplit || n < 16*a.maxLen {
+		hits, _ = a.scanFrom(text, 0, n, 0, 0, hits)
+		return hits
 	}
-	var second []hit
-	hits = a.scanInterleaved(text, len(text)/2, hits, &second)
-	return append(hits, second...)
+	var bound, from [5]int
+	for j := range 5 {
+		bound[j] = n * j / 4
+	}
+	for j := 1; j < 4; j++ {
+		from[j] = bound[j] - (a.maxLen - 1)
+	}
+	steps := bound[1] - from[0]
+	for j := 1; j < 4; j++ {
+		steps = min(steps, bound[j+1]-from[j])
+	}
+	var parts [4][]hit
+	parts[0] = hits
+	next, class, accept, nclass := a.next, &a.class, a.accept, int32(a.nclass)
+	var s0, s1, s2, s3 int32
+	t0, t1, t2, t3 := text[from[0]:], text[from[1]:], text[from[2]:], text[from[3]:]
+	for i := 0; i < steps; i++ {
+		s0 = next[s0+int32(class[t0[i]])]
+		s1 = next[s1+int32(class[t1[i]])]
+		s2 = next[s2+int32(class[t2[i]])]
+		s3 = next[s3+int32(class[t3[i]])]
+		if s0|s1|s2|s3 >= accept { // an upper bound of the four: most bytes end here
+			for j, s := range [4]int32{s0, s1, s2, s3} {
+				if end := from[j] + i + 1; s >= accept && end > bound[j] {
+					for _, p := range a.outputs[(s-accept)/nclass] {
+						parts[j] = append(parts[j], hit{pattern: p, end: end})
+					}
+				}
+			}
+		}
+	}
+	for j, s := range [4]int32{s0, s1, s2, s3} {
+		parts[j], _ = a.scanFrom(text, from[j]+steps, bound[j+1], bound[j], s, parts[j])
+	}
+	hits = parts[0]
+	for _, p := range parts[1:] {
+		hits = append(hits, p...)
+	}
+	return hits
 }
 
-// scanRange scans text[from:to] from the start state and appends hits ending after minEnd.
-func (a *automaton) scanRange(text []byte, from, to, minEnd int, hits []hit) []hit {
+// scanFrom scans text[from:to] from state s (already multiplied by nclass), appends the hits
+// ending after minEnd, and returns the state reached.
+func (a *automaton) scanFrom(text []byte, from, to, minEnd int, s int32, hits []hit) ([]hit, int32) {
 	next, class, accept, nclass := a.next, &a.class, a.accept, int32(a.nclass)
-	s := int32(0)
 	for i := from; i < to; i++ {
 		s = next[s+int32(class[text[i]])]
 		if s >= accept && i+1 > minEnd {
@@ -166,49 +204,7 @@ func (a *automaton) scanRange(text []byte, from, to, minEnd int, hits []hit) []h
 			}
 		}
 	}
-	return hits
-}
-
-// scanInterleaved is scanRange over text[:mid] (hits appended to hits) and over
-// text[mid-maxLen+1:] (hits ending after mid appended to *second) at once.
-func (a *automaton) scanInterleaved(text []byte, mid int, hits []hit, second *[]hit) []hit {
-	next, class, accept, nclass := a.next, &a.class, a.accept, int32(a.nclass)
-	off := mid - (a.maxLen - 1)
-	n2 := len(text) - off
-	*second = (*second)[:0]
-	s1, s2 := int32(0), int32(0)
-	i := 0
-	for ; i < mid && i < n2; i++ {
-		s1 = next[s1+int32(class[text[i]])]
-		s2 = next[s2+int32(class[text[off+i]])]
-		if s1 >= accept {
-			for _, p := range a.outputs[(s1-accept)/nclass] {
-				hits = append(hits, hit{pattern: p, end: i + 1})
-			}
-		}
-		if s2 >= accept && off+i+1 > mid {
-			for _, p := range a.outputs[(s2-accept)/nclass] {
-				*second = append(*second, hit{pattern: p, end: off + i + 1})
-			}
-		}
-	}
-	for ; i < mid; i++ {
-		s1 = next[s1+int32(class[text[i]])]
-		if s1 >= accept {
-			for _, p := range a.outputs[(s1-accept)/nclass] {
-				hits = append(hits, hit{pattern: p, end: i + 1})
-			}
-		}
-	}
-	for ; i < n2; i++ {
-		s2 = next[s2+int32(class[text[off+i]])]
-		if s2 >= accept && off+i+1 > mid {
-			for _, p := range a.outputs[(s2-accept)/nclass] {
-				*second = append(*second, hit{pattern: p, end: off + i + 1})
-			}
-		}
-	}
-	return hits
+	return hits, s
 }
 
 // any reports whether some pattern occurs in text.
