@@ -3,6 +3,7 @@ package redact
 import (
 	"regexp"
 	"regexp/syntax"
+	"slices"
 	"strings"
 )
 
@@ -124,6 +125,32 @@ func literalGroups(re *syntax.Regexp) [][]string {
 		for _, sub := range re.Sub {
 			groups = append(groups, literalGroups(sub)...)
 		}
+		// A run of fixed elements spells one of a few strings, which make a group too: this
+		// catches alternations the parser split into a short literal and branches (-u|--user
+		// into - followed by u|-user).
+		run := []string{""}
+		flush := func() {
+			if len(run) > 1 || run[0] != "" {
+				if !slices.ContainsFunc(run, func(s string) bool { return len(s) < minPrefilterLiteral }) {
+					groups = append(groups, run)
+				}
+			}
+			run = []string{""}
+		}
+		for _, sub := range re.Sub {
+			if strs, ok := leadingStrings(sub); ok && isFixed(sub) && len(run)*len(strs) <= maxLeadingStrings {
+				product := make([]string, 0, len(run)*len(strs))
+				for _, a := range run {
+					for _, b := range strs {
+						product = append(product, a+b)
+					}
+				}
+				run = product
+				continue
+			}
+			flush()
+		}
+		flush()
 		return groups
 	case syntax.OpAlternate:
 		// One group: for each alternative, the literals of its first group.

@@ -140,10 +140,8 @@ func startsWithKeyword(re *syntax.Regexp, keywords []string) bool {
 func leadingStrings(re *syntax.Regexp) ([]string, bool) {
 	switch re.Op {
 	case syntax.OpLiteral:
-		if re.Flags&syntax.FoldCase != 0 {
-			return nil, false
-		}
-		return []string{string(re.Rune)}, true
+		// Lower-cased: callers compare case-insensitively.
+		return []string{strings.ToLower(string(re.Rune))}, true
 	case syntax.OpCharClass:
 		// Strings are compared case-insensitively, so case variants count once: [aA] is "a",
 		// and the non-ASCII fold variants of s and k (ſ, K) are left out with them.
@@ -685,4 +683,3 @@ func canEndText(re *syntax.Regexp) bool {
 	}
 	return minWidth(re) == 0 && !isEmptyWidth(re)
 }
-

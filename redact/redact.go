@@ -499,7 +499,9 @@ func (ru *rule) appendAnchored(spans []span, text []byte, starts []int) []span {
 			limit = anchoredWindow
 		}
 		hi := min(len(text), s+limit)
-		if ru.guard != nil && !ru.guard.ok(text[s:]) || ru.width >= 0 && !containsAll(text[s:hi], ru.required) {
+		if ru.guard != nil && !ru.guard.ok(text[s:]) ||
+			ru.width >= 0 && !containsAll(text[s:hi], ru.required) ||
+			ru.readsWhole() && !containsGroups(text[s:hi], ru.literals) {
 			continue
 		}
 		m := re.FindSubmatchIndex(text[base:hi])
@@ -528,6 +530,46 @@ func containsAll(text []byte, lits [][]byte) bool {
 	return true
 }
 
+// readsWhole reports whether a match lies wholly in the text the rule first reads: true for a
+// bounded rule; an unbounded one that is not cut-safe is not read further unless a match ends
+// right at the end of its input, which a missing literal rules out too.
+func (ru *rule) readsWhole() bool { return ru.width >= 0 || !ru.cutSafe }
+
+// containsGroups reports whether text holds, for each group, one of its literals (lower case,
+// compared ASCII case-insensitively).
+func containsGroups(text []byte, groups [][][]byte) bool {
+	for _, g := range groups {
+		if !slices.ContainsFunc(g, func(lit []byte) bool { return containsFold(text, lit) }) {
+			return false
+		}
+	}
+	return true
+}
+
+// containsFold reports whether text contains lit (lower case), ASCII case-insensitively.
+func containsFold(text, lit []byte) bool {
+	first, upper := lit[0], lit[0]
+	if 'a' <= first && first <= 'z' {
+		upper -= 'a' - 'A'
+	}
+	for i := 0; i+len(lit) <= len(text); i++ {
+		j := bytes.IndexByte(text[i:], first)
+		if upper != first {
+			if k := bytes.IndexByte(text[i:], upper); k >= 0 && (j < 0 || k < j) {
+				j = k
+			}
+		}
+		if j < 0 || i+j+len(lit) > len(text) {
+			return false
+		}
+		i += j
+		if bytes.EqualFold(text[i:i+len(lit)], lit) {
+			return true
+		}
+	}
+	return false
+}
+
 // appendWindowed searches for the rule around each keyword occurrence. Every keyword occurs
 // inside each match, so a match lies within width bytes of an occurrence; windows around
 // occurrences are merged and the regex runs on each. A match touching a window edge (other than
@@ -548,6 +590,9 @@ func (ru *rule) appendWindowed(spans []span, text []byte, starts []int) []span {
 			j++
 		}
 		i = j
+		if !ru.cutSafe && !containsGroups(text[lo:hi], ru.literals) {
+			continue
+		}
 		grow := radius
 		for {
 			ms := ru.re.FindAllSubmatchIndex(text[lo:hi], -1)

@@ -57,8 +57,12 @@ type rule struct {
 	anchored [2]*regexp.Regexp
 	// guard, for an anchored rule, is a quick test before the pattern runs (see guard).
 	guard *guard
-	// required are literals every match contains (see requiredLiterals).
+	// required are case-sensitive literals every match contains (see requiredLiterals): a
+	// bounded rule does not run where its window lacks one.
 	required [][]byte
+	// literals are sets of lower-case literals: each match contains one of each set (see
+	// literalGroups). Where the text a rule reads lacks one, the rule does not run there.
+	literals [][][]byte
 	// order is the rule's position in the active rules (see ranksBefore).
 	order int
 	// cutSafe: see cutSafe in optimize.go.
@@ -77,6 +81,9 @@ type allowlist struct {
 	stopwords *automaton // nil without stopwords
 }
 
+// minPrefilteredProg is the program size (instructions) from which a rule's literals are
+// checked before it runs.
+const minPrefilteredProg = 100
 
 // maxBoundedWidth is the largest match width treated as bounded; wider rules search a window
 // that grows while matches touch its edge.
@@ -259,6 +266,24 @@ func compileRule(rf *ruleFile, id, description, expr string, secretGroup int, en
 	for _, lit := range requiredLiterals(parsed) {
 		required = append(required, []byte(lit))
 	}
+	// Only patterns that are costly to run get a literal check first: for a small one the
+	// check costs more than the run.
+	var groups [][][]byte
+	if prog, err := syntax.Compile(parsed.Simplify()); err == nil && len(prog.Inst) >= minPrefilteredProg {
+		original, _ := syntax.Parse(expr, syntax.Perl) // optimize rewrote parsed; literals are gone from it
+		for _, g := range literalGroups(original) {
+			if slices.ContainsFunc(g, func(lit string) bool {
+				return slices.ContainsFunc(kws, func(k string) bool { return strings.Contains(k, lit) || strings.Contains(lit, k) })
+			}) {
+				continue // a keyword satisfies it wherever the rule runs
+			}
+			lits := make([][]byte, len(g))
+			for i, lit := range g {
+				lits[i] = []byte(lit)
+			}
+			groups = append(groups, lits)
+		}
+	}
 	var anchored [2]*regexp.Regexp
 	var g *guard
 	if startsWithKeyword(parsed, kws) {
@@ -280,6 +305,7 @@ func compileRule(rf *ruleFile, id, description, expr string, secretGroup int, en
 		anchored:    anchored,
 		guard:       g,
 		cutSafe:     cutSafe(parsed, true),
+		literals:    groups,
 		required:    required,
 		width:       width,
 	}, nil
