@@ -158,7 +158,7 @@ permissions:
 env:
   REGISTRY: ghcr.io
   IMAGE_NAME: ${{ github.repository }}
-  # TODO(maria): move to repository secrets before the repo goes public
+  # maria: move to repository secrets before the repo goes public
   NPM_TOKEN: «npm-token»
 
 concurrency:
@@ -495,7 +495,7 @@ func hclFiles() []positiveFile {
   }
 }
 
-# FIXME: these were pasted in during the March incident; move them to the workspace variables.
+# NB: these were pasted in during the March incident; move them to the workspace variables.
 provider "aws" {
   region     = "eu-west-1"
   access_key = "«aws-access-key-id»"

@@ -40,7 +40,7 @@ terraform {
   }
 }
 
-# FIXME: these were pasted in during the March incident; move them to the workspace variables.
+# NB: these were pasted in during the March incident; move them to the workspace variables.
 provider "aws" {
   region     = "eu-west-1"
   access_key = "AKIAD27Y4JPRASQJXEBF"
