@@ -41,10 +41,11 @@ func (r *Redactor) json(artifact string, doc []byte, nesting int) ([]byte, []Fin
 	// Most artifacts hold no keyword, known value or key name at all: one pass of the automaton
 	// and a validity check settle them. Escapes (\u0070assword) could hide a keyword from the
 	// automaton, so a document with \u escapes is always walked.
-	if len(r.hits(doc, sc)) == 0 && !bytes.Contains(doc, []byte(`\u`)) && json.Valid(doc) {
+	hits := slices.Clone(r.hits(doc, sc))
+	if len(hits) == 0 && !bytes.Contains(doc, []byte(`\u`)) && json.Valid(doc) {
 		return doc, nil, nil
 	}
-	hits, docSpans, structural, err := r.scanDocument(doc, sc)
+	docSpans, structural, err := r.scanDocument(doc, hits, sc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("redact: artifact %q: %w", artifact, err)
 	}
@@ -61,24 +62,25 @@ func (r *Redactor) json(artifact string, doc []byte, nesting int) ([]byte, []Fin
 			break
 		}
 		doc, findings = w.apply(), append(findings, w.findings...)
-		if hits, docSpans, structural, err = r.scanDocument(doc, sc); err != nil || len(docSpans) == 0 {
+		hits = slices.Clone(r.hits(doc, sc))
+		if docSpans, structural, err = r.scanDocument(doc, hits, sc); err != nil || len(docSpans) == 0 {
 			break
 		}
 	}
 	return doc, findings, err
 }
 
-// scanDocument validates doc and scans its text: it returns every hit in doc, and the secrets
-// the rules find in the document text, outside long string values.
-func (r *Redactor) scanDocument(doc []byte, sc *scratch) ([]hit, []span, []span, error) {
-	hits := slices.Clone(r.hits(doc, sc))
+// scanDocument validates doc and scans its text, given every hit in it: it returns the secrets
+// the rules find in the document text outside long string values, and the values secret by
+// structure.
+func (r *Redactor) scanDocument(doc []byte, hits []hit, sc *scratch) ([]span, []span, error) {
 	// The scan of the document text is there for context across the structure (a key and its
 	// value). Inside a long string value, a log or a file, the scan of the decoded value sees
 	// the same text with real newlines; scanning it twice would only double the cost, so hits
 	// there are left to that scan.
 	pre := jsonWalker{r: r, doc: doc, collectLong: true}
 	if err := (&jsonParser{doc: doc, w: &pre}).parse(); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	sc.hits = sc.hits[:0]
 	for _, h := range hits {
@@ -86,7 +88,7 @@ func (r *Redactor) scanDocument(doc []byte, sc *scratch) ([]hit, []span, []span,
 			sc.hits = append(sc.hits, h)
 		}
 	}
-	return hits, slices.Clone(r.find(doc, sc, false)), pre.structuralSecrets(), nil
+	return slices.Clone(r.find(doc, sc, false)), pre.structuralSecrets(), nil
 }
 
 // structuralSecrets returns the secret values the first pass found, sorted, nested ones merged
