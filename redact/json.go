@@ -42,7 +42,7 @@ func (r *Redactor) json(artifact string, doc []byte, nesting int) ([]byte, []Fin
 	// and a validity check settle them. Escapes (\u0070assword) could hide a keyword from the
 	// automaton, so a document with \u escapes is always walked.
 	hits := slices.Clone(r.hits(doc, sc))
-	if len(hits) == 0 && !bytes.Contains(doc, []byte(`\u`)) && json.Valid(doc) {
+	if len(hits) == 0 && !bytes.Contains(doc, []byte(`\u`)) && !(r.canWrap() && hasWrappedRun(doc, true)) && json.Valid(doc) {
 		return doc, nil, nil
 	}
 	docSpans, structural, err := r.scanDocument(doc, hits, sc)
@@ -199,10 +199,10 @@ func (w *jsonWalker) str(start, end int, secret, isKey bool) {
 		}
 		return
 	}
-	if !w.needsLook(start, end) {
+	raw := w.doc[start+1 : end-1]
+	if !w.needsLook(start, end) && !(w.r.canWrap() && hasWrappedRun(raw, true)) {
 		return
 	}
-	raw := w.doc[start+1 : end-1]
 	value := unquote(raw)
 	if !isKey && w.nested(start, end, value) {
 		return

@@ -65,8 +65,9 @@ type Finding struct {
 // use.
 type Redactor struct {
 	*engine
-	// extra are known-value forms added by WithSecrets, matched by substring search.
-	extra []form
+	// extra are known-value forms added by WithSecrets, found by extraAuto.
+	extra     []form
+	extraAuto *automaton
 }
 
 // engine is the compiled, read-only part of a Redactor that derived redactors share.
@@ -78,7 +79,12 @@ type engine struct {
 	// known value.
 	patterns []pattern
 	fpKey    []byte
-	scratch  sync.Pool // *scratch
+	// knownOnly is set for a Standalone redactor: known values only, no key names, no
+	// structure.
+	knownOnly bool
+	// wrapped is set when some pattern is a known value, whose encodings may be line-wrapped.
+	wrapped bool
+	scratch sync.Pool // *scratch
 }
 
 type pattern struct {
@@ -97,6 +103,15 @@ type form struct {
 	// the value; the one to three characters on each side that mix in neighbouring bytes are
 	// redacted with it.
 	base64Middle bool
+	// base64Tail marks the stable start of a whole base64 encoding: up to three characters after
+	// it that mix in the following byte, and padding, are redacted with it.
+	base64Tail bool
+	// fold compares ASCII letters case-insensitively: hex and percent-encoding are written in
+	// either case.
+	fold bool
+	// standalone counts only occurrences that stand alone (see Redactor.Standalone), under
+	// RuleCallerSecret.
+	standalone bool
 }
 
 // New compiles the rules: the gitleaks default set, Toolgate's own rules, cfg.RulesFile, minus
@@ -135,6 +150,7 @@ func New(cfg Config) (*Redactor, error) {
 	for _, f := range knownForms(nil, cfg.KnownSecrets) {
 		texts = append(texts, string(f.text))
 		e.patterns = append(e.patterns, pattern{form: &f})
+		e.wrapped = true
 	}
 	// Key names are keywords too, so that a document without any keyword is known to need no
 	// walk: a key that names a secret holds one of these (see keyNameTriggers).
@@ -153,7 +169,12 @@ func New(cfg Config) (*Redactor, error) {
 // gateway passes to one tool call), in every encoding Config.KnownSecrets are. It shares compiled
 // rules with r; r is unchanged.
 func (r *Redactor) WithSecrets(values ...string) *Redactor {
-	return &Redactor{engine: r.engine, extra: knownForms(r.extra, values)}
+	extra := knownForms(r.extra, values)
+	texts := make([]string, len(extra))
+	for i, f := range extra {
+		texts[i] = string(f.text)
+	}
+	return &Redactor{engine: r.engine, extra: extra, extraAuto: newAutomaton(texts)}
 }
 
 // Rules describes the active rules, in order.
@@ -220,6 +241,9 @@ const maxPasses = 16
 // must be a fixed point of the redactor, or evidence would change each time it passes through.
 func (r *Redactor) redact(text []byte, sc *scratch) ([]byte, []span) {
 	spans := slices.Clone(r.find(text, sc, true))
+	if wrapped := r.findWrapped(text, sc); len(wrapped) > 0 {
+		spans = mergeSpans(append(spans, wrapped...))
+	}
 	if len(spans) == 0 {
 		return text, nil
 	}
@@ -303,18 +327,12 @@ func (r *Redactor) hits(text []byte, sc *scratch) []hit {
 	if len(r.extra) == 0 {
 		return sc.hits
 	}
-	base := len(r.patterns)
-	for fi, f := range r.extra {
-		for from := 0; ; {
-			i := bytes.Index(text[from:], f.text)
-			if i < 0 {
-				break
-			}
-			sc.hits = append(sc.hits, hit{pattern: int32(base + fi), end: from + i + len(f.text)})
-			from += i + 1
-		}
+	n := len(sc.hits)
+	sc.hits = r.extraAuto.scan(text, sc.hits)
+	for i := n; i < len(sc.hits); i++ {
+		sc.hits[i].pattern += int32(len(r.patterns))
 	}
-	slices.SortFunc(sc.hits, func(a, b hit) int { return cmp.Compare(a.end, b.end) })
+	slices.SortStableFunc(sc.hits, func(a, b hit) int { return cmp.Compare(a.end, b.end) })
 	return sc.hits
 }
 
@@ -434,11 +452,11 @@ func withoutMarkerText(spans, markers []span) []span {
 	return out
 }
 
-// at checks a hit of f ending at end against the exact (case-sensitive) bytes and returns the
-// span to redact.
+// at checks a hit of f ending at end against the exact bytes (ASCII case-insensitively for a
+// fold form) and returns the span to redact.
 func (f *form) at(text []byte, end int) (span, bool) {
 	start := end - len(f.text)
-	if start < 0 || !bytes.Equal(text[start:end], f.text) {
+	if start < 0 || f.fold && !bytes.EqualFold(text[start:end], f.text) || !f.fold && !bytes.Equal(text[start:end], f.text) {
 		return span{}, false
 	}
 	if f.base64Middle {
@@ -448,6 +466,20 @@ func (f *form) at(text []byte, end int) (span, bool) {
 		for n := 0; n < 3 && end < len(text) && (isBase64Byte(text[end]) || text[end] == '='); n++ {
 			end++
 		}
+	}
+	if f.base64Tail {
+		for n := 0; n < 3 && end < len(text) && isBase64Byte(text[end]); n++ {
+			end++
+		}
+		for n := 0; n < 2 && end < len(text) && text[end] == '='; n++ {
+			end++
+		}
+	}
+	if f.standalone {
+		if !standsAlone(text, start, end) {
+			return span{}, false
+		}
+		return span{start: start, end: end, rule: RuleCallerSecret, order: -1}, true
 	}
 	return span{start: start, end: end, rule: RuleKnownSecret, order: -1}, true
 }
