@@ -22,7 +22,7 @@ func TestStandaloneReplacesTheValueOnlyWhereItStandsAlone(t *testing.T) {
 		{"hex of the value", "hex " + hex.EncodeToString([]byte(v)), "hex " + m},
 		{"upper-case hex of the value", strings.ToUpper(hex.EncodeToString([]byte(v))), m},
 		{"base64 of the value", "b64 " + base64.StdEncoding.EncodeToString([]byte(v)), "b64 " + m},
-		{"base64 of the value and a newline (echo | base64)", base64.StdEncoding.EncodeToString([]byte(v+"\n")), m},
+		{"base64 of the value and a newline (echo | base64)", base64.StdEncoding.EncodeToString([]byte(v + "\n")), m},
 		{"percent-encoded with every byte", "q=%73%33%63%72%33%74%56%34%6c%75%65", "q=" + m},
 		{"kept inside a longer word", "x" + v + "y", "x" + v + "y"},
 		{"kept before an underscore", v + "_1", v + "_1"},
