@@ -189,8 +189,11 @@ func marshalJSON(v any) ([]byte, error) {
 // recorder writes one request's artifacts, redacting each, and remembers
 // what it wrote for the manifest.
 type recorder struct {
-	g               *Gateway
-	redactor        *redact.Redactor // the gateway's, plus the call's own secrets
+	g        *Gateway
+	redactor *redact.Redactor // the gateway's: every artifact, whole
+	// output, if set, removes the caller's secrets from the tool's output
+	// only (see callerSecret).
+	output          *redact.Redactor
 	requestID       string
 	hash            string
 	engineRef       string
@@ -358,6 +361,16 @@ func (r *recorder) writeManifest(ctx context.Context, outcome, errText string) e
 		return err
 	}
 	return r.persist(ctx, artifact{evidence.ArtifactManifest, data})
+}
+
+// outputText removes the caller's secrets from a text that may carry the
+// tool's output, such as a driver's error.
+func (r *recorder) outputText(s string) string {
+	if r.output == nil {
+		return s
+	}
+	s, _ = r.output.String(s)
+	return s
 }
 
 // failure builds a status carrying the evidence written so far.

@@ -82,6 +82,9 @@ func (r *Redactor) Standalone(values ...string) *Redactor {
 	return &Redactor{engine: e}
 }
 
+// Marker returns the text that replaces a secret found by rule: "[REDACTED:<rule>]".
+func Marker(rule string) string { return string(appendMarker(nil, rule)) }
+
 // standaloneForms returns the forms of values that Standalone replaces.
 func standaloneForms(values []string) []form {
 	var out []form
