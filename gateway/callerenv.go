@@ -105,7 +105,7 @@ func (r *recorder) hideCallerSecrets(args map[string]any, secrets []callerSecret
 			cloned[s.arg], shown[s.arg] = inner, inner
 		}
 		inner[s.name] = marker
-		r.redactions = append(r.redactions, evidence.Redaction{
+		r.report.Add(evidence.Redaction{
 			Rule: redact.RuleCallerSecret, Artifact: evidence.ArtifactRequest, Path: s.path(),
 			Fingerprint: r.redactor.Fingerprint([]byte(s.value)),
 		})
@@ -130,9 +130,9 @@ func (r *recorder) redactOutput(res drivers.Result) (drivers.Result, error) {
 	note := func(findings []redact.Finding, field string, inResponse bool) {
 		for _, f := range findings {
 			path := "$." + field + f.Path[min(1, len(f.Path)):]
-			r.redactions = append(r.redactions, evidence.Redaction{Rule: f.Rule, Artifact: evidence.ArtifactToolResult, Path: path, Offset: f.Offset, Fingerprint: f.Fingerprint})
+			r.report.Add(evidence.Redaction{Rule: f.Rule, Artifact: evidence.ArtifactToolResult, Path: path, Offset: f.Offset, Fingerprint: f.Fingerprint})
 			if inResponse {
-				r.redactions = append(r.redactions, evidence.Redaction{Rule: f.Rule, Artifact: evidence.ArtifactResponse, Path: "$.tool_result." + path[2:], Offset: f.Offset, Fingerprint: f.Fingerprint})
+				r.report.Add(evidence.Redaction{Rule: f.Rule, Artifact: evidence.ArtifactResponse, Path: "$.tool_result." + path[2:], Offset: f.Offset, Fingerprint: f.Fingerprint})
 			}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -202,10 +203,10 @@ type recorder struct {
 	// artifacts may go to the spool.
 	decided bool
 	// spooled is set once an artifact went to the spool.
-	spooled    bool
-	refs       []string
-	digests    []evidence.ArtifactDigest
-	redactions []evidence.Redaction
+	spooled bool
+	refs    []string
+	digests []evidence.ArtifactDigest
+	report  evidence.RedactionReport
 }
 
 func newRecorder(g *Gateway, requestID, hash, engineRef string) *recorder {
@@ -229,7 +230,7 @@ func (r *recorder) redactBytes(artifact string, raw []byte) ([]byte, error) {
 		return nil, fmt.Errorf("redact %s: %w", artifact, err)
 	}
 	for _, f := range findings {
-		r.redactions = append(r.redactions, evidence.Redaction{Rule: f.Rule, Artifact: f.Artifact, Path: f.Path, Offset: f.Offset, Fingerprint: f.Fingerprint})
+		r.report.Add(evidence.Redaction{Rule: f.Rule, Artifact: f.Artifact, Path: f.Path, Offset: f.Offset, Fingerprint: f.Fingerprint})
 	}
 	return out, nil
 }
@@ -345,9 +346,9 @@ func (r *recorder) writeManifest(ctx context.Context, outcome, errText string) e
 		EngineRef:            r.engineRef,
 		PolicySetDigest:      r.policySetDigest,
 		Outcome:              outcome,
-		Error:                errText,
+		Error:                truncateText(errText, maxManifestError),
 		Artifacts:            r.digests,
-		Redactions:           r.redactions,
+		Redactions:           r.report.Redactions(),
 		FingerprintKeyID:     r.redactor.FingerprintKeyID(),
 		CreatedAt:            r.g.now().UTC(),
 	}
@@ -371,6 +372,23 @@ func (r *recorder) outputText(s string) string {
 	}
 	s, _ = r.output.String(s)
 	return s
+}
+
+// maxManifestError bounds the error text a manifest records: a driver's
+// error can be as long as its output, and the manifest's size is bounded
+// (evidence.MaxManifestSize).
+const maxManifestError = 4 << 10
+
+// truncateText cuts s to at most n bytes at a character boundary, marking
+// the cut.
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "… (truncated)"
 }
 
 // failure builds a status carrying the evidence written so far.

@@ -210,8 +210,13 @@ func (w *jsonWalker) str(start, end int, secret, isKey bool) {
 	sc := w.sc
 	_, spans := w.r.redact(value, sc)
 	// Secrets the document-level scan found inside this token, located in the decoded value.
-	for _, ds := range w.docSpans {
-		if ds.end <= start+1 || ds.start >= end-1 {
+	// docSpans are sorted and disjoint: start at the first that ends inside the token.
+	first, _ := slices.BinarySearchFunc(w.docSpans, start+2, func(s span, t int) int { return s.end - t })
+	for _, ds := range w.docSpans[first:] {
+		if ds.start >= end-1 {
+			break
+		}
+		if ds.end <= start+1 {
 			continue
 		}
 		lit := unquote(widenToEscapes(raw, max(ds.start, start+1)-(start+1), min(ds.end, end-1)-(start+1)))

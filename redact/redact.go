@@ -254,8 +254,9 @@ func (r *Redactor) redact(text []byte, sc *scratch) ([]byte, []span) {
 			break
 		}
 		// New spans avoid marker text, so each lies in text copied unchanged from the input.
+		toInput := inputOffsets(spans)
 		for _, sp := range more {
-			start := toInputOffset(spans, sp.start)
+			start := toInput(sp.start)
 			spans = append(spans, span{start: start, end: start + sp.end - sp.start, rule: sp.rule})
 		}
 		slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.start, b.start) })
@@ -289,18 +290,30 @@ func (r *Redactor) findNearMarkers(text []byte, sc *scratch) []span {
 	return mergeSpans(spans)
 }
 
-// toInputOffset maps an offset in the output of replaceSpans(text, spans), outside markers, to
-// the offset in text.
-func toInputOffset(spans []span, outOffset int) int {
-	delta := 0
-	for _, sp := range spans {
-		markerStart := sp.start + delta
-		if outOffset < markerStart {
-			break
-		}
-		delta += len(markerPrefix) + len(sp.rule) + 1 - (sp.end - sp.start)
+// inputOffsets returns a function that maps an offset in the output of replaceSpans(text, spans)
+// (spans sorted), outside markers, to the offset in text. Each call is a binary search, so that
+// mapping many offsets stays O(n log n).
+func inputOffsets(spans []span) func(outOffset int) int {
+	// markerStart[i] is where span i's marker starts in the output; delta[i] how much longer the
+	// output is than the input after it.
+	markerStart := make([]int, len(spans))
+	delta := make([]int, len(spans))
+	d := 0
+	for i, sp := range spans {
+		markerStart[i] = sp.start + d
+		d += len(markerPrefix) + len(sp.rule) + 1 - (sp.end - sp.start)
+		delta[i] = d
 	}
-	return outOffset - delta
+	return func(outOffset int) int {
+		i, found := slices.BinarySearch(markerStart, outOffset)
+		if found {
+			i++
+		}
+		if i == 0 {
+			return outOffset
+		}
+		return outOffset - delta[i-1]
+	}
 }
 
 // span is one secret: text[start:end], found by rule.
@@ -432,9 +445,16 @@ func markersIn(text []byte) []span {
 // redactor, or evidence would change each time it passes through (and markers would nest).
 func withoutMarkerText(spans, markers []span) []span {
 	out := make([]span, 0, len(spans))
+	first := 0 // markers before it end before every span still to come
 	for _, sp := range spans {
-		for _, m := range markers {
-			if m.end <= sp.start || m.start >= sp.end {
+		for first < len(markers) && markers[first].end <= sp.start {
+			first++
+		}
+		for _, m := range markers[first:] {
+			if m.start >= sp.end {
+				break
+			}
+			if m.end <= sp.start {
 				continue
 			}
 			if m.start > sp.start {
@@ -579,27 +599,40 @@ func containsGroups(text []byte, groups [][][]byte) bool {
 }
 
 // containsFold reports whether text contains lit (lower case), ASCII case-insensitively.
+//
+// The next occurrence of each case of lit's first byte is remembered until the search passes
+// it: searching for both afresh at each candidate would read to the end of text for a case that
+// does not occur, once per candidate, which is quadratic in a text dense with the other case.
 func containsFold(text, lit []byte) bool {
 	first, upper := lit[0], lit[0]
 	if 'a' <= first && first <= 'z' {
 		upper -= 'a' - 'A'
 	}
-	for i := 0; i+len(lit) <= len(text); i++ {
-		j := bytes.IndexByte(text[i:], first)
-		if upper != first {
-			if k := bytes.IndexByte(text[i:], upper); k >= 0 && (j < 0 || k < j) {
-				j = k
-			}
+	nextAt := func(c byte, from int) int {
+		if k := bytes.IndexByte(text[from:], c); k >= 0 {
+			return from + k
 		}
-		if j < 0 || i+j+len(lit) > len(text) {
+		return len(text)
+	}
+	lower, up := nextAt(first, 0), len(text)
+	if upper != first {
+		up = nextAt(upper, 0)
+	}
+	for {
+		i := min(lower, up)
+		if i+len(lit) > len(text) {
 			return false
 		}
-		i += j
 		if bytes.EqualFold(text[i:i+len(lit)], lit) {
 			return true
 		}
+		if i == lower {
+			lower = nextAt(first, i+1)
+		}
+		if i == up {
+			up = nextAt(upper, i+1)
+		}
 	}
-	return false
 }
 
 // appendWindowed searches for the rule around each keyword occurrence. Every keyword occurs
