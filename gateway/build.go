@@ -77,6 +77,8 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	if err != nil {
 		return nil, nil, fmt.Errorf("config: redact: %w", err)
 	}
+	// Drivers log what callers send them too.
+	log = redactingLogger(log, redactor)
 
 	var closers closeAll
 	fail := func(err error) (*Gateway, io.Closer, error) {

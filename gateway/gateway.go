@@ -124,11 +124,8 @@ func New(opts Options) (*Gateway, error) {
 		shadows:    opts.Shadows,
 		traceDirs:  opts.TraceDirs,
 		engineBase: fmt.Sprintf("toolgate/%s@%s", Version, opts.Instance),
-		log:        opts.Logger,
+		log:        redactingLogger(opts.Logger, opts.Redactor),
 		now:        opts.Now,
-	}
-	if g.log == nil {
-		g.log = slog.New(slog.DiscardHandler)
 	}
 	if g.now == nil {
 		g.now = time.Now
@@ -377,6 +374,10 @@ func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, 
 	}
 	return d, sr
 }
+
+// Logger returns the gateway's logger: the one it was given, with every
+// record passed through the gateway's redactor.
+func (g *Gateway) Logger() *slog.Logger { return g.log }
 
 // ShadowFlips counts the calls whose shadow policy set decided otherwise
 // (allow against deny) than the enforcing set, since the gateway started.
