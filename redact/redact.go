@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"slices"
 	"strings"
 	"sync"
@@ -79,6 +80,7 @@ type engine struct {
 	// known value.
 	patterns []pattern
 	fpKey    []byte
+	fpHashes sync.Pool // hash.Hash: HMAC-SHA256 under fpKey
 	// knownOnly is set for a Standalone redactor: known values only, no key names, no
 	// structure.
 	knownOnly bool
@@ -193,9 +195,18 @@ func (r *Redactor) Fingerprint(secret []byte) string {
 	if len(r.fpKey) == 0 {
 		return ""
 	}
-	m := hmac.New(sha256.New, r.fpKey)
+	// A report can hold a finding per secret in a megabyte of them: the keyed hash is reused
+	// rather than set up anew for each.
+	m, _ := r.fpHashes.Get().(hash.Hash)
+	if m == nil {
+		m = hmac.New(sha256.New, r.fpKey)
+	}
+	m.Reset()
 	m.Write(secret)
-	return hex.EncodeToString(m.Sum(nil))
+	var sum [sha256.Size]byte
+	out := hex.EncodeToString(m.Sum(sum[:0]))
+	r.fpHashes.Put(m)
+	return out
 }
 
 // FingerprintKeyID identifies the fingerprint key without revealing it (the first 16 hex digits
@@ -385,13 +396,19 @@ func (r *Redactor) find(text []byte, sc *scratch, scan bool) []span {
 			}
 			continue
 		}
+		// A keyword inside a marker ("secret" in "[REDACTED:known-secret]") is the
+		// redactor's own text, not a clue: rules never see it, which keeps rescans of
+		// text dense with markers from running every rule at every marker.
+		if n := len(sc.markers); n > 0 && h.end <= sc.markers[n-1].end && h.end-r.keywordLength(h.pattern) >= sc.markers[n-1].start {
+			continue
+		}
 		if p.form != nil {
 			if sp, ok := p.form.at(text, h.end); ok {
 				sc.spans = append(sc.spans, sp)
 			}
 			continue
 		}
-		start := h.end - r.auto.lengths[h.pattern]
+		start := h.end - r.keywordLength(h.pattern)
 		for _, ri := range p.rules {
 			if len(sc.ruleHits[ri]) == 0 {
 				sc.touched = append(sc.touched, ri)
