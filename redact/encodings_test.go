@@ -119,22 +119,30 @@ func TestKnownSecretSurvivesNoEncoding(t *testing.T) {
 			before := randomBytes(rng, rng.IntN(40), "\x00\x01\xffabcXYZ019/+")
 			after := randomBytes(rng, rng.IntN(40), "\x00\x01\xffabcXYZ019/+")
 			encoded := enc.encode(secret, before, after)
-			text := string(randomBytes(rng, rng.IntN(200), textAlphabet)) + "\n" + encoded + "\n" + string(randomBytes(rng, rng.IntN(200), textAlphabet))
+			// The encoding starts its own line, or follows text on its first line
+			// ("key: " and the output of base64).
+			sep := "\n"
+			if rng.IntN(2) == 0 {
+				sep = ": "
+			}
+			text := string(randomBytes(rng, rng.IntN(200), textAlphabet)) + sep + encoded + "\n" + string(randomBytes(rng, rng.IntN(200), textAlphabet))
 			out, _ := r.Text("stdout", []byte(text))
 			if left := leftoverForm(out, secret); left != "" {
 				t.Fatalf("case %d, %s: form %q of secret %q left in\n%s", i, enc.name, left, secret, out)
 			}
-			doc, _ := json.Marshal(map[string]any{"stdout": text, "n": i})
+			doc, _ := json.Marshal(map[string]any{"stdout": text, "encoded": encoded, "n": i})
 			jout, _, err := r.JSON("tool_result.json", doc)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var decoded struct{ Stdout string }
+			var decoded struct{ Stdout, Encoded string }
 			if err := json.Unmarshal(jout, &decoded); err != nil {
 				t.Fatal(err)
 			}
-			if left := leftoverForm([]byte(decoded.Stdout), secret); left != "" {
-				t.Fatalf("case %d, %s in JSON: form %q of secret %q left in\n%s", i, enc.name, left, secret, decoded.Stdout)
+			for _, v := range []string{decoded.Stdout, decoded.Encoded} {
+				if left := leftoverForm([]byte(v), secret); left != "" {
+					t.Fatalf("case %d, %s in JSON: form %q of secret %q left in\n%s", i, enc.name, left, secret, v)
+				}
 			}
 		}
 	}

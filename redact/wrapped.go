@@ -50,6 +50,17 @@ func isEncodingLine(line []byte) bool {
 	return true
 }
 
+// trailingEncoding returns how many bytes at the end of line are base64 characters (hex digits
+// included). It reads no further back than the longest wrap width and one byte more.
+func trailingEncoding(line []byte) int {
+	longest := wrapWidths[len(wrapWidths)-1]
+	n := 0
+	for i := len(line) - 1; i >= 0 && n <= longest && isBase64Byte(line[i]); i-- {
+		n++
+	}
+	return n
+}
+
 // isWrapWidth reports whether n is one of wrapWidths.
 func isWrapWidth(n int) bool {
 	for _, w := range wrapWidths {
@@ -62,7 +73,8 @@ func isWrapWidth(n int) bool {
 
 // wrappedRuns calls fn with each run of wrapped encoding in text: at least minWrappedLines
 // lines of encoding characters, each but the last exactly as long as the first, which is one of
-// wrapWidths, and the last no longer. lines holds [start, end) of each line. It reads each byte
+// wrapWidths, and the last no longer. The first line's encoding characters may follow other
+// text on that line; lines is then where they start. lines holds [start, end) of each line. It reads each byte
 // of text a bounded number of times.
 func wrappedRuns(text []byte, escaped bool, fn func(lines [][2]int)) {
 	var lines [][2]int
@@ -87,9 +99,12 @@ func wrappedRuns(text []byte, escaped bool, fn func(lines [][2]int)) {
 			flush()
 		default:
 			flush()
-			if isWrapWidth(n) && isEncodingLine(text[start:end]) {
-				width = n
-				lines = append(lines, [2]int{start, end})
+			// The first line may follow other text on its line ("key: " before the
+			// output of base64, `"stdout": "` in a JSON document): its encoding
+			// characters at the end count.
+			if t := trailingEncoding(text[start:end]); isWrapWidth(t) {
+				width = t
+				lines = append(lines, [2]int{end - t, end})
 			}
 		}
 		start = next
