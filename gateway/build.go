@@ -42,6 +42,13 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 			}
 		}
 	}
+	for i, sel := range cfg.Policies.Selectable {
+		for _, ref := range sel.Refs {
+			if !slices.Contains(engine.Engine().Refs(), ref) {
+				return nil, nil, fmt.Errorf("config: policies.selectable[%d].refs: no policy set %q in %s", i, ref, cfg.Policies.Dir)
+			}
+		}
+	}
 	var signer *evidence.Signer
 	if src := cfg.Evidence.SigningKey; src != nil {
 		pem, err := src.Read(getenv)
@@ -191,19 +198,20 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		}
 	}
 	g, err := New(Options{
-		Decider:   engine,
-		Store:     store,
-		Spool:     spool,
-		Signer:    signer,
-		Redactor:  redactor,
-		Auth:      auth,
-		Drivers:   drvs,
-		Tools:     tools,
-		Registry:  registry,
-		Shadows:   cfg.Policies.Shadow,
-		TraceDirs: traceDirs,
-		Instance:  instance,
-		Logger:    log,
+		Decider:    engine,
+		Store:      store,
+		Spool:      spool,
+		Signer:     signer,
+		Redactor:   redactor,
+		Auth:       auth,
+		Drivers:    drvs,
+		Tools:      tools,
+		Registry:   registry,
+		Shadows:    cfg.Policies.Shadow,
+		Selectable: cfg.Policies.Selectable,
+		TraceDirs:  traceDirs,
+		Instance:   instance,
+		Logger:     log,
 	})
 	if err != nil {
 		return fail(err)

@@ -51,8 +51,12 @@ type Options struct {
 	Drivers  map[string]drivers.Driver
 	Tools    map[string]Tool
 	// Shadows maps an enforcing policy_ref to a policy set evaluated beside
-	// it on every call and recorded, never enforced.
+	// it on every call and recorded, never enforced. No caller may name a
+	// shadow set in ctx.policy_ref.
 	Shadows map[string]string
+	// Selectable restricts which callers may name which policy sets (see
+	// PolicyConfig.Selectable). nil: every set that is not a shadow.
+	Selectable []PolicySelection
 	// Registry, if set, serves registry-style tool ids.
 	Registry *Registry
 	// TraceDirs maps a driver name to the folder where it keeps a local
@@ -78,6 +82,7 @@ type Gateway struct {
 	tools     map[string]Tool
 	registry  *Registry
 	shadows   map[string]string
+	selection selection
 	// shadowFlips counts decisions a shadow set would have flipped.
 	shadowFlips atomic.Int64
 	traceDirs   map[string]string
@@ -122,6 +127,7 @@ func New(opts Options) (*Gateway, error) {
 		tools:      opts.Tools,
 		registry:   opts.Registry,
 		shadows:    opts.Shadows,
+		selection:  newSelection(opts.Shadows, opts.Selectable),
 		traceDirs:  opts.TraceDirs,
 		engineBase: fmt.Sprintf("toolgate/%s@%s", Version, opts.Instance),
 		log:        opts.Logger,
@@ -325,9 +331,15 @@ func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, 
 			PolicyRef: c.PolicyRef,
 		}, nil
 	}
+	attrs := g.auth.Attributes(caller)
+	if reason, ok := g.selection.allows(caller, attrs, c.PolicyRef); !ok {
+		// A recorded deny, not INVALID_ARGUMENT: an attempt to pick the
+		// set that judges a call belongs in the evidence.
+		return policy.Decision{RuleID: RulePolicyRefNotSelectable, Reason: reason, PolicyRef: c.PolicyRef}, nil
+	}
 	req := policy.Request{
 		Caller:          caller,
-		CallerAttrs:     g.auth.Attributes(caller),
+		CallerAttrs:     attrs,
 		Action:          c.action(),
 		ToolID:          c.ToolID,
 		Driver:          tool.Driver,

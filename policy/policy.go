@@ -2,10 +2,11 @@
 //
 // A folder of policy files is loaded once into an Engine. Each file
 // <policy_ref>.cedar is one policy set; a request names the set it is judged
-// by with its policy_ref (DefaultRef when it names none). When the folder also
-// holds toolgate.cedarschema, every policy is validated against it at load
-// time, so a typo in a rule stops the gateway from starting rather than
-// making the rule silently never match.
+// by with its policy_ref (DefaultRef when it names none). Every policy is
+// validated at load time against the gateway's built-in schema (Schema),
+// which a folder's toolgate.cedarschema may extend but never weaken, so a
+// typo in a rule stops the gateway from starting rather than making the rule
+// silently never match.
 //
 // A request becomes the Cedar request
 //
