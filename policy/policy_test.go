@@ -724,11 +724,11 @@ when { (context.args has a && context.args.a == "x") || (context.args has b && c
 
 func TestLoadFolder(t *testing.T) {
 	dir := policyDir(t, map[string]string{
-		"a.cedar":             `permit (principal, action, resource);`,
-		"empty.cedar":         ``,
-		".hidden.cedar":       `this is not parsed`,
-		"README.md":           `not a policy`,
-		"b.cedar.bak":         `not a policy either`,
+		"a.cedar":       `permit (principal, action, resource);`,
+		"empty.cedar":   ``,
+		".hidden.cedar": `this is not parsed`,
+		"README.md":     `not a policy`,
+		"b.cedar.bak":   `not a policy either`,
 	})
 	if err := os.Mkdir(filepath.Join(dir, "sub.cedar"), 0o755); err != nil {
 		t.Fatal(err)
