@@ -19,12 +19,17 @@ import (
 	"github.com/toolgate/toolgate/redact"
 )
 
-// Build assembles a Gateway from a validated configuration: it loads the
-// policy sets, opens the evidence store and starts the drivers. getenv reads
-// environment-held keys and secrets (os.Getenv in production). The returned
-// closer releases the store and drivers; call it after the server stops.
+// Build assembles a Gateway from a configuration: it validates it, refuses
+// a layout that puts the gateway's own files within reach of a workspace
+// (Config.CheckLayout), loads the policy sets, opens the evidence store and
+// starts the drivers. getenv reads environment-held keys and secrets
+// (os.Getenv in production). The returned closer releases the store and
+// drivers; call it after the server stops.
 func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slog.Logger) (*Gateway, io.Closer, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	if err := cfg.CheckLayout(); err != nil {
 		return nil, nil, err
 	}
 	auth, err := NewAuthenticator(cfg.Auth.Keys, getenv)

@@ -47,6 +47,11 @@ type Config struct {
 	// drivers publish their operations as "<driver>.<operation>" without
 	// being listed here.
 	Tools map[string]ToolConfig `yaml:"tools"`
+
+	// File is the path the configuration was read from (LoadConfig sets
+	// it; it is not a key of the file). CheckLayout keeps it out of every
+	// workspace.
+	File string `yaml:"-"`
 }
 
 // TLSConfig secures the listener. API keys travel in every call's metadata,
@@ -305,6 +310,7 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
+	cfg.File = path
 	return cfg.WithDefaults()
 }
 
