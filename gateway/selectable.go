@@ -10,7 +10,7 @@ import (
 // RulePolicyRefNotSelectable is the rule_id of a call denied because its
 // ctx.policy_ref names a set this caller may not select: a shadow
 // candidate, or a set policies.selectable does not give the caller.
-const RulePolicyRefNotSelectable = "policy_ref_not_selectable"
+const RulePolicyRefNotSelectable = policy.RulePolicyRefNotSelectable
 
 // selection says which policy sets a caller may name in ctx.policy_ref.
 // RunTool, nested calls and ListTools all ask it, so no path lets a caller

@@ -38,10 +38,10 @@ const policyExt = ".cedar"
 // Every problem found in the policy files is reported, one per line, each
 // starting with "<dir>/<file>:<line>:<column>: "; a problem with the schema
 // stops the load and names the schema file, with a line where the schema
-// parser gives one. Rule ids must be unique within a file and
-// may not reuse the names Decide reports itself (default_deny, policy_error,
-// unknown_policy_ref). An empty folder loads; every request then gets
-// unknown_policy_ref.
+// parser gives one. Rule ids must be unique within a file and may not
+// reuse the names the gateway reports itself (default_deny, policy_error,
+// unknown_policy_ref, policy_ref_not_selectable). An empty folder loads;
+// every request then gets unknown_policy_ref.
 func Load(dir string) (*Engine, error) {
 	return load(os.DirFS(dir), dir)
 }
@@ -203,7 +203,7 @@ func compileSet(path, file string, src []byte, sc *schemaCheck) (set *policySet,
 			switch {
 			case ruleID == "":
 				errs = append(errs, fmt.Errorf("%s: @id must not be empty", at))
-			case ruleID == RuleDefaultDeny || ruleID == RulePolicyError || ruleID == RuleUnknownPolicyRef:
+			case ruleID == RuleDefaultDeny || ruleID == RulePolicyError || ruleID == RuleUnknownPolicyRef || ruleID == RulePolicyRefNotSelectable:
 				errs = append(errs, fmt.Errorf("%s: @id(%q) is reserved for decisions the gateway makes itself", at, ruleID))
 			}
 			if prev, dup := firstUse[ruleID]; dup {

@@ -43,6 +43,11 @@ const (
 	RulePolicyError = "policy_error"
 	// RuleUnknownPolicyRef: the request named a policy set that is not loaded.
 	RuleUnknownPolicyRef = "unknown_policy_ref"
+	// RulePolicyRefNotSelectable: the gateway refused the request's
+	// policy_ref before any set decided (a shadow candidate, or a set the
+	// caller may not select). Decide never reports it; it is reserved so no
+	// policy can pose as that refusal.
+	RulePolicyRefNotSelectable = "policy_ref_not_selectable"
 )
 
 // The two actions a request may ask for.

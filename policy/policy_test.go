@@ -607,6 +607,11 @@ func TestLoadErrors(t *testing.T) {
 			wantErr: []string{`^\S*p\.cedar:1:1: @id\("default_deny"\) is reserved`},
 		},
 		{
+			name:    "rule id of the gateway's policy_ref refusal",
+			files:   map[string]string{"p.cedar": "@id(\"policy_ref_not_selectable\")\npermit (principal, action, resource);"},
+			wantErr: []string{`^\S*p\.cedar:1:1: @id\("policy_ref_not_selectable"\) is reserved`},
+		},
+		{
 			name:    "empty rule id",
 			files:   map[string]string{"p.cedar": "@id(\"\")\npermit (principal, action, resource);"},
 			wantErr: []string{`^\S*p\.cedar:1:1: @id must not be empty`},
