@@ -40,6 +40,11 @@ func TestPolicyValidate(t *testing.T) {
 		}},
 		{"missing folder", []string{"validate", filepath.Join(broken, "nope")}, exitFailure, []string{"nope"}},
 		{"no folder", []string{"validate"}, exitError, []string{"usage: toolgate policy validate DIR"}},
+		{"the built-in schema", []string{"schema"}, exitOK, []string{"entity Tool in [Driver] {", `action "RunTool", "CallTool" appliesTo {`}},
+		{"a folder schema may only add", []string{"validate", policyFolder(t, map[string]string{
+			"policy.default.cedar": `@id("r") permit (principal, action, resource);`,
+			"toolgate.cedarschema": "entity Caller { groups: Set<String> };",
+		})}, exitFailure, []string{"toolgate.cedarschema: a policy folder's schema may only add to the gateway's built-in schema: entity Caller: drops attribute `roles`"}},
 		{"unknown subcommand", []string{"frob"}, exitError, []string{`unknown command "frob"`}},
 	}
 	for _, tc := range tests {
