@@ -19,12 +19,17 @@ import (
 	"github.com/toolgate/toolgate/redact"
 )
 
-// Build assembles a Gateway from a validated configuration: it loads the
-// policy sets, opens the evidence store and starts the drivers. getenv reads
-// environment-held keys and secrets (os.Getenv in production). The returned
-// closer releases the store and drivers; call it after the server stops.
+// Build assembles a Gateway from a configuration: it validates it, refuses
+// a layout that puts the gateway's own files within reach of a workspace
+// (Config.CheckLayout), loads the policy sets, opens the evidence store and
+// starts the drivers. getenv reads environment-held keys and secrets
+// (os.Getenv in production). The returned closer releases the store and
+// drivers; call it after the server stops.
 func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slog.Logger) (*Gateway, io.Closer, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	if err := cfg.CheckLayout(); err != nil {
 		return nil, nil, err
 	}
 	auth, err := NewAuthenticator(cfg.Auth.Keys, getenv)
@@ -39,6 +44,13 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		for _, name := range []string{ref, cfg.Policies.Shadow[ref]} {
 			if !slices.Contains(engine.Engine().Refs(), name) {
 				return nil, nil, fmt.Errorf("config: policies.shadow: no policy set %q in %s", name, cfg.Policies.Dir)
+			}
+		}
+	}
+	for i, sel := range cfg.Policies.Selectable {
+		for _, ref := range sel.Refs {
+			if !slices.Contains(engine.Engine().Refs(), ref) {
+				return nil, nil, fmt.Errorf("config: policies.selectable[%d].refs: no policy set %q in %s", i, ref, cfg.Policies.Dir)
 			}
 		}
 	}
@@ -191,19 +203,20 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		}
 	}
 	g, err := New(Options{
-		Decider:   engine,
-		Store:     store,
-		Spool:     spool,
-		Signer:    signer,
-		Redactor:  redactor,
-		Auth:      auth,
-		Drivers:   drvs,
-		Tools:     tools,
-		Registry:  registry,
-		Shadows:   cfg.Policies.Shadow,
-		TraceDirs: traceDirs,
-		Instance:  instance,
-		Logger:    log,
+		Decider:    engine,
+		Store:      store,
+		Spool:      spool,
+		Signer:     signer,
+		Redactor:   redactor,
+		Auth:       auth,
+		Drivers:    drvs,
+		Tools:      tools,
+		Registry:   registry,
+		Shadows:    cfg.Policies.Shadow,
+		Selectable: cfg.Policies.Selectable,
+		TraceDirs:  traceDirs,
+		Instance:   instance,
+		Logger:     log,
 	})
 	if err != nil {
 		return fail(err)

@@ -47,6 +47,11 @@ type Config struct {
 	// drivers publish their operations as "<driver>.<operation>" without
 	// being listed here.
 	Tools map[string]ToolConfig `yaml:"tools"`
+
+	// File is the path the configuration was read from (LoadConfig sets
+	// it; it is not a key of the file). CheckLayout keeps it out of every
+	// workspace.
+	File string `yaml:"-"`
 }
 
 // TLSConfig secures the listener. API keys travel in every call's metadata,
@@ -93,8 +98,30 @@ type PolicyConfig struct {
 	ReloadInterval time.Duration `yaml:"reload_interval"`
 	// Shadow names, per enforcing policy_ref, a policy set evaluated
 	// beside it on every call: {policy.default: policy.candidate}. Its
-	// decision is recorded in policy_decision.json, never enforced.
+	// decision is recorded in policy_decision.json, never enforced, and no
+	// caller can name it in ctx.policy_ref.
 	Shadow map[string]string `yaml:"shadow"`
+	// Selectable restricts which callers may name which enforcing policy
+	// sets in ctx.policy_ref. Unset, every set of the folder that is not a
+	// shadow candidate is selectable by every caller. Set, a caller may
+	// name a set only when an entry lists it in refs and lists the caller
+	// in callers or one of its groups in groups; an empty list lets no
+	// caller name any set but the default. A call that names no set, or
+	// the default (policy.default), is always judged by the default set.
+	Selectable []PolicySelection `yaml:"selectable"`
+}
+
+// PolicySelection lets the callers it lists, and the callers in the groups
+// it lists, name the policy sets in refs: {callers: [ci], groups: [ops],
+// refs: [policy.strict]}.
+type PolicySelection struct {
+	// Callers are caller names from auth.keys ("anonymous" without keys).
+	Callers []string `yaml:"callers"`
+	// Groups are groups given to callers in auth.keys.
+	Groups []string `yaml:"groups"`
+	// Refs are enforcing policy sets of the folder, never a shadow
+	// candidate.
+	Refs []string `yaml:"refs"`
 }
 
 // EvidenceConfig locates the evidence store.
@@ -283,6 +310,7 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
+	cfg.File = path
 	return cfg.WithDefaults()
 }
 
@@ -366,11 +394,8 @@ func (c Config) Validate() error {
 		}
 		seen[id] = true
 	}
-	for _, ref := range sortedKeys(c.Policies.Shadow) {
-		shadow := c.Policies.Shadow[ref]
-		if shadow == "" || shadow == ref {
-			return fmt.Errorf("config: policies.shadow.%s: name another policy set", ref)
-		}
+	if err := c.Policies.validate(c.Auth.Keys); err != nil {
+		return err
 	}
 	if ol := c.Evidence.ObjectLock; ol != nil {
 		if ol.Mode != "GOVERNANCE" && ol.Mode != "COMPLIANCE" {
@@ -456,6 +481,71 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// validate checks policies.shadow and policies.selectable against each
+// other and against the callers and groups auth.keys defines. Whether the
+// sets exist in the folder is checked when the folder is loaded.
+func (p PolicyConfig) validate(keys []KeyConfig) error {
+	for _, ref := range sortedKeys(p.Shadow) {
+		shadow := p.Shadow[ref]
+		switch {
+		case shadow == "" || shadow == ref:
+			return fmt.Errorf("config: policies.shadow.%s: name another policy set", ref)
+		case shadow == defaultPolicy:
+			return fmt.Errorf("config: policies.shadow.%s: %s is the default set, enforced for every call that names none; it cannot be a shadow candidate", ref, shadow)
+		}
+		if _, ok := p.Shadow[shadow]; ok {
+			return fmt.Errorf("config: policies.shadow.%s: %s is a shadow candidate, never enforced, so it cannot have a shadow of its own", shadow, shadow)
+		}
+	}
+	callers, groups := map[string]bool{}, map[string]bool{}
+	for _, k := range keys {
+		callers[k.Caller] = true
+		for _, g := range k.Groups {
+			groups[g] = true
+		}
+	}
+	if len(keys) == 0 {
+		callers[AnonymousCaller] = true
+	}
+	for i, sel := range p.Selectable {
+		where := fmt.Sprintf("config: policies.selectable[%d]", i)
+		if len(sel.Refs) == 0 {
+			return fmt.Errorf("%s.refs: list the policy sets these callers may select", where)
+		}
+		if len(sel.Callers) == 0 && len(sel.Groups) == 0 {
+			return fmt.Errorf("%s: give callers or groups", where)
+		}
+		for _, c := range sel.Callers {
+			if !callers[c] {
+				return fmt.Errorf("%s.callers: %q is not a caller of auth.keys%s", where, c, anonymousHint(keys))
+			}
+		}
+		for _, g := range sel.Groups {
+			if !groups[g] {
+				return fmt.Errorf("%s.groups: no auth.keys entry has group %q", where, g)
+			}
+		}
+		for _, ref := range sel.Refs {
+			if ref == "" {
+				return fmt.Errorf("%s.refs: empty policy set name", where)
+			}
+			for _, enforcing := range sortedKeys(p.Shadow) {
+				if p.Shadow[enforcing] == ref {
+					return fmt.Errorf("%s.refs: %s is the shadow candidate of %s (policies.shadow) and is never enforced, so no caller may select it", where, ref, enforcing)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func anonymousHint(keys []KeyConfig) string {
+	if len(keys) == 0 {
+		return fmt.Sprintf(" (without auth.keys every caller is %q)", AnonymousCaller)
+	}
+	return ""
 }
 
 // validate checks a tool's settings for its driver type. Errors start with

@@ -53,6 +53,16 @@ func TestConfigValidate(t *testing.T) {
 		{"object lock zero days", "evidence: {url: 's3://b?region=auto', object_lock: {mode: GOVERNANCE}}", "at least 1"},
 		{"object lock twice", "evidence: {url: 's3://b?region=auto&object_lock_days=2', object_lock: {mode: GOVERNANCE, days: 1}}", "one place"},
 		{"bad secrets_env", "redact: {secrets_env: ['A B']}", "redact.secrets_env"},
+		{"selectable by caller and group", "auth: {keys: [{caller: ci, env: K, groups: [ops]}]}\npolicies: {selectable: [{callers: [ci], refs: [strict]}, {groups: [ops], refs: [lenient]}]}", ""},
+		{"selectable by anonymous without keys", "policies: {selectable: [{callers: [anonymous], refs: [strict]}]}", ""},
+		{"selectable nothing", "policies: {selectable: []}", ""},
+		{"selectable without refs", "policies: {selectable: [{callers: [anonymous]}]}", "policies.selectable[0].refs"},
+		{"selectable for nobody", "policies: {selectable: [{refs: [strict]}]}", "give callers or groups"},
+		{"selectable for an unknown caller", "auth: {keys: [{caller: ci, env: K}]}\npolicies: {selectable: [{callers: [cl], refs: [strict]}]}", `policies.selectable[0].callers: "cl" is not a caller`},
+		{"selectable for an unknown group", "auth: {keys: [{caller: ci, env: K, groups: [ops]}]}\npolicies: {selectable: [{groups: [op], refs: [strict]}]}", `no auth.keys entry has group "op"`},
+		{"selectable shadow set", "policies: {shadow: {policy.default: policy.candidate}, selectable: [{callers: [anonymous], refs: [policy.candidate]}]}", "policy.candidate is the shadow candidate of policy.default"},
+		{"default set as a shadow", "policies: {shadow: {strict: policy.default}}", "policy.default is the default set"},
+		{"shadow of a shadow", "policies: {shadow: {a: b, b: c}}", "policies.shadow.b: b is a shadow candidate"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

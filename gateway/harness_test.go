@@ -63,6 +63,8 @@ type envOptions struct {
 	spoolDir string // set: spool post-decision artifacts there
 	signer   *evidence.Signer
 	shadows  map[string]string
+	// selectable is Options.Selectable.
+	selectable []PolicySelection
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -131,7 +133,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	e.gw, err = New(Options{
 		Decider: engine, Store: e.store, Spool: spool, Signer: o.signer, Redactor: red, Auth: auth,
-		Drivers: drvs, Tools: tools, Instance: "test-host", Shadows: o.shadows,
+		Drivers: drvs, Tools: tools, Instance: "test-host", Shadows: o.shadows, Selectable: o.selectable,
 	})
 	if err != nil {
 		t.Fatal(err)
