@@ -42,7 +42,7 @@ func heapPeak() (stop func() uint64) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		tick := time.NewTicker(20 * time.Millisecond)
+		tick := time.NewTicker(5 * time.Millisecond)
 		defer tick.Stop()
 		for {
 			var ms runtime.MemStats
