@@ -178,15 +178,17 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 			}
 		case "execbox":
 			d, err := execbox.New(execbox.Config{
-				Name:             name,
-				URL:              dc.URL,
-				Command:          dc.Command,
-				Pool:             dc.Pool,
-				Timeout:          dc.Timeout,
-				MemoryLimitBytes: dc.MemoryLimitBytes,
-				MaxLogLines:      dc.MaxLogLines,
-				MaxLogChars:      dc.MaxLogChars,
-				Logger:           log,
+				Name:              name,
+				URL:               dc.URL,
+				Command:           dc.Command,
+				Pool:              dc.Pool,
+				Timeout:           dc.Timeout,
+				MemoryLimitBytes:  dc.MemoryLimitBytes,
+				MaxLogLines:       dc.MaxLogLines,
+				MaxLogChars:       dc.MaxLogChars,
+				MaxNestedCalls:    derefInt(dc.MaxNestedCalls),
+				MaxNestedInFlight: derefInt(dc.MaxNestedInFlight),
+				Logger:            log,
 			})
 			if err != nil {
 				return fail(fmt.Errorf("config: drivers.%s: %w", name, err))
@@ -304,4 +306,12 @@ func redactFingerprintKey(src *SecretSource, signer *evidence.Signer, getenv fun
 		}
 		return key, nil
 	}
+}
+
+// derefInt is *p, or 0 (the driver's default) when p is nil.
+func derefInt(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
 }

@@ -19,6 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/toolgate/toolgate/drivers/execbox"
 	"github.com/toolgate/toolgate/drivers/tpmjs"
 	"github.com/toolgate/toolgate/drivers/workspace"
 )
@@ -249,6 +250,15 @@ type DriverConfig struct {
 	MemoryLimitBytes int64         `yaml:"memory_limit_bytes"`
 	MaxLogLines      int           `yaml:"max_log_lines"`
 	MaxLogChars      int           `yaml:"max_log_chars"`
+	// MaxNestedCalls caps the tool calls one execution's guest code may
+	// make (type execbox; default 256, at most 10000). Calls beyond it are
+	// refused to the guest without reaching policy or evidence; the
+	// parent's evidence counts them.
+	// A pointer, so that an explicit 0 is refused rather than defaulted.
+	MaxNestedCalls *int `yaml:"max_nested_calls"`
+	// MaxNestedInFlight caps how many of one execution's tool calls run at
+	// once (type execbox; default 8, at most 64).
+	MaxNestedInFlight *int `yaml:"max_nested_in_flight"`
 
 	// Root is the workspace folder (type workspace).
 	Root string `yaml:"root"`
@@ -460,6 +470,12 @@ func (c Config) Validate() error {
 			}
 			if d.Pool < 0 || d.Timeout < 0 || d.MemoryLimitBytes < 0 || d.MaxLogLines < 0 || d.MaxLogChars < 0 {
 				return fmt.Errorf("config: drivers.%s: pool, timeout and limits must not be negative", name)
+			}
+			if n := d.MaxNestedCalls; n != nil && (*n < 1 || *n > execbox.MaxNestedCallsBound) {
+				return fmt.Errorf("config: drivers.%s.max_nested_calls: must be between 1 and %d (unset: 256), got %d", name, execbox.MaxNestedCallsBound, *n)
+			}
+			if n := d.MaxNestedInFlight; n != nil && (*n < 1 || *n > execbox.MaxNestedInFlightBound) {
+				return fmt.Errorf("config: drivers.%s.max_nested_in_flight: must be between 1 and %d (unset: 8), got %d", name, execbox.MaxNestedInFlightBound, *n)
 			}
 		case "":
 			return fmt.Errorf("config: drivers.%s.type: required (workspace, tpmjs or execbox)", name)

@@ -40,16 +40,23 @@ type sandboxEnv struct {
 // driver in front of a scripted runner on the given transport.
 func newSandboxEnv(t *testing.T, transport string, script execboxtest.Script) *sandboxEnv {
 	t.Helper()
+	return newSandboxEnvKeys(t, transport, script, "timeout: 2s")
+}
+
+// newSandboxEnvKeys is newSandboxEnv with the execbox driver's options
+// given as YAML flow-mapping entries.
+func newSandboxEnvKeys(t *testing.T, transport string, script execboxtest.Script, keys string) *sandboxEnv {
+	t.Helper()
 	dir := t.TempDir()
 	var runner *execboxtest.Runner
 	var driver string
 	switch transport {
 	case "ws":
 		runner = execboxtest.NewWS(t, script)
-		driver = "{type: execbox, url: \"" + runner.URL + "\", timeout: 2s}"
+		driver = "{type: execbox, url: \"" + runner.URL + "\", " + keys + "}"
 	case "stdio":
 		runner = execboxtest.NewStdio(t, script)
-		driver = "{type: execbox, command: [" + quoteAll(runner.Command) + "], timeout: 2s}"
+		driver = "{type: execbox, command: [" + quoteAll(runner.Command) + "], " + keys + "}"
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "policies"), 0o700); err != nil {
 		t.Fatal(err)

@@ -66,6 +66,12 @@ func (n *nestedCaller) CallTool(ctx context.Context, callID, toolID string, inpu
 	fail := func(code, format string, args ...any) drivers.NestedResult {
 		return drivers.NestedResult{RequestID: id, Code: code, Message: fmt.Sprintf(format, args...)}
 	}
+	// The parent's session ends a call's context when the execution runs
+	// out of time; a call that had not started by then never does: no
+	// claim, no decision, no evidence.
+	if err := ctx.Err(); err != nil {
+		return fail(nestedInternalError, "nested call %s not started: the execution ran out of time (%v)", id, err)
+	}
 	if t, ok := n.g.tools[toolID]; !ok || t.Driver == n.parentDriver {
 		return fail(nestedInternalError, "unknown tool %q", toolID)
 	}

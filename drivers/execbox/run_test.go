@@ -831,6 +831,9 @@ func TestNew(t *testing.T) {
 		{"negative memory", Config{URL: "ws://h", MemoryLimitBytes: -1}, "Config.MemoryLimitBytes must not be negative"},
 		{"tiny message limit", Config{URL: "ws://h", MaxMessageBytes: 100}, "Config.MaxMessageBytes must be at least 1024, got 100"},
 		{"named driver", Config{Name: "sandbox"}, "execbox sandbox: one of"},
+		{"negative nested calls", Config{URL: "ws://h", MaxNestedCalls: -1}, "Config.MaxNestedCalls must not be negative"},
+		{"too many nested calls", Config{URL: "ws://h", MaxNestedCalls: 10001}, "Config.MaxNestedCalls must be at most 10000, got 10001"},
+		{"too many nested calls in flight", Config{URL: "ws://h", MaxNestedInFlight: 65}, "Config.MaxNestedInFlight must be at most 64, got 65"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -847,8 +850,8 @@ func TestNew(t *testing.T) {
 
 	t.Run("defaults", func(t *testing.T) {
 		d := newDriver(t, Config{URL: "wss://runner.example/exec?tenant=a"})
-		got := fmt.Sprintf("%s %v %d %d %d %d %v", d.name, d.timeout, d.memory, d.maxLogLines, d.maxLogChars, d.maxMessage, d.cancelGrace)
-		if want := "execbox 30s 67108864 1000 64000 4194304 250ms"; got != want {
+		got := fmt.Sprintf("%s %v %d %d %d %d %v %d %d", d.name, d.timeout, d.memory, d.maxLogLines, d.maxLogChars, d.maxMessage, d.cancelGrace, d.maxNested, d.maxInFlight)
+		if want := "execbox 30s 67108864 1000 64000 4194304 250ms 256 8"; got != want {
 			t.Errorf("defaults = %s, want %s", got, want)
 		}
 	})

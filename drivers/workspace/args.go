@@ -290,6 +290,9 @@ func parseEdit(a args) (editArgs, error) {
 	if len(list) == 0 {
 		return e, errors.New("edits must contain at least one edit")
 	}
+	if len(list) > maxEdits {
+		return e, fmt.Errorf("edits must contain at most %d edits, got %d", maxEdits, len(list))
+	}
 	e.edits = make([]edit, len(list))
 	for i, item := range list {
 		obj, ok := item.(map[string]any)

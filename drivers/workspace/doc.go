@@ -58,6 +58,17 @@
 // path whose last element is a symbolic link, so a link can never be used as
 // a handle on anything it points to.
 //
+// Because writes are serialized, no single call may hold them up for long.
+// An editFile carries at most 1000 edits, and the edits times the file's
+// size may not exceed 256 MiB (each edit searches and rebuilds the file as
+// the previous ones left it; the work is counted again as the edits apply,
+// so edits that grow the file gain nothing): 25 edits on a 10 MiB file,
+// 256 on a 1 MiB one. Beyond that the call is refused as invalid (exit 2)
+// before it waits for the other writes. An editFile ends at its caller's
+// deadline or after 10 s, whichever comes first, waiting included, with a
+// timeout (exit 124) and nothing written; createFile and deleteFile give up
+// waiting at their caller's deadline the same way.
+//
 // # Shell
 //
 // A command runs as Config.Shell -c COMMAND with stdin connected to the null

@@ -11,12 +11,11 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"strings"
 	"syscall"
 	"unicode/utf8"
 )
 
-func (d *Driver) createFile(_ context.Context, a args, r *report) {
+func (d *Driver) createFile(ctx context.Context, a args, r *report) {
 	c, err := parseCreate(a)
 	if err != nil {
 		r.invalid(err)
@@ -24,8 +23,12 @@ func (d *Driver) createFile(_ context.Context, a args, r *report) {
 	}
 	r.data["path"] = c.path
 
-	d.writeMu.Lock()
-	defer d.writeMu.Unlock()
+	unlock, err := d.lockWrites(ctx)
+	if err != nil {
+		r.timedOut(err)
+		return
+	}
+	defer unlock()
 	if dir := path.Dir(c.path); dir != "." {
 		if err := d.root.MkdirAll(dir, dirMode); err != nil {
 			r.failed(fmt.Errorf("create parent directories of %s: %w", c.path, err))
@@ -82,16 +85,34 @@ func (d *Driver) readFile(_ context.Context, a args, r *report) {
 	r.data["size"] = len(content)
 }
 
-func (d *Driver) editFile(_ context.Context, a args, r *report) {
+func (d *Driver) editFile(ctx context.Context, a args, r *report) {
 	e, err := parseEdit(a)
 	if err != nil {
 		r.invalid(err)
 		return
 	}
 	r.data["path"] = e.path
+	// The edit holds the write lock; its deadline bounds how long, whatever
+	// the caller's own deadline.
+	ctx, cancel := context.WithTimeout(ctx, editTimeout)
+	defer cancel()
 
-	d.writeMu.Lock()
-	defer d.writeMu.Unlock()
+	// Refuse an edit over budget before waiting for the lock. The check is
+	// repeated on what is read under the lock, and the work is counted
+	// again while the edits apply, so a file that grows in between or is
+	// grown by the edits themselves gains nothing.
+	if fi, err := d.root.Lstat(e.path); err == nil {
+		if err := checkEditBudget(len(e.edits), fi.Size()); err != nil {
+			r.invalid(err)
+			return
+		}
+	}
+	unlock, err := d.lockWrites(ctx)
+	if err != nil {
+		r.timedOut(err)
+		return
+	}
+	defer unlock()
 	fi, err := d.root.Lstat(e.path)
 	if err != nil {
 		r.failed(notFound(e.path, err))
@@ -106,20 +127,27 @@ func (d *Driver) editFile(_ context.Context, a args, r *report) {
 		r.failed(err)
 		return
 	}
-	s := string(content)
-	for i, ed := range e.edits {
-		at := strings.Index(s, ed.old)
-		if at < 0 {
-			r.failed(fmt.Errorf("edits[%d]: oldContent not found in %s after the preceding edits; nothing was written", i, e.path))
-			return
-		}
-		s = s[:at] + ed.new + s[at+len(ed.old):]
-		if len(s) > maxContentBytes {
-			r.failed(fmt.Errorf("edits[%d]: the edited file would exceed %d bytes; nothing was written", i, maxContentBytes))
-			return
-		}
+	if err := checkEditBudget(len(e.edits), int64(len(content))); err != nil {
+		r.invalid(err)
+		return
 	}
-	if err := d.writeAtomic(e.path, []byte(s), fi.Mode().Perm(), true); err != nil {
+	edited, err := applyEdits(ctx, e.path, content, e.edits)
+	if err == nil {
+		// Writing is not interruptible; it does not start past the deadline.
+		err = ctx.Err()
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		r.timedOut(fmt.Errorf("editFile on %s stopped at its deadline (at most %v); nothing was written: %w", e.path, editTimeout, err))
+		return
+	case errors.Is(err, errEditBudget):
+		r.invalid(err)
+		return
+	case err != nil:
+		r.failed(err)
+		return
+	}
+	if err := d.writeAtomic(e.path, edited, fi.Mode().Perm(), true); err != nil {
 		r.failed(err)
 		return
 	}
@@ -127,7 +155,7 @@ func (d *Driver) editFile(_ context.Context, a args, r *report) {
 	r.data["editsApplied"] = len(e.edits)
 }
 
-func (d *Driver) deleteFile(_ context.Context, a args, r *report) {
+func (d *Driver) deleteFile(ctx context.Context, a args, r *report) {
 	da, err := parseDelete(a)
 	if err != nil {
 		r.invalid(err)
@@ -135,8 +163,12 @@ func (d *Driver) deleteFile(_ context.Context, a args, r *report) {
 	}
 	r.data["path"] = da.path
 
-	d.writeMu.Lock()
-	defer d.writeMu.Unlock()
+	unlock, err := d.lockWrites(ctx)
+	if err != nil {
+		r.timedOut(err)
+		return
+	}
+	defer unlock()
 	fi, err := d.root.Lstat(da.path)
 	if err != nil {
 		r.failed(notFound(da.path, err))

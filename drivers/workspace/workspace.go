@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -71,10 +70,11 @@ type Driver struct {
 	defaultTimeout time.Duration
 	shell          string
 
-	// writeMu serializes the file operations that modify the workspace so
-	// that an editFile's read-modify-write cannot interleave with another
-	// write made through this Driver.
-	writeMu sync.Mutex
+	// writeLock serializes the file operations that modify the workspace
+	// so that an editFile's read-modify-write cannot interleave with
+	// another write made through this Driver. It is a one-slot channel, not
+	// a mutex, so that a caller waiting for it gives up at its deadline.
+	writeLock chan struct{}
 }
 
 var _ drivers.Driver = (*Driver)(nil)
@@ -88,6 +88,7 @@ func New(cfg Config) (*Driver, error) {
 		outputLimit:    cfg.OutputLimit,
 		defaultTimeout: cfg.DefaultTimeout,
 		shell:          cfg.Shell,
+		writeLock:      make(chan struct{}, 1),
 	}
 	if d.outputLimit == 0 {
 		d.outputLimit = defaultOutputLimit
