@@ -198,3 +198,30 @@ func TestHostilePaths(t *testing.T) {
 	}
 	checkHostileFilesUntouched(t, ws)
 }
+
+// TestPolicyAuthorizeDecidesOnTheCanonicalPath: the dry run decides as the
+// gateway would, so a policy author who tries a respelled path sees the
+// deny the gateway would give, not an allow it never would.
+func TestPolicyAuthorizeDecidesOnTheCanonicalPath(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, hostilePathPolicy)
+	tests := []struct {
+		name, args string
+		code       int
+		want       string
+	}{
+		{"a respelled path is denied by the rule naming the file", `{"path":"./etc//passwd"}`, exitFailure, "no_etc"},
+		{"an NFD spelling is denied", `{"path":"cafe\u0301/menu.txt"}`, exitFailure, "no_menu"},
+		{"a path with no canonical form is refused", `{"path":"conf/../etc/passwd"}`, exitError, "args.path: must not contain a '..'"},
+		{"a canonical path that no rule forbids is allowed", `{"path":"notes.txt"}`, exitOK, "allow_workspace"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, stderr, code := runTool(t, dir, "policy", "authorize", "--caller", "alice",
+				"--tool", "workspace.readFile", "--args", tc.args)
+			if code != tc.code || !strings.Contains(out+stderr, tc.want) {
+				t.Fatalf("exit %d, output:\n%s%s\nwant exit %d mentioning %q", code, out, stderr, tc.code, tc.want)
+			}
+		})
+	}
+}

@@ -139,11 +139,17 @@ func pathArg(target string) (name string, kind pathKind, ok bool) {
 
 var _ drivers.Normalizer = (*Driver)(nil)
 
-// Normalize implements drivers.Normalizer: it puts the path of a file
-// operation, or the shell's cwd, in canonical form (see the package
-// documentation), so that the policy decision and the operation see the
-// same path. A path with no canonical form is a *drivers.ArgError.
+// Normalize implements drivers.Normalizer with NormalizeArgs.
 func (d *Driver) Normalize(target string, a map[string]any) (map[string]any, bool, error) {
+	return NormalizeArgs(target, a)
+}
+
+// NormalizeArgs puts the path of a file operation, or the shell's cwd, in
+// canonical form (see the package documentation), so that the policy
+// decision and the operation see the same path. A path with no canonical
+// form is a *drivers.ArgError. Tools that decide offline as the gateway
+// would (toolgate policy authorize) call it without a Driver.
+func NormalizeArgs(target string, a map[string]any) (map[string]any, bool, error) {
 	name, kind, ok := pathArg(target)
 	if !ok {
 		return a, false, nil

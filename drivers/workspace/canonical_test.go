@@ -70,7 +70,7 @@ func TestCanonicalPathGivesEverySpellingOneForm(t *testing.T) {
 }
 
 func TestNormalizeRewritesOnlyTheResourceArgument(t *testing.T) {
-	var d *Driver
+	d := &Driver{}
 	in := map[string]any{"path": "./a//b", "content": "./x//y"}
 	out, changed, err := d.Normalize(opCreateFile, in)
 	if err != nil || !changed || out["path"] != "a/b" || out["content"] != "./x//y" {

@@ -54,7 +54,7 @@ func FuzzCanonicalPath(f *testing.F) {
 			if kind == kindDir {
 				name, op = "cwd", "shell"
 			}
-			canon, changed, err := (*Driver)(nil).Normalize(op, map[string]any{name: p})
+			canon, changed, err := NormalizeArgs(op, map[string]any{name: p})
 			if err != nil || canon[name] != c || changed != (c != p) {
 				t.Fatalf("Normalize(%q) = %v, %v, %v; want %q", p, canon, changed, err, c)
 			}
