@@ -47,6 +47,38 @@ const (
 // names (control, bidi or zero-width characters) is refused. The result is
 // a fixed point: canonicalPath(canonicalPath(p)) == canonicalPath(p).
 func canonicalPath(p string, kind pathKind) (string, error) {
+	if plainCanonical(p) {
+		return p, nil
+	}
+	return cleanPath(p, kind)
+}
+
+// plainCanonical reports, without allocating, whether p is printable ASCII
+// and already canonical: the common case. NFC leaves ASCII unchanged, so
+// cleanPath would return p itself.
+func plainCanonical(p string) bool {
+	if p == "" || len(p) > maxPathChars || p[0] == '/' {
+		return false
+	}
+	start := 0
+	for i := 0; i <= len(p); i++ {
+		if i < len(p) {
+			if c := p[i]; c < 0x20 || c > 0x7e {
+				return false
+			} else if c != '/' {
+				continue
+			}
+		}
+		if seg := p[start:i]; seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+		start = i + 1
+	}
+	return true
+}
+
+// cleanPath is canonicalPath for any spelling.
+func cleanPath(p string, kind pathKind) (string, error) {
 	switch {
 	case p == "":
 		return "", errPathEmpty

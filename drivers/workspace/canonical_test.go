@@ -169,3 +169,23 @@ func TestFileOperationsNeverTraverseALink(t *testing.T) {
 		t.Errorf("a file was created through the link: %v", err)
 	}
 }
+
+// BenchmarkNormalize measures what the gateway adds to a workspace call:
+// nothing allocated for a path already canonical, one clean-up otherwise.
+func BenchmarkNormalize(b *testing.B) {
+	for _, bc := range []struct{ name, path string }{
+		{"canonical", "src/pkg/main.go"},
+		{"respelled", "./src//pkg/./main.go"},
+		{"non-ASCII", "docs/caf\u00e9/men\u00fc.md"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			a := map[string]any{"path": bc.path}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, err := NormalizeArgs(opReadFile, a); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

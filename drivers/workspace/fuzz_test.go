@@ -31,6 +31,9 @@ func FuzzCanonicalPath(f *testing.F) {
 	f.Fuzz(func(t *testing.T, p string) {
 		for _, kind := range []pathKind{kindFile, kindDir} {
 			c, err := canonicalPath(p, kind)
+			if slow, slowErr := cleanPath(p, kind); slow != c || (slowErr == nil) != (err == nil) {
+				t.Fatalf("%q: the fast path gives %q, %v; the full one %q, %v", p, c, err, slow, slowErr)
+			}
 			if err != nil {
 				continue
 			}
