@@ -258,18 +258,24 @@ func TestNestedCallsAreCanonicalisedToo(t *testing.T) {
 	}
 }
 
-// recordingDecider remembers the arguments policy saw, per request id.
+// recordingDecider remembers the arguments policy saw, per request id, and
+// runs after (when set) once each decision is made, before the driver.
 type recordingDecider struct {
 	Decider
-	mu   sync.Mutex
-	seen map[string]map[string]any
+	mu    sync.Mutex
+	seen  map[string]map[string]any
+	after func()
 }
 
 func (r *recordingDecider) Decide(ctx context.Context, req policy.Request) policy.Decision {
 	r.mu.Lock()
 	r.seen[req.RequestID] = req.Args
 	r.mu.Unlock()
-	return r.Decider.Decide(ctx, req)
+	d := r.Decider.Decide(ctx, req)
+	if r.after != nil {
+		r.after()
+	}
+	return d
 }
 
 func (r *recordingDecider) path(id string) string {
@@ -280,11 +286,11 @@ func (r *recordingDecider) path(id string) string {
 }
 
 // newRecordingGateway is a gateway over a real workspace and file store,
-// on a loopback listener, whose decisions are recorded.
-func newRecordingGateway(t *testing.T) (toolgatev1.ToolGatewayClient, *recordingDecider, string) {
+// on a loopback listener, deciding with policyText and recording it.
+func newRecordingGateway(t *testing.T, policyText string) (toolgatev1.ToolGatewayClient, *recordingDecider, string) {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "policy.default.cedar"), []byte(permitWorkspace), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "policy.default.cedar"), []byte(policyText), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	engine, err := policy.Load(dir)
@@ -365,7 +371,7 @@ func snapshot(t *testing.T, root string) map[string]string {
 // spellings of random paths, the path policy saw is the file the driver
 // created (the one file on disk that changed) and the file it read.
 func TestPolicyViewAndOpenedFileAgree(t *testing.T) {
-	client, rec, root := newRecordingGateway(t)
+	client, rec, root := newRecordingGateway(t, permitWorkspace)
 	r := rand.New(rand.NewPCG(11, 2))
 	dirs := []string{"a", "docs", "caf\u00e9", "\u00c5ngstr\u00f6m", "\u1e9b\u0323"}
 	names := []string{"x.txt", "\u00e9t\u00e9.md", "n\u00f1.txt", "plain", "\uac00.txt"}
@@ -411,4 +417,51 @@ func TestPolicyViewAndOpenedFileAgree(t *testing.T) {
 			t.Fatalf("read %q: policy saw %q, read %q (%v), want %q from %q", spelling, rec.path(id), resp.GetToolResult().GetStdout(), err, content, want)
 		}
 	}
+}
+
+// TestLinkSwappedInAfterTheDecisionFailsTheCall: policy allows d/passwd,
+// then (between the decision and the driver) d is replaced by a link to
+// etc. The operation fails on the link; it never acts on etc/passwd.
+func TestLinkSwappedInAfterTheDecisionFailsTheCall(t *testing.T) {
+	client, rec, root := newRecordingGateway(t, canonicalPolicy)
+	plantForbidden(t, root)
+	edits := []any{map[string]any{"oldContent": "SECRET", "newContent": "pwned"}}
+	for i, args := range []map[string]any{
+		{"tool": "workspace.readFile", "path": "d/passwd"},
+		{"tool": "workspace.createFile", "path": "d/passwd", "content": "pwned", "overwrite": true},
+		{"tool": "workspace.editFile", "path": "d/passwd", "edits": edits},
+		{"tool": "workspace.deleteFile", "path": "d/passwd"},
+	} {
+		d := filepath.Join(root, "d")
+		if err := os.RemoveAll(d); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "passwd"), []byte("harmless SECRET\n"), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		rec.after = func() {
+			if err := os.RemoveAll(d); err != nil {
+				t.Error(err)
+			}
+			if err := os.Symlink("etc", d); err != nil {
+				t.Error(err)
+			}
+		}
+		tool := args["tool"].(string)
+		delete(args, "tool")
+		resp, err := client.RunTool(context.Background(), &toolgatev1.RunToolRequest{
+			RequestId: fmt.Sprintf("swap-%d", i), ToolId: tool, Args: mustStruct(t, args),
+		})
+		if err != nil || resp.GetPolicyCheck().GetDecision() != "allow" {
+			t.Fatalf("%s: %v, %v; want the decision to allow d/passwd", tool, resp, err)
+		}
+		tr := resp.GetToolResult()
+		if resp.GetOk() || !strings.Contains(tr.GetStderr(), "d is a symbolic link") || strings.Contains(tr.GetStdout(), "ETC-SECRET") {
+			t.Errorf("%s after the swap: ok %v, stdout %q, stderr %q; want a failure on the link", tool, resp.GetOk(), tr.GetStdout(), tr.GetStderr())
+		}
+	}
+	checkForbiddenUntouched(t, root)
 }
