@@ -164,16 +164,27 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	callerCtx := ctx
 	ctx = context.WithoutCancel(ctx)
 
-	hash, err := canonicalHash(caller, c)
-	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
 	tool, known := g.lookupTool(c.ToolID)
 	engineRef := g.engineBase
 	if known {
 		engineRef += "/" + g.drivers[tool.Driver].Engine()
 	}
 	args, err := decodeArgs(c.Args)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	// 0. Canonicalise the arguments that name resources: from here on,
+	// the hash, the evidence, policy and the driver see only that form.
+	if known {
+		if c, args, err = g.canonicalise(c, tool, args); err != nil {
+			var invalid *invalidArgument
+			if errors.As(err, &invalid) {
+				return nil, status.Error(codes.InvalidArgument, err.Error())
+			}
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
+	hash, err := canonicalHash(caller, c)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"regexp"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -93,7 +94,12 @@ func (n *nestedCaller) CallTool(ctx context.Context, callID, toolID string, inpu
 	c.ParentRequestID = n.parent.RequestID
 	resp, err := n.g.run(ctx, n.caller, c)
 	if err != nil {
-		return fail(nestedInternalError, "nested call %s: %s", id, status.Convert(err).Message())
+		code := nestedInternalError
+		if status.Code(err) == codes.InvalidArgument {
+			// An argument with no canonical form: the guest's input.
+			code = nestedValidationError
+		}
+		return fail(code, "nested call %s: %s", id, status.Convert(err).Message())
 	}
 	if pc := resp.GetPolicyCheck(); pc.GetDecision() != "allow" {
 		return fail(nestedToolError, "tool %s denied by policy (rule %s): %s", toolID, pc.GetRuleId(), pc.GetReason())

@@ -41,7 +41,9 @@ type call struct {
 	// code made this call. Such calls are decided as Action::"CallTool".
 	ParentRequestID string
 	// Args is the canonical JSON of the arguments: keys sorted, numbers as
-	// JSON numbers. It is what is hashed, stored and decoded for drivers.
+	// JSON numbers, and (once run has canonicalised them) the arguments
+	// that name resources in their driver's canonical form. It is what is
+	// hashed, stored, decided on and decoded for drivers.
 	Args json.RawMessage
 }
 

@@ -114,6 +114,9 @@ func policyAuthorize(ctx context.Context, args []string, stdout, stderr io.Write
 		spec.ToolAttributes = &attrs
 	}
 	req, err := spec.Request()
+	if err == nil {
+		req, err = canonicalWorkspaceArgs(req)
+	}
 	if err != nil {
 		return fail("%v", err)
 	}

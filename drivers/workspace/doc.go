@@ -6,8 +6,10 @@
 // # Isolation
 //
 // The isolation level is "process", not a sandbox. File operations are
-// confined to the workspace folder with an [os.Root], so no path, ".."
-// component or symbolic link reaches anything outside it. The shell, however,
+// confined to the workspace folder: a path is relative and has no ".."
+// element, and every folder on it is opened relative to its parent without
+// following symbolic links (see Files), so nothing outside the workspace is
+// reached. The shell, however,
 // runs as the gateway's own user: it starts in a directory inside the
 // workspace with a scrubbed environment, in its own process group that is
 // killed as a whole when the call ends, but nothing stops a command from
@@ -27,8 +29,34 @@
 //   - deleteFile: path
 //   - shell: command, cwd, timeout (milliseconds), env
 //
-// A path is relative, non-empty, at most 255 characters, valid UTF-8, without
-// NUL bytes and without a ".." component. File content is at most 10 MiB, a
+// # Canonical paths
+//
+// Policy sees exactly what runs. The driver implements [drivers.Normalizer]:
+// the gateway canonicalises a file operation's path and the shell's cwd
+// before the call is hashed, recorded or decided, and Cedar's context,
+// request.json and the driver all get that one spelling. The canonical form
+// of a path is
+//
+//   - relative (no leading '/'), with segments separated by a single '/';
+//   - without "." or empty segments: "./a", "a//b", "a/./b" are "a/b";
+//   - in Unicode NFC: "cafe\u0301" is "caf\u00e9";
+//   - at most 255 characters (the spelling before cleaning at most 1020 bytes).
+//
+// A path with no canonical form is refused (the gateway answers
+// INVALID_ARGUMENT before claiming the request id): an empty path, a ".."
+// segment (it cannot be resolved without knowing which folders are links),
+// a NUL byte, invalid UTF-8, a control character (C0, DEL, C1), a format
+// character (bidi overrides and isolates, zero-width spaces and joiners, the
+// byte order mark, the soft hyphen: Unicode category Cf) or a line or
+// paragraph separator, since each would let one file have a spelling a rule
+// author cannot see. For a file operation, a spelling that names a folder
+// ("a/", "a/.", ".") is refused rather than turned into a file name; a cwd
+// is cleaned ("sub/." is "sub", "./" is "." for the workspace root).
+// Run itself refuses a path that is not canonical, so a Go caller that
+// bypasses the gateway gets a refusal, never a second interpretation.
+// Names on disk that are not NFC cannot be reached by file operations.
+//
+// Beyond paths: file content is at most 10 MiB, a
 // command at most 4096 characters, a timeout between 1000 and 3600000 ms, and
 // an environment variable name matches ^[A-Za-z_][A-Za-z0-9_]*$.
 //
@@ -53,10 +81,18 @@
 // made through one Driver are serialized, which makes an editFile's
 // read-modify-write atomic with respect to the other file operations of the
 // same Driver (not with respect to shell commands). Replacing a file keeps its
-// permission bits. Symbolic links are followed for reading as long as they
-// resolve inside the workspace; createFile, editFile and deleteFile refuse a
-// path whose last element is a symbolic link, so a link can never be used as
-// a handle on anything it points to.
+// permission bits.
+//
+// File operations never traverse a symbolic link, wherever it points: every
+// folder on the path is opened relative to its parent with O_NOFOLLOW, and
+// the operation acts on the last element through the folder it holds open,
+// with a link in last place refused too (deleteFile removes no link, and
+// createFile replaces none). A path that goes through a link fails with
+// "<prefix> is a symbolic link; file operations do not follow links", and a
+// link swapped in after the policy decision makes the call fail rather than
+// redirect it, so the file acted on is always the one policy saw. The
+// shell's cwd is checked the same way before the command starts (the
+// command itself may then follow any link it likes).
 //
 // Because writes are serialized, no single call may hold them up for long.
 // An editFile carries at most 1000 edits, and the edits times the file's

@@ -37,6 +37,22 @@ func checkEditBudget(n int, size int64) error {
 	return nil
 }
 
+// checkEditBudgetEarly refuses an edit over budget from the file's current
+// size, before the edit waits for the write lock. The file is looked up the
+// way every file operation does it, without following links; a file that
+// cannot be found is left for the locked step to report.
+func (d *Driver) checkEditBudgetEarly(e editArgs) error {
+	pl, err := d.locate(e.path, false)
+	if err != nil {
+		return nil
+	}
+	defer pl.close()
+	if _, size, err := pl.lstat(); err == nil {
+		return checkEditBudget(len(e.edits), size)
+	}
+	return nil
+}
+
 // applyEdits applies edits to content in order, each to the first
 // occurrence of its oldContent in what the previous edits left. Each edit
 // costs one search and at most one copy into a second buffer, reused, so

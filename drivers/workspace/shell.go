@@ -34,21 +34,21 @@ func (d *Driver) runShell(ctx context.Context, a args, r *report) {
 
 	dir := d.absRoot
 	if s.cwd != "" {
-		// Resolving through the root refuses a cwd that leaves the
-		// workspace by way of a symbolic link.
-		fi, err := d.root.Stat(s.cwd)
-		if errors.Is(err, fs.ErrNotExist) {
+		// Like a file operation's path, cwd is walked without following
+		// a symbolic link, so policy saw the folder the command starts in.
+		fd, err := d.openDir(s.cwd, false)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
 			r.failed(fmt.Errorf("cwd %s does not exist", s.cwd))
 			return
-		}
-		if err != nil {
+		case errors.Is(err, syscall.ENOTDIR):
+			r.failed(fmt.Errorf("cwd %s is not a directory", s.cwd))
+			return
+		case err != nil:
 			r.failed(fmt.Errorf("cwd: %w", err))
 			return
 		}
-		if !fi.IsDir() {
-			r.failed(fmt.Errorf("cwd %s is not a directory", s.cwd))
-			return
-		}
+		syscall.Close(fd)
 		dir = filepath.Join(d.absRoot, filepath.FromSlash(s.cwd))
 	}
 	if err := d.root.Mkdir(tmpDirName, dirMode); err != nil && !errors.Is(err, fs.ErrExist) {

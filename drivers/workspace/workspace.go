@@ -64,7 +64,10 @@ type Config struct {
 // Driver runs workspace operations in one folder. It implements
 // drivers.Driver and is safe for concurrent use.
 type Driver struct {
-	root           *os.Root
+	root *os.Root
+	// rootDir is the workspace folder held open, where file operations
+	// start their walk (see nofollow.go).
+	rootDir        *os.File
 	absRoot        string // the folder's absolute path, symbolic links resolved
 	outputLimit    int
 	defaultTimeout time.Duration
@@ -130,12 +133,16 @@ func New(cfg Config) (*Driver, error) {
 	if d.root, err = os.OpenRoot(d.absRoot); err != nil {
 		return nil, fmt.Errorf("workspace: open root: %w", err)
 	}
+	if d.rootDir, err = os.Open(d.absRoot); err != nil {
+		d.root.Close()
+		return nil, fmt.Errorf("workspace: open root: %w", err)
+	}
 	return d, nil
 }
 
 // Close releases the workspace folder. Calls to Run after Close fail.
 func (d *Driver) Close() error {
-	return d.root.Close()
+	return errors.Join(d.root.Close(), d.rootDir.Close())
 }
 
 // Engine names the downstream engine: "workspace".
