@@ -47,6 +47,8 @@ type Config struct {
 	// drivers publish their operations as "<driver>.<operation>" without
 	// being listed here.
 	Tools map[string]ToolConfig `yaml:"tools"`
+	// Limits bound connections and concurrent calls.
+	Limits LimitsConfig `yaml:"limits"`
 }
 
 // TLSConfig secures the listener. API keys travel in every call's metadata,
@@ -365,6 +367,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s: the same key is listed twice", where)
 		}
 		seen[id] = true
+	}
+	if err := c.Limits.validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	for _, ref := range sortedKeys(c.Policies.Shadow) {
 		shadow := c.Policies.Shadow[ref]

@@ -63,6 +63,9 @@ type Options struct {
 	Logger   *slog.Logger
 	// Now returns the current time; time.Now by default.
 	Now func() time.Time
+	// Limits bound connections and concurrent calls; zero values take
+	// DefaultLimits.
+	Limits LimitsConfig
 }
 
 // Gateway runs RunTool calls. It is safe for concurrent use.
@@ -80,6 +83,10 @@ type Gateway struct {
 	shadows   map[string]string
 	// shadowFlips counts decisions a shadow set would have flipped.
 	shadowFlips atomic.Int64
+	limits      LimitsConfig
+	// running counts the top-level calls in flight, against
+	// limits.max_concurrent_calls.
+	running atomic.Int64
 	traceDirs   map[string]string
 	engineBase  string
 	log         *slog.Logger
@@ -99,6 +106,9 @@ func New(opts Options) (*Gateway, error) {
 		return nil, errors.New("gateway: Options.Auth is required")
 	case opts.Instance == "":
 		return nil, errors.New("gateway: Options.Instance is required")
+	}
+	if err := opts.Limits.validate(); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	for id, t := range opts.Tools {
 		if _, ok := opts.Drivers[t.Driver]; !ok {
@@ -123,6 +133,7 @@ func New(opts Options) (*Gateway, error) {
 		registry:   opts.Registry,
 		shadows:    opts.Shadows,
 		traceDirs:  opts.TraceDirs,
+		limits:     opts.Limits.withDefaults(),
 		engineBase: fmt.Sprintf("toolgate/%s@%s", Version, opts.Instance),
 		log:        opts.Logger,
 		now:        opts.Now,
@@ -136,12 +147,20 @@ func New(opts Options) (*Gateway, error) {
 	return g, nil
 }
 
-// RunTool implements the ToolGateway service.
+// RunTool implements the ToolGateway service. At most
+// limits.max_concurrent_calls run at once; the tool calls a running call's
+// sandboxed code makes go through run directly and are not counted, so a
+// call holding a slot never waits for a slot of its own.
 func (g *Gateway) RunTool(ctx context.Context, req *toolgatev1.RunToolRequest) (*toolgatev1.RunToolResponse, error) {
-	caller, err := g.auth.Authenticate(ctx)
+	caller, err := g.authenticate(ctx)
 	if err != nil {
 		return nil, err
 	}
+	release, err := g.admitCall()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	c, err := parseRequest(req)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())

@@ -20,18 +20,20 @@ import (
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
-// maxRecvMsgSize leaves room for the largest valid request (1 MiB of args
-// plus the other fields) while bounding what one call can make us buffer.
-const maxRecvMsgSize = 4 << 20
-
 // NewServer returns a gRPC server serving g's ToolGateway, the standard
 // grpc.health.v1 health service and server reflection. The returned health
 // server lets the caller mark the service NOT_SERVING while it drains.
+//
+// Callers are authenticated from their headers before a message is read
+// (health needs no key), a message is capped at the largest valid request,
+// and the connection limits of Options.Limits apply; serve the result on
+// g.LimitListener(lis) to cap connections too.
 func (g *Gateway) NewServer(opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
-	opts = append([]grpc.ServerOption{
+	opts = append(append([]grpc.ServerOption{
 		grpc.ForceServerCodecV2(rawCodec{proto: encoding.GetCodecV2("proto")}),
-		grpc.MaxRecvMsgSize(maxRecvMsgSize),
-	}, opts...)
+		grpc.MaxRecvMsgSize(maxRequestBytes),
+		grpc.InTapHandle(g.authenticateStream),
+	}, g.limits.serverOptions()...), opts...)
 	s := grpc.NewServer(opts...)
 	s.RegisterService(&toolGatewayDesc, g)
 	hs := health.NewServer()
@@ -64,7 +66,10 @@ var toolGatewayDesc = grpc.ServiceDesc{
 func runToolHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	var raw rawMessage
 	if err := dec(&raw); err != nil {
-		return nil, err
+		return nil, describeRecvError(err)
+	}
+	if err := scanRequestArgs(raw.data); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	req := new(toolgatev1.RunToolRequest)
 	if err := proto.Unmarshal(raw.data, req); err != nil {
@@ -93,6 +98,17 @@ func listToolsHandler(srv any, ctx context.Context, dec func(any) error, interce
 	return interceptor(ctx, req, info, func(ctx context.Context, req any) (any, error) {
 		return s.ListTools(ctx, req.(*toolgatev1.ListToolsRequest))
 	})
+}
+
+// describeRecvError says which limit a message over the transport's size
+// cap broke; grpc-go's own message gives only the numbers.
+func describeRecvError(err error) error {
+	if status.Code(err) != codes.ResourceExhausted {
+		return err
+	}
+	return status.Errorf(codes.ResourceExhausted,
+		"request: larger than %d bytes, the limit on a RunToolRequest (args: at most %d bytes of JSON, %d values) (%v)",
+		maxRequestBytes, maxArgsBytes, maxArgsNodes, status.Convert(err).Message())
 }
 
 // rawMessage receives a request's undecoded bytes.
