@@ -63,6 +63,7 @@ type envOptions struct {
 	spoolDir string // set: spool post-decision artifacts there
 	signer   *evidence.Signer
 	shadows  map[string]string
+	limits   LimitsConfig
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -131,7 +132,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	e.gw, err = New(Options{
 		Decider: engine, Store: e.store, Spool: spool, Signer: o.signer, Redactor: red, Auth: auth,
-		Drivers: drvs, Tools: tools, Instance: "test-host", Shadows: o.shadows,
+		Drivers: drvs, Tools: tools, Instance: "test-host", Shadows: o.shadows, Limits: o.limits,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +153,7 @@ func serve(t testing.TB, g *Gateway, register ...func(*grpc.Server)) *grpc.Clien
 	for _, r := range register {
 		r(srv)
 	}
-	go srv.Serve(lis)
+	go srv.Serve(g.LimitListener(lis))
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

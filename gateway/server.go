@@ -66,7 +66,7 @@ var toolGatewayDesc = grpc.ServiceDesc{
 func runToolHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	var raw rawMessage
 	if err := dec(&raw); err != nil {
-		return nil, describeRecvError(err)
+		return nil, err
 	}
 	if err := scanRequestArgs(raw.data); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -98,17 +98,6 @@ func listToolsHandler(srv any, ctx context.Context, dec func(any) error, interce
 	return interceptor(ctx, req, info, func(ctx context.Context, req any) (any, error) {
 		return s.ListTools(ctx, req.(*toolgatev1.ListToolsRequest))
 	})
-}
-
-// describeRecvError says which limit a message over the transport's size
-// cap broke; grpc-go's own message gives only the numbers.
-func describeRecvError(err error) error {
-	if status.Code(err) != codes.ResourceExhausted {
-		return err
-	}
-	return status.Errorf(codes.ResourceExhausted,
-		"request: larger than %d bytes, the limit on a RunToolRequest (args: at most %d bytes of JSON, %d values) (%v)",
-		maxRequestBytes, maxArgsBytes, maxArgsNodes, status.Convert(err).Message())
 }
 
 // rawMessage receives a request's undecoded bytes.

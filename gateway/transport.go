@@ -67,29 +67,19 @@ func (g *Gateway) admitCall() (func(), error) {
 // count. Repeated args fields are merged by protobuf, so their counts add.
 func scanRequestArgs(b []byte) error {
 	s := argsScan{budget: maxArgsNodes}
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
+	for {
+		num, v, rest, ok := nextMessage(b)
+		if !ok {
 			return nil
 		}
-		b = b[n:]
-		if num == 3 && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return nil
-			}
-			if err := s.object(v, 1); err != nil {
-				return err
-			}
-			b = b[n:]
+		b = rest
+		if num != 3 {
 			continue
 		}
-		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-			return nil
+		if err := s.object(v, 1); err != nil {
+			return err
 		}
-		b = b[n:]
 	}
-	return nil
 }
 
 // argsScan counts the values of a google.protobuf.Struct on the wire.
@@ -111,9 +101,29 @@ func (s *argsScan) object(b []byte, depth int) error {
 	if depth > maxArgsDepth {
 		return invalidf("args: nested deeper than %d levels", maxArgsDepth)
 	}
-	return eachMessage(b, structFields, func(entry []byte) error {
-		return eachMessage(entry, entryValue, func(v []byte) error { return s.value(v, depth) })
-	})
+	for {
+		num, entry, rest, ok := nextMessage(b)
+		if !ok {
+			return nil
+		}
+		b = rest
+		if num != structFields {
+			continue
+		}
+		for {
+			num, v, rest, ok := nextMessage(entry)
+			if !ok {
+				break
+			}
+			entry = rest
+			if num != entryValue {
+				continue
+			}
+			if err := s.value(v, depth); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // list scans a ListValue whose items sit at depth.
@@ -121,7 +131,19 @@ func (s *argsScan) list(b []byte, depth int) error {
 	if depth > maxArgsDepth {
 		return invalidf("args: nested deeper than %d levels", maxArgsDepth)
 	}
-	return eachMessage(b, listValues, func(v []byte) error { return s.value(v, depth) })
+	for {
+		num, v, rest, ok := nextMessage(b)
+		if !ok {
+			return nil
+		}
+		b = rest
+		if num != listValues {
+			continue
+		}
+		if err := s.value(v, depth); err != nil {
+			return err
+		}
+	}
 }
 
 // value counts one Value and scans what it nests.
@@ -129,62 +151,47 @@ func (s *argsScan) value(b []byte, depth int) error {
 	if s.budget--; s.budget < 0 {
 		return invalidf("args: more than %d values, the limit", maxArgsNodes)
 	}
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
+	for {
+		num, v, rest, ok := nextMessage(b)
+		if !ok {
 			return nil
 		}
-		b = b[n:]
-		if typ != protowire.BytesType || (num != valueStructValue && num != valueListValue) {
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return nil
-			}
-			b = b[n:]
-			continue
-		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return nil
-		}
-		b = b[n:]
+		b = rest
 		var err error
-		if num == valueStructValue {
+		switch num {
+		case valueStructValue:
 			err = s.object(v, depth+1)
-		} else {
+		case valueListValue:
 			err = s.list(v, depth+1)
 		}
 		if err != nil {
 			return err
 		}
 	}
-	return nil
 }
 
-// eachMessage calls fn with every length-delimited field number num of the
-// message b, skipping the other fields, and stops at the first error or at
-// bytes that do not parse.
-func eachMessage(b []byte, num protowire.Number, fn func([]byte) error) error {
+// nextMessage returns the next length-delimited field of the message b,
+// its number and what follows it, skipping fields of other wire types. ok
+// is false at the end of b and at bytes that do not parse.
+func nextMessage(b []byte) (num protowire.Number, v, rest []byte, ok bool) {
 	for len(b) > 0 {
-		n0, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return nil
+			return 0, nil, nil, false
 		}
 		b = b[n:]
-		if n0 != num || typ != protowire.BytesType {
-			if n = protowire.ConsumeFieldValue(n0, typ, b); n < 0 {
-				return nil
+		if typ != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return 0, nil, nil, false
 			}
 			b = b[n:]
 			continue
 		}
 		v, n := protowire.ConsumeBytes(b)
 		if n < 0 {
-			return nil
+			return 0, nil, nil, false
 		}
-		b = b[n:]
-		if err := fn(v); err != nil {
-			return err
-		}
+		return num, v, b[n:], true
 	}
-	return nil
+	return 0, nil, nil, false
 }
