@@ -86,11 +86,11 @@ type Gateway struct {
 	limits      LimitsConfig
 	// running counts the top-level calls in flight, against
 	// limits.max_concurrent_calls.
-	running atomic.Int64
-	traceDirs   map[string]string
-	engineBase  string
-	log         *slog.Logger
-	now         func() time.Time
+	running    atomic.Int64
+	traceDirs  map[string]string
+	engineBase string
+	log        *slog.Logger
+	now        func() time.Time
 }
 
 // New checks opts and returns a Gateway.

@@ -13,9 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/encoding"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
@@ -42,26 +40,11 @@ func withKey(ctx context.Context) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+testKey)
 }
 
-// rawClientCodec sends *rawMessage bytes as they are, so a test can put
-// any message on the wire without the client copying or checking it.
-type rawClientCodec struct{ proto encoding.CodecV2 }
-
-func (c rawClientCodec) Name() string { return "proto" }
-
-func (c rawClientCodec) Marshal(v any) (mem.BufferSlice, error) {
-	if r, ok := v.(*rawMessage); ok {
-		return mem.BufferSlice{mem.SliceBuffer(r.data)}, nil
-	}
-	return c.proto.Marshal(v)
-}
-
-func (c rawClientCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
-
-// sendRaw sends msg as a RunToolRequest on conn.
+// sendRaw sends msg as a RunToolRequest on conn, as it is: the client
+// neither copies nor checks it.
 func sendRaw(ctx context.Context, conn *grpc.ClientConn, msg []byte) error {
-	var resp toolgatev1.RunToolResponse
-	return conn.Invoke(ctx, toolgatev1.ToolGateway_RunTool_FullMethodName, &rawMessage{data: msg}, &resp,
-		grpc.ForceCodecV2(rawClientCodec{proto: encoding.GetCodecV2("proto")}))
+	var out []byte
+	return conn.Invoke(ctx, toolgatev1.ToolGateway_RunTool_FullMethodName, &msg, &out, grpc.ForceCodecV2(bytesCodec{}))
 }
 
 // encodeRequest encodes a RunToolRequest whose args field holds args, an
