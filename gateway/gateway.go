@@ -156,11 +156,10 @@ func (g *Gateway) RunTool(ctx context.Context, req *toolgatev1.RunToolRequest) (
 	if err != nil {
 		return nil, err
 	}
-	release, err := g.admitCall()
-	if err != nil {
+	if err := g.admitCall(); err != nil {
 		return nil, err
 	}
-	defer release()
+	defer g.releaseCall()
 	c, err := parseRequest(req)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())

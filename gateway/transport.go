@@ -49,15 +49,18 @@ func (g *Gateway) authenticate(ctx context.Context) (string, error) {
 // request is claimed, means a refused call leaves no evidence and costs
 // nothing to store: the caller retries under the same request_id, and a
 // flood cannot turn into a flood of evidence writes or of parked
-// goroutines. The returned function gives the slot back.
-func (g *Gateway) admitCall() (func(), error) {
+// goroutines. releaseCall gives the slot back.
+func (g *Gateway) admitCall() error {
 	if n := g.running.Add(1); n > int64(g.limits.MaxConcurrentCalls) {
 		g.running.Add(-1)
-		return nil, status.Errorf(codes.ResourceExhausted,
+		return status.Errorf(codes.ResourceExhausted,
 			"limits.max_concurrent_calls: %d calls are running, the limit; retry later", g.limits.MaxConcurrentCalls)
 	}
-	return func() { g.running.Add(-1) }, nil
+	return nil
 }
+
+// releaseCall gives back a slot admitCall took.
+func (g *Gateway) releaseCall() { g.running.Add(-1) }
 
 // scanRequestArgs walks the args field of an encoded RunToolRequest and
 // refuses it, before anything is decoded, when it holds more than
