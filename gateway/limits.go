@@ -141,9 +141,16 @@ func (l LimitsConfig) validate() error {
 	return nil
 }
 
+// maxHeaderListBytes caps the headers of one call, which are read and
+// decoded before the caller is authenticated (grpc-go allows 16 MiB). A
+// gRPC client's headers take a few hundred bytes; 64 KiB leaves room for a
+// proxy's tokens and tracing headers.
+const maxHeaderListBytes = 64 << 10
+
 // serverOptions turns the connection limits into gRPC server options.
 func (l LimitsConfig) serverOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
+		grpc.MaxHeaderListSize(maxHeaderListBytes),
 		grpc.MaxConcurrentStreams(uint32(l.MaxConcurrentStreams)),
 		grpc.ConnectionTimeout(l.HandshakeTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{

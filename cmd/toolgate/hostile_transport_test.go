@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -140,7 +142,9 @@ func memoryKiB(t *testing.T, pid int, field string) int {
 func TestHostileUnauthenticatedWork(t *testing.T) {
 	srv := startLimitedServer(t, "  max_concurrent_calls: 4\n")
 	conn := hostileConn(t, srv.addr)
-	keyless := wireRequest("keyless", emptyStructs((4<<20)/4))
+	// Just under 4 MiB, the message cap before it was derived from the
+	// args limit, so that before the fix the whole message was decoded.
+	keyless := wireRequest("keyless", emptyStructs((4<<20-64)/4))
 
 	t.Run("a keyless 4 MiB message of empty values is refused unauthenticated", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -186,6 +190,36 @@ func TestHostileUnauthenticatedWork(t *testing.T) {
 		if grew := after - before; grew > 96<<10 {
 			t.Fatalf("peak memory grew by %d KiB, more than the 96 MiB the messages themselves take", grew)
 		}
+	})
+
+	// Headers are decoded before anyone is authenticated; grpc-go would
+	// hold 16 MiB of them per call.
+	t.Run("a keyless call with 1 MiB of headers is reset, not held", func(t *testing.T) {
+		c, fr := rawHTTP2(t, srv.addr, true)
+		block := hugeHeaderBlock(srv.addr, 1<<20)
+		const chunk = 16 << 10
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block[:chunk]}); err != nil {
+			t.Fatal(err)
+		}
+		for rest := block[chunk:]; len(rest) > 0; {
+			n := min(chunk, len(rest))
+			if err := fr.WriteContinuation(1, n == len(rest), rest[:n]); err != nil {
+				t.Fatal(err)
+			}
+			rest = rest[n:]
+		}
+		// The server resets the stream or drops the connection; what it
+		// must not do is take the headers and answer the call.
+		f, err := readUntil(c, fr, 10*time.Second, func(f http2.Frame) bool {
+			return f.Header().StreamID == 1 || isGoAway(f)
+		})
+		if isTimeout(err) {
+			t.Fatal("1 MiB of headers was neither refused nor answered within 10s")
+		}
+		if _, answered := f.(*http2.HeadersFrame); answered {
+			t.Fatalf("1 MiB of headers was taken and the call answered: %v", f)
+		}
+		t.Logf("1 MiB of headers: %v, %v", f, err)
 	})
 
 	tests := []struct {
@@ -248,6 +282,23 @@ func readUntil(c net.Conn, fr *http2.Framer, d time.Duration, want func(http2.Fr
 			return f, nil
 		}
 	}
+}
+
+// hugeHeaderBlock is the HPACK block of a RunTool call's headers padded
+// with about size bytes of extra metadata.
+func hugeHeaderBlock(authority string, size int) []byte {
+	var b bytes.Buffer
+	enc := hpack.NewEncoder(&b)
+	for _, f := range [][2]string{
+		{":method", "POST"}, {":scheme", "http"}, {":path", toolgatev1.ToolGateway_RunTool_FullMethodName},
+		{":authority", authority}, {"content-type", "application/grpc"}, {"te", "trailers"},
+	} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	for i := range size / (4 << 10) {
+		enc.WriteField(hpack.HeaderField{Name: fmt.Sprintf("x-pad-%d", i), Value: strings.Repeat("p", 4<<10), Sensitive: true})
+	}
+	return b.Bytes()
 }
 
 func isSettings(f http2.Frame) bool { _, ok := f.(*http2.SettingsFrame); return ok }
