@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -475,4 +477,58 @@ func BenchmarkKeylessRequest(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// TestConnectionsBeyondTheCapWaitAndSilentOnesAreDropped: with room for
+// two connections, a silent TCP connection takes the second slot and a
+// third waits unaccepted (the server does not even send its SETTINGS)
+// while calls go on over the first; the silent one is dropped at the
+// handshake timeout, and only then is the third accepted.
+func TestConnectionsBeyondTheCapWaitAndSilentOnesAreDropped(t *testing.T) {
+	e := newEnv(t, envOptions{limits: LimitsConfig{MaxConnections: 2, HandshakeTimeout: time.Second}})
+	e.mustCall("conn-1", "workspace.readFile", map[string]any{"path": "none.txt"})
+	addr := e.conn.Target()
+	dial := func() net.Conn {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// read returns how many bytes arrived before the connection ended or d
+	// passed, and whether it ended.
+	read := func(c net.Conn, d time.Duration) (int, bool) {
+		c.SetReadDeadline(time.Now().Add(d))
+		total := 0
+		buf := make([]byte, 4096)
+		for {
+			n, err := c.Read(buf)
+			total += n
+			if err != nil {
+				return total, !isNetTimeout(err)
+			}
+		}
+	}
+	silent := dial()
+	waiting := dial()
+	if n, _ := read(waiting, 300*time.Millisecond); n > 0 {
+		t.Fatal("the connection beyond max_connections was accepted")
+	}
+	e.mustCall("conn-2", "workspace.readFile", map[string]any{"path": "none.txt"})
+	start := time.Now()
+	if _, ended := read(silent, 10*time.Second); !ended {
+		t.Fatal("a connection that sent nothing was still open after 10s")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("a silent connection was dropped after %v, want about the 1s handshake timeout", d)
+	}
+	if n, ended := read(waiting, 10*time.Second); n == 0 || !ended {
+		t.Fatalf("the waiting connection: %d bytes, ended %v; want it accepted (SETTINGS sent) and then dropped as silent", n, ended)
+	}
+}
+
+func isNetTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
