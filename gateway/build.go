@@ -219,6 +219,7 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		TraceDirs:  traceDirs,
 		Instance:   instance,
 		Logger:     log,
+		Limits:     cfg.Limits,
 	})
 	if err != nil {
 		return fail(err)

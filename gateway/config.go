@@ -48,6 +48,8 @@ type Config struct {
 	// drivers publish their operations as "<driver>.<operation>" without
 	// being listed here.
 	Tools map[string]ToolConfig `yaml:"tools"`
+	// Limits bound connections and concurrent calls.
+	Limits LimitsConfig `yaml:"limits"`
 
 	// File is the path the configuration was read from (LoadConfig sets
 	// it; it is not a key of the file). CheckLayout keeps it out of every
@@ -403,6 +405,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s: the same key is listed twice", where)
 		}
 		seen[id] = true
+	}
+	if err := c.Limits.validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	if err := c.Policies.validate(c.Auth.Keys); err != nil {
 		return err

@@ -67,6 +67,9 @@ type Options struct {
 	Logger   *slog.Logger
 	// Now returns the current time; time.Now by default.
 	Now func() time.Time
+	// Limits bound connections and concurrent calls; zero values take
+	// DefaultLimits.
+	Limits LimitsConfig
 }
 
 // Gateway runs RunTool calls. It is safe for concurrent use.
@@ -85,10 +88,14 @@ type Gateway struct {
 	selection selection
 	// shadowFlips counts decisions a shadow set would have flipped.
 	shadowFlips atomic.Int64
-	traceDirs   map[string]string
-	engineBase  string
-	log         *slog.Logger
-	now         func() time.Time
+	limits      LimitsConfig
+	// running counts the top-level calls in flight, against
+	// limits.max_concurrent_calls.
+	running    atomic.Int64
+	traceDirs  map[string]string
+	engineBase string
+	log        *slog.Logger
+	now        func() time.Time
 }
 
 // New checks opts and returns a Gateway.
@@ -104,6 +111,9 @@ func New(opts Options) (*Gateway, error) {
 		return nil, errors.New("gateway: Options.Auth is required")
 	case opts.Instance == "":
 		return nil, errors.New("gateway: Options.Instance is required")
+	}
+	if err := opts.Limits.validate(); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	for id, t := range opts.Tools {
 		if _, ok := opts.Drivers[t.Driver]; !ok {
@@ -129,6 +139,7 @@ func New(opts Options) (*Gateway, error) {
 		shadows:    opts.Shadows,
 		selection:  newSelection(opts.Shadows, opts.Selectable),
 		traceDirs:  opts.TraceDirs,
+		limits:     opts.Limits.withDefaults(),
 		engineBase: fmt.Sprintf("toolgate/%s@%s", Version, opts.Instance),
 		log:        opts.Logger,
 		now:        opts.Now,
@@ -142,12 +153,19 @@ func New(opts Options) (*Gateway, error) {
 	return g, nil
 }
 
-// RunTool implements the ToolGateway service.
+// RunTool implements the ToolGateway service. At most
+// limits.max_concurrent_calls run at once; the tool calls a running call's
+// sandboxed code makes go through run directly and are not counted, so a
+// call holding a slot never waits for a slot of its own.
 func (g *Gateway) RunTool(ctx context.Context, req *toolgatev1.RunToolRequest) (*toolgatev1.RunToolResponse, error) {
-	caller, err := g.auth.Authenticate(ctx)
+	caller, err := g.authenticate(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if err := g.admitCall(); err != nil {
+		return nil, err
+	}
+	defer g.releaseCall()
 	c, err := parseRequest(req)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())

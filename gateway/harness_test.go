@@ -65,6 +65,8 @@ type envOptions struct {
 	shadows  map[string]string
 	// selectable is Options.Selectable.
 	selectable []PolicySelection
+	// limits is Options.Limits.
+	limits LimitsConfig
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -134,6 +136,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	e.gw, err = New(Options{
 		Decider: engine, Store: e.store, Spool: spool, Signer: o.signer, Redactor: red, Auth: auth,
 		Drivers: drvs, Tools: tools, Instance: "test-host", Shadows: o.shadows, Selectable: o.selectable,
+		Limits: o.limits,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +157,7 @@ func serve(t testing.TB, g *Gateway, register ...func(*grpc.Server)) *grpc.Clien
 	for _, r := range register {
 		r(srv)
 	}
-	go srv.Serve(lis)
+	go srv.Serve(g.LimitListener(lis))
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

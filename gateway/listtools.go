@@ -21,7 +21,7 @@ const (
 // is decided as a RunTool call with empty arguments; a rule about arguments
 // can still deny the real call.
 func (g *Gateway) ListTools(ctx context.Context, req *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error) {
-	caller, err := g.auth.Authenticate(ctx)
+	caller, err := g.authenticate(ctx)
 	if err != nil {
 		return nil, err
 	}

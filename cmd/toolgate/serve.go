@@ -137,7 +137,7 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		background.Wait()
 	}()
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
+	go func() { served <- srv.Serve(g.LimitListener(lis)) }()
 	log.Info("toolgate serving", "addr", lis.Addr().String(), "version", gateway.Version,
 		"policies", cfg.Policies.Dir, "evidence", cfg.Evidence.URL, "auth", len(cfg.Auth.Keys) > 0, "tls", cfg.TLS.Enabled())
 
