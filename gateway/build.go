@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/drivers/execbox"
@@ -118,10 +119,20 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		dc := cfg.Drivers[name]
 		switch dc.Type {
 		case "workspace":
+			if dc.Sandbox == workspace.SandboxNone {
+				log.Warn("workspace shell commands run unsandboxed, as the gateway's user, able to read what it reads",
+					"driver", name, "key", "drivers."+name+".sandbox")
+			}
 			d, err := workspace.New(workspace.Config{
 				Root:           dc.Root,
 				OutputLimit:    dc.OutputLimit,
 				DefaultTimeout: dc.DefaultTimeout,
+				Sandbox:        dc.Sandbox,
+				Network:        dc.Network,
+				Hide:           gatewayPaths(cfg),
+				MaxProcesses:   dc.MaxProcesses,
+				MaxMemoryBytes: dc.MaxMemoryBytes,
+				MaxFileBytes:   dc.MaxFileBytes,
 			})
 			if err != nil {
 				return fail(fmt.Errorf("config: drivers.%s: %w", name, err))
@@ -209,6 +220,28 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		return fail(err)
 	}
 	return g, closers, nil
+}
+
+// gatewayPaths lists the gateway's own files and folders, which a
+// sandboxed shell command must never reach: policies, evidence, spool,
+// keys, the configuration, TLS files, redaction rules and trace folders.
+func gatewayPaths(cfg Config) []string {
+	paths := []string{cfg.Policies.Dir, cfg.File, cfg.TLS.CertFile, cfg.TLS.KeyFile, cfg.Redact.RulesFile}
+	if dir, ok := strings.CutPrefix(cfg.Evidence.URL, "file://"); ok {
+		paths = append(paths, dir)
+	}
+	if cfg.Evidence.SpoolDir != "none" {
+		paths = append(paths, cfg.Evidence.SpoolDir)
+	}
+	for _, src := range []*SecretSource{cfg.Evidence.SigningKey, cfg.Redact.FingerprintKey} {
+		if src != nil {
+			paths = append(paths, src.File)
+		}
+	}
+	for _, name := range sortedKeys(cfg.Drivers) {
+		paths = append(paths, cfg.Drivers[name].TraceDir)
+	}
+	return slices.DeleteFunc(paths, func(p string) bool { return p == "" })
 }
 
 // catalogTools builds the configured part of the catalog, reading each
