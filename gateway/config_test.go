@@ -53,6 +53,16 @@ func TestConfigValidate(t *testing.T) {
 		{"object lock zero days", "evidence: {url: 's3://b?region=auto', object_lock: {mode: GOVERNANCE}}", "at least 1"},
 		{"object lock twice", "evidence: {url: 's3://b?region=auto&object_lock_days=2', object_lock: {mode: GOVERNANCE, days: 1}}", "one place"},
 		{"bad secrets_env", "redact: {secrets_env: ['A B']}", "redact.secrets_env"},
+		{"sandbox keys", "drivers: {w: {type: workspace, root: w, sandbox: namespaces, network: host, max_processes: 64, max_memory_bytes: 1073741824, max_file_bytes: 1048576}}", ""},
+		{"unknown sandbox", "drivers: {w: {type: workspace, root: w, sandbox: chroot}}", "drivers.w.sandbox \"chroot\""},
+		{"unknown network", "drivers: {w: {type: workspace, root: w, network: bridge}}", "drivers.w.network \"bridge\""},
+		{"network none without the sandbox", "drivers: {w: {type: workspace, root: w, sandbox: none, network: none}}", "drivers.w.network: none needs sandbox: namespaces"},
+		{"no sandbox on loopback", "drivers: {w: {type: workspace, root: w, sandbox: none}}", ""},
+		{"no sandbox beyond loopback", "listen: 0.0.0.0:9000\nauth: {keys: [{caller: a, sha256: " + digest + "}]}\ntls: {allow_plaintext: true}\ndrivers: {w: {type: workspace, root: w, sandbox: none}}", "drivers.w.sandbox: none on a listen address that is not loopback"},
+		{"no sandbox beyond loopback, accepted", "listen: 0.0.0.0:9000\nauth: {keys: [{caller: a, sha256: " + digest + "}]}\ntls: {allow_plaintext: true}\ndrivers: {w: {type: workspace, root: w, sandbox: none, allow_unsandboxed: true}}", ""},
+		{"negative process cap", "drivers: {w: {type: workspace, root: w, max_processes: -1}}", "drivers.w.max_processes"},
+		{"negative memory cap", "drivers: {w: {type: workspace, root: w, max_memory_bytes: -1}}", "drivers.w.max_memory_bytes"},
+		{"negative file cap", "drivers: {w: {type: workspace, root: w, max_file_bytes: -1}}", "drivers.w.max_file_bytes"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -39,8 +39,9 @@ const sandboxStageEnv = "TOOLGATE_SANDBOX_STAGE"
 
 // Sandbox stages, the values of sandboxStageEnv.
 const (
-	stageInit = "init" // PID 1 of the call's namespaces: builds the root, reaps
-	stageExec = "exec" // drops privileges, applies limits, becomes the shell
+	stageLaunch = "launch" // starts the init where the driver cannot (see needsLauncher)
+	stageInit   = "init"   // PID 1 of the call's namespaces: builds the root, reaps
+	stageExec   = "exec"   // drops privileges, applies limits, becomes the shell
 )
 
 // exitSandboxSetup is the exit status of a sandbox stage that failed before
@@ -50,6 +51,7 @@ const exitSandboxSetup = 125
 
 // sandboxSpec is what the driver tells the init about one call.
 type sandboxSpec struct {
+	Network string   // NetworkNone or NetworkHost
 	Shell   string   // absolute path of the shell
 	Command string   // run as Shell -c Command
 	Dir     string   // the command's working directory, absolute

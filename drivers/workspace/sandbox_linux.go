@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // sandboxGuardArg is passed to every sandbox stage. A binary that serves
@@ -55,23 +57,13 @@ func (d *Driver) startSandboxed(cmd *exec.Cmd, spec sandboxSpec) (*sandboxRun, e
 	if err != nil {
 		return nil, err
 	}
-	cmd.Path = "/proc/self/exe"
-	cmd.Args = []string{"toolgate-sandbox-init", sandboxGuardArg}
-	cmd.Env = []string{sandboxStageEnv + "=" + stageInit}
-	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{specR, statusW}
-	flags := syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC
-	if d.network == NetworkNone {
-		flags |= syscall.CLONE_NEWNET
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:  uintptr(flags),
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
-		Setpgid:     true,
-		// The kernel kills the init, and with it the whole PID namespace,
-		// when the gateway dies.
-		Pdeathsig: syscall.SIGKILL,
+	if d.launcher {
+		stageCommand(cmd, stageLaunch)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	} else {
+		initCommand(cmd, spec.Network)
+		cmd.SysProcAttr.Setpgid = true
 	}
 	err = cmd.Start()
 	statusW.Close()
@@ -100,6 +92,46 @@ func (d *Driver) startSandboxed(cmd *exec.Cmd, spec sandboxSpec) (*sandboxRun, e
 	return run, nil
 }
 
+// stageCommand makes cmd start this executable as a sandbox stage.
+func stageCommand(cmd *exec.Cmd, stage string) {
+	cmd.Path = "/proc/self/exe"
+	cmd.Args = []string{"toolgate-sandbox-" + stage, sandboxGuardArg}
+	cmd.Env = []string{sandboxStageEnv + "=" + stage}
+	cmd.Dir = "/"
+}
+
+// initCommand makes cmd start the sandbox init in fresh namespaces, as
+// root in its user namespace, mapped to this process's uid and gid.
+func initCommand(cmd *exec.Cmd, network string) {
+	stageCommand(cmd, stageInit)
+	flags := syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC
+	if network == NetworkNone {
+		flags |= syscall.CLONE_NEWNET
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  uintptr(flags),
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+		// The kernel kills the init, and with it the whole PID namespace,
+		// when its parent dies.
+		Pdeathsig: syscall.SIGKILL,
+	}
+}
+
+// needsLauncher reports whether the init must be started from a launcher
+// stage rather than from this process. A child inherits its parent's
+// non-dumpable state until it executes, and the uid_map of a non-dumpable
+// process can be written only by root: a gateway that is non-dumpable (as
+// serve makes it) and not root cannot map the init's user namespace
+// itself. The launcher, freshly executed, is dumpable.
+func needsLauncher() bool {
+	if os.Geteuid() == 0 {
+		return false
+	}
+	dumpable, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
+	return err == nil && dumpable != 1
+}
+
 // finish is called once the init has been reaped. It returns the setup
 // failure the stages reported, if any, and the limit the call ran into
 // that the driver can tell, if any.
@@ -109,7 +141,7 @@ func (r *sandboxRun) finish(l limits, exitCode int) (setupErr error, limitHit st
 	case len(status) == 0:
 		setupErr = errors.New("sandbox: the init did not run: this executable does not call workspace.MaybeRunSandbox first thing in main")
 	case status[0] != statusInitStarted:
-		setupErr = errors.New("sandbox: the init answered with an unexpected status")
+		setupErr = fmt.Errorf("sandbox setup failed, the command did not run: %s", status)
 	case len(status) > 1:
 		setupErr = fmt.Errorf("sandbox setup failed, the command did not run: %s", status[1:])
 	}

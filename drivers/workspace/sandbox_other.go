@@ -25,3 +25,5 @@ func (r *sandboxRun) finish(limits, int) (error, string) { return errNoSandbox, 
 func (d *Driver) probeSandbox() error { return errNoSandbox }
 
 func findPidsCgroup() string { return "" }
+
+func needsLauncher() bool { return false }

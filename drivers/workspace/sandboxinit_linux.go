@@ -59,6 +59,11 @@ func MaybeRunSandbox() {
 		if code, err = runInit(status); err == nil {
 			exitNow(code)
 		}
+	case stageLaunch:
+		var code int
+		if code, err = runLauncher(status); err == nil {
+			exitNow(code)
+		}
 	case stageExec:
 		err = runExec(status)
 	default:
@@ -77,6 +82,44 @@ func MaybeRunSandbox() {
 // race-enabled build, for one, sleeps a second in os.Exit).
 func exitNow(code int) {
 	unix.Exit(code)
+}
+
+// runLauncher starts the init in fresh namespaces, hands it the spec and
+// the status pipe, and exits as it does. The driver kills the launcher's
+// process group, which holds the init, to end a call.
+func runLauncher(status *os.File) (int, error) {
+	if status == nil {
+		return 0, errors.New("no status pipe")
+	}
+	spec, err := readSpec()
+	if err != nil {
+		return 0, err
+	}
+	specR, specW, err := os.Pipe()
+	if err != nil {
+		return 0, fmt.Errorf("spec pipe: %w", err)
+	}
+	cmd := &exec.Cmd{Stdout: os.Stdout, Stderr: os.Stderr, ExtraFiles: []*os.File{specR, status}}
+	initCommand(cmd, spec.Network)
+	err = cmd.Start()
+	specR.Close()
+	if err != nil {
+		specW.Close()
+		return 0, fmt.Errorf("start init (are user namespaces enabled?): %w", err)
+	}
+	// The init and the exec stage hold the status pipe from here on.
+	status.Close()
+	err = json.NewEncoder(specW).Encode(spec)
+	specW.Close()
+	if err != nil {
+		return 0, fmt.Errorf("send spec to init: %w", err)
+	}
+	cmd.Wait()
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return 128 + int(ws.Signal()), nil
+	}
+	return ws.ExitStatus(), nil
 }
 
 // readSpec decodes the spec from its pipe.

@@ -197,7 +197,7 @@ func (d *Driver) execute(ctx context.Context, command, dir string, env []string,
 	lim := d.callLimits(timeout)
 	if d.sandbox == SandboxNamespaces {
 		sandbox, err = d.startSandboxed(cmd, sandboxSpec{
-			Shell: d.shell, Command: command, Dir: dir, Env: env,
+			Network: d.network, Shell: d.shell, Command: command, Dir: dir, Env: env,
 			Root: d.absRoot, Hide: d.hide, Limits: lim,
 		})
 	} else {

@@ -418,6 +418,22 @@ func TestSandboxLandlockIsASecondLayer(t *testing.T) {
 	}
 }
 
+func TestSandboxThroughTheLauncher(t *testing.T) {
+	// A gateway that is non-dumpable and not root starts the init through
+	// the launcher stage; the sandbox it gets is the same.
+	d, _ := newTestDriver(t)
+	d.launcher = true
+	res := run(t, d, "shell", map[string]any{"command": "cat /proc/1/cmdline"})
+	wantSuccess(t, res)
+	if !strings.HasPrefix(res.Stdout, "toolgate-sandbox-init") {
+		t.Errorf("the command does not run under the sandbox init: %q", res.Stdout)
+	}
+	marker := randomMarker(t)
+	res = run(t, d, "shell", map[string]any{"command": "setsid sh -c 'sleep 300; : " + marker + "' & sleep 30", "timeout": 1000})
+	wantFailure(t, res, 124, "timeout", "timed out")
+	waitNoHostProcessWith(t, marker)
+}
+
 func TestSandboxRefusesAShellItCannotRun(t *testing.T) {
 	// A shell outside the system folders is not visible in the sandbox:
 	// New finds out at once instead of failing every call.

@@ -98,6 +98,7 @@ type Driver struct {
 	limits         limits
 	hide           []string // absolute, as given and with links resolved
 	pidsCgroup     string   // folder for per-call pids cgroups, or ""
+	launcher       bool     // start the init through the launcher stage
 
 	// writeMu serializes the file operations that modify the workspace so
 	// that an editFile's read-modify-write cannot interleave with another
@@ -184,6 +185,7 @@ func (d *Driver) startSandbox(cfg Config) error {
 		return nil
 	}
 	d.pidsCgroup = findPidsCgroup()
+	d.launcher = needsLauncher()
 	if err := d.probeSandbox(); err != nil {
 		return fmt.Errorf("workspace: the shell sandbox (namespaces) cannot run on this host: %w; "+
 			"it needs user namespaces (see user.max_user_namespaces and kernel.unprivileged_userns_clone); "+
