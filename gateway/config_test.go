@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -102,5 +103,31 @@ func TestObjectLockReachesTheStoreURL(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("store URL %q lacks %q", got, want)
 		}
+	}
+}
+
+func TestGatewayPathsHideEveryFileOfTheGateway(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`
+policies: {dir: /srv/tg/policies}
+tls: {cert_file: /etc/tg/cert.pem, key_file: /etc/tg/key.pem}
+evidence: {url: file:///srv/tg/evidence, spool_dir: /srv/tg/spool, signing_key: {file: /etc/tg/signing.pem}}
+redact: {rules_file: /etc/tg/rules.toml, fingerprint_key: {file: /etc/tg/fp.key}}
+drivers:
+  ws: {type: workspace, root: /srv/tg/ws}
+  js: {type: tpmjs, url: 'http://127.0.0.1:1', trace_dir: /srv/tg/traces}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.File = "/etc/tg/toolgate.yaml"
+	got := gatewayPaths(cfg)
+	for _, want := range []string{"/srv/tg/policies", "/etc/tg/cert.pem", "/etc/tg/key.pem", "/srv/tg/evidence", "/srv/tg/spool",
+		"/etc/tg/signing.pem", "/etc/tg/rules.toml", "/etc/tg/fp.key", "/srv/tg/traces", "/etc/tg/toolgate.yaml"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("gatewayPaths lacks %s: %v", want, got)
+		}
+	}
+	if slices.Contains(got, "/srv/tg/ws") || slices.Contains(got, "") {
+		t.Errorf("gatewayPaths holds the workspace or an empty path: %v", got)
 	}
 }
