@@ -130,10 +130,20 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		dc := cfg.Drivers[name]
 		switch dc.Type {
 		case "workspace":
+			if dc.Sandbox == workspace.SandboxNone {
+				log.Warn("workspace shell commands run unsandboxed, as the gateway's user, able to read what it reads",
+					"driver", name, "key", "drivers."+name+".sandbox")
+			}
 			d, err := workspace.New(workspace.Config{
 				Root:           dc.Root,
 				OutputLimit:    dc.OutputLimit,
 				DefaultTimeout: dc.DefaultTimeout,
+				Sandbox:        dc.Sandbox,
+				Network:        dc.Network,
+				Hide:           hiddenPaths(cfg),
+				MaxProcesses:   dc.MaxProcesses,
+				MaxMemoryBytes: dc.MaxMemoryBytes,
+				MaxFileBytes:   dc.MaxFileBytes,
 			})
 			if err != nil {
 				return fail(fmt.Errorf("config: drivers.%s: %w", name, err))
@@ -225,6 +235,17 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		return fail(err)
 	}
 	return g, closers, nil
+}
+
+// hiddenPaths lists the gateway's own files and folders, which a sandboxed
+// shell command must never reach: the same set CheckLayout keeps apart from
+// every workspace.
+func hiddenPaths(cfg Config) []string {
+	var paths []string
+	for _, p := range cfg.gatewayPaths() {
+		paths = append(paths, p.path)
+	}
+	return paths
 }
 
 // catalogTools builds the configured part of the catalog, reading each

@@ -52,8 +52,8 @@ type Config struct {
 	Limits LimitsConfig `yaml:"limits"`
 
 	// File is the path the configuration was read from (LoadConfig sets
-	// it; it is not a key of the file). CheckLayout keeps it out of every
-	// workspace.
+	// it; it is not a key of the file). CheckLayout keeps every workspace
+	// apart from it, and the shell sandbox hides it.
 	File string `yaml:"-"`
 }
 
@@ -270,6 +270,57 @@ type DriverConfig struct {
 	// DefaultTimeout applies to shell commands that set none (type
 	// workspace; default 30s).
 	DefaultTimeout time.Duration `yaml:"default_timeout"`
+	// Sandbox isolates shell commands (type workspace): "namespaces" (the
+	// default; Linux user, PID, mount, IPC and network namespaces, with
+	// Landlock where the kernel has it) or "none" (commands run as the
+	// gateway's user and see what it sees).
+	Sandbox string `yaml:"sandbox"`
+	// Network is a sandboxed command's network (type workspace): "none"
+	// (the default: no interface at all) or "host".
+	Network string `yaml:"network"`
+	// AllowUnsandboxed accepts sandbox: none on a listen address that is
+	// not loopback (type workspace).
+	AllowUnsandboxed bool `yaml:"allow_unsandboxed"`
+	// MaxProcesses caps the processes (tasks) of one sandboxed call (type
+	// workspace; default 256).
+	MaxProcesses int `yaml:"max_processes"`
+	// MaxMemoryBytes caps the address space of each process of a
+	// sandboxed call (type workspace; default 4 GiB).
+	MaxMemoryBytes int64 `yaml:"max_memory_bytes"`
+	// MaxFileBytes caps the size of a file a sandboxed call writes, and of
+	// its /tmp (type workspace; default 1 GiB).
+	MaxFileBytes int64 `yaml:"max_file_bytes"`
+}
+
+// validateSandbox checks a workspace driver's sandbox keys. Errors start
+// with the offending key.
+func (d DriverConfig) validateSandbox(loopback bool) error {
+	switch d.Sandbox {
+	case "", workspace.SandboxNamespaces:
+	case workspace.SandboxNone:
+		if !loopback && !d.AllowUnsandboxed {
+			return errors.New("sandbox: none on a listen address that is not loopback lets remote callers' " +
+				"commands run unsandboxed as the gateway's user, next to its keys and evidence; " +
+				"set allow_unsandboxed: true to accept that")
+		}
+		if d.Network == workspace.NetworkNone {
+			return errors.New("network: none needs sandbox: namespaces; without the sandbox commands use the host's network")
+		}
+	default:
+		return fmt.Errorf("sandbox %q: want namespaces or none", d.Sandbox)
+	}
+	if d.Network != "" && d.Network != workspace.NetworkNone && d.Network != workspace.NetworkHost {
+		return fmt.Errorf("network %q: want none or host", d.Network)
+	}
+	switch {
+	case d.MaxProcesses < 0:
+		return errors.New("max_processes: must not be negative")
+	case d.MaxMemoryBytes < 0:
+		return errors.New("max_memory_bytes: must not be negative")
+	case d.MaxFileBytes < 0:
+		return errors.New("max_file_bytes: must not be negative")
+	}
+	return nil
 }
 
 // ToolConfig binds a tool id to a driver and describes it for discovery
@@ -444,6 +495,9 @@ func (c Config) Validate() error {
 			}
 			if d.DefaultTimeout < 0 {
 				return fmt.Errorf("config: drivers.%s.default_timeout: must not be negative", name)
+			}
+			if err := d.validateSandbox(isLoopbackHost(host)); err != nil {
+				return fmt.Errorf("config: drivers.%s.%w", name, err)
 			}
 		case "tpmjs":
 			if u, err := url.Parse(d.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -358,7 +358,9 @@ func (d *hookDriver) Run(context.Context, drivers.Call) (drivers.Result, error) 
 }
 
 func TestMain(m *testing.M) {
-	// The fake stdio execbox runner is this test binary run again.
+	// The fake stdio execbox runner and the workspace shell's sandbox init
+	// are this test binary run again.
 	execboxtest.MaybeRunStdioRunner()
+	workspace.MaybeRunSandbox()
 	os.Exit(m.Run())
 }

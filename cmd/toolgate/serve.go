@@ -29,6 +29,11 @@ const spoolFlushInterval = 5 * time.Second
 const defaultPolicyReloadInterval = 2 * time.Second
 
 func serveCmd(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {
+	// Before anything secret is read: keys and API keys must not be
+	// readable from /proc by another process of the gateway's user.
+	if err := hideProcess(); err != nil {
+		return err
+	}
 	fs := flag.NewFlagSet("toolgate serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "YAML configuration `file` (default: the embedded default)")

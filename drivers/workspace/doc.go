@@ -5,17 +5,32 @@
 //
 // # Isolation
 //
-// The isolation level is "process", not a sandbox. File operations are
-// confined to the workspace folder: a path is relative and has no ".."
-// element, and every folder on it is opened relative to its parent without
-// following symbolic links (see Files), so nothing outside the workspace is
-// reached. The shell, however,
-// runs as the gateway's own user: it starts in a directory inside the
-// workspace with a scrubbed environment, in its own process group that is
-// killed as a whole when the call ends, but nothing stops a command from
-// reading or writing any file that user can reach. Deploy the gateway under an
-// unprivileged account (or inside a container) when commands are not trusted;
-// Cedar policy decides which callers may use workspace.shell at all.
+// File operations are confined to the workspace folder: a path is relative
+// and has no ".." element, and every folder on it is opened relative to its
+// parent without following symbolic links (see Files), so nothing outside
+// the workspace is reached.
+//
+// Shell commands run in a sandbox by default (Config.Sandbox
+// SandboxNamespaces, Linux): the driver starts its own executable again as
+// the init of fresh user, PID, mount, IPC and (unless Config.Network is
+// NetworkHost) network namespaces; see [MaybeRunSandbox]. The init builds a
+// root holding only the host's system folders (/bin /sbin /usr /lib* /etc)
+// read-only, the workspace read-write at its own path, a fresh /proc, a
+// tmpfs /tmp and a /dev with null, zero, full, random and urandom; paths in
+// Config.Hide that would still be visible are masked. The command then runs
+// with no capabilities, no_new_privs, Landlock where the kernel has it
+// (read-only system folders, read-write workspace and /tmp) and rlimits on
+// address space, file size and CPU time; a pids cgroup caps its tasks where
+// the gateway may create one. When the shell exits, times out or the call
+// ends, the init dies and the kernel kills every process left in its PID
+// namespace, whatever session or process group it moved to; the kernel
+// also kills the init when the gateway dies. A sandbox that cannot be set up
+// fails the call without running the command.
+//
+// With SandboxNone the command runs as the gateway's own user in its own
+// process group, killed as a whole when the call ends; nothing stops it from
+// reading or writing any file that user can reach, and a process that leaves
+// the group (setsid) outlives the call.
 //
 // # Arguments
 //
@@ -123,7 +138,9 @@
 // "[output truncated: N bytes omitted]" is appended to the stream. Output is
 // made valid UTF-8 by replacing invalid bytes with U+FFFD.
 //
-// When the command exits, times out or the call's context ends, the whole
-// process group is killed with SIGKILL, so background processes started by
-// the command never outlive the call.
+// When the command exits, times out or the call's context ends, its sandbox
+// (or, without one, its process group) is killed with SIGKILL, so background
+// processes started by the command never outlive the call. A cut at the
+// output cap never leaves a partial token: a run of token characters ([A-Za-z0-9+/=_.:%~-]) that the cap splits is dropped
+// with the rest, up to 256 bytes back.
 package workspace
