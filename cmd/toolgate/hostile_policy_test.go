@@ -11,7 +11,7 @@ import (
 
 // hostileCall runs `toolgate call` and returns the decoded policy_check
 // with the raw output.
-func hostileCall(t *testing.T, dir string, env []string, args ...string) (ruleID, decision, out string) {
+func callDecision(t *testing.T, dir string, env []string, args ...string) (ruleID, decision, out string) {
 	t.Helper()
 	out, stderr, _ := runToolEnv(t, dir, env, append([]string{"call"}, args...)...)
 	var resp struct {
@@ -70,7 +70,7 @@ policies:
 	marker := filepath.Join(dir, "workspace", "pwned")
 	shell := func(t *testing.T, id, key, ref string) (string, string, string) {
 		t.Helper()
-		return hostileCall(t, dir, env, "--addr", srv.addr, "--key-env", key, "--request-id", id,
+		return callDecision(t, dir, env, "--addr", srv.addr, "--key-env", key, "--request-id", id,
 			"--tool", "workspace.shell", "--args", `{"command": "touch pwned"}`, "--policy-ref", ref)
 	}
 	refused := func(t *testing.T, rule, decision, out, ref string) {
@@ -114,7 +114,7 @@ policies:
 		}
 	})
 	t.Run("the group the set is given to may select it", func(t *testing.T) {
-		rule, decision, out := hostileCall(t, dir, env, "--addr", srv.addr, "--key-env", "KEY_OPS", "--request-id", "sel-ops",
+		rule, decision, out := callDecision(t, dir, env, "--addr", srv.addr, "--key-env", "KEY_OPS", "--request-id", "sel-ops",
 			"--tool", "workspace.readFile", "--args", `{"path": "none.txt"}`, "--policy-ref", "policy.lenient")
 		if rule != "lenient_all" || decision != "allow" {
 			t.Fatalf("ops-bot under policy.lenient: rule %q decision %q\n%s", rule, decision, out)
