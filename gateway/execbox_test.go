@@ -201,7 +201,7 @@ func TestSandboxFailures(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newSandboxEnv(t, "ws", tc.script)
+			e := newSandboxEnvKeys(t, "ws", tc.script, "timeout: 10s")
 			// The timer cases want the host's timer to fire; the others must
 			// not race it, however slowly a loaded machine moves 8 MiB.
 			timeoutMs := 10000.0
