@@ -131,3 +131,39 @@ type Driver interface {
 // ErrUnknownTarget is returned (wrapped) by drivers asked to run a target
 // they do not serve.
 var ErrUnknownTarget = errors.New("unknown target")
+
+// Normalizer is implemented by a driver whose arguments name resources
+// (files, folders, packages). It is the rule every such driver follows:
+// policy sees exactly what runs.
+//
+// The gateway calls Normalize before the call is hashed, recorded or
+// decided. The canonical arguments it returns are what Cedar's context
+// holds, what request.json records and what the driver's Run receives; a
+// value that has no canonical form is refused with INVALID_ARGUMENT before
+// the request id is claimed. A driver must therefore never re-interpret a
+// canonical value (no cleaning, case folding, link following or other
+// resolution of its own after the decision): if two spellings could reach
+// one resource, Normalize maps them to one spelling; if a spelling cannot be
+// resolved without touching the resource (a ".." through a link), Normalize
+// refuses it. Run should refuse a value that is not canonical, so that a Go
+// caller bypassing the gateway gets a refusal rather than a second
+// interpretation.
+type Normalizer interface {
+	// Normalize returns args with every argument of target that names a
+	// resource in canonical form. It must not modify args: when anything
+	// changes it returns a new map, and changed is true. Arguments it does
+	// not own, and values of the wrong type, are returned as they are (Run
+	// reports those). A refusal is an *ArgError.
+	Normalize(target string, args map[string]any) (canonical map[string]any, changed bool, err error)
+}
+
+// ArgError is a refusal of one argument: Arg names it, Err the rule it
+// breaks.
+type ArgError struct {
+	Arg string
+	Err error
+}
+
+func (e *ArgError) Error() string { return e.Arg + ": " + e.Err.Error() }
+
+func (e *ArgError) Unwrap() error { return e.Err }

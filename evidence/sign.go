@@ -134,6 +134,23 @@ func verifySignature(pub ed25519.PublicKey, m Manifest) bool {
 	return ed25519.Verify(pub, msg, sig)
 }
 
+// CheckSignature returns nil when m is signed by pub, and otherwise says
+// why not: unsigned, signed by another key, or a signature that does not
+// match the manifest's content.
+func CheckSignature(pub ed25519.PublicKey, m Manifest) error {
+	switch {
+	case len(pub) != ed25519.PublicKeySize:
+		return fmt.Errorf("evidence: public key is %d bytes, want %d", len(pub), ed25519.PublicKeySize)
+	case m.Signature == nil:
+		return errors.New("evidence: the manifest is not signed")
+	case m.Signature.KeyID != KeyID(pub):
+		return fmt.Errorf("evidence: the manifest is signed by key %s, not %s", m.Signature.KeyID, KeyID(pub))
+	case !verifySignature(pub, m):
+		return fmt.Errorf("evidence: the signature by key %s does not match the manifest's content", m.Signature.KeyID)
+	}
+	return nil
+}
+
 // EncodeManifest returns the bytes a gateway stores as manifest.json:
 // indented JSON and a final newline. It refuses a manifest that
 // ParseManifest would reject, so that stored evidence can always be

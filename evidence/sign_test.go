@@ -483,3 +483,43 @@ func assertKeyForm(t *testing.T, data []byte, blockType string, raw []byte) {
 		t.Fatalf("accepted %q, which is neither PEM nor the base64 of the key (%v)", data, err)
 	}
 }
+
+// TestCheckSignature: only a manifest signed by the given key, with its
+// content unchanged since, passes.
+func TestCheckSignature(t *testing.T) {
+	signer := testSigner(t, 1)
+	signed := sampleManifest()
+	if err := signer.Sign(&signed); err != nil {
+		t.Fatal(err)
+	}
+	other := sampleManifest()
+	if err := testSigner(t, 2).Sign(&other); err != nil {
+		t.Fatal(err)
+	}
+	altered := signed
+	altered.Outcome = OutcomeFailed
+	tests := []struct {
+		name    string
+		m       Manifest
+		wantErr string
+	}{
+		{"signed by the key", signed, ""},
+		{"unsigned", sampleManifest(), "not signed"},
+		{"signed by another key", other, "signed by key " + testSigner(t, 2).KeyID()},
+		{"altered after signing", altered, "does not match the manifest's content"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckSignature(signer.PublicKey(), tt.m)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("CheckSignature: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("CheckSignature = %v, want an error mentioning %q", err, tt.wantErr)
+			}
+		})
+	}
+	if err := CheckSignature(nil, signed); err == nil {
+		t.Error("CheckSignature accepted an empty public key")
+	}
+}

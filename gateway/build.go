@@ -22,12 +22,17 @@ import (
 	"github.com/toolgate/toolgate/redact"
 )
 
-// Build assembles a Gateway from a validated configuration: it loads the
-// policy sets, opens the evidence store and starts the drivers. getenv reads
-// environment-held keys and secrets (os.Getenv in production). The returned
-// closer releases the store and drivers; call it after the server stops.
+// Build assembles a Gateway from a configuration: it validates it, refuses
+// a layout that puts the gateway's own files within reach of a workspace
+// (Config.CheckLayout), loads the policy sets, opens the evidence store and
+// starts the drivers. getenv reads environment-held keys and secrets
+// (os.Getenv in production). The returned closer releases the store and
+// drivers; call it after the server stops.
 func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slog.Logger) (*Gateway, io.Closer, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	if err := cfg.CheckLayout(); err != nil {
 		return nil, nil, err
 	}
 	auth, err := NewAuthenticator(cfg.Auth.Keys, getenv)
@@ -42,6 +47,13 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		for _, name := range []string{ref, cfg.Policies.Shadow[ref]} {
 			if !slices.Contains(engine.Engine().Refs(), name) {
 				return nil, nil, fmt.Errorf("config: policies.shadow: no policy set %q in %s", name, cfg.Policies.Dir)
+			}
+		}
+	}
+	for i, sel := range cfg.Policies.Selectable {
+		for _, ref := range sel.Refs {
+			if !slices.Contains(engine.Engine().Refs(), ref) {
+				return nil, nil, fmt.Errorf("config: policies.selectable[%d].refs: no policy set %q in %s", i, ref, cfg.Policies.Dir)
 			}
 		}
 	}
@@ -111,10 +123,20 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		dc := cfg.Drivers[name]
 		switch dc.Type {
 		case "workspace":
+			if dc.Sandbox == workspace.SandboxNone {
+				log.Warn("workspace shell commands run unsandboxed, as the gateway's user, able to read what it reads",
+					"driver", name, "key", "drivers."+name+".sandbox")
+			}
 			d, err := workspace.New(workspace.Config{
 				Root:           dc.Root,
 				OutputLimit:    dc.OutputLimit,
 				DefaultTimeout: dc.DefaultTimeout,
+				Sandbox:        dc.Sandbox,
+				Network:        dc.Network,
+				Hide:           hiddenPaths(cfg),
+				MaxProcesses:   dc.MaxProcesses,
+				MaxMemoryBytes: dc.MaxMemoryBytes,
+				MaxFileBytes:   dc.MaxFileBytes,
 			})
 			if err != nil {
 				return fail(fmt.Errorf("config: drivers.%s: %w", name, err))
@@ -159,15 +181,17 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 			}
 		case "execbox":
 			d, err := execbox.New(execbox.Config{
-				Name:             name,
-				URL:              dc.URL,
-				Command:          dc.Command,
-				Pool:             dc.Pool,
-				Timeout:          dc.Timeout,
-				MemoryLimitBytes: dc.MemoryLimitBytes,
-				MaxLogLines:      dc.MaxLogLines,
-				MaxLogChars:      dc.MaxLogChars,
-				Logger:           log,
+				Name:              name,
+				URL:               dc.URL,
+				Command:           dc.Command,
+				Pool:              dc.Pool,
+				Timeout:           dc.Timeout,
+				MemoryLimitBytes:  dc.MemoryLimitBytes,
+				MaxLogLines:       dc.MaxLogLines,
+				MaxLogChars:       dc.MaxLogChars,
+				MaxNestedCalls:    derefInt(dc.MaxNestedCalls),
+				MaxNestedInFlight: derefInt(dc.MaxNestedInFlight),
+				Logger:            log,
 			})
 			if err != nil {
 				return fail(fmt.Errorf("config: drivers.%s: %w", name, err))
@@ -184,24 +208,37 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		}
 	}
 	g, err := New(Options{
-		Decider:   engine,
-		Store:     store,
-		Spool:     spool,
-		Signer:    signer,
-		Redactor:  redactor,
-		Auth:      auth,
-		Drivers:   drvs,
-		Tools:     tools,
-		Registry:  registry,
-		Shadows:   cfg.Policies.Shadow,
-		TraceDirs: traceDirs,
-		Instance:  instance,
-		Logger:    log,
+		Decider:    engine,
+		Store:      store,
+		Spool:      spool,
+		Signer:     signer,
+		Redactor:   redactor,
+		Auth:       auth,
+		Drivers:    drvs,
+		Tools:      tools,
+		Registry:   registry,
+		Shadows:    cfg.Policies.Shadow,
+		Selectable: cfg.Policies.Selectable,
+		TraceDirs:  traceDirs,
+		Instance:   instance,
+		Logger:     log,
+		Limits:     cfg.Limits,
 	})
 	if err != nil {
 		return fail(err)
 	}
 	return g, closers, nil
+}
+
+// hiddenPaths lists the gateway's own files and folders, which a sandboxed
+// shell command must never reach: the same set CheckLayout keeps apart from
+// every workspace.
+func hiddenPaths(cfg Config) []string {
+	var paths []string
+	for _, p := range cfg.gatewayPaths() {
+		paths = append(paths, p.path)
+	}
+	return paths
 }
 
 // signingKeyText is the manifest signing key as read from its source, and
@@ -335,4 +372,12 @@ func redactFingerprintKey(src *SecretSource, signer *evidence.Signer, getenv fun
 		}
 		return key, nil
 	}
+}
+
+// derefInt is *p, or 0 (the driver's default) when p is nil.
+func derefInt(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
 }

@@ -19,6 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/toolgate/toolgate/drivers/execbox"
 	"github.com/toolgate/toolgate/drivers/tpmjs"
 	"github.com/toolgate/toolgate/drivers/workspace"
 )
@@ -47,6 +48,13 @@ type Config struct {
 	// drivers publish their operations as "<driver>.<operation>" without
 	// being listed here.
 	Tools map[string]ToolConfig `yaml:"tools"`
+	// Limits bound connections and concurrent calls.
+	Limits LimitsConfig `yaml:"limits"`
+
+	// File is the path the configuration was read from (LoadConfig sets
+	// it; it is not a key of the file). CheckLayout keeps every workspace
+	// apart from it, and the shell sandbox hides it.
+	File string `yaml:"-"`
 }
 
 // TLSConfig secures the listener. API keys travel in every call's metadata,
@@ -93,8 +101,30 @@ type PolicyConfig struct {
 	ReloadInterval time.Duration `yaml:"reload_interval"`
 	// Shadow names, per enforcing policy_ref, a policy set evaluated
 	// beside it on every call: {policy.default: policy.candidate}. Its
-	// decision is recorded in policy_decision.json, never enforced.
+	// decision is recorded in policy_decision.json, never enforced, and no
+	// caller can name it in ctx.policy_ref.
 	Shadow map[string]string `yaml:"shadow"`
+	// Selectable restricts which callers may name which enforcing policy
+	// sets in ctx.policy_ref. Unset, every set of the folder that is not a
+	// shadow candidate is selectable by every caller. Set, a caller may
+	// name a set only when an entry lists it in refs and lists the caller
+	// in callers or one of its groups in groups; an empty list lets no
+	// caller name any set but the default. A call that names no set, or
+	// the default (policy.default), is always judged by the default set.
+	Selectable []PolicySelection `yaml:"selectable"`
+}
+
+// PolicySelection lets the callers it lists, and the callers in the groups
+// it lists, name the policy sets in refs: {callers: [ci], groups: [ops],
+// refs: [policy.strict]}.
+type PolicySelection struct {
+	// Callers are caller names from auth.keys ("anonymous" without keys).
+	Callers []string `yaml:"callers"`
+	// Groups are groups given to callers in auth.keys.
+	Groups []string `yaml:"groups"`
+	// Refs are enforcing policy sets of the folder, never a shadow
+	// candidate.
+	Refs []string `yaml:"refs"`
 }
 
 // EvidenceConfig locates the evidence store.
@@ -222,6 +252,15 @@ type DriverConfig struct {
 	MemoryLimitBytes int64         `yaml:"memory_limit_bytes"`
 	MaxLogLines      int           `yaml:"max_log_lines"`
 	MaxLogChars      int           `yaml:"max_log_chars"`
+	// MaxNestedCalls caps the tool calls one execution's guest code may
+	// make (type execbox; default 256, at most 10000). Calls beyond it are
+	// refused to the guest without reaching policy or evidence; the
+	// parent's evidence counts them.
+	// A pointer, so that an explicit 0 is refused rather than defaulted.
+	MaxNestedCalls *int `yaml:"max_nested_calls"`
+	// MaxNestedInFlight caps how many of one execution's tool calls run at
+	// once (type execbox; default 8, at most 64).
+	MaxNestedInFlight *int `yaml:"max_nested_in_flight"`
 
 	// Root is the workspace folder (type workspace).
 	Root string `yaml:"root"`
@@ -231,6 +270,57 @@ type DriverConfig struct {
 	// DefaultTimeout applies to shell commands that set none (type
 	// workspace; default 30s).
 	DefaultTimeout time.Duration `yaml:"default_timeout"`
+	// Sandbox isolates shell commands (type workspace): "namespaces" (the
+	// default; Linux user, PID, mount, IPC and network namespaces, with
+	// Landlock where the kernel has it) or "none" (commands run as the
+	// gateway's user and see what it sees).
+	Sandbox string `yaml:"sandbox"`
+	// Network is a sandboxed command's network (type workspace): "none"
+	// (the default: no interface at all) or "host".
+	Network string `yaml:"network"`
+	// AllowUnsandboxed accepts sandbox: none on a listen address that is
+	// not loopback (type workspace).
+	AllowUnsandboxed bool `yaml:"allow_unsandboxed"`
+	// MaxProcesses caps the processes (tasks) of one sandboxed call (type
+	// workspace; default 256).
+	MaxProcesses int `yaml:"max_processes"`
+	// MaxMemoryBytes caps the address space of each process of a
+	// sandboxed call (type workspace; default 4 GiB).
+	MaxMemoryBytes int64 `yaml:"max_memory_bytes"`
+	// MaxFileBytes caps the size of a file a sandboxed call writes, and of
+	// its /tmp (type workspace; default 1 GiB).
+	MaxFileBytes int64 `yaml:"max_file_bytes"`
+}
+
+// validateSandbox checks a workspace driver's sandbox keys. Errors start
+// with the offending key.
+func (d DriverConfig) validateSandbox(loopback bool) error {
+	switch d.Sandbox {
+	case "", workspace.SandboxNamespaces:
+	case workspace.SandboxNone:
+		if !loopback && !d.AllowUnsandboxed {
+			return errors.New("sandbox: none on a listen address that is not loopback lets remote callers' " +
+				"commands run unsandboxed as the gateway's user, next to its keys and evidence; " +
+				"set allow_unsandboxed: true to accept that")
+		}
+		if d.Network == workspace.NetworkNone {
+			return errors.New("network: none needs sandbox: namespaces; without the sandbox commands use the host's network")
+		}
+	default:
+		return fmt.Errorf("sandbox %q: want namespaces or none", d.Sandbox)
+	}
+	if d.Network != "" && d.Network != workspace.NetworkNone && d.Network != workspace.NetworkHost {
+		return fmt.Errorf("network %q: want none or host", d.Network)
+	}
+	switch {
+	case d.MaxProcesses < 0:
+		return errors.New("max_processes: must not be negative")
+	case d.MaxMemoryBytes < 0:
+		return errors.New("max_memory_bytes: must not be negative")
+	case d.MaxFileBytes < 0:
+		return errors.New("max_file_bytes: must not be negative")
+	}
+	return nil
 }
 
 // ToolConfig binds a tool id to a driver and describes it for discovery
@@ -283,6 +373,7 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
+	cfg.File = path
 	return cfg.WithDefaults()
 }
 
@@ -366,11 +457,11 @@ func (c Config) Validate() error {
 		}
 		seen[id] = true
 	}
-	for _, ref := range sortedKeys(c.Policies.Shadow) {
-		shadow := c.Policies.Shadow[ref]
-		if shadow == "" || shadow == ref {
-			return fmt.Errorf("config: policies.shadow.%s: name another policy set", ref)
-		}
+	if err := c.Limits.validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if err := c.Policies.validate(c.Auth.Keys); err != nil {
+		return err
 	}
 	if ol := c.Evidence.ObjectLock; ol != nil {
 		if ol.Mode != "GOVERNANCE" && ol.Mode != "COMPLIANCE" {
@@ -405,6 +496,9 @@ func (c Config) Validate() error {
 			if d.DefaultTimeout < 0 {
 				return fmt.Errorf("config: drivers.%s.default_timeout: must not be negative", name)
 			}
+			if err := d.validateSandbox(isLoopbackHost(host)); err != nil {
+				return fmt.Errorf("config: drivers.%s.%w", name, err)
+			}
 		case "tpmjs":
 			if u, err := url.Parse(d.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				return fmt.Errorf("config: drivers.%s.url %q: want the executor's http:// or https:// base URL", name, d.URL)
@@ -436,6 +530,12 @@ func (c Config) Validate() error {
 			if d.Pool < 0 || d.Timeout < 0 || d.MemoryLimitBytes < 0 || d.MaxLogLines < 0 || d.MaxLogChars < 0 {
 				return fmt.Errorf("config: drivers.%s: pool, timeout and limits must not be negative", name)
 			}
+			if n := d.MaxNestedCalls; n != nil && (*n < 1 || *n > execbox.MaxNestedCallsBound) {
+				return fmt.Errorf("config: drivers.%s.max_nested_calls: must be between 1 and %d (unset: 256), got %d", name, execbox.MaxNestedCallsBound, *n)
+			}
+			if n := d.MaxNestedInFlight; n != nil && (*n < 1 || *n > execbox.MaxNestedInFlightBound) {
+				return fmt.Errorf("config: drivers.%s.max_nested_in_flight: must be between 1 and %d (unset: 8), got %d", name, execbox.MaxNestedInFlightBound, *n)
+			}
 		case "":
 			return fmt.Errorf("config: drivers.%s.type: required (workspace, tpmjs or execbox)", name)
 		default:
@@ -456,6 +556,71 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// validate checks policies.shadow and policies.selectable against each
+// other and against the callers and groups auth.keys defines. Whether the
+// sets exist in the folder is checked when the folder is loaded.
+func (p PolicyConfig) validate(keys []KeyConfig) error {
+	for _, ref := range sortedKeys(p.Shadow) {
+		shadow := p.Shadow[ref]
+		switch {
+		case shadow == "" || shadow == ref:
+			return fmt.Errorf("config: policies.shadow.%s: name another policy set", ref)
+		case shadow == defaultPolicy:
+			return fmt.Errorf("config: policies.shadow.%s: %s is the default set, enforced for every call that names none; it cannot be a shadow candidate", ref, shadow)
+		}
+		if _, ok := p.Shadow[shadow]; ok {
+			return fmt.Errorf("config: policies.shadow.%s: %s is a shadow candidate, never enforced, so it cannot have a shadow of its own", shadow, shadow)
+		}
+	}
+	callers, groups := map[string]bool{}, map[string]bool{}
+	for _, k := range keys {
+		callers[k.Caller] = true
+		for _, g := range k.Groups {
+			groups[g] = true
+		}
+	}
+	if len(keys) == 0 {
+		callers[AnonymousCaller] = true
+	}
+	for i, sel := range p.Selectable {
+		where := fmt.Sprintf("config: policies.selectable[%d]", i)
+		if len(sel.Refs) == 0 {
+			return fmt.Errorf("%s.refs: list the policy sets these callers may select", where)
+		}
+		if len(sel.Callers) == 0 && len(sel.Groups) == 0 {
+			return fmt.Errorf("%s: give callers or groups", where)
+		}
+		for _, c := range sel.Callers {
+			if !callers[c] {
+				return fmt.Errorf("%s.callers: %q is not a caller of auth.keys%s", where, c, anonymousHint(keys))
+			}
+		}
+		for _, g := range sel.Groups {
+			if !groups[g] {
+				return fmt.Errorf("%s.groups: no auth.keys entry has group %q", where, g)
+			}
+		}
+		for _, ref := range sel.Refs {
+			if ref == "" {
+				return fmt.Errorf("%s.refs: empty policy set name", where)
+			}
+			for _, enforcing := range sortedKeys(p.Shadow) {
+				if p.Shadow[enforcing] == ref {
+					return fmt.Errorf("%s.refs: %s is the shadow candidate of %s (policies.shadow) and is never enforced, so no caller may select it", where, ref, enforcing)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func anonymousHint(keys []KeyConfig) string {
+	if len(keys) == 0 {
+		return fmt.Sprintf(" (without auth.keys every caller is %q)", AnonymousCaller)
+	}
+	return ""
 }
 
 // validate checks a tool's settings for its driver type. Errors start with

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -53,6 +54,26 @@ func TestConfigValidate(t *testing.T) {
 		{"object lock zero days", "evidence: {url: 's3://b?region=auto', object_lock: {mode: GOVERNANCE}}", "at least 1"},
 		{"object lock twice", "evidence: {url: 's3://b?region=auto&object_lock_days=2', object_lock: {mode: GOVERNANCE, days: 1}}", "one place"},
 		{"bad secrets_env", "redact: {secrets_env: ['A B']}", "redact.secrets_env"},
+		{"selectable by caller and group", "auth: {keys: [{caller: ci, env: K, groups: [ops]}]}\npolicies: {selectable: [{callers: [ci], refs: [strict]}, {groups: [ops], refs: [lenient]}]}", ""},
+		{"selectable by anonymous without keys", "policies: {selectable: [{callers: [anonymous], refs: [strict]}]}", ""},
+		{"selectable nothing", "policies: {selectable: []}", ""},
+		{"selectable without refs", "policies: {selectable: [{callers: [anonymous]}]}", "policies.selectable[0].refs"},
+		{"selectable for nobody", "policies: {selectable: [{refs: [strict]}]}", "give callers or groups"},
+		{"selectable for an unknown caller", "auth: {keys: [{caller: ci, env: K}]}\npolicies: {selectable: [{callers: [cl], refs: [strict]}]}", `policies.selectable[0].callers: "cl" is not a caller`},
+		{"selectable for an unknown group", "auth: {keys: [{caller: ci, env: K, groups: [ops]}]}\npolicies: {selectable: [{groups: [op], refs: [strict]}]}", `no auth.keys entry has group "op"`},
+		{"selectable shadow set", "policies: {shadow: {policy.default: policy.candidate}, selectable: [{callers: [anonymous], refs: [policy.candidate]}]}", "policy.candidate is the shadow candidate of policy.default"},
+		{"default set as a shadow", "policies: {shadow: {strict: policy.default}}", "policy.default is the default set"},
+		{"shadow of a shadow", "policies: {shadow: {a: b, b: c}}", "policies.shadow.b: b is a shadow candidate"},
+		{"sandbox keys", "drivers: {w: {type: workspace, root: w, sandbox: namespaces, network: host, max_processes: 64, max_memory_bytes: 1073741824, max_file_bytes: 1048576}}", ""},
+		{"unknown sandbox", "drivers: {w: {type: workspace, root: w, sandbox: chroot}}", "drivers.w.sandbox \"chroot\""},
+		{"unknown network", "drivers: {w: {type: workspace, root: w, network: bridge}}", "drivers.w.network \"bridge\""},
+		{"network none without the sandbox", "drivers: {w: {type: workspace, root: w, sandbox: none, network: none}}", "drivers.w.network: none needs sandbox: namespaces"},
+		{"no sandbox on loopback", "drivers: {w: {type: workspace, root: w, sandbox: none}}", ""},
+		{"no sandbox beyond loopback", "listen: 0.0.0.0:9000\nauth: {keys: [{caller: a, sha256: " + digest + "}]}\ntls: {allow_plaintext: true}\ndrivers: {w: {type: workspace, root: w, sandbox: none}}", "drivers.w.sandbox: none on a listen address that is not loopback"},
+		{"no sandbox beyond loopback, accepted", "listen: 0.0.0.0:9000\nauth: {keys: [{caller: a, sha256: " + digest + "}]}\ntls: {allow_plaintext: true}\ndrivers: {w: {type: workspace, root: w, sandbox: none, allow_unsandboxed: true}}", ""},
+		{"negative process cap", "drivers: {w: {type: workspace, root: w, max_processes: -1}}", "drivers.w.max_processes"},
+		{"negative memory cap", "drivers: {w: {type: workspace, root: w, max_memory_bytes: -1}}", "drivers.w.max_memory_bytes"},
+		{"negative file cap", "drivers: {w: {type: workspace, root: w, max_file_bytes: -1}}", "drivers.w.max_file_bytes"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -92,5 +113,31 @@ func TestObjectLockReachesTheStoreURL(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("store URL %q lacks %q", got, want)
 		}
+	}
+}
+
+func TestGatewayPathsHideEveryFileOfTheGateway(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`
+policies: {dir: /srv/tg/policies}
+tls: {cert_file: /etc/tg/cert.pem, key_file: /etc/tg/key.pem}
+evidence: {url: file:///srv/tg/evidence, spool_dir: /srv/tg/spool, signing_key: {file: /etc/tg/signing.pem}}
+redact: {rules_file: /etc/tg/rules.toml, fingerprint_key: {file: /etc/tg/fp.key}}
+drivers:
+  ws: {type: workspace, root: /srv/tg/ws}
+  js: {type: tpmjs, url: 'http://127.0.0.1:1', trace_dir: /srv/tg/traces}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.File = "/etc/tg/toolgate.yaml"
+	got := hiddenPaths(cfg)
+	for _, want := range []string{"/srv/tg/policies", "/etc/tg/cert.pem", "/etc/tg/key.pem", "/srv/tg/evidence", "/srv/tg/spool",
+		"/etc/tg/signing.pem", "/etc/tg/rules.toml", "/etc/tg/fp.key", "/srv/tg/traces", "/etc/tg/toolgate.yaml"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("hiddenPaths lacks %s: %v", want, got)
+		}
+	}
+	if slices.Contains(got, "/srv/tg/ws") || slices.Contains(got, "") {
+		t.Errorf("hiddenPaths holds the workspace or an empty path: %v", got)
 	}
 }

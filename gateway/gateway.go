@@ -51,8 +51,12 @@ type Options struct {
 	Drivers  map[string]drivers.Driver
 	Tools    map[string]Tool
 	// Shadows maps an enforcing policy_ref to a policy set evaluated beside
-	// it on every call and recorded, never enforced.
+	// it on every call and recorded, never enforced. No caller may name a
+	// shadow set in ctx.policy_ref.
 	Shadows map[string]string
+	// Selectable restricts which callers may name which policy sets (see
+	// PolicyConfig.Selectable). nil: every set that is not a shadow.
+	Selectable []PolicySelection
 	// Registry, if set, serves registry-style tool ids.
 	Registry *Registry
 	// TraceDirs maps a driver name to the folder where it keeps a local
@@ -63,6 +67,9 @@ type Options struct {
 	Logger   *slog.Logger
 	// Now returns the current time; time.Now by default.
 	Now func() time.Time
+	// Limits bound connections and concurrent calls; zero values take
+	// DefaultLimits.
+	Limits LimitsConfig
 }
 
 // Gateway runs RunTool calls. It is safe for concurrent use.
@@ -78,12 +85,17 @@ type Gateway struct {
 	tools     map[string]Tool
 	registry  *Registry
 	shadows   map[string]string
+	selection selection
 	// shadowFlips counts decisions a shadow set would have flipped.
 	shadowFlips atomic.Int64
-	traceDirs   map[string]string
-	engineBase  string
-	log         *slog.Logger
-	now         func() time.Time
+	limits      LimitsConfig
+	// running counts the top-level calls in flight, against
+	// limits.max_concurrent_calls.
+	running    atomic.Int64
+	traceDirs  map[string]string
+	engineBase string
+	log        *slog.Logger
+	now        func() time.Time
 }
 
 // New checks opts and returns a Gateway.
@@ -99,6 +111,9 @@ func New(opts Options) (*Gateway, error) {
 		return nil, errors.New("gateway: Options.Auth is required")
 	case opts.Instance == "":
 		return nil, errors.New("gateway: Options.Instance is required")
+	}
+	if err := opts.Limits.validate(); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	for id, t := range opts.Tools {
 		if _, ok := opts.Drivers[t.Driver]; !ok {
@@ -122,7 +137,9 @@ func New(opts Options) (*Gateway, error) {
 		tools:      opts.Tools,
 		registry:   opts.Registry,
 		shadows:    opts.Shadows,
+		selection:  newSelection(opts.Shadows, opts.Selectable),
 		traceDirs:  opts.TraceDirs,
+		limits:     opts.Limits.withDefaults(),
 		engineBase: fmt.Sprintf("toolgate/%s@%s", Version, opts.Instance),
 		log:        redactingLogger(opts.Logger, opts.Redactor),
 		now:        opts.Now,
@@ -133,12 +150,19 @@ func New(opts Options) (*Gateway, error) {
 	return g, nil
 }
 
-// RunTool implements the ToolGateway service.
+// RunTool implements the ToolGateway service. At most
+// limits.max_concurrent_calls run at once; the tool calls a running call's
+// sandboxed code makes go through run directly and are not counted, so a
+// call holding a slot never waits for a slot of its own.
 func (g *Gateway) RunTool(ctx context.Context, req *toolgatev1.RunToolRequest) (*toolgatev1.RunToolResponse, error) {
-	caller, err := g.auth.Authenticate(ctx)
+	caller, err := g.authenticate(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if err := g.admitCall(); err != nil {
+		return nil, err
+	}
+	defer g.releaseCall()
 	c, err := parseRequest(req)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -155,16 +179,27 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	callerCtx := ctx
 	ctx = context.WithoutCancel(ctx)
 
-	hash, err := canonicalHash(caller, c)
-	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
 	tool, known := g.lookupTool(c.ToolID)
 	engineRef := g.engineBase
 	if known {
 		engineRef += "/" + g.drivers[tool.Driver].Engine()
 	}
 	args, err := decodeArgs(c.Args)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	// 0. Canonicalise the arguments that name resources: from here on,
+	// the hash, the evidence, policy and the driver see only that form.
+	if known {
+		if c, args, err = g.canonicalise(c, tool, args); err != nil {
+			var invalid *invalidArgument
+			if errors.As(err, &invalid) {
+				return nil, status.Error(codes.InvalidArgument, err.Error())
+			}
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
+	hash, err := canonicalHash(caller, c)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
@@ -341,9 +376,15 @@ func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, 
 			PolicyRef: c.PolicyRef,
 		}, nil
 	}
+	attrs := g.auth.Attributes(caller)
+	if reason, ok := g.selection.allows(caller, attrs, c.PolicyRef); !ok {
+		// A recorded deny, not INVALID_ARGUMENT: an attempt to pick the
+		// set that judges a call belongs in the evidence.
+		return policy.Decision{RuleID: RulePolicyRefNotSelectable, Reason: reason, PolicyRef: c.PolicyRef}, nil
+	}
 	req := policy.Request{
 		Caller:          caller,
-		CallerAttrs:     g.auth.Attributes(caller),
+		CallerAttrs:     attrs,
 		Action:          c.action(),
 		ToolID:          c.ToolID,
 		Driver:          tool.Driver,
@@ -423,6 +464,9 @@ func (g *Gateway) resume(ctx context.Context, c call, hash, engineRef string) (*
 	}
 	switch {
 	case err == nil:
+		if err := g.checkReplay(ctx, c.RequestID, hash, body); err != nil {
+			return nil, rec.failure(codes.DataLoss, "%v", err)
+		}
 		resp, err := decodeResponse(body)
 		if err != nil {
 			return nil, rec.failure(codes.Internal, "stored response.json for %s is unreadable: %v", c.RequestID, err)
@@ -464,11 +508,66 @@ func (g *Gateway) replaySpooled(ctx context.Context, c call, hash string) (*tool
 	if err != nil {
 		return nil, false, nil
 	}
+	if err := g.responseMatches(man, c.RequestID, hash, body); err != nil {
+		return nil, true, status.Error(codes.DataLoss, err.Error())
+	}
 	resp, err := decodeResponse(body)
 	if err != nil {
 		return nil, false, nil
 	}
 	return resp, true, nil
+}
+
+// checkReplay makes sure a stored response is the one its request's
+// manifest (in the store, or else in the spool) committed to before it is
+// replayed. Without a manifest (a crash between the two writes) there is
+// nothing to check against and the response is replayed as it is.
+func (g *Gateway) checkReplay(ctx context.Context, requestID, hash string, body []byte) error {
+	key := evidence.Key(requestID, evidence.ArtifactManifest)
+	raw, err := g.store.Get(ctx, key)
+	if errors.Is(err, evidence.ErrNotExist) && g.spool != nil {
+		raw, err = g.spool.Get(ctx, key)
+	}
+	if errors.Is(err, evidence.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("the manifest of %s cannot be read to check the stored response against it: %w", requestID, err)
+	}
+	m, err := evidence.ParseManifest(raw)
+	if err != nil {
+		return fmt.Errorf("the stored response of %s is not replayed: its manifest is unreadable: %w", requestID, err)
+	}
+	return g.responseMatches(m, requestID, hash, body)
+}
+
+// responseMatches checks body, a stored response.json, against m: m must
+// belong to this request, list response.json with body's SHA-256 and size,
+// and, when the gateway signs manifests, carry a valid signature of its key.
+func (g *Gateway) responseMatches(m evidence.Manifest, requestID, hash string, body []byte) error {
+	mismatch := func(why string) error {
+		return fmt.Errorf("the stored response of %s does not match its manifest (%s), so it is not replayed; "+
+			"the evidence may have been altered (toolgate evidence verify checks it)", requestID, why)
+	}
+	if m.RequestID != requestID || m.CanonicalRequestHash != hash {
+		return mismatch("the manifest belongs to another request")
+	}
+	if g.signer != nil {
+		if err := evidence.CheckSignature(g.signer.PublicKey(), m); err != nil {
+			return mismatch(err.Error())
+		}
+	}
+	key := evidence.Key(requestID, evidence.ArtifactResponse)
+	want := evidence.Digest(key, body)
+	for _, a := range m.Artifacts {
+		if a.Key == key {
+			if a.SHA256 != want.SHA256 || a.Size != want.Size {
+				return mismatch(fmt.Sprintf("response.json has SHA-256 %s and %d bytes, the manifest records %s and %d bytes", want.SHA256, want.Size, a.SHA256, a.Size))
+			}
+			return nil
+		}
+	}
+	return mismatch("the manifest does not list response.json")
 }
 
 func fileExists(path string) bool {

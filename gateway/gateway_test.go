@@ -129,7 +129,7 @@ func TestPolicyDecisions(t *testing.T) {
 @id("no_evil_urls")
 @reason("evil")
 forbid (principal, action, resource == Tool::"workspace.readFile")
-when { context.args.url like "*evil*" };
+when { context.args has path && context.args.path > 3 };
 `,
 		"strict.cedar": `@id("nothing") forbid (principal, action, resource);`,
 	}
@@ -137,7 +137,7 @@ when { context.args.url like "*evil*" };
 	tests := []struct {
 		name, id, tool, policyRef, wantRule string
 	}{
-		// The forbid reads an attribute the call does not have: Cedar skips
+		// The forbid compares a string argument as a number: Cedar skips
 		// it, and the permit alone would allow. The gateway must deny.
 		{"erroring forbid denies", "pd-1", "workspace.readFile", "", "policy_error"},
 		{"unknown policy_ref denies", "pd-2", "workspace.readFile", "no.such.set", "unknown_policy_ref"},

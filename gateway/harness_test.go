@@ -63,6 +63,10 @@ type envOptions struct {
 	spoolDir string // set: spool post-decision artifacts there
 	signer   *evidence.Signer
 	shadows  map[string]string
+	// selectable is Options.Selectable.
+	selectable []PolicySelection
+	// limits is Options.Limits.
+	limits LimitsConfig
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -131,7 +135,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	e.gw, err = New(Options{
 		Decider: engine, Store: e.store, Spool: spool, Signer: o.signer, Redactor: red, Auth: auth,
-		Drivers: drvs, Tools: tools, Instance: "test-host", Shadows: o.shadows,
+		Drivers: drvs, Tools: tools, Instance: "test-host", Shadows: o.shadows, Selectable: o.selectable,
+		Limits: o.limits,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +157,7 @@ func serve(t testing.TB, g *Gateway, register ...func(*grpc.Server)) *grpc.Clien
 	for _, r := range register {
 		r(srv)
 	}
-	go srv.Serve(lis)
+	go srv.Serve(g.LimitListener(lis))
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -353,7 +358,9 @@ func (d *hookDriver) Run(context.Context, drivers.Call) (drivers.Result, error) 
 }
 
 func TestMain(m *testing.M) {
-	// The fake stdio execbox runner is this test binary run again.
+	// The fake stdio execbox runner and the workspace shell's sandbox init
+	// are this test binary run again.
 	execboxtest.MaybeRunStdioRunner()
+	workspace.MaybeRunSandbox()
 	os.Exit(m.Run())
 }

@@ -21,7 +21,7 @@ const (
 // is decided as a RunTool call with empty arguments; a rule about arguments
 // can still deny the real call.
 func (g *Gateway) ListTools(ctx context.Context, req *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error) {
-	caller, err := g.auth.Authenticate(ctx)
+	caller, err := g.authenticate(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -45,6 +45,11 @@ func (g *Gateway) ListTools(ctx context.Context, req *toolgatev1.ListToolsReques
 		policyRef = defaultPolicy
 	}
 	resp := &toolgatev1.ListToolsResponse{}
+	attrs := g.auth.Attributes(caller)
+	if _, ok := g.selection.allows(caller, attrs, policyRef); !ok {
+		// Every call under this set would be denied, so no tool is listed.
+		return resp, nil
+	}
 	for _, id := range g.catalogIDs() {
 		if len(resp.Tools) == limit {
 			break
@@ -57,7 +62,7 @@ func (g *Gateway) ListTools(ctx context.Context, req *toolgatev1.ListToolsReques
 			continue
 		}
 		d := g.decider.Decide(ctx, policy.Request{
-			Caller: caller, CallerAttrs: g.auth.Attributes(caller), Action: policy.ActionRunTool, ToolID: id, Driver: t.Driver,
+			Caller: caller, CallerAttrs: attrs, Action: policy.ActionRunTool, ToolID: id, Driver: t.Driver,
 			Tool: t.attributes(), PolicyRef: policyRef, Args: map[string]any{},
 		})
 		if !d.Allow {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"regexp"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -66,6 +67,12 @@ func (n *nestedCaller) CallTool(ctx context.Context, callID, toolID string, inpu
 	fail := func(code, format string, args ...any) drivers.NestedResult {
 		return drivers.NestedResult{RequestID: id, Code: code, Message: fmt.Sprintf(format, args...)}
 	}
+	// The parent's session ends a call's context when the execution runs
+	// out of time; a call that had not started by then never does: no
+	// claim, no decision, no evidence.
+	if err := ctx.Err(); err != nil {
+		return fail(nestedInternalError, "nested call %s not started: the execution ran out of time (%v)", id, err)
+	}
 	if t, ok := n.g.tools[toolID]; !ok || t.Driver == n.parentDriver {
 		return fail(nestedInternalError, "unknown tool %q", toolID)
 	}
@@ -87,7 +94,12 @@ func (n *nestedCaller) CallTool(ctx context.Context, callID, toolID string, inpu
 	c.ParentRequestID = n.parent.RequestID
 	resp, err := n.g.run(ctx, n.caller, c)
 	if err != nil {
-		return fail(nestedInternalError, "nested call %s: %s", id, status.Convert(err).Message())
+		code := nestedInternalError
+		if status.Code(err) == codes.InvalidArgument {
+			// An argument with no canonical form: the guest's input.
+			code = nestedValidationError
+		}
+		return fail(code, "nested call %s: %s", id, status.Convert(err).Message())
 	}
 	if pc := resp.GetPolicyCheck(); pc.GetDecision() != "allow" {
 		return fail(nestedToolError, "tool %s denied by policy (rule %s): %s", toolID, pc.GetRuleId(), pc.GetReason())

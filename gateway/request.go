@@ -24,6 +24,21 @@ const (
 	maxArgsDepth    = 32
 	maxCtxFieldSize = 256
 	defaultPolicy   = "policy.default"
+	// maxArgsNodes bounds the values in args (every object member, list
+	// item and scalar counts one). It is checked on the wire before args
+	// are decoded, so what a caller can make the gateway allocate for one
+	// request is bounded by it, whatever the message holds.
+	maxArgsNodes = 1 << 16
+	// maxArgsWireBytes bounds the args field as it arrives. Protobuf can
+	// take more room than the JSON a value encodes to (a number is 11
+	// bytes in a list, "0," 2 in JSON), but at most 24 bytes more per value
+	// with all its framing, so any args within maxArgsBytes and
+	// maxArgsNodes fit.
+	maxArgsWireBytes = maxArgsBytes + 24*maxArgsNodes
+	// maxRequestBytes is the transport's cap on one RunToolRequest: args
+	// plus request_id (128 bytes), tool_id (256) and three ctx fields (256
+	// each) at their limits with their framing, rounded up to 4 KiB.
+	maxRequestBytes = maxArgsWireBytes + 4<<10
 )
 
 // requestIDPattern keeps a request id inside its evidence prefix: no slash,
@@ -41,7 +56,9 @@ type call struct {
 	// code made this call. Such calls are decided as Action::"CallTool".
 	ParentRequestID string
 	// Args is the canonical JSON of the arguments: keys sorted, numbers as
-	// JSON numbers. It is what is hashed, stored and decoded for drivers.
+	// JSON numbers, and (once run has canonicalised them) the arguments
+	// that name resources in their driver's canonical form. It is what is
+	// hashed, stored, decided on and decoded for drivers.
 	Args json.RawMessage
 }
 

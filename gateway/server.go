@@ -20,18 +20,25 @@ import (
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
-// maxRecvMsgSize leaves room for the largest valid request (1 MiB of args
-// plus the other fields) while bounding what one call can make us buffer.
-const maxRecvMsgSize = 4 << 20
-
 // NewServer returns a gRPC server serving g's ToolGateway, the standard
 // grpc.health.v1 health service and server reflection. The returned health
 // server lets the caller mark the service NOT_SERVING while it drains.
+//
+// Callers are authenticated from their headers before a message is read
+// (health needs no key), a message is capped at the largest valid request,
+// and the connection limits of Options.Limits apply; serve the result on
+// g.LimitListener(lis) to cap connections too.
 func (g *Gateway) NewServer(opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
-	opts = append([]grpc.ServerOption{
+	own := append([]grpc.ServerOption{
 		grpc.ForceServerCodecV2(rawCodec{proto: encoding.GetCodecV2("proto")}),
-		grpc.MaxRecvMsgSize(maxRecvMsgSize),
-	}, opts...)
+		grpc.MaxRecvMsgSize(maxRequestBytes),
+	}, g.limits.serverOptions()...)
+	if g.auth.Enabled() {
+		// Without keys every caller is anonymous (on loopback only), and
+		// there is nothing to check before the body.
+		own = append(own, grpc.InTapHandle(g.authenticateStream))
+	}
+	opts = append(own, opts...)
 	s := grpc.NewServer(opts...)
 	s.RegisterService(&toolGatewayDesc, g)
 	hs := health.NewServer()
@@ -65,6 +72,9 @@ func runToolHandler(srv any, ctx context.Context, dec func(any) error, intercept
 	var raw rawMessage
 	if err := dec(&raw); err != nil {
 		return nil, err
+	}
+	if err := scanRequestArgs(raw.data); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	req := new(toolgatev1.RunToolRequest)
 	if err := proto.Unmarshal(raw.data, req); err != nil {

@@ -23,7 +23,7 @@ func BenchmarkDecide(b *testing.B) {
 					}
 					fmt.Fprintf(&src, "@id(\"p%d\")\npermit (principal, action == Action::\"RunTool\", %s)\nwhen { context.args has path && context.args.path like \"docs/*\" };\n", i, target)
 				}
-				e := mustLoad(b, policyDir(b, true, map[string]string{DefaultRef + ".cedar": src.String()}))
+				e := mustLoad(b, policyDir(b, map[string]string{DefaultRef + ".cedar": src.String()}))
 				req := Request{
 					Caller: "alice", Action: ActionRunTool, RequestID: "req-1",
 					ToolID: fmt.Sprintf("tool%d", n-1), Driver: fmt.Sprintf("driver%d", n-1),

@@ -19,11 +19,9 @@ when { context.args has path && context.args.path like "secret/*" };
 
 @id("strict_limit")
 forbid (principal, action, resource == Tool::"workspace.shell")
-when { context.args.limit > 3 };
+when { context.args has limit && context.args.limit > 3 };
 `
-	// Without the schema, so that a rule may read an argument unguarded and
-	// fail at evaluation.
-	e := mustLoad(t, policyDir(t, false, map[string]string{DefaultRef + ".cedar": rules}))
+	e := mustLoad(t, policyDir(t, map[string]string{DefaultRef + ".cedar": rules}))
 	read := PolicyInfo{RuleID: "read", Effect: "permit", Reason: "reads are harmless", Position: "policy.default.cedar:1:1"}
 	alice := PolicyInfo{RuleID: "policy.default.cedar:policy1", Effect: "permit", Position: "policy.default.cedar:4:1"}
 	secrets := PolicyInfo{RuleID: "no_secrets", Effect: "forbid", Reason: "secrets stay put", Position: "policy.default.cedar:6:1"}
@@ -43,7 +41,7 @@ when { context.args.limit > 3 };
 		{"a forbid overrules both permits", withArgs(call("workspace.readFile"), map[string]any{"path": "secret/key"}), "no_secrets",
 			[]PolicyInfo{read, alice, determining(secrets)}, 0},
 		{"nothing matches", byBob(call("workspace.createFile")), RuleDefaultDeny, nil, 0},
-		{"an erroring forbid leaves no policy determining", call("workspace.shell"), RulePolicyError,
+		{"an erroring forbid leaves no policy determining", withArgs(call("workspace.shell"), map[string]any{"limit": "big"}), RulePolicyError,
 			[]PolicyInfo{alice}, 1},
 		{"unknown policy set", func() Request { r := call("workspace.readFile"); r.PolicyRef = "nope"; return r }(), RuleUnknownPolicyRef, nil, 0},
 		{"malformed request", Request{Caller: "alice", Action: "Delete", ToolID: "workspace.readFile", Driver: "workspace"}, RulePolicyError, nil, 1},

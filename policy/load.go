@@ -17,7 +17,6 @@ import (
 	cedar "github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
 	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
-	"github.com/cedar-policy/cedar-go/x/exp/schema"
 	"github.com/cedar-policy/cedar-go/x/exp/schema/validate"
 )
 
@@ -27,18 +26,22 @@ const SchemaFile = "toolgate.cedarschema"
 const policyExt = ".cedar"
 
 // Load reads every <dir>/<policy_ref>.cedar file (names starting with a dot
-// are ignored, as are folders) and, when <dir>/toolgate.cedarschema exists,
-// validates every policy against it. It also checks that the schema accepts
-// the requests and entities Decide builds, so that policies are validated
-// against the model the gateway really uses.
+// are ignored, as are folders) and validates every policy against the
+// gateway's built-in schema (see Schema), extended by
+// <dir>/toolgate.cedarschema when that exists. A folder schema may only add
+// to the built-in one; one that removes or changes a declaration is an
+// error naming what it changes. Load also checks that the schema accepts the
+// requests and entities Decide builds, so that policies are validated
+// against the model the gateway really uses. Annotations other than those
+// KnownAnnotations lists are errors.
 //
 // Every problem found in the policy files is reported, one per line, each
 // starting with "<dir>/<file>:<line>:<column>: "; a problem with the schema
 // stops the load and names the schema file, with a line where the schema
-// parser gives one. Rule ids must be unique within a file and
-// may not reuse the names Decide reports itself (default_deny, policy_error,
-// unknown_policy_ref). An empty folder loads; every request then gets
-// unknown_policy_ref.
+// parser gives one. Rule ids must be unique within a file and may not
+// reuse the names the gateway reports itself (default_deny, policy_error,
+// unknown_policy_ref, policy_ref_not_selectable). An empty folder loads;
+// every request then gets unknown_policy_ref.
 func Load(dir string) (*Engine, error) {
 	return load(os.DirFS(dir), dir)
 }
@@ -88,47 +91,35 @@ func load(fsys fs.FS, dir string) (*Engine, error) {
 	return e, nil
 }
 
-// schemaCheck validates policies against the folder's schema.
+// Annotations a policy may carry. Every other annotation is a load error:
+// an annotation the gateway does not implement (an approval marker, say)
+// must not be ignored while the permit it marks allows at once.
+const (
+	// AnnotationID names the rule: rule_id in the evidence.
+	AnnotationID = "id"
+	// AnnotationReason says why the rule exists: reason in the evidence.
+	AnnotationReason = "reason"
+)
+
+// KnownAnnotations returns the annotation keys a policy may carry, in the
+// order messages list them.
+func KnownAnnotations() []string { return []string{AnnotationID, AnnotationReason} }
+
+func sortedAnnotationKeys(ann cedar.Annotations) []types.AnnotationKey {
+	keys := make([]types.AnnotationKey, 0, len(ann))
+	for k := range ann {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// schemaCheck validates policies against the schema in force: the built-in
+// one, extended by the folder's.
 type schemaCheck struct {
 	v *validate.Validator
 	// contextAttrs holds the context attributes any action declares.
 	contextAttrs map[types.String]bool
-}
-
-// loadSchema returns a checker for the folder's schema, or nil when the
-// folder has none.
-func loadSchema(fsys fs.FS, dir string) (*schemaCheck, error) {
-	path := filepath.Join(dir, SchemaFile)
-	src, err := fs.ReadFile(fsys, SchemaFile)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	var s schema.Schema
-	s.SetFilename(path)
-	if err := s.UnmarshalCedar(src); err != nil {
-		// The schema parser's messages already start with path:line:col.
-		return nil, err
-	}
-	resolved, err := s.Resolve()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	v := validate.New(resolved)
-	if err := checkModel(v); err != nil {
-		return nil, fmt.Errorf("%s: the schema does not describe the requests the gateway sends: %w", path, err)
-	}
-	attrs := make(map[types.String]bool)
-	for _, a := range resolved.Actions {
-		if a.AppliesTo != nil {
-			for name := range a.AppliesTo.Context {
-				attrs[name] = true
-			}
-		}
-	}
-	return &schemaCheck{v: v, contextAttrs: attrs}, nil
 }
 
 // checkModel validates the entities and requests Decide builds against the
@@ -207,12 +198,12 @@ func compileSet(path, file string, src []byte, sc *schemaCheck) (set *policySet,
 		id := cedar.PolicyID("policy" + strconv.Itoa(i))
 		ann := p.Annotations()
 		ruleID := file + ":" + string(id)
-		if rid, ok := ann["id"]; ok {
+		if rid, ok := ann[AnnotationID]; ok {
 			ruleID = string(rid)
 			switch {
 			case ruleID == "":
 				errs = append(errs, fmt.Errorf("%s: @id must not be empty", at))
-			case ruleID == RuleDefaultDeny || ruleID == RulePolicyError || ruleID == RuleUnknownPolicyRef:
+			case ruleID == RuleDefaultDeny || ruleID == RulePolicyError || ruleID == RuleUnknownPolicyRef || ruleID == RulePolicyRefNotSelectable:
 				errs = append(errs, fmt.Errorf("%s: @id(%q) is reserved for decisions the gateway makes itself", at, ruleID))
 			}
 			if prev, dup := firstUse[ruleID]; dup {
@@ -222,13 +213,17 @@ func compileSet(path, file string, src []byte, sc *schemaCheck) (set *policySet,
 			}
 		}
 		label := strconv.Quote(ruleID)
-		if sc != nil {
-			for _, msg := range sc.policy(p) {
-				errs = append(errs, fmt.Errorf("%s: policy %s: %s", at, label, msg))
+		for _, key := range sortedAnnotationKeys(ann) {
+			if !slices.Contains(KnownAnnotations(), string(key)) {
+				errs = append(errs, fmt.Errorf("%s: policy %s: unknown annotation @%s (a policy may carry @%s); an annotation the gateway does not implement is refused rather than ignored",
+					at, label, key, strings.Join(KnownAnnotations(), ", @")))
 			}
 		}
+		for _, msg := range sc.policy(p) {
+			errs = append(errs, fmt.Errorf("%s: policy %s: %s", at, label, msg))
+		}
 
-		set.policies[i] = loadedPolicy{id: id, policy: p, ruleID: ruleID, reason: string(ann["reason"])}
+		set.policies[i] = loadedPolicy{id: id, policy: p, ruleID: ruleID, reason: string(ann[AnnotationReason])}
 		set.byID[id] = &set.policies[i]
 		ast := (*xast.Policy)(p.AST())
 		if eq, ok := ast.Resource.(xast.ScopeTypeEq); ok {

@@ -2,10 +2,11 @@
 //
 // A folder of policy files is loaded once into an Engine. Each file
 // <policy_ref>.cedar is one policy set; a request names the set it is judged
-// by with its policy_ref (DefaultRef when it names none). When the folder also
-// holds toolgate.cedarschema, every policy is validated against it at load
-// time, so a typo in a rule stops the gateway from starting rather than
-// making the rule silently never match.
+// by with its policy_ref (DefaultRef when it names none). Every policy is
+// validated at load time against the gateway's built-in schema (Schema),
+// which a folder's toolgate.cedarschema may extend but never weaken, so a
+// typo in a rule stops the gateway from starting rather than making the rule
+// silently never match.
 //
 // A request becomes the Cedar request
 //
@@ -42,6 +43,11 @@ const (
 	RulePolicyError = "policy_error"
 	// RuleUnknownPolicyRef: the request named a policy set that is not loaded.
 	RuleUnknownPolicyRef = "unknown_policy_ref"
+	// RulePolicyRefNotSelectable: the gateway refused the request's
+	// policy_ref before any set decided (a shadow candidate, or a set the
+	// caller may not select). Decide never reports it; it is reserved so no
+	// policy can pose as that refusal.
+	RulePolicyRefNotSelectable = "policy_ref_not_selectable"
 )
 
 // The two actions a request may ask for.

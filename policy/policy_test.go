@@ -19,23 +19,14 @@ import (
 
 const shippedDir = "../policies"
 
-func shippedSchema(t testing.TB) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(shippedDir, SchemaFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
+// builtinSchemaText is the gateway's built-in schema, for tests that write
+// altered copies of it into a folder.
+func builtinSchemaText() string { return string(Schema()) }
 
-// policyDir writes files into a fresh folder; with schema set it adds the
-// shipped schema.
-func policyDir(t testing.TB, schema bool, files map[string]string) string {
+// policyDir writes files into a fresh folder.
+func policyDir(t testing.TB, files map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
-	if schema {
-		files[SchemaFile] = shippedSchema(t)
-	}
 	for name, text := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
@@ -114,7 +105,7 @@ func TestShippedExamples(t *testing.T) {
 	for line := range strings.Lines(string(src)) {
 		b.WriteString(strings.TrimPrefix(line, "//   "))
 	}
-	e := mustLoad(t, policyDir(t, true, map[string]string{"examples.cedar": b.String()}))
+	e := mustLoad(t, policyDir(t, map[string]string{"examples.cedar": b.String()}))
 
 	withArgs := func(r Request, args map[string]any) Request { r.Args = args; r.PolicyRef = "examples"; return r }
 	tests := []struct {
@@ -199,7 +190,7 @@ when { context.args has factor && context.args.factor == decimal("0.1") };
 `
 
 func TestDecide(t *testing.T) {
-	e := mustLoad(t, policyDir(t, true, map[string]string{
+	e := mustLoad(t, policyDir(t, map[string]string{
 		"team.cedar":          decideSet,
 		DefaultRef + ".cedar": `@id("default_read") permit (principal, action, resource == Tool::"workspace.readFile");`,
 	}))
@@ -285,23 +276,20 @@ func TestDecide(t *testing.T) {
 }
 
 func TestDecideFailsClosed(t *testing.T) {
-	// A forbid that reads an argument without `has` errors when the
-	// argument is missing. Cedar then skips it and lets the permit allow;
-	// Decide must deny. The schema would reject such a rule, so this set is
-	// loaded without one.
-	unvalidated := mustLoad(t, policyDir(t, false, map[string]string{
+	// A forbid that compares an argument of an unexpected type errors.
+	// Cedar then skips it and lets the permit allow; Decide must deny.
+	fetch := mustLoad(t, policyDir(t, map[string]string{
 		DefaultRef + ".cedar": `
 @id("fetch")
 permit (principal, action, resource == Tool::"http.fetch");
 
 @id("no_internal")
 forbid (principal, action, resource == Tool::"http.fetch")
-when { context.args.url like "http://10.*" };
+when { context.args has url && context.args.url like "http://10.*" };
 `,
 	}))
-	// With the schema, a rule can still fail at run time when an argument
-	// has an unexpected type or arithmetic overflows.
-	validated := mustLoad(t, policyDir(t, true, map[string]string{
+	// A rule can also fail at run time when arithmetic overflows.
+	validated := mustLoad(t, policyDir(t, map[string]string{
 		DefaultRef + ".cedar": `
 @id("batch")
 permit (principal, action, resource == Tool::"workspace.batch");
@@ -324,8 +312,8 @@ permit (principal, action, resource);
 		req       Request
 		wantError string // substring of Reason and of one of Errors
 	}{
-		{"erroring forbid with a matching permit", unvalidated, context.Background(),
-			Request{Caller: "a", Action: ActionRunTool, ToolID: "http.fetch", Driver: "tpmjs"},
+		{"erroring forbid with a matching permit", fetch, context.Background(),
+			Request{Caller: "a", Action: ActionRunTool, ToolID: "http.fetch", Driver: "tpmjs", Args: map[string]any{"url": json.Number("10")}},
 			"policy.default.cedar:5:1: rule no_internal:"},
 		{"argument of the wrong type", validated, context.Background(),
 			func() Request { r := call("workspace.batch"); r.Args = map[string]any{"size": "big"}; return r }(),
@@ -427,7 +415,7 @@ func TestIndexMatchesFullScan(t *testing.T) {
 			}
 		}
 	}
-	e := mustLoad(t, policyDir(t, true, map[string]string{DefaultRef + ".cedar": b.String()}))
+	e := mustLoad(t, policyDir(t, map[string]string{DefaultRef + ".cedar": b.String()}))
 	set := e.sets[DefaultRef]
 	all := make([]int, len(set.policies))
 	for i := range all {
@@ -496,7 +484,6 @@ func TestDecideConcurrent(t *testing.T) {
 func TestLoadErrors(t *testing.T) {
 	tests := []struct {
 		name    string
-		schema  bool
 		files   map[string]string
 		wantErr []string // regular expressions; each must match a line of the error
 	}{
@@ -522,57 +509,92 @@ func TestLoadErrors(t *testing.T) {
 		},
 		{
 			name:    "unknown entity type",
-			schema:  true,
 			files:   map[string]string{"p.cedar": "\n@id(\"bad\")\npermit (principal == Usr::\"x\", action, resource);"},
 			wantErr: []string{"^\\S*p\\.cedar:2:1: policy \"bad\": unrecognized entity type `Usr`"},
 		},
 		{
 			name:    "unknown action",
-			schema:  true,
 			files:   map[string]string{"p.cedar": "permit (principal, action == Action::\"Nope\", resource);"},
 			wantErr: []string{"^\\S*p\\.cedar:1:1: policy \"p.cedar:policy0\": unrecognized action `Action::\"Nope\"`"},
 		},
 		{
 			name:    "misspelt context attribute",
-			schema:  true,
 			files:   map[string]string{"p.cedar": "permit (principal, action, resource) when { context.requestID == \"x\" };"},
 			wantErr: []string{"^\\S*p\\.cedar:1:1: .*context has no attribute `requestID`"},
 		},
 		{
 			name:    "misspelt context attribute behind an args test",
-			schema:  true,
 			files:   map[string]string{"p.cedar": "permit (principal, action, resource)\nwhen { context.args has path && context has runID };"},
 			wantErr: []string{"^\\S*p\\.cedar:1:1: .*context has no attribute `runID`"},
 		},
 		{
 			name:    "unknown entity type behind an args test",
-			schema:  true,
 			files:   map[string]string{"p.cedar": "permit (principal, action, resource)\nwhen { context.args has path && principal == Usr::\"x\" };"},
 			wantErr: []string{"unrecognized entity type `Usr`"},
 		},
 		{
 			name:    "argument read without has",
-			schema:  true,
 			files:   map[string]string{"p.cedar": "permit (principal, action, resource) when { context.args.path like \"docs/*\" };"},
 			wantErr: []string{"tool argument `path` is read without a `has` test"},
 		},
 		{
 			name:    "optional context attribute read without has",
-			schema:  true,
 			files:   map[string]string{"p.cedar": "permit (principal, action, resource) when { context.runId == \"r\" };"},
 			wantErr: []string{"optional attribute `runId`"},
 		},
 		{
 			name:    "wrong type",
-			schema:  true,
 			files:   map[string]string{"p.cedar": "permit (principal, action, resource) when { resource.driver == 1 };"},
 			wantErr: []string{"not compatible"},
 		},
 		{
 			name:    "attribute the model does not have",
-			schema:  true,
 			files:   map[string]string{"p.cedar": "permit (principal, action, resource) when { principal.team == \"x\" };"},
 			wantErr: []string{"attribute `team` on entity type `Caller` not found"},
+		},
+		{
+			name:    "mistyped action in a folder without a schema",
+			files:   map[string]string{"p.cedar": "\n@id(\"no_shell\")\nforbid (principal, action == Action::\"RunTol\", resource == Tool::\"workspace.shell\");"},
+			wantErr: []string{"^\\S*p\\.cedar:2:1: policy \"no_shell\": unrecognized action `Action::\"RunTol\"`"},
+		},
+		{
+			name:    "mistyped attribute in a folder without a schema",
+			files:   map[string]string{"p.cedar": "@id(\"no_pkg\")\nforbid (principal, action, resource) when { resource.pakage like \"evil*\" };"},
+			wantErr: []string{"^\\S*p\\.cedar:1:1: policy \"no_pkg\": attribute `pakage` on entity type `Tool` not found"},
+		},
+		{
+			name:    "an annotation the gateway does not implement",
+			files:   map[string]string{"p.cedar": "@id(\"shell\")\n@approval(\"ops\")\npermit (principal, action, resource == Tool::\"workspace.shell\");"},
+			wantErr: []string{"^\\S*p\\.cedar:1:1: policy \"shell\": unknown annotation @approval \\(a policy may carry @id, @reason\\)"},
+		},
+		{
+			name: "folder schema that retypes an attribute",
+			files: map[string]string{SchemaFile: "entity Caller { groups: Set<String>, roles: String };",
+				"p.cedar": ""},
+			wantErr: []string{"^\\S*toolgate\\.cedarschema: a policy folder's schema may only add to the gateway's built-in schema: entity Caller: changes the type of attribute `roles`"},
+		},
+		{
+			name: "folder schema that redefines Tool",
+			files: map[string]string{SchemaFile: "entity Tool { driver: String };",
+				"p.cedar": ""},
+			wantErr: []string{"entity Tool: changes its parent types", "entity Tool: drops attribute `package`", "entity Tool: drops attribute `tags`"},
+		},
+		{
+			name:    "folder schema that turns an entity into a common type",
+			files:   map[string]string{SchemaFile: "type Tool = String;", "p.cedar": ""},
+			wantErr: []string{"^\\S*toolgate\\.cedarschema: .*Tool is an entity type in the gateway's built-in schema, a common type here"},
+		},
+		{
+			name: "folder schema that widens RunTool's context",
+			files: map[string]string{SchemaFile: "action \"RunTool\" appliesTo { principal: [Caller], resource: [Tool], context: { requestId: String, policyRef: String, args: {}, bypass?: Bool } };",
+				"p.cedar": ""},
+			wantErr: []string{`^\S*toolgate\.cedarschema: .*action Action::"RunTool": declared differently`},
+		},
+		{
+			name: "folder schema with a required attribute the gateway never sets",
+			files: map[string]string{SchemaFile: "entity Caller { groups: Set<String>, roles: Set<String>, team: String };",
+				"p.cedar": ""},
+			wantErr: []string{`^\S*toolgate\.cedarschema: the schema does not describe the requests the gateway sends`},
 		},
 		{
 			name:    "duplicate rule id",
@@ -583,6 +605,11 @@ func TestLoadErrors(t *testing.T) {
 			name:    "reserved rule id",
 			files:   map[string]string{"p.cedar": "@id(\"default_deny\")\nforbid (principal, action, resource);"},
 			wantErr: []string{`^\S*p\.cedar:1:1: @id\("default_deny"\) is reserved`},
+		},
+		{
+			name:    "rule id of the gateway's policy_ref refusal",
+			files:   map[string]string{"p.cedar": "@id(\"policy_ref_not_selectable\")\npermit (principal, action, resource);"},
+			wantErr: []string{`^\S*p\.cedar:1:1: @id\("policy_ref_not_selectable"\) is reserved`},
 		},
 		{
 			name:    "empty rule id",
@@ -596,7 +623,6 @@ func TestLoadErrors(t *testing.T) {
 		},
 		{
 			name:    "broken schema",
-			schema:  false,
 			files:   map[string]string{SchemaFile: "entity Caller;\nentity Tool {\n  driver String,\n};", "p.cedar": ""},
 			wantErr: []string{`^\S*toolgate\.cedarschema:3:10: `},
 		},
@@ -607,20 +633,20 @@ func TestLoadErrors(t *testing.T) {
 		},
 		{
 			name: "schema without the tool's driver attribute",
-			files: map[string]string{SchemaFile: strings.Replace(shippedSchema(t), "driver: String,", "", 1),
+			files: map[string]string{SchemaFile: strings.Replace(builtinSchemaText(), "driver: String,", "", 1),
 				"p.cedar": ""},
-			wantErr: []string{`^\S*toolgate\.cedarschema: the schema does not describe the requests the gateway sends: entity Tool::"tool"`},
+			wantErr: []string{"^\\S*toolgate\\.cedarschema: a policy folder's schema may only add to the gateway's built-in schema: entity Tool: drops attribute `driver`"},
 		},
 		{
 			name: "schema without runId",
-			files: map[string]string{SchemaFile: strings.Replace(shippedSchema(t), "runId?: String,", "", 1),
+			files: map[string]string{SchemaFile: strings.Replace(builtinSchemaText(), "runId?: String,", "", 1),
 				"p.cedar": ""},
-			wantErr: []string{`^\S*toolgate\.cedarschema: the schema does not describe the requests the gateway sends: context`},
+			wantErr: []string{`^\S*toolgate\.cedarschema: .*action Action::"RunTool": declared differently`},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := policyDir(t, tt.schema, tt.files)
+			dir := policyDir(t, tt.files)
 			e, err := Load(dir)
 			if err == nil {
 				t.Fatalf("Load succeeded with refs %v, want an error", e.Refs())
@@ -641,8 +667,31 @@ func TestLoadErrors(t *testing.T) {
 	}
 }
 
+// TestLoadAcceptsSchemaAdditions: a folder schema may add optional
+// attributes, entity types and actions (for nested drivers), and may repeat
+// the built-in schema unchanged; rules may then use what it adds.
+func TestLoadAcceptsSchemaAdditions(t *testing.T) {
+	tests := []struct{ name, schema, policy string }{
+		{"an optional caller attribute",
+			"entity Caller { groups: Set<String>, roles: Set<String>, team?: String };",
+			`@id("t") permit (principal, action, resource) when { principal has team && principal.team == "ops" };`},
+		{"a new entity type and action",
+			"entity Team;\naction \"Approve\" appliesTo { principal: [Caller], resource: [Tool] };",
+			`@id("a") permit (principal, action == Action::"Approve", resource);`},
+		{"the built-in schema repeated", builtinSchemaText(), `@id("r") permit (principal, action == Action::"RunTool", resource);`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := mustLoad(t, policyDir(t, map[string]string{SchemaFile: tt.schema, "p.cedar": tt.policy}))
+			if refs := e.Refs(); !slices.Equal(refs, []string{"p"}) {
+				t.Errorf("Refs() = %v", refs)
+			}
+		})
+	}
+}
+
 func TestLoadAcceptsGuardedArguments(t *testing.T) {
-	e := mustLoad(t, policyDir(t, true, map[string]string{
+	e := mustLoad(t, policyDir(t, map[string]string{
 		"p.cedar": `
 @id("docs")
 permit (principal, action, resource)
@@ -679,13 +728,12 @@ when { (context.args has a && context.args.a == "x") || (context.args has b && c
 }
 
 func TestLoadFolder(t *testing.T) {
-	dir := policyDir(t, false, map[string]string{
-		"a.cedar":             `permit (principal, action, resource);`,
-		"empty.cedar":         ``,
-		".hidden.cedar":       `this is not parsed`,
-		"README.md":           `not a policy`,
-		"b.cedar.bak":         `not a policy either`,
-		"no-validation.cedar": `permit (principal == Usr::"x", action, resource);`,
+	dir := policyDir(t, map[string]string{
+		"a.cedar":       `permit (principal, action, resource);`,
+		"empty.cedar":   ``,
+		".hidden.cedar": `this is not parsed`,
+		"README.md":     `not a policy`,
+		"b.cedar.bak":   `not a policy either`,
 	})
 	if err := os.Mkdir(filepath.Join(dir, "sub.cedar"), 0o755); err != nil {
 		t.Fatal(err)
@@ -699,7 +747,7 @@ func TestLoadFolder(t *testing.T) {
 	}
 
 	e := mustLoad(t, dir)
-	want := []string{"a", "empty", "linked", "no-validation"}
+	want := []string{"a", "empty", "linked"}
 	if got := e.Refs(); !slices.Equal(got, want) {
 		t.Errorf("Refs() = %v, want %v", got, want)
 	}
@@ -733,7 +781,7 @@ func TestLoadEmptyFolder(t *testing.T) {
 // TestToolAttributes: rules about the catalog's attributes of a tool, with
 // the schema on, as a security team writes them.
 func TestToolAttributes(t *testing.T) {
-	dir := policyDir(t, true, map[string]string{"policy.default.cedar": `
+	dir := policyDir(t, map[string]string{"policy.default.cedar": `
 @id("tpmjs_read_tools")
 permit (principal, action == Action::"RunTool", resource in Driver::"tpmjs")
 when { resource.package like "@tpmjs/*" && resource.tags.contains("read-only") && resource.version != "latest" };

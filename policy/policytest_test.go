@@ -81,7 +81,7 @@ permit (principal, action, resource == Tool::"workspace.readFile");
 `
 
 func TestRunTestsReportsMismatches(t *testing.T) {
-	dir := policyDir(t, true, map[string]string{
+	dir := policyDir(t, map[string]string{
 		DefaultRef + ".cedar": allowReads,
 		"b.test.json": `{"tests": [
 			{"name": "read passes", "request": {"caller": "a", "tool": "workspace.readFile"}, "expect": {"decision": "allow", "rule_id": "read"}},
@@ -153,7 +153,7 @@ func TestRunTestsErrors(t *testing.T) {
 			if _, ok := tt.files[DefaultRef+".cedar"]; !ok {
 				tt.files[DefaultRef+".cedar"] = allowReads
 			}
-			_, err := RunTests(context.Background(), policyDir(t, true, tt.files))
+			_, err := RunTests(context.Background(), policyDir(t, tt.files))
 			if err == nil {
 				t.Fatal("RunTests succeeded")
 			}
@@ -167,7 +167,7 @@ func TestRunTestsErrors(t *testing.T) {
 }
 
 func TestRunTestsNoTestsIsErrNoTests(t *testing.T) {
-	_, err := RunTests(context.Background(), policyDir(t, true, map[string]string{DefaultRef + ".cedar": allowReads}))
+	_, err := RunTests(context.Background(), policyDir(t, map[string]string{DefaultRef + ".cedar": allowReads}))
 	if !errors.Is(err, ErrNoTests) {
 		t.Fatalf("RunTests = %v, want ErrNoTests", err)
 	}

@@ -21,13 +21,13 @@ import (
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
-// hostileSecret is the configured secret (redact.secrets_env) the attacks
+// redactSecret is the configured secret (redact.secrets_env) the attacks
 // try to get into evidence. It has a '/' so that an escaped-slash JSON
 // form differs from the plain one.
-const hostileSecret = "hostile/Value+q8Zr27vkP0x_4f9c2a7e1b"
+const redactSecret = "hostile/Value+q8Zr27vkP0x_4f9c2a7e1b"
 
 // hostileRedactServer starts the real binary on a configuration whose
-// workspace tools are all allowed and whose redactor knows hostileSecret,
+// workspace tools are all allowed and whose redactor knows redactSecret,
 // and returns it with its evidence folder.
 func hostileRedactServer(t *testing.T) (*server, string) {
 	t.Helper()
@@ -46,13 +46,13 @@ drivers:
 	if err := os.MkdirAll(filepath.Join(dir, "workspace"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	srv := startServerEnv(t, dir, []string{"HOSTILE_SECRET=" + hostileSecret}, "--config", "toolgate.yaml")
+	srv := startServerEnv(t, dir, []string{"HOSTILE_SECRET=" + redactSecret}, "--config", "toolgate.yaml")
 	return srv, filepath.Join(dir, "toolgate-evidence", "requests")
 }
 
-// hostileCall makes one RunTool call over a real gRPC connection, with room
+// redactCall makes one RunTool call over a real gRPC connection, with room
 // for replies larger than gRPC's default 4 MiB.
-func hostileCall(t *testing.T, addr, id, tool string, args map[string]any) (*toolgatev1.RunToolResponse, error) {
+func redactCall(t *testing.T, addr, id, tool string, args map[string]any) (*toolgatev1.RunToolResponse, error) {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
@@ -128,7 +128,7 @@ func TestHostileBlinding(t *testing.T) {
 	for i, tc := range refused {
 		t.Run("a value equal to "+tc.name+" is refused", func(t *testing.T) {
 			id := "blind-refused-" + string(rune('a'+i))
-			_, err := hostileCall(t, srv.addr, id, "workspace.shell", map[string]any{
+			_, err := redactCall(t, srv.addr, id, "workspace.shell", map[string]any{
 				"command": "true", "env": map[string]any{"BLIND": tc.value},
 			})
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "args.env.BLIND") {
@@ -146,7 +146,7 @@ func TestHostileBlinding(t *testing.T) {
 	for i, tc := range blinders {
 		t.Run("a value equal to "+tc.name+" does not blind the evidence", func(t *testing.T) {
 			id := "blind-kept-" + string(rune('a'+i))
-			resp, err := hostileCall(t, srv.addr, id, "workspace.shell", map[string]any{
+			resp, err := redactCall(t, srv.addr, id, "workspace.shell", map[string]any{
 				"command": `echo "fetched https://downloads.example.net/report.csv by rule all_workspace"; echo "$BLIND"`,
 				"env":     map[string]any{"BLIND": tc.value},
 			})
@@ -179,7 +179,7 @@ func TestHostileBlinding(t *testing.T) {
 // input byte are measured by redact's BenchmarkHostile.
 func TestHostileRedactionCost(t *testing.T) {
 	srv, requests := hostileRedactServer(t)
-	line := "mirror=" + hostileSecret + " copy=" + hostileSecret + "\n"
+	line := "mirror=" + redactSecret + " copy=" + redactSecret + "\n"
 	dense := strings.Repeat(line, 10_000_000/len(line))
 	if err := os.WriteFile(filepath.Join(srv.dir, "workspace", "dense.txt"), []byte(dense), 0o600); err != nil {
 		t.Fatal(err)
@@ -194,7 +194,7 @@ func TestHostileRedactionCost(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := hostileCall(t, srv.addr, tc.id, tc.tool, tc.args); err != nil {
+			if _, err := redactCall(t, srv.addr, tc.id, tc.tool, tc.args); err != nil {
 				t.Fatalf("the call did not complete: %v", err)
 			}
 			data, err := os.ReadFile(filepath.Join(requests, tc.id, "manifest.json"))
@@ -213,7 +213,7 @@ func TestHostileRedactionCost(t *testing.T) {
 			if err := json.Unmarshal(data, &m); err != nil || m.Outcome != "completed" {
 				t.Fatalf("manifest outcome %q (%v), want completed", m.Outcome, err)
 			}
-			if strings.Contains(string(data), hostileSecret) {
+			if strings.Contains(string(data), redactSecret) {
 				t.Error("the manifest holds the secret")
 			}
 		})
@@ -228,7 +228,7 @@ func TestHostileSecretEncodings(t *testing.T) {
 	srv, requests := hostileRedactServer(t)
 	// The secret reaches the command through a file, so that the request
 	// itself does not hold it.
-	if err := os.WriteFile(filepath.Join(srv.dir, "workspace", "s"), []byte(hostileSecret), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(srv.dir, "workspace", "s"), []byte(redactSecret), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// Padding before the secret puts it at each alignment of the encoding
@@ -243,16 +243,16 @@ func TestHostileSecretEncodings(t *testing.T) {
 		{"lower-case percent-encoding", "od -An -v -tx1 < s | tr -d ' \\n' | sed 's/../%&/g'"},
 		{"JSON with escaped slashes", `printf '{"note":"%s"}' "$(sed 's,/,\\/,g' s)"`},
 	}
-	secretHex := hex.EncodeToString([]byte(hostileSecret))
+	secretHex := hex.EncodeToString([]byte(redactSecret))
 	forms := []string{
-		hostileSecret, secretHex, strings.ToUpper(secretHex),
-		strings.ReplaceAll(hostileSecret, "/", `\/`),
-		base64.StdEncoding.EncodeToString([]byte(hostileSecret))[:40],
+		redactSecret, secretHex, strings.ToUpper(secretHex),
+		strings.ReplaceAll(redactSecret, "/", `\/`),
+		base64.StdEncoding.EncodeToString([]byte(redactSecret))[:40],
 	}
 	for i, enc := range encodings {
 		t.Run(enc.name, func(t *testing.T) {
 			id := "enc-" + string(rune('a'+i))
-			resp, err := hostileCall(t, srv.addr, id, "workspace.shell", map[string]any{"command": enc.command})
+			resp, err := redactCall(t, srv.addr, id, "workspace.shell", map[string]any{"command": enc.command})
 			if err != nil || resp.GetToolResult().GetExitCode() != 0 {
 				t.Fatalf("the command did not run: %v %v", err, resp)
 			}
@@ -268,7 +268,7 @@ func TestHostileSecretEncodings(t *testing.T) {
 			// Any 12 characters of the base64 of the secret at any
 			// alignment would do: check the three.
 			for align := range 3 {
-				b := base64.StdEncoding.EncodeToString(append(bytes.Repeat([]byte{0}, align), hostileSecret...))
+				b := base64.StdEncoding.EncodeToString(append(bytes.Repeat([]byte{0}, align), redactSecret...))
 				if mid := strings.ToLower(b[4 : len(b)-4]); strings.Contains(text, mid) {
 					t.Errorf("the evidence holds the secret's base64 at alignment %d", align)
 				}
@@ -292,9 +292,9 @@ func splitPairs(s string) []string {
 func TestHostileLogLeak(t *testing.T) {
 	srv, _ := hostileRedactServer(t)
 	token := "ghp_" + "R7kQ2mX9vL4pT8wZ1nB6cY3dF5gH0jK2sA4e"
-	hostileCall(t, srv.addr, "log-a", "tool-"+hostileSecret, map[string]any{})
-	hostileCall(t, srv.addr, "log-b", "x."+token, map[string]any{})
-	hostileCall(t, srv.addr, "log-c", "workspace.readFile", map[string]any{"path": token + "/" + hostileSecret})
+	redactCall(t, srv.addr, "log-a", "tool-"+redactSecret, map[string]any{})
+	redactCall(t, srv.addr, "log-b", "x."+token, map[string]any{})
+	redactCall(t, srv.addr, "log-c", "workspace.readFile", map[string]any{"path": token + "/" + redactSecret})
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(srv.log.String(), "log-c") && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
@@ -303,7 +303,7 @@ func TestHostileLogLeak(t *testing.T) {
 	if !strings.Contains(log, "log-a") || !strings.Contains(log, "log-b") {
 		t.Fatalf("the calls were not logged:\n%s", log)
 	}
-	for _, secret := range []string{hostileSecret, token} {
+	for _, secret := range []string{redactSecret, token} {
 		if strings.Contains(log, secret) {
 			t.Errorf("serve's log holds %q:\n%s", secret, log)
 		}

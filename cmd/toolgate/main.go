@@ -19,6 +19,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/toolgate/toolgate/drivers/workspace"
 )
 
 // Exit codes shared by the subcommands.
@@ -45,6 +47,9 @@ Run "toolgate <command> -h" for a command's flags.
 `
 
 func main() {
+	// A workspace shell call runs in a sandbox whose init is this binary
+	// started again; nothing else may happen before it takes over.
+	workspace.MaybeRunSandbox()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
 	stop()

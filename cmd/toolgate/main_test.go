@@ -372,15 +372,6 @@ func TestPolicyCheck(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.name == "schema violation" {
-				schema, err := os.ReadFile("../../policies/toolgate.cedarschema")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(filepath.Join(tc.dir, "toolgate.cedarschema"), schema, 0o600); err != nil {
-					t.Fatal(err)
-				}
-			}
 			out, stderr, code := runTool(t, ".", "policy", "check", tc.dir)
 			if code != tc.wantCode || !strings.Contains(out+stderr, tc.want) {
 				t.Fatalf("exit %d, output:\n%s%s\nwant exit %d mentioning %q", code, out, stderr, tc.wantCode, tc.want)

@@ -18,6 +18,7 @@ const policyUsage = `usage:
   toolgate policy validate DIR    parse and schema-validate a policy folder ("check" is an alias)
   toolgate policy authorize [flags]  decide one request without running it
   toolgate policy test DIR        run the *.test.json files of a policy folder
+  toolgate policy schema          print the built-in Cedar schema every policy is validated against
 `
 
 // policyCmd runs the policy subcommands.
@@ -33,6 +34,13 @@ func policyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return policyAuthorize(ctx, args[1:], stdout, stderr)
 	case "test":
 		return policyTest(ctx, args[1:], stdout, stderr)
+	case "schema":
+		if len(args) != 1 {
+			fmt.Fprintln(stderr, "usage: toolgate policy schema")
+			return exitError
+		}
+		stdout.Write(policy.Schema())
+		return exitOK
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, policyUsage)
 		return exitOK
@@ -42,8 +50,9 @@ func policyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 }
 
-// policyValidate loads a folder and prints every problem Load reports as
-// file:line:col: message. Exit 1 when there is one.
+// policyValidate loads a folder as serve does (every policy validated
+// against the built-in schema, extended by the folder's) and prints every
+// problem Load reports as file:line:col: message. Exit 1 when there is one.
 func policyValidate(args []string, stdout, stderr io.Writer) int {
 	if len(args) != 1 {
 		fmt.Fprintln(stderr, "usage: toolgate policy validate DIR")
@@ -105,6 +114,9 @@ func policyAuthorize(ctx context.Context, args []string, stdout, stderr io.Write
 		spec.ToolAttributes = &attrs
 	}
 	req, err := spec.Request()
+	if err == nil {
+		req, err = canonicalWorkspaceArgs(req)
+	}
 	if err != nil {
 		return fail("%v", err)
 	}

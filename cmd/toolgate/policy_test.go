@@ -21,18 +21,8 @@ func policyFolder(t *testing.T, files map[string]string) string {
 	return dir
 }
 
-func shippedSchema(t *testing.T) string {
-	t.Helper()
-	b, err := os.ReadFile("../../policies/toolgate.cedarschema")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 func TestPolicyValidate(t *testing.T) {
 	broken := policyFolder(t, map[string]string{
-		"toolgate.cedarschema": shippedSchema(t),
 		"policy.default.cedar": "@id(\"a\")\npermit (principal, action, resource)\nwhen { context.nope };\n\n" +
 			"@id(\"b\")\npermit (principal == User::\"x\", action, resource);\n",
 	})
@@ -50,6 +40,11 @@ func TestPolicyValidate(t *testing.T) {
 		}},
 		{"missing folder", []string{"validate", filepath.Join(broken, "nope")}, exitFailure, []string{"nope"}},
 		{"no folder", []string{"validate"}, exitError, []string{"usage: toolgate policy validate DIR"}},
+		{"the built-in schema", []string{"schema"}, exitOK, []string{"entity Tool in [Driver] {", `action "RunTool", "CallTool" appliesTo {`}},
+		{"a folder schema may only add", []string{"validate", policyFolder(t, map[string]string{
+			"policy.default.cedar": `@id("r") permit (principal, action, resource);`,
+			"toolgate.cedarschema": "entity Caller { groups: Set<String> };",
+		})}, exitFailure, []string{"toolgate.cedarschema: a policy folder's schema may only add to the gateway's built-in schema: entity Caller: drops attribute `roles`"}},
 		{"unknown subcommand", []string{"frob"}, exitError, []string{`unknown command "frob"`}},
 	}
 	for _, tc := range tests {
@@ -69,7 +64,7 @@ func TestPolicyValidate(t *testing.T) {
 
 // authorizeRules exercises every part of a dry run: two permits, a forbid
 // that overrules them, attribute and argument tests, and a rule that fails
-// to evaluate (the folder has no schema, which would reject it).
+// to evaluate (an argument of the wrong type).
 const authorizeRules = `@id("read") @reason("reads are harmless")
 permit (principal, action, resource == Tool::"workspace.readFile");
 
@@ -90,7 +85,7 @@ when { context has parentRequestId && context.parentRequestId == "outer-1" };
 
 @id("small_batches")
 permit (principal == Caller::"batch", action, resource == Tool::"workspace.batch")
-when { context.args.size < 10 };
+when { context.args has size && context.args.size < 10 };
 `
 
 func TestPolicyAuthorize(t *testing.T) {
@@ -120,7 +115,7 @@ func TestPolicyAuthorize(t *testing.T) {
 			[]string{"rule_id:    default_deny\n"}},
 		{"numbers compare as numbers", []string{"--caller", "batch", "--tool", "workspace.batch", "--args", `{"size": 9}`}, exitOK,
 			[]string{"rule_id:    small_batches\n"}},
-		{"evaluation errors are printed", []string{"--caller", "batch", "--tool", "workspace.batch"}, exitFailure,
+		{"evaluation errors are printed", []string{"--caller", "batch", "--tool", "workspace.batch", "--args", `{"size": "big"}`}, exitFailure,
 			[]string{"rule_id:    policy_error\n", "error:      policy.default.cedar:19:1: rule small_batches: "}},
 		{"unknown policy set", []string{"--caller", "bob", "--tool", "workspace.readFile", "--policy-ref", "strict"}, exitFailure,
 			[]string{"rule_id:    unknown_policy_ref\n", `no policy set named "strict"`}},

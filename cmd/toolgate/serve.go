@@ -29,6 +29,11 @@ const spoolFlushInterval = 5 * time.Second
 const defaultPolicyReloadInterval = 2 * time.Second
 
 func serveCmd(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {
+	// Before anything secret is read: keys and API keys must not be
+	// readable from /proc by another process of the gateway's user.
+	if err := hideProcess(); err != nil {
+		return err
+	}
 	fs := flag.NewFlagSet("toolgate serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "YAML configuration `file` (default: the embedded default)")
@@ -139,7 +144,7 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		background.Wait()
 	}()
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
+	go func() { served <- srv.Serve(g.LimitListener(lis)) }()
 	log.Info("toolgate serving", "addr", lis.Addr().String(), "version", gateway.Version,
 		"policies", cfg.Policies.Dir, "evidence", cfg.Evidence.URL, "auth", len(cfg.Auth.Keys) > 0, "tls", cfg.TLS.Enabled())
 

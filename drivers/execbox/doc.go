@@ -99,9 +99,19 @@
 // A tool_call names a provider and a tool; the host maps the pair back to
 // the tool id and calls call.Tools.CallTool with the callId and the input
 // (nil when the runner sent none: a guest call without an argument has no
-// "input" field). Each call runs in its own goroutine, so the guest's
-// parallel calls run in parallel; writes to the transport are serialized. A
-// callId is served once; a repeated one is ignored and logged.
+// "input" field). Up to Config.MaxNestedInFlight calls (default 8) run at
+// once, so the guest's parallel calls run in parallel; the others wait
+// their turn. Writes to the transport are serialized. A callId is served
+// once; a repeated one is ignored and logged.
+//
+// One execution may make Config.MaxNestedCalls tool calls (default 256).
+// Every call beyond it is answered at once with tool_error, "tool call
+// refused: this execution reached its limit of N nested tool calls
+// (max_nested_calls)", and never reaches call.Tools: no policy decision,
+// no evidence of its own. The evidence counts the refusals. While more
+// than a few refusals wait to be written, the host stops reading from the
+// runner, so a guest flooding calls faster than it reads their answers
+// costs the host no more memory.
 //
 // The answer is a tool_result {type, callId, ok, result} or {type, callId,
 // ok: false, error: {code, message}}. A successful result of nil is sent as
@@ -176,9 +186,13 @@
 // When ctx was cancelled rather than timed out, Run returns ctx's error
 // instead.
 //
-// Run returns only after every nested call it started has returned; the
-// context of those calls ends with the session, so a call the guest never
-// awaited is cancelled when done arrives.
+// The execution's time limit covers its nested calls: no nested call
+// starts once it has passed (the guest is answered timeout), the calls in
+// flight are cancelled when the host cancels, and each call's context
+// carries the limit plus CancelGrace as its deadline. Run returns only
+// after every nested call it started has returned; the context of those
+// calls ends with the session, so a call the guest never awaited is
+// cancelled when done arrives, and one still waiting its turn never starts.
 //
 // # Evidence
 //
@@ -194,6 +208,8 @@
 //	                    the host did not call, code is absent when ok
 //	runner_messages     counts by kind: started, tool_call, done,
 //	                    malformed, unknown_type, wrong_id, duplicate_call_id
+//	max_nested_calls    the limit of tool calls of the execution
+//	nested_calls_refused how many tool calls the limit refused
 //	cancelled           "timeout" or "context" when the host cancelled
 //	runner_duration_ms  the durationMs the runner reported, when it did
 //

@@ -25,12 +25,25 @@ const (
 	defaultMaxLogChars = 64000
 	defaultMaxMessage  = 4 << 20
 	defaultCancelGrace = 250 * time.Millisecond
+	// defaultMaxNestedCalls is far above what a useful program makes and
+	// far below what a flood costs: each nested call is a full pass
+	// through the gateway with its own evidence.
+	defaultMaxNestedCalls = 256
+	// defaultMaxNestedInFlight keeps a guest's parallel calls parallel
+	// without letting one execution occupy the gateway.
+	defaultMaxNestedInFlight = 8
 )
 
 // Bounds on Config fields.
 const (
 	maxPool       = 64
 	minMaxMessage = 1 << 10
+)
+
+// Upper bounds of Config.MaxNestedCalls and Config.MaxNestedInFlight.
+const (
+	MaxNestedCallsBound    = 10000
+	MaxNestedInFlightBound = 64
 )
 
 // maxExecutionID bounds a request id used as the execution id.
@@ -75,6 +88,16 @@ type Config struct {
 	// cancel before the transport is closed under it. Default 250ms.
 	CancelGrace time.Duration
 
+	// MaxNestedCalls caps the tool calls one execution may make. Calls
+	// beyond it are answered to the guest with tool_error naming the limit
+	// and never reach Call.Tools; the evidence counts them. Default 256,
+	// at most MaxNestedCallsBound.
+	MaxNestedCalls int
+	// MaxNestedInFlight caps the tool calls of one execution that run at
+	// once; the others wait their turn. Default 8, at most
+	// MaxNestedInFlightBound.
+	MaxNestedInFlight int
+
 	// Logger receives the driver's logs. Default: logs are discarded.
 	Logger *slog.Logger
 }
@@ -92,6 +115,8 @@ type Driver struct {
 	maxLogChars int
 	maxMessage  int
 	cancelGrace time.Duration
+	maxNested   int // tool calls per execution
+	maxInFlight int // tool calls per execution running at once
 	log         *slog.Logger
 
 	// startAllowance is the package constant; tests shorten it.
@@ -114,6 +139,8 @@ func New(cfg Config) (*Driver, error) {
 		maxLogChars:    cfg.MaxLogChars,
 		maxMessage:     cfg.MaxMessageBytes,
 		cancelGrace:    cfg.CancelGrace,
+		maxNested:      cfg.MaxNestedCalls,
+		maxInFlight:    cfg.MaxNestedInFlight,
 		log:            cfg.Logger,
 		startAllowance: startAllowance,
 	}
@@ -170,6 +197,8 @@ func New(cfg Config) (*Driver, error) {
 		{"MaxLogLines", &d.maxLogLines, defaultMaxLogLines},
 		{"MaxLogChars", &d.maxLogChars, defaultMaxLogChars},
 		{"MaxMessageBytes", &d.maxMessage, defaultMaxMessage},
+		{"MaxNestedCalls", &d.maxNested, defaultMaxNestedCalls},
+		{"MaxNestedInFlight", &d.maxInFlight, defaultMaxNestedInFlight},
 	} {
 		if *f.value < 0 {
 			return fail("Config.%s must not be negative, got %d", f.field, *f.value)
@@ -180,6 +209,12 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if d.maxMessage < minMaxMessage {
 		return fail("Config.MaxMessageBytes must be at least %d, got %d", minMaxMessage, d.maxMessage)
+	}
+	if d.maxNested > MaxNestedCallsBound {
+		return fail("Config.MaxNestedCalls must be at most %d, got %d", MaxNestedCallsBound, d.maxNested)
+	}
+	if d.maxInFlight > MaxNestedInFlightBound {
+		return fail("Config.MaxNestedInFlight must be at most %d, got %d", MaxNestedInFlightBound, d.maxInFlight)
 	}
 	if d.memory < 0 {
 		return fail("Config.MemoryLimitBytes must not be negative, got %d", d.memory)

@@ -475,6 +475,9 @@ func TestRunParallelToolCalls(t *testing.T) {
 // TestRunTimeouts checks the host's own time limit: cancel at timeoutMs
 // plus a grace, then cut the runner off after CancelGrace.
 func TestRunTimeouts(t *testing.T) {
+	// The grace is long enough for a stdio runner on a loaded machine to
+	// read the cancel and answer it, and short against the 3 s bound below.
+	const grace = 500 * time.Millisecond
 	blockUntilCancelled := func(ctx context.Context, callID, toolID string, input any) drivers.NestedResult {
 		<-ctx.Done()
 		return drivers.NestedResult{Code: "internal_error", Message: ctx.Err().Error()}
@@ -496,12 +499,12 @@ func TestRunTimeouts(t *testing.T) {
 		{
 			name:       "runner that never answers",
 			script:     execboxtest.Script{started(), hang()},
-			wantStderr: "timeout: execution exceeded its time limit of 200 ms; the runner did not stop within 100ms of cancel and was cut off",
+			wantStderr: "timeout: execution exceeded its time limit of 200 ms; the runner did not stop within 500ms of cancel and was cut off",
 		},
 		{
 			name:       "runner that ignores cancel",
 			script:     execboxtest.Script{started(), ignoreCancel(10 * time.Second), done("too late")},
-			wantStderr: "timeout: execution exceeded its time limit of 200 ms; the runner did not stop within 100ms of cancel and was cut off",
+			wantStderr: "timeout: execution exceeded its time limit of 200 ms; the runner did not stop within 500ms of cancel and was cut off",
 		},
 		{
 			name:       "runner that reports its own timeout",
@@ -515,7 +518,7 @@ func TestRunTimeouts(t *testing.T) {
 				t.Parallel()
 				tools := newTools()
 				tools.handle = tc.handle
-				d, r := tr.start(t, tc.script, Config{CancelGrace: 100 * time.Millisecond})
+				d, r := tr.start(t, tc.script, Config{CancelGrace: grace})
 				begin := time.Now()
 				res, err := d.Run(runCtx(t), newCall(tools, map[string]any{"timeoutMs": 200}))
 				elapsed := time.Since(begin)
@@ -831,6 +834,9 @@ func TestNew(t *testing.T) {
 		{"negative memory", Config{URL: "ws://h", MemoryLimitBytes: -1}, "Config.MemoryLimitBytes must not be negative"},
 		{"tiny message limit", Config{URL: "ws://h", MaxMessageBytes: 100}, "Config.MaxMessageBytes must be at least 1024, got 100"},
 		{"named driver", Config{Name: "sandbox"}, "execbox sandbox: one of"},
+		{"negative nested calls", Config{URL: "ws://h", MaxNestedCalls: -1}, "Config.MaxNestedCalls must not be negative"},
+		{"too many nested calls", Config{URL: "ws://h", MaxNestedCalls: 10001}, "Config.MaxNestedCalls must be at most 10000, got 10001"},
+		{"too many nested calls in flight", Config{URL: "ws://h", MaxNestedInFlight: 65}, "Config.MaxNestedInFlight must be at most 64, got 65"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -847,8 +853,8 @@ func TestNew(t *testing.T) {
 
 	t.Run("defaults", func(t *testing.T) {
 		d := newDriver(t, Config{URL: "wss://runner.example/exec?tenant=a"})
-		got := fmt.Sprintf("%s %v %d %d %d %d %v", d.name, d.timeout, d.memory, d.maxLogLines, d.maxLogChars, d.maxMessage, d.cancelGrace)
-		if want := "execbox 30s 67108864 1000 64000 4194304 250ms"; got != want {
+		got := fmt.Sprintf("%s %v %d %d %d %d %v %d %d", d.name, d.timeout, d.memory, d.maxLogLines, d.maxLogChars, d.maxMessage, d.cancelGrace, d.maxNested, d.maxInFlight)
+		if want := "execbox 30s 67108864 1000 64000 4194304 250ms 256 8"; got != want {
 			t.Errorf("defaults = %s, want %s", got, want)
 		}
 	})

@@ -28,6 +28,11 @@ const (
 	startAllowance = 5 * time.Second
 )
 
+// maxPendingRefusals bounds the refusals (answers to tool calls over the
+// limit) waiting to be written: beyond it the session stops reading from a
+// runner that sends calls faster than it reads their answers.
+const maxPendingRefusals = 64
+
 // errMessageTooLarge reports a runner message over Config.MaxMessageBytes.
 var errMessageTooLarge = errors.New("runner message exceeds the size limit")
 
@@ -64,11 +69,22 @@ type session struct {
 	// carry on with results arriving after its time ran out.
 	cancelling atomic.Bool
 
+	// nestedDeadline (Unix nanoseconds) is when the execution runs out of
+	// time: no nested call starts after it.
+	nestedDeadline atomic.Int64
+	// ctxDeadline is ctx's deadline, zero when it has none.
+	ctxDeadline time.Time
+
 	// Touched by the session loop only.
 	served    map[string]bool
 	counts    map[string]int
 	started   bool
 	cancelled string // why the host cancelled: "" until it did
+	admitted  int    // tool calls answered by the host, at most d.maxNested
+	refused   int    // tool calls refused for the limit
+	pending   [][]byte
+	jobs      chan nestedJob // admitted tool calls, for the workers
+	workers   int
 
 	mu     sync.Mutex
 	nested []*nestedRecord
@@ -80,6 +96,14 @@ type nestedRecord struct {
 	toolID, requestID          string
 	ok                         bool
 	code                       string
+}
+
+// nestedJob is one admitted tool call, waiting for a worker.
+type nestedJob struct {
+	rec            *nestedRecord
+	early          *toolOutcome // the answer, when the host calls no tool
+	callID, toolID string
+	input          any
 }
 
 // inbound is one read from the transport.
@@ -100,6 +124,19 @@ func (s *session) run(ctx context.Context, execute []byte, limit time.Duration) 
 	// it hears of the failures it causes.
 	toolCtx, cancelTools := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelTools()
+	s.ctxDeadline, _ = ctx.Deadline()
+	s.setNestedDeadline(limit + hostGrace + s.startAllowance)
+	// Admitted calls never exceed the channel's capacity, so the loop
+	// never blocks on it.
+	s.jobs = make(chan nestedJob, s.d.maxNested)
+	refusals := make(chan []byte)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for msg := range refusals {
+			s.send(msg)
+		}
+	}()
 
 	incoming := make(chan inbound)
 	stopReading := make(chan struct{})
@@ -154,8 +191,22 @@ func (s *session) run(ctx context.Context, execute []byte, limit time.Duration) 
 
 loop:
 	for {
+		// Refusals go out through their own writer; while too many wait,
+		// the runner is not read, so a flood backs up in the runner.
+		inC := incoming
+		var outC chan<- []byte
+		var next []byte
+		if len(s.pending) > 0 {
+			outC, next = refusals, s.pending[0]
+		}
+		if len(s.pending) >= maxPendingRefusals {
+			inC = nil
+		}
 		select {
-		case in := <-incoming:
+		case outC <- next:
+			s.pending[0] = nil
+			s.pending = s.pending[1:]
+		case in := <-inC:
 			if in.err != nil {
 				if s.cancelled != "" {
 					// The runner went away after being told to stop:
@@ -180,6 +231,9 @@ loop:
 
 	close(stopReading)
 	cancelTools()
+	// Calls still queued are answered as cancelled, without a tool.
+	close(s.jobs)
+	close(refusals)
 	closeErr := s.tr.close(forced || out == nil)
 	s.wg.Wait()
 	<-readerDone
@@ -243,6 +297,7 @@ func (s *session) handle(ctx context.Context, b []byte, limit time.Duration, dea
 		if !s.started && s.cancelled == "" {
 			// The runner has the program: the time limit runs from here.
 			deadline.Reset(limit + hostGrace)
+			s.setNestedDeadline(limit + hostGrace)
 		}
 		s.started = true
 	case kindToolCall:
@@ -268,13 +323,20 @@ func (s *session) ignored(kind, msg string, args ...any) {
 	}
 }
 
-// toolCall serves one tool_call: at most once per callId, each in its own
-// goroutine so that the guest's parallel calls run in parallel.
+// toolCall serves one tool_call: at most once per callId, at most
+// d.maxNested per execution, by at most d.maxInFlight workers, so that the
+// guest's parallel calls run in parallel but a fan-out cannot open a
+// goroutine, or a pass through the gateway, per call.
 func (s *session) toolCall(ctx context.Context, m *runnerMessage) {
 	if s.served[m.callID] {
 		s.ignored("duplicate_call_id", "execbox runner repeated a callId; ignored", "call_id", cleanName(m.callID))
 		return
 	}
+	if s.admitted >= s.d.maxNested {
+		s.refuse(m.callID)
+		return
+	}
+	s.admitted++
 	s.served[m.callID] = true
 	rec := &nestedRecord{callID: m.callID, provider: m.provider, safeName: m.tool}
 	s.mu.Lock()
@@ -294,20 +356,64 @@ func (s *session) toolCall(ctx context.Context, m *runnerMessage) {
 	if early == nil {
 		rec.toolID = toolID
 	}
-	callID, input := m.callID, m.input
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if early != nil {
-			s.finishCall(rec, *early)
-			return
-		}
-		nr := s.tools.CallTool(ctx, callID, toolID, input)
-		s.mu.Lock()
-		rec.requestID = nr.RequestID
-		s.mu.Unlock()
-		s.finishCall(rec, toolOutcome{toolID: toolID, ok: nr.OK, result: nr.Result, code: nr.Code, message: nr.Message})
-	}()
+	s.jobs <- nestedJob{rec: rec, early: early, callID: m.callID, toolID: toolID, input: m.input}
+	if s.workers < s.d.maxInFlight {
+		s.workers++
+		s.wg.Add(1)
+		go s.worker(ctx)
+	}
+}
+
+// refuse answers a tool call over the execution's limit. It is counted, not
+// recorded one by one, and its answer waits in s.pending for the loop.
+func (s *session) refuse(callID string) {
+	s.refused++
+	if s.refused == 1 {
+		s.log.Warn("execbox guest reached the limit of nested calls; further calls are refused", "max_nested_calls", s.d.maxNested)
+	}
+	msg, _, _ := encodeToolResult(callID, toolOutcome{code: codeTool, message: fmt.Sprintf(
+		"tool call refused: this execution reached its limit of %d nested tool calls (max_nested_calls)", s.d.maxNested)}, s.d.maxMessage)
+	s.pending = append(s.pending, msg)
+}
+
+// worker serves admitted tool calls until the session closes the queue.
+func (s *session) worker(ctx context.Context) {
+	defer s.wg.Done()
+	for j := range s.jobs {
+		s.serveCall(ctx, j)
+	}
+}
+
+// serveCall runs one admitted tool call, unless the execution has run out
+// of time: then no tool is called and the guest is told so. The call's
+// context ends with the session, and carries the execution's deadline plus
+// the cancel grace as a backstop, so that the tool knows its time.
+func (s *session) serveCall(ctx context.Context, j nestedJob) {
+	deadline := time.Unix(0, s.nestedDeadline.Load())
+	if j.early == nil && (ctx.Err() != nil || s.cancelling.Load() || !time.Now().Before(deadline)) {
+		j.early = &toolOutcome{toolID: j.toolID, code: codeTimeout, message: "execution cancelled"}
+	}
+	if j.early != nil {
+		s.finishCall(j.rec, *j.early)
+		return
+	}
+	callCtx, cancel := context.WithDeadline(ctx, deadline.Add(s.d.cancelGrace))
+	defer cancel()
+	nr := s.tools.CallTool(callCtx, j.callID, j.toolID, j.input)
+	s.mu.Lock()
+	j.rec.requestID = nr.RequestID
+	s.mu.Unlock()
+	s.finishCall(j.rec, toolOutcome{toolID: j.toolID, ok: nr.OK, result: nr.Result, code: nr.Code, message: nr.Message})
+}
+
+// setNestedDeadline moves the time after which no nested call starts to
+// d from now, or to ctx's deadline when that is earlier.
+func (s *session) setNestedDeadline(d time.Duration) {
+	at := time.Now().Add(d)
+	if !s.ctxDeadline.IsZero() && s.ctxDeadline.Before(at) {
+		at = s.ctxDeadline
+	}
+	s.nestedDeadline.Store(at.UnixNano())
 }
 
 // finishCall answers a tool call and records what the guest was told.
@@ -419,6 +525,10 @@ func (s *session) evidence(out *outcome) map[string]any {
 		"tools":           tools,
 		"nested_calls":    nested,
 		"runner_messages": counts,
+		// Calls over the limit are only counted: listing each would let
+		// a flood grow the evidence without bound.
+		"max_nested_calls":     s.d.maxNested,
+		"nested_calls_refused": s.refused,
 	}
 	if s.cancelled != "" {
 		ev["cancelled"] = s.cancelled

@@ -33,40 +33,6 @@ const (
 // envNamePattern is the shape of an environment variable name a caller may set.
 var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// errPathEmpty and its siblings name why a path is rejected.
-var (
-	errPathEmpty    = errors.New("must not be empty")
-	errPathUTF8     = errors.New("must be valid UTF-8")
-	errPathLong     = fmt.Errorf("must be at most %d characters", maxPathChars)
-	errPathNUL      = errors.New("must not contain a NUL byte")
-	errPathAbsolute = errors.New("must be relative (no leading '/')")
-	errPathParent   = errors.New("must not contain a '..' element")
-)
-
-// validatePath reports whether p is an acceptable workspace path. It is
-// purely lexical; os.Root enforces confinement against symbolic links when
-// the path is used.
-func validatePath(p string) error {
-	switch {
-	case p == "":
-		return errPathEmpty
-	case !utf8.ValidString(p):
-		return errPathUTF8
-	case utf8.RuneCountInString(p) > maxPathChars:
-		return errPathLong
-	case strings.IndexByte(p, 0) >= 0:
-		return errPathNUL
-	case strings.HasPrefix(p, "/"):
-		return errPathAbsolute
-	}
-	for elem := range strings.SplitSeq(p, "/") {
-		if elem == ".." {
-			return errPathParent
-		}
-	}
-	return nil
-}
-
 // args wraps one operation's arguments for typed, strict access.
 type args map[string]any
 
@@ -111,20 +77,14 @@ func (a args) str(name string, required bool) (s string, ok bool, err error) {
 	return s, true, nil
 }
 
-// filePath returns the required path argument name, validated as the path
-// of a file: a trailing '/' could only ever name a directory.
+// filePath returns the required path argument name, which must be the
+// canonical path of a file (see canonicalPath).
 func (a args) filePath(name string) (string, error) {
 	p, _, err := a.str(name, true)
 	if err != nil {
 		return "", err
 	}
-	if err := validatePath(p); err != nil {
-		return "", fmt.Errorf("%s %w", name, err)
-	}
-	if strings.HasSuffix(p, "/") {
-		return "", fmt.Errorf("%s must name a file, not end in '/'", name)
-	}
-	return p, nil
+	return canonicalArg(name, p, kindFile)
 }
 
 // boolean returns the optional boolean argument name, def when absent.
@@ -290,6 +250,9 @@ func parseEdit(a args) (editArgs, error) {
 	if len(list) == 0 {
 		return e, errors.New("edits must contain at least one edit")
 	}
+	if len(list) > maxEdits {
+		return e, fmt.Errorf("edits must contain at most %d edits, got %d", maxEdits, len(list))
+	}
 	e.edits = make([]edit, len(list))
 	for i, item := range list {
 		obj, ok := item.(map[string]any)
@@ -370,10 +333,12 @@ func parseShell(a args, defaultTimeout time.Duration) (shellArgs, error) {
 		return s, err
 	}
 	if ok {
-		if err := validatePath(cwd); err != nil {
-			return s, fmt.Errorf("cwd %w", err)
+		if s.cwd, err = canonicalArg("cwd", cwd, kindDir); err != nil {
+			return s, err
 		}
-		s.cwd = cwd
+		if s.cwd == "." {
+			s.cwd = ""
+		}
 	}
 
 	ms, ok, err := a.integer("timeout")

@@ -11,12 +11,11 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"strings"
 	"syscall"
 	"unicode/utf8"
 )
 
-func (d *Driver) createFile(_ context.Context, a args, r *report) {
+func (d *Driver) createFile(ctx context.Context, a args, r *report) {
 	c, err := parseCreate(a)
 	if err != nil {
 		r.invalid(err)
@@ -24,31 +23,35 @@ func (d *Driver) createFile(_ context.Context, a args, r *report) {
 	}
 	r.data["path"] = c.path
 
-	d.writeMu.Lock()
-	defer d.writeMu.Unlock()
-	if dir := path.Dir(c.path); dir != "." {
-		if err := d.root.MkdirAll(dir, dirMode); err != nil {
-			r.failed(fmt.Errorf("create parent directories of %s: %w", c.path, err))
-			return
-		}
+	unlock, err := d.lockWrites(ctx)
+	if err != nil {
+		r.timedOut(err)
+		return
 	}
+	defer unlock()
+	pl, err := d.locate(c.path, true)
+	if err != nil {
+		r.failed(fmt.Errorf("create parent directories of %s: %w", c.path, err))
+		return
+	}
+	defer pl.close()
 	mode := fileMode
-	fi, err := d.root.Lstat(c.path)
+	fm, _, err := pl.lstat()
 	switch {
 	case err == nil && !c.overwrite:
 		r.failed(fmt.Errorf("file already exists: %s (set overwrite to true to replace it)", c.path))
 		return
 	case err == nil:
-		if err := replaceable(c.path, fi); err != nil {
+		if err := replaceable(c.path, fm); err != nil {
 			r.failed(err)
 			return
 		}
-		mode = fi.Mode().Perm()
+		mode = fm.Perm()
 	case !errors.Is(err, fs.ErrNotExist):
 		r.failed(err)
 		return
 	}
-	if err := d.writeAtomic(c.path, c.content, mode, c.overwrite); err != nil {
+	if err := writeAtomic(pl, c.content, mode, c.overwrite); err != nil {
 		r.failed(err)
 		return
 	}
@@ -63,7 +66,13 @@ func (d *Driver) readFile(_ context.Context, a args, r *report) {
 		return
 	}
 	r.data["path"] = ra.path
-	content, err := d.readRegular(ra.path)
+	pl, err := d.locate(ra.path, false)
+	if err != nil {
+		r.failed(notFound(ra.path, err))
+		return
+	}
+	defer pl.close()
+	content, err := readRegular(pl)
 	if err != nil {
 		r.failed(err)
 		return
@@ -82,44 +91,73 @@ func (d *Driver) readFile(_ context.Context, a args, r *report) {
 	r.data["size"] = len(content)
 }
 
-func (d *Driver) editFile(_ context.Context, a args, r *report) {
+func (d *Driver) editFile(ctx context.Context, a args, r *report) {
 	e, err := parseEdit(a)
 	if err != nil {
 		r.invalid(err)
 		return
 	}
 	r.data["path"] = e.path
+	// The edit holds the write lock; its deadline bounds how long, whatever
+	// the caller's own deadline.
+	ctx, cancel := context.WithTimeout(ctx, editTimeout)
+	defer cancel()
 
-	d.writeMu.Lock()
-	defer d.writeMu.Unlock()
-	fi, err := d.root.Lstat(e.path)
+	// Refuse an edit over budget before waiting for the lock. The check is
+	// repeated on what is read under the lock, and the work is counted
+	// again while the edits apply, so a file that grows in between or is
+	// grown by the edits themselves gains nothing.
+	if err := d.checkEditBudgetEarly(e); err != nil {
+		r.invalid(err)
+		return
+	}
+	unlock, err := d.lockWrites(ctx)
+	if err != nil {
+		r.timedOut(err)
+		return
+	}
+	defer unlock()
+	pl, err := d.locate(e.path, false)
 	if err != nil {
 		r.failed(notFound(e.path, err))
 		return
 	}
-	if err := replaceable(e.path, fi); err != nil {
+	defer pl.close()
+	fm, _, err := pl.lstat()
+	if err != nil {
+		r.failed(notFound(e.path, err))
+		return
+	}
+	if err := replaceable(e.path, fm); err != nil {
 		r.failed(err)
 		return
 	}
-	content, err := d.readRegular(e.path)
+	content, err := readRegular(pl)
 	if err != nil {
 		r.failed(err)
 		return
 	}
-	s := string(content)
-	for i, ed := range e.edits {
-		at := strings.Index(s, ed.old)
-		if at < 0 {
-			r.failed(fmt.Errorf("edits[%d]: oldContent not found in %s after the preceding edits; nothing was written", i, e.path))
-			return
-		}
-		s = s[:at] + ed.new + s[at+len(ed.old):]
-		if len(s) > maxContentBytes {
-			r.failed(fmt.Errorf("edits[%d]: the edited file would exceed %d bytes; nothing was written", i, maxContentBytes))
-			return
-		}
+	if err := checkEditBudget(len(e.edits), int64(len(content))); err != nil {
+		r.invalid(err)
+		return
 	}
-	if err := d.writeAtomic(e.path, []byte(s), fi.Mode().Perm(), true); err != nil {
+	edited, err := applyEdits(ctx, e.path, content, e.edits)
+	if err == nil {
+		// Writing is not interruptible; it does not start past the deadline.
+		err = ctx.Err()
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		r.timedOut(fmt.Errorf("editFile on %s stopped at its deadline (at most %v); nothing was written: %w", e.path, editTimeout, err))
+		return
+	case errors.Is(err, errEditBudget):
+		r.invalid(err)
+		return
+	case err != nil:
+		r.failed(err)
+		return
+	}
+	if err := writeAtomic(pl, edited, fm.Perm(), true); err != nil {
 		r.failed(err)
 		return
 	}
@@ -127,7 +165,7 @@ func (d *Driver) editFile(_ context.Context, a args, r *report) {
 	r.data["editsApplied"] = len(e.edits)
 }
 
-func (d *Driver) deleteFile(_ context.Context, a args, r *report) {
+func (d *Driver) deleteFile(ctx context.Context, a args, r *report) {
 	da, err := parseDelete(a)
 	if err != nil {
 		r.invalid(err)
@@ -135,22 +173,32 @@ func (d *Driver) deleteFile(_ context.Context, a args, r *report) {
 	}
 	r.data["path"] = da.path
 
-	d.writeMu.Lock()
-	defer d.writeMu.Unlock()
-	fi, err := d.root.Lstat(da.path)
+	unlock, err := d.lockWrites(ctx)
+	if err != nil {
+		r.timedOut(err)
+		return
+	}
+	defer unlock()
+	pl, err := d.locate(da.path, false)
+	if err != nil {
+		r.failed(notFound(da.path, err))
+		return
+	}
+	defer pl.close()
+	fm, _, err := pl.lstat()
 	if err != nil {
 		r.failed(notFound(da.path, err))
 		return
 	}
 	switch {
-	case fi.IsDir():
+	case fm.IsDir():
 		r.failed(fmt.Errorf("%s is a directory; deleteFile removes files only", da.path))
 		return
-	case fi.Mode()&fs.ModeSymlink != 0:
+	case fm&fs.ModeSymlink != 0:
 		r.failed(fmt.Errorf("%s is a symbolic link; deleteFile does not operate on links", da.path))
 		return
 	}
-	if err := d.root.Remove(da.path); err != nil {
+	if err := pl.remove(pl.base); err != nil {
 		r.failed(notFound(da.path, err))
 		return
 	}
@@ -165,27 +213,28 @@ func notFound(p string, err error) error {
 	return err
 }
 
-// replaceable reports whether the existing entry fi at p may be replaced by
-// a regular file. Symbolic links are refused so that a link can never serve
-// as a handle on what it points to.
-func replaceable(p string, fi fs.FileInfo) error {
+// replaceable reports whether the existing entry of mode m at p may be
+// replaced by a regular file. Symbolic links are refused so that a link can
+// never serve as a handle on what it points to.
+func replaceable(p string, m fs.FileMode) error {
 	switch {
-	case fi.IsDir():
+	case m.IsDir():
 		return fmt.Errorf("%s is a directory", p)
-	case fi.Mode()&fs.ModeSymlink != 0:
+	case m&fs.ModeSymlink != 0:
 		return fmt.Errorf("%s is a symbolic link; file operations do not write through links", p)
-	case !fi.Mode().IsRegular():
+	case !m.IsRegular():
 		return fmt.Errorf("%s is not a regular file", p)
 	}
 	return nil
 }
 
-// readRegular returns the content of the regular file p, refusing anything
-// larger than the content limit.
-func (d *Driver) readRegular(p string) ([]byte, error) {
+// readRegular returns the content of the regular file at pl, refusing a
+// link and anything larger than the content limit.
+func readRegular(pl *place) ([]byte, error) {
+	p := pl.path
 	// O_NONBLOCK keeps the open from hanging on a named pipe; the type check
 	// on the open file then refuses it. It does not affect regular files.
-	f, err := d.root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := pl.open(pl.base, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, notFound(p, err)
 	}
@@ -213,20 +262,21 @@ func (d *Driver) readRegular(p string) ([]byte, error) {
 	return content, nil
 }
 
-// writeAtomic stores content at p through a temporary file in the same
+// writeAtomic stores content at pl through a temporary file in the same
 // directory, so that readers see the old file or the new one, never a
 // partial write. With replace, an existing file is replaced; without it the
-// temporary file is hard-linked into place, which fails if p exists even
-// when another process created it a moment ago.
-func (d *Driver) writeAtomic(p string, content []byte, mode fs.FileMode, replace bool) (err error) {
-	tmp, f, err := d.createTemp(path.Dir(p))
+// temporary file is hard-linked into place, which fails if the file exists
+// even when another process created it a moment ago.
+func writeAtomic(pl *place, content []byte, mode fs.FileMode, replace bool) (err error) {
+	p := pl.path
+	tmp, f, err := createTemp(pl)
 	if err != nil {
 		return err
 	}
 	defer func() {
 		// The temporary name is never left behind: after a rename it no
 		// longer exists, after a link it is a second name for p.
-		if rmErr := d.root.Remove(tmp); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) && err == nil {
+		if rmErr := pl.remove(tmp); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) && err == nil {
 			err = fmt.Errorf("remove temporary file: %w", rmErr)
 		}
 	}()
@@ -234,12 +284,12 @@ func (d *Driver) writeAtomic(p string, content []byte, mode fs.FileMode, replace
 		return fmt.Errorf("write %s: %w", p, err)
 	}
 	if replace {
-		if err := d.root.Rename(tmp, p); err != nil {
+		if err := pl.rename(tmp); err != nil {
 			return fmt.Errorf("replace %s: %w", p, err)
 		}
 		return nil
 	}
-	if err := d.root.Link(tmp, p); err != nil {
+	if err := pl.link(tmp); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("file already exists: %s (set overwrite to true to replace it)", p)
 		}
@@ -265,13 +315,15 @@ func writeAndSync(f *os.File, content []byte, mode fs.FileMode) error {
 	return err
 }
 
-// createTemp creates a new, uniquely named file in dir.
-func (d *Driver) createTemp(dir string) (string, *os.File, error) {
+// createTemp creates a new, uniquely named file in the folder of pl and
+// returns its name in that folder.
+func createTemp(pl *place) (string, *os.File, error) {
+	dir := path.Dir(pl.path)
 	var rnd [8]byte
 	for range 10 {
 		rand.Read(rnd[:])
-		name := path.Join(dir, ".workspace-"+hex.EncodeToString(rnd[:])+".tmp")
-		f, err := d.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fileMode)
+		name := ".workspace-" + hex.EncodeToString(rnd[:]) + ".tmp"
+		f, err := pl.open(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fileMode)
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}

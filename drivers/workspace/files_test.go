@@ -183,12 +183,20 @@ func TestReadFile(t *testing.T) {
 			args: `{"path":"fifo"}`, wantErr: "fifo is not a regular file",
 		},
 		{
-			name: "symbolic link inside the workspace is followed",
+			name: "symbolic link inside the workspace is not followed",
 			setup: func(t *testing.T, root string) {
 				write(t, root, "target.txt", "via link", 0o640)
 				os.Symlink("target.txt", filepath.Join(root, "link"))
 			},
-			args: `{"path":"link"}`, want: "via link", wantSize: 8,
+			args: `{"path":"link"}`, wantErr: "link is a symbolic link; file operations do not follow links",
+		},
+		{
+			name: "folder link inside the workspace is not traversed",
+			setup: func(t *testing.T, root string) {
+				write(t, root, "real/target.txt", "via link", 0o640)
+				os.Symlink("real", filepath.Join(root, "inside"))
+			},
+			args: `{"path":"inside/target.txt"}`, wantErr: "inside is a symbolic link; file operations do not follow links",
 		},
 		{
 			name:  "exactly 10 MiB",

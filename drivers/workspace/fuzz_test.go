@@ -3,34 +3,67 @@ package workspace
 import (
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
-func FuzzValidatePath(f *testing.F) {
+// FuzzCanonicalPath checks the normaliser's promises for any spelling: it
+// never panics; what it returns is a fixed point, stays inside the
+// workspace, has no "..", "." or empty segment and no control or invisible
+// character, is NFC, and is accepted as it is by the operation that will
+// open it.
+func FuzzCanonicalPath(f *testing.F) {
 	for _, seed := range []string{
-		"a.txt", "scripts/fetch-schedule.ts", ".", "./a", "a//b", "a/./b", "v1..2/x", "...",
-		"", "..", "../x", "/etc/passwd", "a/../../x", "a/..", "a\x00b", "a\xffb",
-		strings.Repeat("x", 255), strings.Repeat("x", 256),
+		"a.txt", "scripts/fetch-schedule.ts", ".", "./a", "a//b", "a/./b", "a/.", "a/", "v1..2/x", "...",
+		"", "..", "../x", "/etc/passwd", "a/../../x", "a/..", "a\x00b", "a\xffb", "./etc/passwd",
+		"conf//secret.txt", "caf\u0065\u0301/x", "a\u202eb", "a\u200bb", "a\u0085b", "\u037e", "a\tb",
+		strings.Repeat("x", 255), strings.Repeat("x", 256), strings.Repeat("./", 200) + "x",
 	} {
 		f.Add(seed)
 	}
 	const root = "/srv/workspace"
 	f.Fuzz(func(t *testing.T, p string) {
-		if validatePath(p) != nil {
-			return
-		}
-		joined := filepath.Join(root, p)
-		if joined != root && !strings.HasPrefix(joined, root+"/") {
-			t.Fatalf("accepted %q, which joins to %q outside %s", p, joined, root)
-		}
-		if !filepath.IsLocal(p) {
-			t.Fatalf("accepted %q, which is not local", p)
-		}
-		if !utf8.ValidString(p) || utf8.RuneCountInString(p) > maxPathChars || strings.ContainsRune(p, 0) {
-			t.Fatalf("accepted %q against the spec's rules", p)
+		for _, kind := range []pathKind{kindFile, kindDir} {
+			c, err := canonicalPath(p, kind)
+			if slow, slowErr := cleanPath(p, kind); slow != c || (slowErr == nil) != (err == nil) {
+				t.Fatalf("%q: the fast path gives %q, %v; the full one %q, %v", p, c, err, slow, slowErr)
+			}
+			if err != nil {
+				continue
+			}
+			if again, err := canonicalPath(c, kind); err != nil || again != c {
+				t.Fatalf("%q → %q → %q, %v: not a fixed point", p, c, again, err)
+			}
+			joined := filepath.Join(root, c)
+			if joined != root && !strings.HasPrefix(joined, root+"/") || !filepath.IsLocal(c) {
+				t.Fatalf("%q → %q leaves the workspace", p, c)
+			}
+			if c != "." && slices.ContainsFunc(strings.Split(c, "/"), func(s string) bool { return s == "" || s == "." || s == ".." }) {
+				t.Fatalf("%q → %q has a '', '.' or '..' segment", p, c)
+			}
+			if !utf8.ValidString(c) || !norm.NFC.IsNormalString(c) || utf8.RuneCountInString(c) > maxPathChars {
+				t.Fatalf("%q → %q is not valid NFC within the limit", p, c)
+			}
+			if strings.IndexFunc(c, func(r rune) bool { return unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp) }) >= 0 {
+				t.Fatalf("%q → %q keeps a control or invisible character", p, c)
+			}
+			name, op := "path", "readFile"
+			if kind == kindDir {
+				name, op = "cwd", "shell"
+			}
+			canon, changed, err := NormalizeArgs(op, map[string]any{name: p})
+			if err != nil || canon[name] != c || changed != (c != p) {
+				t.Fatalf("Normalize(%q) = %v, %v, %v; want %q", p, canon, changed, err, c)
+			}
+			if _, err := canonicalArg(name, c, kind); err != nil {
+				t.Fatalf("the driver refuses the canonical %q: %v", c, err)
+			}
 		}
 	})
 }
@@ -85,7 +118,7 @@ func FuzzParseArgs(f *testing.F) {
 			if s.command == "" || utf8.RuneCountInString(s.command) > maxCommandChars || strings.ContainsRune(s.command, 0) {
 				t.Fatalf("accepted command %q", s.command)
 			}
-			if s.cwd != "" && validatePath(s.cwd) != nil {
+			if _, err := canonicalPath(s.cwd, kindDir); s.cwd != "" && err != nil {
 				t.Fatalf("accepted cwd %q", s.cwd)
 			}
 			if s.timeout < minTimeout || s.timeout > maxTimeout {
@@ -102,8 +135,8 @@ func FuzzParseArgs(f *testing.F) {
 
 func checkFilePath(t *testing.T, p string) {
 	t.Helper()
-	if err := validatePath(p); err != nil || strings.HasSuffix(p, "/") {
-		t.Fatalf("accepted path %q: %v", p, err)
+	if c, err := canonicalPath(p, kindFile); err != nil || c != p {
+		t.Fatalf("accepted path %q, canonical %q: %v", p, c, err)
 	}
 }
 

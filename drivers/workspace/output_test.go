@@ -1,6 +1,9 @@
 package workspace
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestCapture(t *testing.T) {
 	tests := []struct {
@@ -12,11 +15,14 @@ func TestCapture(t *testing.T) {
 	}{
 		{"under the limit", 10, []string{"abc", "def"}, "abcdef", false},
 		{"exactly the limit", 6, []string{"abc", "def"}, "abcdef", false},
-		{"over the limit", 4, []string{"abc", "def"}, "abcd\n[output truncated: 2 bytes omitted]\n", true},
+		{"over the limit", 4, []string{"ab ", "def"}, "ab \n[output truncated: 3 bytes omitted]\n", true},
+		{"a token cut at the limit is dropped whole", 12, []string{"key: sk_live_4eC39HqLyjWDarjtT1zdp7dc\n"}, "key: \n[output truncated: 33 bytes omitted]\n", true},
+		{"a cut after a token keeps it", 8, []string{"ab cd ef gh"}, "ab cd ef\n[output truncated: 3 bytes omitted]\n", true},
+		{"a run longer than the look-back goes with it", 300, []string{strings.Repeat("x", 400)}, strings.Repeat("x", 300-tokenLookBack) + "\n[output truncated: 356 bytes omitted]\n", true},
 		{"zero limit", 0, []string{"abc"}, "\n[output truncated: 3 bytes omitted]\n", true},
-		{"cut inside a character", 4, []string{"ab€"}, "ab\n[output truncated: 3 bytes omitted]\n", true},
+		{"cut inside a character", 4, []string{"a €"}, "a \n[output truncated: 3 bytes omitted]\n", true},
 		{"invalid bytes", 10, []string{"a\xffb\xc0"}, "a\uFFFDb\uFFFD", false},
-		{"invalid byte at the cut", 2, []string{"a\xffbc"}, "a\uFFFD\n[output truncated: 2 bytes omitted]\n", true},
+		{"invalid byte at the cut", 2, []string{" \xffbc"}, " \uFFFD\n[output truncated: 2 bytes omitted]\n", true},
 		{"character split across writes", 10, []string{"a\xe2\x82", "\xac"}, "a€", false},
 	}
 	for _, tt := range tests {

@@ -34,21 +34,21 @@ func (d *Driver) runShell(ctx context.Context, a args, r *report) {
 
 	dir := d.absRoot
 	if s.cwd != "" {
-		// Resolving through the root refuses a cwd that leaves the
-		// workspace by way of a symbolic link.
-		fi, err := d.root.Stat(s.cwd)
-		if errors.Is(err, fs.ErrNotExist) {
+		// Like a file operation's path, cwd is walked without following
+		// a symbolic link, so policy saw the folder the command starts in.
+		fd, err := d.openDir(s.cwd, false)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
 			r.failed(fmt.Errorf("cwd %s does not exist", s.cwd))
 			return
-		}
-		if err != nil {
+		case errors.Is(err, syscall.ENOTDIR):
+			r.failed(fmt.Errorf("cwd %s is not a directory", s.cwd))
+			return
+		case err != nil:
 			r.failed(fmt.Errorf("cwd: %w", err))
 			return
 		}
-		if !fi.IsDir() {
-			r.failed(fmt.Errorf("cwd %s is not a directory", s.cwd))
-			return
-		}
+		syscall.Close(fd)
 		dir = filepath.Join(d.absRoot, filepath.FromSlash(s.cwd))
 	}
 	if err := d.root.Mkdir(tmpDirName, dirMode); err != nil && !errors.Is(err, fs.ErrExist) {
@@ -62,7 +62,7 @@ func (d *Driver) runShell(ctx context.Context, a args, r *report) {
 	callDeadlineFirst := hasCallDeadline && callDeadline.Before(time.Now().Add(s.timeout))
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	x := d.execute(ctx, s.command, dir, d.environ(s.env))
+	x := d.execute(ctx, s.command, dir, d.environ(s.env), s.timeout)
 
 	if x.startErr != nil {
 		r.failed(x.startErr)
@@ -77,6 +77,14 @@ func (d *Driver) runShell(ctx context.Context, a args, r *report) {
 	r.data["stdoutTruncated"] = x.stdoutTruncated
 	r.data["stderrTruncated"] = x.stderrTruncated
 	r.data["success"] = x.exitCode == 0
+	r.data["sandbox"] = d.sandbox
+	if d.sandbox == SandboxNamespaces {
+		r.data["network"] = d.network
+		r.data["limits"] = d.callLimits(s.timeout).data()
+	}
+	if x.limitHit != "" {
+		r.data["limitExceeded"] = x.limitHit
+	}
 
 	var failure error
 	switch {
@@ -91,8 +99,20 @@ func (d *Driver) runShell(ctx context.Context, a args, r *report) {
 	case x.canceled:
 		failure = fmt.Errorf("command killed because the call was canceled: %w", context.Canceled)
 		r.data["category"] = categoryExecution
+	case x.limitHit != "":
+		// A command that was refused what it asked for did not do its
+		// work, whatever status it chose to exit with.
+		failure = errors.New("sandbox: " + x.limitHit)
+		if r.exitCode == 0 {
+			r.exitCode = exitExecution
+			r.data["exitCode"] = exitExecution
+		}
+		r.data["category"] = categoryExecution
 	default:
 		return
+	}
+	if x.limitHit != "" && (x.timedOut || x.canceled) {
+		failure = fmt.Errorf("%w (sandbox: %s)", failure, x.limitHit)
 	}
 	r.cause = failure
 	r.data["success"] = false
@@ -129,13 +149,18 @@ type execution struct {
 	stdout, stderr  string
 	stdoutTruncated bool
 	stderrTruncated bool
-	timedOut        bool // killed at ctx's deadline
-	canceled        bool // killed because ctx was canceled
+	timedOut        bool   // killed at ctx's deadline
+	canceled        bool   // killed because ctx was canceled
+	limitHit        string // a sandbox limit the command ran into, if known
 }
 
 // execute runs command with the shell in its own process group and kills
 // the whole group when the shell exits or ctx ends, whichever comes first.
-func (d *Driver) execute(ctx context.Context, command, dir string, env []string) execution {
+//
+// In the namespaces sandbox the process started is the sandbox's init, PID
+// 1 of its own PID namespace: when it dies, the kernel kills every process
+// the command started, whatever session or group it moved to.
+func (d *Driver) execute(ctx context.Context, command, dir string, env []string, timeout time.Duration) execution {
 	x := execution{started: time.Now()}
 	if err := ctx.Err(); err != nil {
 		// Nothing runs for a call that has already ended.
@@ -168,11 +193,25 @@ func (d *Driver) execute(ctx context.Context, command, dir string, env []string)
 	cmd.Stdout = outW
 	cmd.Stderr = errW
 	cmd.SysProcAttr = shellProcAttr()
-	err = cmd.Start()
+	var sandbox *sandboxRun
+	lim := d.callLimits(timeout)
+	if d.sandbox == SandboxNamespaces {
+		sandbox, err = d.startSandboxed(cmd, sandboxSpec{
+			Network: d.network, Shell: d.shell, Command: command, Dir: dir, Env: env,
+			Root: d.absRoot, Hide: d.hide, Limits: lim,
+		})
+	} else {
+		err = cmd.Start()
+	}
 	// The child holds its own copies; ours must go for EOF to arrive.
 	outW.Close()
 	errW.Close()
 	if err != nil {
+		if cmd.Process != nil {
+			// Started, but the sandbox could not be set up around it.
+			awaitExit(cmd)()
+			sandbox.finish(lim, 0)
+		}
 		x.startErr = fmt.Errorf("start shell: %w", err)
 		return x
 	}
@@ -234,6 +273,15 @@ func (d *Driver) execute(ctx context.Context, command, dir string, env []string)
 			x.timedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
 			x.canceled = !x.timedOut
 		}
+	}
+	if sandbox != nil {
+		setupErr, limitHit := sandbox.finish(lim, x.exitCode)
+		if setupErr != nil && !killed {
+			// Nothing ran: whatever the init's status, this is no
+			// command's result.
+			x.startErr = setupErr
+		}
+		x.limitHit = limitHit
 	}
 	return x
 }

@@ -86,6 +86,23 @@ func TestShell(t *testing.T) {
 	}
 }
 
+func TestShellOutputCapLeavesNoPartialSecret(t *testing.T) {
+	const secret = "ghp_R2d2C3poBb8kL0aQ9xZ7mN4vW1sT6yU3eJ5h"
+	for _, cut := range []int{1, 4, 20, len(secret) - 1} {
+		t.Run(fmt.Sprintf("cap %d bytes into the secret", cut), func(t *testing.T) {
+			const prefix = "token: "
+			d, _ := newTestDriverConfig(t, Config{OutputLimit: len(prefix) + cut})
+			res := run(t, d, "shell", map[string]any{"command": "printf '" + prefix + secret + "\\n'"})
+			if strings.Contains(res.Stdout, secret[:min(cut, 2)]) && cut > 0 {
+				t.Errorf("the first characters of the secret survived the cut: %q", res.Stdout)
+			}
+			if !strings.HasPrefix(res.Stdout, prefix) || dataOf(t, res)["stdoutTruncated"] != true {
+				t.Errorf("Stdout = %q", res.Stdout)
+			}
+		})
+	}
+}
+
 func TestShellCwdErrors(t *testing.T) {
 	d, root := newTestDriver(t)
 	write(t, root, "file", "x", 0o640)
@@ -181,9 +198,9 @@ func TestShellBackgroundProcessDoesNotHoldTheCall(t *testing.T) {
 func TestShellOutputLimit(t *testing.T) {
 	t.Run("small limit", func(t *testing.T) {
 		d, _ := newTestDriverConfig(t, Config{OutputLimit: 10})
-		res := run(t, d, "shell", map[string]any{"command": "printf 0123456789abcdef; printf 'short' >&2"})
+		res := run(t, d, "shell", map[string]any{"command": "printf '0123 56789abcdef'; printf 'short' >&2"})
 		wantSuccess(t, res)
-		if want := "0123456789\n[output truncated: 6 bytes omitted]\n"; res.Stdout != want {
+		if want := "0123 \n[output truncated: 11 bytes omitted]\n"; res.Stdout != want {
 			t.Errorf("Stdout = %q, want %q", res.Stdout, want)
 		}
 		if res.Stderr != "short" {
@@ -203,7 +220,9 @@ func TestShellOutputLimit(t *testing.T) {
 		runtime.ReadMemStats(&after)
 		wantSuccess(t, res)
 		const limit = 1 << 20
-		want := strings.Repeat("a", limit) + fmt.Sprintf("\n[output truncated: %d bytes omitted]\n", 52428800-limit)
+		// One run of token bytes straddles the cap: its last
+		// tokenLookBack bytes go too.
+		want := strings.Repeat("a", limit-tokenLookBack) + fmt.Sprintf("\n[output truncated: %d bytes omitted]\n", 52428800-limit+tokenLookBack)
 		if res.Stdout != want {
 			t.Errorf("Stdout has %d bytes ending %q, want %d", len(res.Stdout), res.Stdout[max(0, len(res.Stdout)-60):], len(want))
 		}

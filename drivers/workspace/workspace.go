@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -60,21 +59,54 @@ type Config struct {
 	// Shell is the absolute path of the shell that runs commands as
 	// Shell -c COMMAND. Default /bin/sh.
 	Shell string
+
+	// Sandbox is SandboxNamespaces (the default, Linux only) or
+	// SandboxNone. With namespaces, New runs a trivial command in the
+	// sandbox and fails when the host cannot run one.
+	Sandbox string
+	// Network is NetworkNone (the default with the sandbox) or NetworkHost
+	// (the only choice without it).
+	Network string
+	// Hide lists paths that a sandboxed command must not reach: the
+	// gateway's policies, evidence, spool, keys and configuration. The
+	// sandbox shows the host only through read-only system folders and the
+	// workspace; any of these paths that lies inside one is masked.
+	Hide []string
+	// MaxProcesses caps the tasks of a sandboxed call (default 256),
+	// through a pids cgroup where the gateway may create one, and
+	// RLIMIT_NPROC, which binds only a gateway not running as root.
+	MaxProcesses int
+	// MaxMemoryBytes caps the address space of each process of a
+	// sandboxed call (RLIMIT_AS; default 4 GiB).
+	MaxMemoryBytes int64
+	// MaxFileBytes caps the size of any file a sandboxed call writes
+	// (RLIMIT_FSIZE) and of its /tmp (default 1 GiB).
+	MaxFileBytes int64
 }
 
 // Driver runs workspace operations in one folder. It implements
 // drivers.Driver and is safe for concurrent use.
 type Driver struct {
-	root           *os.Root
+	root *os.Root
+	// rootDir is the workspace folder held open, where file operations
+	// start their walk (see nofollow.go).
+	rootDir        *os.File
 	absRoot        string // the folder's absolute path, symbolic links resolved
 	outputLimit    int
 	defaultTimeout time.Duration
 	shell          string
+	sandbox        string
+	network        string
+	limits         limits
+	hide           []string // absolute, as given and with links resolved
+	pidsCgroup     string   // folder for per-call pids cgroups, or ""
+	launcher       bool     // start the init through the launcher stage
 
-	// writeMu serializes the file operations that modify the workspace so
-	// that an editFile's read-modify-write cannot interleave with another
-	// write made through this Driver.
-	writeMu sync.Mutex
+	// writeLock serializes the file operations that modify the workspace
+	// so that an editFile's read-modify-write cannot interleave with
+	// another write made through this Driver. It is a one-slot channel, not
+	// a mutex, so that a caller waiting for it gives up at its deadline.
+	writeLock chan struct{}
 }
 
 var _ drivers.Driver = (*Driver)(nil)
@@ -88,6 +120,7 @@ func New(cfg Config) (*Driver, error) {
 		outputLimit:    cfg.OutputLimit,
 		defaultTimeout: cfg.DefaultTimeout,
 		shell:          cfg.Shell,
+		writeLock:      make(chan struct{}, 1),
 	}
 	if d.outputLimit == 0 {
 		d.outputLimit = defaultOutputLimit
@@ -129,12 +162,49 @@ func New(cfg Config) (*Driver, error) {
 	if d.root, err = os.OpenRoot(d.absRoot); err != nil {
 		return nil, fmt.Errorf("workspace: open root: %w", err)
 	}
+	if d.rootDir, err = os.Open(d.absRoot); err != nil {
+		d.root.Close()
+		return nil, fmt.Errorf("workspace: open root: %w", err)
+	}
+	if err := d.startSandbox(cfg); err != nil {
+		d.Close()
+		return nil, err
+	}
 	return d, nil
+}
+
+// startSandbox checks the sandbox settings and, with namespaces, that a
+// sandboxed command runs on this host.
+func (d *Driver) startSandbox(cfg Config) error {
+	if err := d.validateSandbox(cfg); err != nil {
+		return err
+	}
+	for _, p := range cfg.Hide {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return fmt.Errorf("workspace: Config.Hide %q: %w", p, err)
+		}
+		d.hide = append(d.hide, abs)
+		if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
+			d.hide = append(d.hide, real)
+		}
+	}
+	if d.sandbox == SandboxNone {
+		return nil
+	}
+	d.pidsCgroup = findPidsCgroup()
+	d.launcher = needsLauncher()
+	if err := d.probeSandbox(); err != nil {
+		return fmt.Errorf("workspace: the shell sandbox (namespaces) cannot run on this host: %w; "+
+			"it needs user namespaces (see user.max_user_namespaces and kernel.unprivileged_userns_clone); "+
+			"sandbox: none runs commands unsandboxed", err)
+	}
+	return nil
 }
 
 // Close releases the workspace folder. Calls to Run after Close fail.
 func (d *Driver) Close() error {
-	return d.root.Close()
+	return errors.Join(d.root.Close(), d.rootDir.Close())
 }
 
 // Engine names the downstream engine: "workspace".

@@ -1,0 +1,133 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+)
+
+// gatewayPath is one of the gateway's own files or folders, named by the
+// configuration key it comes from.
+type gatewayPath struct {
+	key  string
+	path string
+}
+
+// gatewayPaths lists the files and folders a workspace must never reach:
+// whoever can write them can rewrite policy, forge or erase evidence, or
+// read the keys.
+func (c Config) gatewayPaths() []gatewayPath {
+	var out []gatewayPath
+	add := func(key, path string) {
+		if path != "" {
+			out = append(out, gatewayPath{key, path})
+		}
+	}
+	add("policies.dir", c.Policies.Dir)
+	if scheme, rest, ok := strings.Cut(c.Evidence.URL, "://"); ok && strings.EqualFold(scheme, "file") {
+		add("evidence.url", rest)
+	}
+	if c.Evidence.SpoolDir != "none" {
+		add("evidence.spool_dir", c.Evidence.SpoolDir)
+	}
+	if k := c.Evidence.SigningKey; k != nil {
+		add("evidence.signing_key.file", k.File)
+	}
+	if k := c.Redact.FingerprintKey; k != nil {
+		add("redact.fingerprint_key.file", k.File)
+	}
+	add("redact.rules_file", c.Redact.RulesFile)
+	add("tls.key_file", c.TLS.KeyFile)
+	add("tls.cert_file", c.TLS.CertFile)
+	for _, name := range sortedKeys(c.Drivers) {
+		add("drivers."+name+".trace_dir", c.Drivers[name].TraceDir)
+	}
+	add("the configuration file", c.File)
+	return out
+}
+
+// CheckLayout refuses a configuration in which a workspace driver's root
+// equals, contains or lies inside one of the gateway's own files or folders:
+// the policy folder, a file:// evidence folder, the spool, a trace folder,
+// the signing, fingerprint and TLS keys, the redaction rules or the
+// configuration file (Config.File). A workspace caller could otherwise
+// rewrite a policy that hot reload then enforces, or forge evidence.
+//
+// Paths are compared after filepath.Abs and with the symbolic links of
+// their longest existing prefix resolved, so "." from the repository root,
+// a symlinked alias and "ws/../" spellings are all recognised. Unlike
+// Validate, it reads the file system; Build calls it.
+func (c Config) CheckLayout() error {
+	var protected []gatewayPath
+	for _, p := range c.gatewayPaths() {
+		real, err := resolvedPath(p.path)
+		if err != nil {
+			return fmt.Errorf("config: %s %q: %w", p.key, p.path, err)
+		}
+		protected = append(protected, gatewayPath{p.key, real})
+	}
+	for _, name := range sortedKeys(c.Drivers) {
+		d := c.Drivers[name]
+		if d.Type != "workspace" || d.Root == "" {
+			continue
+		}
+		key := "drivers." + name + ".root"
+		root, err := resolvedPath(d.Root)
+		if err != nil {
+			return fmt.Errorf("config: %s %q: %w", key, d.Root, err)
+		}
+		for _, p := range protected {
+			var rel string
+			switch {
+			case root == p.path:
+				rel = "is"
+			case within(p.path, root):
+				rel = "contains"
+			case within(root, p.path):
+				rel = "lies inside"
+			default:
+				continue
+			}
+			return fmt.Errorf("config: %s (%s) %s %s (%s): callers of the workspace tools could read or rewrite "+
+				"the gateway's own files; move the workspace and the gateway's files apart", key, root, rel, p.key, p.path)
+		}
+	}
+	return nil
+}
+
+// within reports whether path lies strictly inside dir; both are clean
+// absolute paths.
+func within(path, dir string) bool {
+	if dir == string(filepath.Separator) {
+		return path != dir
+	}
+	return strings.HasPrefix(path, dir+string(filepath.Separator))
+}
+
+// resolvedPath returns p made absolute, with the symbolic links of its
+// longest existing prefix resolved; the part that does not exist yet is
+// appended as written (cleaned), since nothing can redirect it.
+func resolvedPath(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	var missing []string
+	for {
+		real, err := filepath.EvalSymlinks(abs)
+		if err == nil {
+			return filepath.Join(append([]string{real}, missing...)...), nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		parent := filepath.Dir(abs)
+		if parent == abs {
+			return "", err
+		}
+		missing = append([]string{filepath.Base(abs)}, missing...)
+		abs = parent
+	}
+}
