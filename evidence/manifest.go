@@ -63,6 +63,10 @@ type Redaction struct {
 	// Fingerprint is hex HMAC-SHA256 of the secret under the gateway's
 	// fingerprint key (see Manifest.FingerprintKeyID).
 	Fingerprint string `json:"fingerprint,omitempty"`
+	// Omitted, when set, makes the entry a count: this many more secrets
+	// of Rule were removed from Artifact than the report lists (see
+	// RedactionReport). Path, Offset and Fingerprint are then empty.
+	Omitted int64 `json:"omitted,omitempty"`
 }
 
 // Digest returns the digest of data stored under key.
@@ -163,6 +167,9 @@ func (m *Manifest) check() error {
 	for i, r := range m.Redactions {
 		if r.Offset < 0 {
 			return fmt.Errorf("redactions[%d].offset %d is negative", i, r.Offset)
+		}
+		if r.Omitted < 0 {
+			return fmt.Errorf("redactions[%d].omitted %d is negative", i, r.Omitted)
 		}
 	}
 	if sig := m.Signature; sig != nil {

@@ -136,6 +136,7 @@ func TestSignatureBindsEveryField(t *testing.T) {
 		{"redactions.path", func(m *Manifest) { m.Redactions[0].Path = "args.other" }},
 		{"redactions.offset", func(m *Manifest) { m.Redactions[0].Offset++ }},
 		{"redactions.fingerprint", func(m *Manifest) { m.Redactions[0].Fingerprint = "00" + m.Redactions[0].Fingerprint }},
+		{"redactions.omitted", func(m *Manifest) { m.Redactions[0].Omitted = 1000 }},
 		{"fingerprint_key_id", func(m *Manifest) { m.FingerprintKeyID = "other" }},
 		{"created_at", func(m *Manifest) { m.CreatedAt = m.CreatedAt.Add(time.Nanosecond) }},
 		{"signature", func(m *Manifest) { m.Signature = nil }},

@@ -2,13 +2,16 @@ package gateway
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/drivers/execbox"
@@ -55,16 +58,15 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		}
 	}
 	var signer *evidence.Signer
+	var signingKey signingKeyText
 	if src := cfg.Evidence.SigningKey; src != nil {
-		pem, err := src.Read(getenv)
-		if err != nil {
+		if signingKey.file, err = src.Read(getenv); err != nil {
 			return nil, nil, fmt.Errorf("config: evidence.signing_key: %w", err)
 		}
-		key, err := evidence.ParsePrivateKey(pem)
-		if err != nil {
+		if signingKey.key, err = evidence.ParsePrivateKey(signingKey.file); err != nil {
 			return nil, nil, fmt.Errorf("config: evidence.signing_key: %w", err)
 		}
-		if signer, err = evidence.NewSigner(key); err != nil {
+		if signer, err = evidence.NewSigner(signingKey.key); err != nil {
 			return nil, nil, fmt.Errorf("config: evidence.signing_key: %w", err)
 		}
 	}
@@ -73,23 +75,12 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	if err != nil {
 		return nil, nil, err
 	}
-	var secrets []string
-	for _, name := range cfg.Redact.SecretsEnv {
-		if v := getenv(name); v != "" {
-			secrets = append(secrets, v)
-		}
-	}
-	for _, id := range sortedKeys(tools) {
-		for _, name := range sortedKeys(tools[id].Env) {
-			secrets = append(secrets, tools[id].Env[name])
-		}
-	}
 	fingerprintKey, err := redactFingerprintKey(cfg.Redact.FingerprintKey, signer, getenv)
 	if err != nil {
 		return nil, nil, err
 	}
 	redactor, err := redact.New(redact.Config{
-		KnownSecrets:   secrets,
+		KnownSecrets:   configuredSecrets(cfg, getenv, tools, signingKey, fingerprintKey),
 		KeyNames:       cfg.Redact.KeyNames,
 		RulesFile:      cfg.Redact.RulesFile,
 		DisableRules:   cfg.Redact.DisableRules,
@@ -98,6 +89,8 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	if err != nil {
 		return nil, nil, fmt.Errorf("config: redact: %w", err)
 	}
+	// Drivers log what callers send them too.
+	log = redactingLogger(log, redactor)
 
 	var closers closeAll
 	fail := func(err error) (*Gateway, io.Closer, error) {
@@ -246,6 +239,57 @@ func hiddenPaths(cfg Config) []string {
 		paths = append(paths, p.path)
 	}
 	return paths
+}
+
+// signingKeyText is the manifest signing key as read from its source, and
+// parsed.
+type signingKeyText struct {
+	file []byte
+	key  ed25519.PrivateKey
+}
+
+// configuredSecrets returns every secret the configuration hands the
+// gateway, to be redacted from all evidence and logs wherever it appears:
+// redact.secrets_env; each tool's env; each TPMJS executor's API key; the
+// API keys behind auth.keys env entries; the signing key as its file holds
+// it (PEM or base64 text), as its seed and as its PKCS #8 DER (whose
+// base64 is the PEM body), so that every encoding of it is known; and the
+// fingerprint key. Values that are unset are skipped: Build reports those
+// that must be set where they are used.
+func configuredSecrets(cfg Config, getenv func(string) string, tools map[string]Tool, signingKey signingKeyText, fingerprintKey []byte) []string {
+	var secrets []string
+	addEnv := func(name string) {
+		if name == "" {
+			return
+		}
+		if v := getenv(name); v != "" {
+			secrets = append(secrets, v)
+		}
+	}
+	for _, name := range cfg.Redact.SecretsEnv {
+		addEnv(name)
+	}
+	for _, id := range sortedKeys(tools) {
+		for _, name := range sortedKeys(tools[id].Env) {
+			secrets = append(secrets, tools[id].Env[name])
+		}
+	}
+	for _, name := range sortedKeys(cfg.Drivers) {
+		addEnv(cfg.Drivers[name].APIKeyEnv)
+	}
+	for _, k := range cfg.Auth.Keys {
+		addEnv(k.Env)
+	}
+	if signingKey.key != nil {
+		secrets = append(secrets, strings.TrimSpace(string(signingKey.file)), string(signingKey.key.Seed()))
+		if der, err := x509.MarshalPKCS8PrivateKey(signingKey.key); err == nil {
+			secrets = append(secrets, string(der))
+		}
+	}
+	if len(fingerprintKey) > 0 {
+		secrets = append(secrets, string(fingerprintKey))
+	}
+	return secrets
 }
 
 // catalogTools builds the configured part of the catalog, reading each

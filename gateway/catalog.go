@@ -46,10 +46,10 @@ func (t Tool) attributes() policy.ToolAttributes {
 
 // env splits the caller's environment out of args. It returns the
 // environment the tool gets (the tool's own, plus what the caller may set),
-// the caller's values (which become known secrets of the call), and the
+// the caller's part of it (secrets of the call, see callerSecrets), and the
 // arguments without callerEnvArg. A tool that allows no caller environment
 // receives args unchanged.
-func (t Tool) env(args map[string]any) (env map[string]string, callerValues []string, params map[string]any, err error) {
+func (t Tool) env(args map[string]any) (env, callerEnv map[string]string, params map[string]any, err error) {
 	params = args
 	raw, present := args[callerEnvArg]
 	if len(t.CallerEnv) == 0 || !present {
@@ -60,6 +60,7 @@ func (t Tool) env(args map[string]any) (env map[string]string, callerValues []st
 		return nil, nil, nil, invalidf("args.%s: want an object of strings", callerEnvArg)
 	}
 	env = make(map[string]string, len(t.Env)+len(given))
+	callerEnv = make(map[string]string, len(given))
 	for k, v := range t.Env {
 		env[k] = v
 	}
@@ -72,7 +73,7 @@ func (t Tool) env(args map[string]any) (env map[string]string, callerValues []st
 			return nil, nil, nil, invalidf("args.%s.%s: this tool lets callers set only %v", callerEnvArg, name, t.CallerEnv)
 		}
 		env[name] = value
-		callerValues = append(callerValues, value)
+		callerEnv[name] = value
 	}
 	params = make(map[string]any, len(args)-1)
 	for k, v := range args {
@@ -80,7 +81,7 @@ func (t Tool) env(args map[string]any) (env map[string]string, callerValues []st
 			params[k] = v
 		}
 	}
-	return env, callerValues, params, nil
+	return env, callerEnv, params, nil
 }
 
 // Registry lets callers name any tool of the TPMJS registry as

@@ -141,11 +141,8 @@ func New(opts Options) (*Gateway, error) {
 		traceDirs:  opts.TraceDirs,
 		limits:     opts.Limits.withDefaults(),
 		engineBase: fmt.Sprintf("toolgate/%s@%s", Version, opts.Instance),
-		log:        opts.Logger,
+		log:        redactingLogger(opts.Logger, opts.Redactor),
 		now:        opts.Now,
-	}
-	if g.log == nil {
-		g.log = slog.New(slog.DiscardHandler)
 	}
 	if g.now == nil {
 		g.now = time.Now
@@ -206,15 +203,28 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	env, callerSecrets, params, err := tool.env(args)
+	env, callerEnv, params, err := tool.env(args)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	secrets, err := g.callerSecrets(caller, c, tool, callerEnv, params)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	rec := newRecorder(g, c.RequestID, hash, engineRef)
-	if len(callerSecrets) > 0 {
-		// What a caller hands a tool as environment is treated as secret
-		// in every artifact of the call, the request included.
-		rec.redactor = g.redactor.WithSecrets(callerSecrets...)
+	recordedArgs := c.Args
+	if len(secrets) > 0 {
+		// What a caller hands a tool as environment is hidden in
+		// request.json and in the tool's output, and nowhere else: see
+		// callerSecret.
+		values := make([]string, len(secrets))
+		for i, s := range secrets {
+			values[i] = s.value
+		}
+		rec.output = g.redactor.Standalone(values...)
+		if recordedArgs, err = rec.hideCallerSecrets(args, secrets); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
 	}
 	log := g.log.With("request_id", c.RequestID, "caller", caller, "tool_id", c.ToolID)
 
@@ -223,7 +233,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		RequestID:            c.RequestID,
 		Caller:               caller,
 		ToolID:               c.ToolID,
-		Args:                 c.Args,
+		Args:                 recordedArgs,
 		Ctx:                  canonicalCtx{RunID: c.RunID, StepID: c.StepID, PolicyRef: c.PolicyRef},
 		ReceivedAt:           started.UTC(),
 		CanonicalRequestHash: hash,
@@ -316,8 +326,14 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		}
 	}
 	if err != nil {
-		log.Error("driver failed", "driver", tool.Driver, "err", err)
-		return nil, rec.fail(ctx, codes.Unavailable, fmt.Errorf("driver %s: %w", tool.Driver, err))
+		// A driver's error can carry the tool's output, and so the
+		// caller's secrets.
+		msg := rec.outputText(err.Error())
+		log.Error("driver failed", "driver", tool.Driver, "err", msg)
+		return nil, rec.fail(ctx, codes.Unavailable, fmt.Errorf("driver %s: %s", tool.Driver, msg))
+	}
+	if result, err = rec.redactOutput(result); err != nil {
+		return nil, rec.fail(ctx, codes.Internal, err)
 	}
 	toolResult, err := rec.redact(evidence.ArtifactToolResult, toolResultRecord{
 		RequestID:  c.RequestID,
@@ -399,6 +415,10 @@ func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, 
 	}
 	return d, sr
 }
+
+// Logger returns the gateway's logger: the one it was given, with every
+// record passed through the gateway's redactor.
+func (g *Gateway) Logger() *slog.Logger { return g.log }
 
 // ShadowFlips counts the calls whose shadow policy set decided otherwise
 // (allow against deny) than the enforcing set, since the gateway started.

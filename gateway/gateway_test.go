@@ -422,7 +422,7 @@ func TestRedactionInEveryArtifact(t *testing.T) {
 		found[r.Artifact+" "+r.Rule] = true
 	}
 	for _, want := range []string{
-		"request.json secret-key-name", "tool_result.json github-pat",
+		"request.json caller-secret", "tool_result.json github-pat",
 		"tool_result.json known-secret", "response.json github-pat",
 	} {
 		if !found[want] {

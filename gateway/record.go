@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -189,8 +190,11 @@ func marshalJSON(v any) ([]byte, error) {
 // recorder writes one request's artifacts, redacting each, and remembers
 // what it wrote for the manifest.
 type recorder struct {
-	g               *Gateway
-	redactor        *redact.Redactor // the gateway's, plus the call's own secrets
+	g        *Gateway
+	redactor *redact.Redactor // the gateway's: every artifact, whole
+	// output, if set, removes the caller's secrets from the tool's output
+	// only (see callerSecret).
+	output          *redact.Redactor
 	requestID       string
 	hash            string
 	engineRef       string
@@ -199,10 +203,10 @@ type recorder struct {
 	// artifacts may go to the spool.
 	decided bool
 	// spooled is set once an artifact went to the spool.
-	spooled    bool
-	refs       []string
-	digests    []evidence.ArtifactDigest
-	redactions []evidence.Redaction
+	spooled bool
+	refs    []string
+	digests []evidence.ArtifactDigest
+	report  evidence.RedactionReport
 }
 
 func newRecorder(g *Gateway, requestID, hash, engineRef string) *recorder {
@@ -226,7 +230,7 @@ func (r *recorder) redactBytes(artifact string, raw []byte) ([]byte, error) {
 		return nil, fmt.Errorf("redact %s: %w", artifact, err)
 	}
 	for _, f := range findings {
-		r.redactions = append(r.redactions, evidence.Redaction{Rule: f.Rule, Artifact: f.Artifact, Path: f.Path, Offset: f.Offset, Fingerprint: f.Fingerprint})
+		r.report.Add(evidence.Redaction{Rule: f.Rule, Artifact: f.Artifact, Path: f.Path, Offset: f.Offset, Fingerprint: f.Fingerprint})
 	}
 	return out, nil
 }
@@ -342,9 +346,9 @@ func (r *recorder) writeManifest(ctx context.Context, outcome, errText string) e
 		EngineRef:            r.engineRef,
 		PolicySetDigest:      r.policySetDigest,
 		Outcome:              outcome,
-		Error:                errText,
+		Error:                truncateText(errText, maxManifestError),
 		Artifacts:            r.digests,
-		Redactions:           r.redactions,
+		Redactions:           r.report.Redactions(),
 		FingerprintKeyID:     r.redactor.FingerprintKeyID(),
 		CreatedAt:            r.g.now().UTC(),
 	}
@@ -358,6 +362,33 @@ func (r *recorder) writeManifest(ctx context.Context, outcome, errText string) e
 		return err
 	}
 	return r.persist(ctx, artifact{evidence.ArtifactManifest, data})
+}
+
+// outputText removes the caller's secrets from a text that may carry the
+// tool's output, such as a driver's error.
+func (r *recorder) outputText(s string) string {
+	if r.output == nil {
+		return s
+	}
+	s, _ = r.output.String(s)
+	return s
+}
+
+// maxManifestError bounds the error text a manifest records: a driver's
+// error can be as long as its output, and the manifest's size is bounded
+// (evidence.MaxManifestSize).
+const maxManifestError = 4 << 10
+
+// truncateText cuts s to at most n bytes at a character boundary, marking
+// the cut.
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "… (truncated)"
 }
 
 // failure builds a status carrying the evidence written so far.

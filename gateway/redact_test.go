@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
@@ -134,5 +138,79 @@ func TestRedactFingerprintKey(t *testing.T) {
 	r2, _ := redactFingerprintKey(nil, nil, getenv)
 	if len(r1) != 32 || string(r1) == string(r2) {
 		t.Error("without configuration each start must draw a new random key")
+	}
+}
+
+// TestConfiguredSecretsAreKnownEverywhere builds a gateway whose
+// configuration hands it an executor API key, a caller's API key, a signing
+// key file and a fingerprint key, and checks that each is redacted from
+// text in the encodings it would leak in: as is, the key file's PEM text
+// and its body, the seed as base64 and hex.
+func TestConfiguredSecretsAreKnownEverywhere(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "policies"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "policies", "policy.default.cedar"), []byte(`permit (principal, action, resource);`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	seed := bytes.Repeat([]byte{0x5a, 0x17, 0xc3}, 11)[:ed25519.SeedSize]
+	key := ed25519.NewKeyFromSeed(seed)
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	keyFile := filepath.Join(dir, "signing.pem")
+	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{
+		"EXEC_KEY":   "exec-api-key-0f3b9d2e7a",
+		"CALLER_KEY": "caller-api-key-9c1e44b7d2",
+		"FP_KEY":     "fingerprint-key-7e21c0ffee",
+	}
+	cfg, err := ParseConfig([]byte(`
+instance: configured-secrets
+policies: {dir: ` + filepath.Join(dir, "policies") + `}
+evidence: {url: "mem://", spool_dir: none, signing_key: {file: ` + keyFile + `}}
+auth: {keys: [{caller: ci, env: CALLER_KEY}]}
+redact: {fingerprint_key: {env: FP_KEY}}
+drivers:
+  exec: {type: tpmjs, url: "http://127.0.0.1:9", api_key_env: EXEC_KEY}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err = cfg.WithDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	g, closer, err := Build(context.Background(), cfg, func(name string) string { return vars[name] }, nil)
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	t.Cleanup(func() { closer.Close() })
+
+	pemBody := strings.Split(string(keyPEM), "\n")[1]
+	leaks := map[string]string{
+		"the executor API key":  "Authorization: " + vars["EXEC_KEY"],
+		"a caller's API key":    "k=" + vars["CALLER_KEY"] + ";",
+		"the fingerprint key":   "fp " + vars["FP_KEY"],
+		"the signing key file":  "cat signing.pem\n" + string(keyPEM),
+		"the PEM body alone":    "body " + pemBody,
+		"the seed as base64":    "seed " + base64.StdEncoding.EncodeToString(seed),
+		"the seed as hex":       "seed " + hex.EncodeToString(seed),
+		"the seed as upper hex": "seed " + strings.ToUpper(hex.EncodeToString(seed)),
+	}
+	for name, text := range leaks {
+		t.Run(name, func(t *testing.T) {
+			out, _ := g.redactor.String(text)
+			for _, secret := range []string{vars["EXEC_KEY"], vars["CALLER_KEY"], vars["FP_KEY"], pemBody,
+				base64.StdEncoding.EncodeToString(seed), hex.EncodeToString(seed)} {
+				if strings.Contains(strings.ToLower(out), strings.ToLower(secret)) {
+					t.Errorf("%q survives in %q", secret, out)
+				}
+			}
+		})
 	}
 }

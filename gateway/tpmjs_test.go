@@ -306,6 +306,9 @@ func TestTPMJSCallerEnvRules(t *testing.T) {
 		{"gateway secret cannot be overridden", "fake.echo", map[string]any{"OPENAI_API_KEY": "x"}, "lets callers set only"},
 		{"not an object", "fake.echo", "LOCALE=x", "want an object of strings"},
 		{"not a string", "fake.echo", map[string]any{"LOCALE": 3.0}, "want a string"},
+		{"a value equal to the tool id would blind the evidence", "fake.echo", map[string]any{"LOCALE": "fake.echo"}, "args._env.LOCALE: environment values are secrets"},
+		{"a value equal to another tool id", "fake.echo", map[string]any{"LOCALE": "other.search"}, "args._env.LOCALE"},
+		{"a value too short to be a secret", "fake.echo", map[string]any{"LOCALE": "de_DE"}, "args._env.LOCALE"},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

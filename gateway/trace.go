@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -29,11 +30,17 @@ func (w *traceFiles) Write(t drivers.Trace) (string, error) {
 	if !requestIDPattern.MatchString(t.RequestID) {
 		return "", fmt.Errorf("trace: request id %q cannot name a file", t.RequestID)
 	}
+	if values := traceEnvValues(t); len(values) > 0 {
+		t = hideTraceEnv(t)
+		out := w.redactor.Standalone(values...)
+		t.Response, _ = out.String(t.Response)
+		t.Error, _ = out.String(t.Error)
+	}
 	raw, err := json.Marshal(t)
 	if err != nil {
 		return "", fmt.Errorf("trace: %w", err)
 	}
-	redacted, _, err := w.redactor.WithSecrets(traceEnvValues(t)...).JSON("trace", raw)
+	redacted, _, err := w.redactor.JSON("trace", raw)
 	if err != nil {
 		return "", fmt.Errorf("trace: %w", err)
 	}
@@ -58,6 +65,31 @@ func (w *traceFiles) Write(t drivers.Trace) (string, error) {
 		return "", fmt.Errorf("trace: %w", err)
 	}
 	return path, nil
+}
+
+// hideTraceEnv returns t with the environment values of its request
+// replaced by a marker in place. The gateway's own values are known
+// secrets everywhere anyway; a caller's are hidden here and, where they
+// stand alone, in the exchange's response and error, never elsewhere (see
+// callerSecret).
+func hideTraceEnv(t drivers.Trace) drivers.Trace {
+	t.Request = maps.Clone(t.Request)
+	marker := redact.Marker(redact.RuleKnownSecret)
+	switch env := t.Request["env"].(type) {
+	case map[string]any:
+		hidden := make(map[string]any, len(env))
+		for k := range env {
+			hidden[k] = marker
+		}
+		t.Request["env"] = hidden
+	case map[string]string:
+		hidden := make(map[string]string, len(env))
+		for k := range env {
+			hidden[k] = marker
+		}
+		t.Request["env"] = hidden
+	}
+	return t
 }
 
 // traceEnvValues returns the environment values a traced request carried.

@@ -144,3 +144,45 @@ func benchDocument(tb testing.TB) []byte {
 	}
 	return buf.Bytes()
 }
+
+// hostileDense returns a tool_result.json whose stdout is n bytes of lines each holding a
+// configured secret, a GitHub token and a password assignment: the most findings per byte a
+// tool can produce.
+func hostileDense(n int) []byte {
+	var b strings.Builder
+	for b.Len() < n {
+		b.WriteString("GITHUB_TOKEN=" + fakeGitHubPAT + " known-secret-value-1 password=Zq7vR2mK9xLp\n")
+	}
+	doc, _ := json.Marshal(map[string]any{"stdout": b.String()})
+	return doc
+}
+
+// hostileKeywords returns a request.json whose args are n bytes of words that are keywords of
+// many rules, with no secret: the most rule work per byte.
+func hostileKeywords(n int) []byte {
+	doc, _ := json.Marshal(map[string]any{"args": map[string]any{"q": strings.Repeat("password token secret api_key bearer ", n/37)}})
+	return doc
+}
+
+// BenchmarkHostile redacts inputs built to be as costly as possible per byte, at two sizes: the
+// time and memory per op of the larger must be about four times the smaller's (linear cost).
+func BenchmarkHostile(b *testing.B) {
+	r := newRedactor(b, Config{KnownSecrets: []string{"known-secret-value-1"}, FingerprintKey: []byte("bench")})
+	for _, shape := range []struct {
+		name string
+		gen  func(int) []byte
+	}{{"dense", hostileDense}, {"keywords", hostileKeywords}} {
+		for _, size := range []int{256 << 10, 1 << 20} {
+			doc := shape.gen(size)
+			b.Run(fmt.Sprintf("%s/%dKiB", shape.name, size>>10), func(b *testing.B) {
+				b.SetBytes(int64(len(doc)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, _, err := r.JSON("tool_result.json", doc); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -32,8 +32,15 @@
 //     null and empty strings stay; objects and arrays keep their shape with every string and
 //     number inside replaced. The same holds for values secret by structure (see structure.go).
 //   - known-secret: an exact value the gateway holds ([Config.KnownSecrets],
-//     [Redactor.WithSecrets]) in any of its encodings, anywhere; a number holding one becomes
-//     the marker string.
+//     [Redactor.WithSecrets]) in any of its encodings, anywhere: as is; JSON-escaped (also with
+//     `\/` and twice, as JSON text inside a JSON string); percent-encoded (query, path or every
+//     byte, hex digits in either case); hex (either case); base64 and base64url at any
+//     alignment inside a longer encoding; and hex or base64 line-wrapped at 60, 64 or 76
+//     columns with \n or \r\n (xxd -p, base64, PEM, MIME). A number holding one becomes the
+//     marker string.
+//   - caller-secret: a value a caller chose ([Redactor.Standalone]), replaced only where it
+//     stands alone, and only in what that redactor is applied to (tool output). Values must
+//     pass [CheckCallerSecret]: at least 8 bytes and not a common word.
 //
 // # Engine
 //

@@ -2,6 +2,7 @@ package redact
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"regexp"
 	"strings"
@@ -51,8 +52,17 @@ func seedCorpus(f *testing.F) {
 	f.Add("Authorization: Bearer abcDEF123456ghiJKL7890mnop", "p%40ss")
 }
 
-// FuzzText: never panics; the output holds no registered known value in any encoding; a second
-// pass changes nothing.
+// holdsForm reports whether text holds f's text, ASCII case-insensitively for a fold form.
+func holdsForm(text []byte, f form) bool {
+	if f.fold {
+		return containsFold(text, bytes.ToLower(f.text))
+	}
+	return bytes.Contains(text, f.text)
+}
+
+// FuzzText: never panics; the output holds no registered known value in any encoding, also when
+// the text carries it base64-encoded and wrapped at 64 and 76 columns; a second pass changes
+// nothing.
 func FuzzText(f *testing.F) {
 	seedCorpus(f)
 	f.Fuzz(func(t *testing.T, text, known string) {
@@ -64,8 +74,18 @@ func FuzzText(f *testing.F) {
 		if usableKnown(known) {
 			stripped := withoutMarkers(out)
 			for _, f := range knownForms(nil, []string{known}) {
-				if bytes.Contains(stripped, f.text) {
+				if holdsForm(stripped, f) {
 					t.Fatalf("known value form %q left in %q", f.text, out)
+				}
+			}
+			for _, width := range []int{64, 76} {
+				encoded := base64.StdEncoding.EncodeToString([]byte(text + known + text))
+				wrapped, _ := r.Text("fuzz", []byte(text+"\n"+wrapLines(encoded, width, "\n")))
+				joined := bytes.ReplaceAll(withoutMarkers(wrapped), []byte("\n"), nil)
+				for _, f := range knownForms(nil, []string{known}) {
+					if f.base64Middle && bytes.Contains(joined, f.text) {
+						t.Fatalf("base64 form %q left in %q wrapped at %d", f.text, wrapped, width)
+					}
 				}
 			}
 		}
@@ -111,7 +131,7 @@ func FuzzJSON(f *testing.F) {
 			collectStrings(v, &raw)
 			for _, text := range [][]byte{withoutMarkers(raw.Bytes()), withoutMarkers(out)} {
 				for _, f := range knownForms(nil, []string{known}) {
-					if bytes.Contains(text, f.text) {
+					if holdsForm(text, f) {
 						t.Fatalf("known value form %q left in %q (%s)", f.text, out, decoded)
 					}
 				}

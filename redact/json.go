@@ -42,7 +42,7 @@ func (r *Redactor) json(artifact string, doc []byte, nesting int) ([]byte, []Fin
 	// and a validity check settle them. Escapes (\u0070assword) could hide a keyword from the
 	// automaton, so a document with \u escapes is always walked.
 	hits := slices.Clone(r.hits(doc, sc))
-	if len(hits) == 0 && !bytes.Contains(doc, []byte(`\u`)) && json.Valid(doc) {
+	if len(hits) == 0 && !bytes.Contains(doc, []byte(`\u`)) && !(r.canWrap() && hasWrappedRun(doc, true)) && json.Valid(doc) {
 		return doc, nil, nil
 	}
 	docSpans, structural, err := r.scanDocument(doc, hits, sc)
@@ -199,10 +199,10 @@ func (w *jsonWalker) str(start, end int, secret, isKey bool) {
 		}
 		return
 	}
-	if !w.needsLook(start, end) {
+	raw := w.doc[start+1 : end-1]
+	if !w.needsLook(start, end) && !(w.r.canWrap() && hasWrappedRun(raw, true)) {
 		return
 	}
-	raw := w.doc[start+1 : end-1]
 	value := unquote(raw)
 	if !isKey && w.nested(start, end, value) {
 		return
@@ -210,8 +210,13 @@ func (w *jsonWalker) str(start, end int, secret, isKey bool) {
 	sc := w.sc
 	_, spans := w.r.redact(value, sc)
 	// Secrets the document-level scan found inside this token, located in the decoded value.
-	for _, ds := range w.docSpans {
-		if ds.end <= start+1 || ds.start >= end-1 {
+	// docSpans are sorted and disjoint: start at the first that ends inside the token.
+	first, _ := slices.BinarySearchFunc(w.docSpans, start+2, func(s span, t int) int { return s.end - t })
+	for _, ds := range w.docSpans[first:] {
+		if ds.start >= end-1 {
+			break
+		}
+		if ds.end <= start+1 {
 			continue
 		}
 		lit := unquote(widenToEscapes(raw, max(ds.start, start+1)-(start+1), min(ds.end, end-1)-(start+1)))

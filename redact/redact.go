@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"slices"
 	"strings"
 	"sync"
@@ -32,7 +33,8 @@ var builtinKeyNames = []string{
 // Config configures a Redactor. The zero Config gives the default rules without fingerprints.
 type Config struct {
 	// KnownSecrets are exact values (e.g. configured secrets) to replace wherever they appear,
-	// also in their base64, base64url, URL-encoded and JSON-escaped forms.
+	// also in their base64 and base64url (line-wrapped too), hex, percent-encoded and
+	// JSON-escaped forms (see knownForms and findWrapped).
 	KnownSecrets []string
 	// KeyNames are extra JSON key names whose values are secret, added to the built-in list.
 	KeyNames []string
@@ -65,8 +67,9 @@ type Finding struct {
 // use.
 type Redactor struct {
 	*engine
-	// extra are known-value forms added by WithSecrets, matched by substring search.
-	extra []form
+	// extra are known-value forms added by WithSecrets, found by extraAuto.
+	extra     []form
+	extraAuto *automaton
 }
 
 // engine is the compiled, read-only part of a Redactor that derived redactors share.
@@ -78,7 +81,13 @@ type engine struct {
 	// known value.
 	patterns []pattern
 	fpKey    []byte
-	scratch  sync.Pool // *scratch
+	fpHashes sync.Pool // hash.Hash: HMAC-SHA256 under fpKey
+	// knownOnly is set for a Standalone redactor: known values only, no key names, no
+	// structure.
+	knownOnly bool
+	// wrapped is set when some pattern is a known value, whose encodings may be line-wrapped.
+	wrapped bool
+	scratch sync.Pool // *scratch
 }
 
 type pattern struct {
@@ -97,6 +106,15 @@ type form struct {
 	// the value; the one to three characters on each side that mix in neighbouring bytes are
 	// redacted with it.
 	base64Middle bool
+	// base64Tail marks the stable start of a whole base64 encoding: up to three characters after
+	// it that mix in the following byte, and padding, are redacted with it.
+	base64Tail bool
+	// fold compares ASCII letters case-insensitively: hex and percent-encoding are written in
+	// either case.
+	fold bool
+	// standalone counts only occurrences that stand alone (see Redactor.Standalone), under
+	// RuleCallerSecret.
+	standalone bool
 }
 
 // New compiles the rules: the gitleaks default set, Toolgate's own rules, cfg.RulesFile, minus
@@ -135,6 +153,7 @@ func New(cfg Config) (*Redactor, error) {
 	for _, f := range knownForms(nil, cfg.KnownSecrets) {
 		texts = append(texts, string(f.text))
 		e.patterns = append(e.patterns, pattern{form: &f})
+		e.wrapped = true
 	}
 	// Key names are keywords too, so that a document without any keyword is known to need no
 	// walk: a key that names a secret holds one of these (see keyNameTriggers).
@@ -153,7 +172,12 @@ func New(cfg Config) (*Redactor, error) {
 // gateway passes to one tool call), in every encoding Config.KnownSecrets are. It shares compiled
 // rules with r; r is unchanged.
 func (r *Redactor) WithSecrets(values ...string) *Redactor {
-	return &Redactor{engine: r.engine, extra: knownForms(r.extra, values)}
+	extra := knownForms(r.extra, values)
+	texts := make([]string, len(extra))
+	for i, f := range extra {
+		texts[i] = string(f.text)
+	}
+	return &Redactor{engine: r.engine, extra: extra, extraAuto: newAutomaton(texts)}
 }
 
 // Rules describes the active rules, in order.
@@ -172,9 +196,18 @@ func (r *Redactor) Fingerprint(secret []byte) string {
 	if len(r.fpKey) == 0 {
 		return ""
 	}
-	m := hmac.New(sha256.New, r.fpKey)
+	// A report can hold a finding per secret in a megabyte of them: the keyed hash is reused
+	// rather than set up anew for each.
+	m, _ := r.fpHashes.Get().(hash.Hash)
+	if m == nil {
+		m = hmac.New(sha256.New, r.fpKey)
+	}
+	m.Reset()
 	m.Write(secret)
-	return hex.EncodeToString(m.Sum(nil))
+	var sum [sha256.Size]byte
+	out := hex.EncodeToString(m.Sum(sum[:0]))
+	r.fpHashes.Put(m)
+	return out
 }
 
 // FingerprintKeyID identifies the fingerprint key without revealing it (the first 16 hex digits
@@ -220,6 +253,9 @@ const maxPasses = 16
 // must be a fixed point of the redactor, or evidence would change each time it passes through.
 func (r *Redactor) redact(text []byte, sc *scratch) ([]byte, []span) {
 	spans := slices.Clone(r.find(text, sc, true))
+	if wrapped := r.findWrapped(text, sc); len(wrapped) > 0 {
+		spans = mergeSpans(append(spans, wrapped...))
+	}
 	if len(spans) == 0 {
 		return text, nil
 	}
@@ -230,8 +266,9 @@ func (r *Redactor) redact(text []byte, sc *scratch) ([]byte, []span) {
 			break
 		}
 		// New spans avoid marker text, so each lies in text copied unchanged from the input.
+		toInput := inputOffsets(spans)
 		for _, sp := range more {
-			start := toInputOffset(spans, sp.start)
+			start := toInput(sp.start)
 			spans = append(spans, span{start: start, end: start + sp.end - sp.start, rule: sp.rule})
 		}
 		slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.start, b.start) })
@@ -265,18 +302,30 @@ func (r *Redactor) findNearMarkers(text []byte, sc *scratch) []span {
 	return mergeSpans(spans)
 }
 
-// toInputOffset maps an offset in the output of replaceSpans(text, spans), outside markers, to
-// the offset in text.
-func toInputOffset(spans []span, outOffset int) int {
-	delta := 0
-	for _, sp := range spans {
-		markerStart := sp.start + delta
-		if outOffset < markerStart {
-			break
-		}
-		delta += len(markerPrefix) + len(sp.rule) + 1 - (sp.end - sp.start)
+// inputOffsets returns a function that maps an offset in the output of replaceSpans(text, spans)
+// (spans sorted), outside markers, to the offset in text. Each call is a binary search, so that
+// mapping many offsets stays O(n log n).
+func inputOffsets(spans []span) func(outOffset int) int {
+	// markerStart[i] is where span i's marker starts in the output; delta[i] how much longer the
+	// output is than the input after it.
+	markerStart := make([]int, len(spans))
+	delta := make([]int, len(spans))
+	d := 0
+	for i, sp := range spans {
+		markerStart[i] = sp.start + d
+		d += len(markerPrefix) + len(sp.rule) + 1 - (sp.end - sp.start)
+		delta[i] = d
 	}
-	return outOffset - delta
+	return func(outOffset int) int {
+		i, found := slices.BinarySearch(markerStart, outOffset)
+		if found {
+			i++
+		}
+		if i == 0 {
+			return outOffset
+		}
+		return outOffset - delta[i-1]
+	}
 }
 
 // span is one secret: text[start:end], found by rule.
@@ -303,18 +352,12 @@ func (r *Redactor) hits(text []byte, sc *scratch) []hit {
 	if len(r.extra) == 0 {
 		return sc.hits
 	}
-	base := len(r.patterns)
-	for fi, f := range r.extra {
-		for from := 0; ; {
-			i := bytes.Index(text[from:], f.text)
-			if i < 0 {
-				break
-			}
-			sc.hits = append(sc.hits, hit{pattern: int32(base + fi), end: from + i + len(f.text)})
-			from += i + 1
-		}
+	n := len(sc.hits)
+	sc.hits = r.extraAuto.scan(text, sc.hits)
+	for i := n; i < len(sc.hits); i++ {
+		sc.hits[i].pattern += int32(len(r.patterns))
 	}
-	slices.SortFunc(sc.hits, func(a, b hit) int { return cmp.Compare(a.end, b.end) })
+	slices.SortStableFunc(sc.hits, func(a, b hit) int { return cmp.Compare(a.end, b.end) })
 	return sc.hits
 }
 
@@ -354,13 +397,19 @@ func (r *Redactor) find(text []byte, sc *scratch, scan bool) []span {
 			}
 			continue
 		}
+		// A keyword inside a marker ("secret" in "[REDACTED:known-secret]") is the
+		// redactor's own text, not a clue: rules never see it, which keeps rescans of
+		// text dense with markers from running every rule at every marker.
+		if n := len(sc.markers); n > 0 && h.end <= sc.markers[n-1].end && h.end-r.keywordLength(h.pattern) >= sc.markers[n-1].start {
+			continue
+		}
 		if p.form != nil {
 			if sp, ok := p.form.at(text, h.end); ok {
 				sc.spans = append(sc.spans, sp)
 			}
 			continue
 		}
-		start := h.end - r.auto.lengths[h.pattern]
+		start := h.end - r.keywordLength(h.pattern)
 		for _, ri := range p.rules {
 			if len(sc.ruleHits[ri]) == 0 {
 				sc.touched = append(sc.touched, ri)
@@ -414,9 +463,16 @@ func markersIn(text []byte) []span {
 // redactor, or evidence would change each time it passes through (and markers would nest).
 func withoutMarkerText(spans, markers []span) []span {
 	out := make([]span, 0, len(spans))
+	first := 0 // markers before it end before every span still to come
 	for _, sp := range spans {
-		for _, m := range markers {
-			if m.end <= sp.start || m.start >= sp.end {
+		for first < len(markers) && markers[first].end <= sp.start {
+			first++
+		}
+		for _, m := range markers[first:] {
+			if m.start >= sp.end {
+				break
+			}
+			if m.end <= sp.start {
 				continue
 			}
 			if m.start > sp.start {
@@ -434,11 +490,11 @@ func withoutMarkerText(spans, markers []span) []span {
 	return out
 }
 
-// at checks a hit of f ending at end against the exact (case-sensitive) bytes and returns the
-// span to redact.
+// at checks a hit of f ending at end against the exact bytes (ASCII case-insensitively for a
+// fold form) and returns the span to redact.
 func (f *form) at(text []byte, end int) (span, bool) {
 	start := end - len(f.text)
-	if start < 0 || !bytes.Equal(text[start:end], f.text) {
+	if start < 0 || f.fold && !bytes.EqualFold(text[start:end], f.text) || !f.fold && !bytes.Equal(text[start:end], f.text) {
 		return span{}, false
 	}
 	if f.base64Middle {
@@ -448,6 +504,20 @@ func (f *form) at(text []byte, end int) (span, bool) {
 		for n := 0; n < 3 && end < len(text) && (isBase64Byte(text[end]) || text[end] == '='); n++ {
 			end++
 		}
+	}
+	if f.base64Tail {
+		for n := 0; n < 3 && end < len(text) && isBase64Byte(text[end]); n++ {
+			end++
+		}
+		for n := 0; n < 2 && end < len(text) && text[end] == '='; n++ {
+			end++
+		}
+	}
+	if f.standalone {
+		if !standsAlone(text, start, end) {
+			return span{}, false
+		}
+		return span{start: start, end: end, rule: RuleCallerSecret, order: -1}, true
 	}
 	return span{start: start, end: end, rule: RuleKnownSecret, order: -1}, true
 }
@@ -547,27 +617,40 @@ func containsGroups(text []byte, groups [][][]byte) bool {
 }
 
 // containsFold reports whether text contains lit (lower case), ASCII case-insensitively.
+//
+// The next occurrence of each case of lit's first byte is remembered until the search passes
+// it: searching for both afresh at each candidate would read to the end of text for a case that
+// does not occur, once per candidate, which is quadratic in a text dense with the other case.
 func containsFold(text, lit []byte) bool {
 	first, upper := lit[0], lit[0]
 	if 'a' <= first && first <= 'z' {
 		upper -= 'a' - 'A'
 	}
-	for i := 0; i+len(lit) <= len(text); i++ {
-		j := bytes.IndexByte(text[i:], first)
-		if upper != first {
-			if k := bytes.IndexByte(text[i:], upper); k >= 0 && (j < 0 || k < j) {
-				j = k
-			}
+	nextAt := func(c byte, from int) int {
+		if k := bytes.IndexByte(text[from:], c); k >= 0 {
+			return from + k
 		}
-		if j < 0 || i+j+len(lit) > len(text) {
+		return len(text)
+	}
+	lower, up := nextAt(first, 0), len(text)
+	if upper != first {
+		up = nextAt(upper, 0)
+	}
+	for {
+		i := min(lower, up)
+		if i+len(lit) > len(text) {
 			return false
 		}
-		i += j
 		if bytes.EqualFold(text[i:i+len(lit)], lit) {
 			return true
 		}
+		if i == lower {
+			lower = nextAt(first, i+1)
+		}
+		if i == up {
+			up = nextAt(upper, i+1)
+		}
 	}
-	return false
 }
 
 // appendWindowed searches for the rule around each keyword occurrence. Every keyword occurs

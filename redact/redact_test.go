@@ -22,6 +22,7 @@ var (
 	fakeSlackBot   = "xoxb-" + "2417639805-4829103746152-Kq8vN3mZ7xR2pL5tW9bY1cD4"
 	fakeOpenAI     = "sk-proj-" + "Ab3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5bC7dE9fG1hJ3kL5mN7pQ9rS1tU3vW5xY7zA9bC1dE3fG5hJ7kL9mN1pQ3r" + "T3BlbkFJ" + "Xy7wV5uT3sR1qP9oN7mL5kJ3hG1fE9dC7bA5zY3xW1vU9tS7rQ5pO3nM1lK9jH7gF5eD3cB1a"
 	fakePGPassword = "Zq7!vR2#mK9x"
+	fakeAzureKey   = "Kq8vN3mZ7xR2pL5tW9bY1cD4" + "Zq7vR2mK9xLpq8Zr27vkP0xKq8vN3mZ7xR2pL5tW9bY1cD4Zq7vR2mK9xLpq8Zr27vkP0x/+=="
 )
 
 func newRedactor(t testing.TB, cfg Config) *Redactor {
@@ -48,6 +49,12 @@ func TestTextRedactsOnlyTheSecret(t *testing.T) {
 		{"basic-auth URL", "GET https://deploy:" + fakePGPassword + "@registry.example.com/v2/", "GET https://deploy:[REDACTED:url-password]@registry.example.com/v2/"},
 		{"URL with a placeholder password stays", "https://user:password@example.com/", "https://user:password@example.com/"},
 		{"generic assignment", `api_key = "a8f9d7e6c5b4a3928176"`, `api_key = "[REDACTED:generic-api-key]"`},
+		{"storage account key in a connection string", "AzureWebJobsStorage=DefaultEndpointsProtocol=https;AccountName=nw;AccountKey=" + fakeAzureKey + ";EndpointSuffix=core.windows.net",
+			"AzureWebJobsStorage=DefaultEndpointsProtocol=https;AccountName=nw;AccountKey=[REDACTED:storage-account-key];EndpointSuffix=core.windows.net"},
+		{"shared access signature in a connection string", "BlobEndpoint=https://nw.blob.core.windows.net/;SharedAccessSignature=sv=2022-11-02&ss=b&srt=co&sp=rl&sig=Zq7vR2mK9xLp%2Bq8Zr27vkP0x%3D",
+			"BlobEndpoint=https://nw.blob.core.windows.net/;SharedAccessSignature=[REDACTED:shared-access-signature]"},
+		{"service bus shared access key, not its name", "Endpoint=sb://nw.servicebus.windows.net/;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=Zq7vR2mK9xLpq8Zr27vkP0xKq8vN3mZ7xR2pL5tW9bY=",
+			"Endpoint=sb://nw.servicebus.windows.net/;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=[REDACTED:shared-access-key]"},
 		{"no keyword, no change", "the quick brown fox jumps over the lazy dog", "the quick brown fox jumps over the lazy dog"},
 		{"keyword without a secret", "the api returned 404 for key lookups", "the api returned 404 for key lookups"},
 		{"truncated private key", "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA7v2mQz1k9Xw3bR5tY8uI0oP2aS4dF6gH8jK0lZ2xC4vB6nM8qW0eR2tY4uI6oP8aS0dF2gH4jK6l\n[output truncated]",

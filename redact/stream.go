@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // Streaming bounds. A secret is caught whole when it and the text a rule reads before it fit in
@@ -59,6 +60,9 @@ func (r *Redactor) Copy(ctx context.Context, artifact string, dst io.Writer, src
 		// end, moved back to the start of a secret that crosses it (unless that secret is
 		// longer than copyMaxCarry: then it is cut there and its rest redacted next time).
 		spans := r.find(buf, sc, true)
+		if wrapped := r.findWrapped(buf, sc); len(wrapped) > 0 {
+			spans = mergeSpans(append(slices.Clone(spans), wrapped...))
+		}
 		start := int(done - base)
 		end := len(buf)
 		if !eof {

@@ -42,7 +42,7 @@ var (
 )
 
 func (w *jsonWalker) enterObject() {
-	if !w.collectLong {
+	if !w.collectLong || w.r.knownOnly {
 		return
 	}
 	f := objectFrame{parentKey: w.pendingKey}
@@ -54,7 +54,7 @@ func (w *jsonWalker) enterObject() {
 
 // member records one member of the innermost object: its key and its value doc[start:end].
 func (w *jsonWalker) member(key []byte, start, end int) {
-	if !w.collectLong || len(w.frames) == 0 {
+	if !w.collectLong || w.r.knownOnly || len(w.frames) == 0 {
 		return
 	}
 	f := &w.frames[len(w.frames)-1]
@@ -91,7 +91,7 @@ func (w *jsonWalker) member(key []byte, start, end int) {
 }
 
 func (w *jsonWalker) leaveObject() {
-	if !w.collectLong || len(w.frames) == 0 {
+	if !w.collectLong || w.r.knownOnly || len(w.frames) == 0 {
 		return
 	}
 	f := w.frames[len(w.frames)-1]

@@ -94,6 +94,8 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		return err
 	}
 	defer closer.Close()
+	// From here on every line goes through the gateway's redactor.
+	log = g.Logger()
 
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -217,6 +217,8 @@ func TestSecretsFollowVendorFormats(t *testing.T) {
 		"gcp-service-account-key":       pem("PRIVATE KEY"),
 		"azure-ad-client-secret":        regexp.MustCompile(`^[A-Za-z0-9_~.]{3}[0-9]Q~[A-Za-z0-9_~.-]{34}$`),
 		"azure-storage-account-key":     regexp.MustCompile(`^[A-Za-z0-9+/]{86}==$`),
+		"azure-shared-access-key":       regexp.MustCompile(`^[A-Za-z0-9+/]{43}=$`),
+		"azure-sas-token":               regexp.MustCompile(`^sv=[0-9-]{10}&ss=[bfqt]+&srt=[sco]+&sp=[a-z]+&se=[0-9T:Z-]{20}&st=[0-9T:Z-]{20}&spr=https&sig=([A-Za-z0-9]|%2B|%2F|%3D)+$`),
 		"github-pat":                    regexp.MustCompile(`^ghp_[A-Za-z0-9]{36}$`),
 		"github-oauth":                  regexp.MustCompile(`^gho_[A-Za-z0-9]{36}$`),
 		"github-app-token":              regexp.MustCompile(`^gh[su]_[A-Za-z0-9]{36}$`),

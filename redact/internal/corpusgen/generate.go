@@ -35,7 +35,7 @@ func positiveFiles() []positiveFile {
 	var all []positiveFile
 	for _, group := range [][]positiveFile{
 		jsonFiles(), logFiles(), envFiles(), traceFiles(), shellFiles(),
-		yamlFiles(), hclFiles(), codeFiles(), configFiles(),
+		yamlFiles(), hclFiles(), codeFiles(), configFiles(), cloudStorageFiles(),
 	} {
 		all = append(all, group...)
 	}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
+	"net/url"
 	"strings"
+	"time"
 )
 
 // Alphabets of the token formats below.
@@ -90,6 +92,8 @@ func secretGenerators() map[string]secretGen {
 		"gcp-service-account-key":   same("gcp-service-account-key", func(r *rand.Rand) string { return pemBlock("PRIVATE KEY", pkcs8RSA(r)) }),
 		"azure-ad-client-secret":    same("azure-ad-client-secret", azureClientSecret),
 		"azure-storage-account-key": same("azure-storage-account-key", func(r *rand.Rand) string { return base64.StdEncoding.EncodeToString(randBytes(r, 64)) }),
+		"azure-shared-access-key":   same("azure-shared-access-key", func(r *rand.Rand) string { return base64.StdEncoding.EncodeToString(randBytes(r, 32)) }),
+		"azure-sas-token":           same("azure-sas-token", azureSASToken),
 		"github-pat":                same("github-pat", func(r *rand.Rand) string { return checksummedToken(r, "ghp_") }),
 		"github-oauth":              same("github-oauth", func(r *rand.Rand) string { return checksummedToken(r, "gho_") }),
 		"github-app-token":          same("github-app-token", func(r *rand.Rand) string { return checksummedToken(r, "ghs_") }),
@@ -258,6 +262,16 @@ func azureClientSecret(r *rand.Rand) string {
 }
 
 // urlPassword returns a password that needs no percent-encoding inside a URL.
+// azureSASToken is an account shared access signature as a connection string carries it: the
+// query parameters of the grant, then sig=, the percent-encoded base64 of an HMAC-SHA256.
+func azureSASToken(r *rand.Rand) string {
+	start := time.Date(2025, time.March, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(r.IntN(300*24)) * time.Hour)
+	return "sv=2022-11-02&ss=" + oneOf(r, "b", "bf", "bfqt") + "&srt=" + oneOf(r, "sco", "co", "o") +
+		"&sp=" + oneOf(r, "rl", "rwdlac", "rwdlacupiytfx") +
+		"&se=" + start.AddDate(0, 6, 0).Format("2006-01-02T15:04:05Z") + "&st=" + start.Format("2006-01-02T15:04:05Z") +
+		"&spr=https&sig=" + url.QueryEscape(base64.StdEncoding.EncodeToString(randBytes(r, 32)))
+}
+
 func urlPassword(r *rand.Rand) string {
 	if r.IntN(3) == 0 {
 		return chars(r, alnum, 12) + chars(r, "-_.~", 1) + chars(r, alnum, 10+r.IntN(8))
