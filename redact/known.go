@@ -38,14 +38,7 @@ func knownForms(base []form, values []string) []form {
 		if len(v) < minKnownSecretLen {
 			continue
 		}
-		add(v, form{})
-		for _, t := range jsonForms(v) {
-			add(t, form{})
-		}
-		for _, t := range percentForms(v) {
-			add(t, form{fold: true})
-		}
-		add(hex.EncodeToString([]byte(v)), form{fold: true})
+		textForms(v, add)
 		for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
 			for align := 0; align < 3; align++ {
 				if m := base64Middle(enc, v, align); len(m) >= minBase64Form {
@@ -55,6 +48,21 @@ func knownForms(base []form, values []string) []form {
 		}
 	}
 	return out
+}
+
+// textForms hands add the forms of v that are text of their own: v itself,
+// its JSON-escaped and percent-encoded spellings and its hex, the last two
+// matched in either case. Base64 forms depend on what surrounds them and are
+// added by each caller.
+func textForms(v string, add func(text string, f form)) {
+	add(v, form{})
+	for _, t := range jsonForms(v) {
+		add(t, form{})
+	}
+	for _, t := range percentForms(v) {
+		add(t, form{fold: true})
+	}
+	add(hex.EncodeToString([]byte(v)), form{fold: true})
 }
 
 // jsonForms returns v as it appears inside JSON string literals: escaped as encoding/json does,

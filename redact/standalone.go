@@ -3,7 +3,6 @@ package redact
 import (
 	_ "embed"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -101,14 +100,7 @@ func standaloneForms(values []string) []form {
 		if len(v) < minKnownSecretLen {
 			continue
 		}
-		add(v, form{})
-		for _, t := range jsonForms(v) {
-			add(t, form{})
-		}
-		for _, t := range percentForms(v) {
-			add(t, form{fold: true})
-		}
-		add(hex.EncodeToString([]byte(v)), form{fold: true})
+		textForms(v, add)
 		for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
 			if m := base64Middle(enc, v, 0); len(m) >= minBase64Form {
 				add(m, form{base64Tail: true})

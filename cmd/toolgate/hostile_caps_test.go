@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -155,23 +154,7 @@ func TestHostileEditFile(t *testing.T) {
 // peakRSS returns the peak resident set of process pid, in bytes.
 func peakRSS(t *testing.T, pid int) int64 {
 	t.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmHWM in /proc status")
-	return 0
+	return int64(memoryKiB(t, pid, "VmHWM")) << 10
 }
 
 // nestedFolders counts the evidence folders of parent's nested calls.
