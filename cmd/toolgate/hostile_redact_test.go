@@ -6,8 +6,10 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -306,6 +308,39 @@ func TestHostileLogLeak(t *testing.T) {
 	for _, secret := range []string{redactSecret, token} {
 		if strings.Contains(log, secret) {
 			t.Errorf("serve's log holds %q:\n%s", secret, log)
+		}
+	}
+}
+
+// TestHostileOutputCapCut: a command pads its output so that the shell's
+// output cap falls inside a token. The rules need the whole token to
+// recognise it, so a cut that kept its first characters would put them in
+// the evidence unredacted; the cut must take the token's run with it.
+func TestHostileOutputCapCut(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, `@id("shell") permit (principal, action, resource == Tool::"workspace.shell");`)
+	cfg := "evidence: {url: file://./toolgate-evidence, spool_dir: none}\n" +
+		"drivers: {workspace: {type: workspace, root: ./workspace, output_limit: 4096}}\n"
+	if err := os.WriteFile(filepath.Join(dir, "toolgate.yaml"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServer(t, dir, "--config", "toolgate.yaml")
+	requests := filepath.Join(dir, "toolgate-evidence", "requests")
+	const token = "ghp_0123456789abcdefghijABCDEFGHIJ0123456789"
+	for _, kept := range []int{4, 12, 30} {
+		id := "cap-" + strconv.Itoa(kept)
+		// 4096 - kept bytes of lines, then the token: the cap keeps its
+		// first kept characters.
+		command := fmt.Sprintf("yes 'padding line' | head -c %d; printf '%%s\\n' %s", 4096-kept, token)
+		resp, err := redactCall(t, srv.addr, id, "workspace.shell", map[string]any{"command": command})
+		if err != nil || resp.GetToolResult().GetExitCode() != 0 {
+			t.Fatalf("the command did not run: %v %v", err, resp)
+		}
+		if !strings.Contains(resp.GetToolResult().GetStdout(), "[output truncated:") {
+			t.Fatalf("kept %d: the output was not cut: %q", kept, resp.GetToolResult().GetStdout())
+		}
+		if text := evidenceStrings(t, requests, id); strings.Contains(text, token[:4]) {
+			t.Errorf("kept %d: the evidence holds the token's first characters", kept)
 		}
 	}
 }
