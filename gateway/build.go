@@ -100,10 +100,11 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	if err != nil {
 		return fail(fmt.Errorf("config: %w", err))
 	}
-	store, err := evidence.Open(ctx, storeURL)
+	opened, err := evidence.Open(ctx, storeURL)
 	if err != nil {
 		return fail(fmt.Errorf("config: evidence.url: %w", err))
 	}
+	store := evidence.WithOpTimeout(opened, cfg.Evidence.opTimeout())
 	closers = append(closers, store)
 	var spool *evidence.Spool
 	if dir := cfg.Evidence.SpoolDir; dir != "" && dir != "none" {

@@ -22,6 +22,7 @@ import (
 	"github.com/toolgate/toolgate/drivers/execbox"
 	"github.com/toolgate/toolgate/drivers/tpmjs"
 	"github.com/toolgate/toolgate/drivers/workspace"
+	"github.com/toolgate/toolgate/evidence"
 )
 
 // DefaultConfigYAML is the configuration `toolgate serve` runs on when it is
@@ -137,6 +138,10 @@ type EvidenceConfig struct {
 	SpoolDir string `yaml:"spool_dir"`
 	// SigningKey, if set, signs every manifest (Ed25519).
 	SigningKey *SecretSource `yaml:"signing_key"`
+	// OpTimeout bounds each store operation (a put, get or list, its
+	// retries included), so that a store that stops answering cannot hold
+	// a call longer than this. 0 means evidence.DefaultOpTimeout (15s).
+	OpTimeout time.Duration `yaml:"op_timeout"`
 	// ObjectLock, for s3:// stores on buckets with S3 Object Lock on,
 	// retains every artifact for a number of days.
 	ObjectLock *ObjectLockConfig `yaml:"object_lock"`
@@ -147,6 +152,14 @@ type ObjectLockConfig struct {
 	// Mode is GOVERNANCE or COMPLIANCE.
 	Mode string `yaml:"mode"`
 	Days int    `yaml:"days"`
+}
+
+// opTimeout is the configured per-operation store deadline, or the default.
+func (e EvidenceConfig) opTimeout() time.Duration {
+	if e.OpTimeout == 0 {
+		return evidence.DefaultOpTimeout
+	}
+	return e.OpTimeout
 }
 
 // storeURL returns the evidence URL with the object lock settings folded
@@ -462,6 +475,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Policies.validate(c.Auth.Keys); err != nil {
 		return err
+	}
+	if c.Evidence.OpTimeout < 0 {
+		return fmt.Errorf("config: evidence.op_timeout: must not be negative (0: %v)", evidence.DefaultOpTimeout)
 	}
 	if ol := c.Evidence.ObjectLock; ol != nil {
 		if ol.Mode != "GOVERNANCE" && ol.Mode != "COMPLIANCE" {

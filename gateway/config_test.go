@@ -71,6 +71,8 @@ func TestConfigValidate(t *testing.T) {
 		{"no sandbox on loopback", "drivers: {w: {type: workspace, root: w, sandbox: none}}", ""},
 		{"no sandbox beyond loopback", "listen: 0.0.0.0:9000\nauth: {keys: [{caller: a, sha256: " + digest + "}]}\ntls: {allow_plaintext: true}\ndrivers: {w: {type: workspace, root: w, sandbox: none}}", "drivers.w.sandbox: none on a listen address that is not loopback"},
 		{"no sandbox beyond loopback, accepted", "listen: 0.0.0.0:9000\nauth: {keys: [{caller: a, sha256: " + digest + "}]}\ntls: {allow_plaintext: true}\ndrivers: {w: {type: workspace, root: w, sandbox: none, allow_unsandboxed: true}}", ""},
+		{"negative store operation timeout", "evidence: {op_timeout: -1s}", "evidence.op_timeout: must not be negative"},
+		{"store operation timeout", "evidence: {op_timeout: 3s}", ""},
 		{"negative process cap", "drivers: {w: {type: workspace, root: w, max_processes: -1}}", "drivers.w.max_processes"},
 		{"negative memory cap", "drivers: {w: {type: workspace, root: w, max_memory_bytes: -1}}", "drivers.w.max_memory_bytes"},
 		{"negative file cap", "drivers: {w: {type: workspace, root: w, max_file_bytes: -1}}", "drivers.w.max_file_bytes"},
