@@ -26,28 +26,55 @@
 // # Results
 //
 // Every answer of the executor, whatever its HTTP status, becomes a
-// [drivers.Result]. Both wire formats are understood: protocol 1.0 with
-// "error": {"code", "message"} and protocol 1.1 with "error": "text" next to
-// "errorCode", "errorStage" and "retryable". Failures are grouped into
-// classes with distinct exit codes:
+// [drivers.Result]. Three wire forms are understood: protocol 1.0 with
+// "error": {"code", "message"}; protocol 1.1 with "error": "text" next to
+// "errorCode", "errorStage" and "retryable"; and the plain "error": "text"
+// of the Deno form of the Vercel template, which carries no code at all.
+// A failure is classified by its body first and by the HTTP status last,
+// so that one failure gets one exit code on every executor:
 //
-//	exit  class                       executor codes and other causes
-//	0     success                     "success": true
-//	1     tool execution failed       TOOL_EXECUTION_ERROR, TOOL_EXECUTION_FAILED;
-//	                                  "success": true with an output {"error": true, …}
-//	2     invalid request             INVALID_REQUEST; this driver's own validation;
-//	                                  HTTP 400 without a code
-//	3     package or tool unusable    PACKAGE_NOT_FOUND, PACKAGE_IMPORT_FAILED,
-//	                                  TOOL_NOT_FOUND, TOOL_INVALID, INVALID_TOOL,
-//	                                  SCHEMA_UNAVAILABLE, TOOL_CONFIGURATION_REQUIRED
-//	4     unauthorized                UNAUTHORIZED, AUTHENTICATION_REQUIRED;
-//	                                  HTTP 401 or 403 without a code
-//	5     executor error              INTERNAL_ERROR, EXECUTOR_INTERNAL_ERROR,
-//	                                  EXECUTOR_UNAVAILABLE, any unknown code; a body
-//	                                  that is not a JSON object of the protocol,
-//	                                  truncated, broken off or larger than
-//	                                  MaxResponseBytes; a redirect (never followed)
-//	124   timeout                     EXECUTION_TIMEOUT; the driver's own deadline
+//  1. an error code (1.0 "error.code", 1.1 "errorCode") names the class;
+//     a code that hides the executor's own time limit ("Script exited with
+//     code null", an npm install cut off with ETIMEDOUT) is a timeout;
+//  2. without a code, the 1.1 "errorStage" (request 2, load 3, execute 1,
+//     executor 5);
+//  3. without either, the wording of the message (see the third column);
+//  4. only then the status: 400 is 2, 401 and 403 are 4, an explicit
+//     "success": false with a message under 200 or 500 is 1 (the Vercel
+//     template answers a throwing tool with 500 and the bare message),
+//     anything else 5.
+//
+// The classes:
+//
+//	exit  class                     codes                         plain-string wording (Deno form)
+//	0     success                   "success": true               -
+//	1     tool execution failed     TOOL_EXECUTION_ERROR,         any other message with "success": false
+//	                                TOOL_EXECUTION_FAILED;        under 200 or 500 (a tool that throws)
+//	                                "success": true with output
+//	                                {"error": true, …}
+//	2     invalid request           INVALID_REQUEST; this         "Missing required fields", "… must be
+//	                                driver's own validation       valid JSON", "Invalid JSON"
+//	3     package or tool unusable  PACKAGE_NOT_FOUND,            `Export "X" not found in module` (404),
+//	                                PACKAGE_IMPORT_FAILED,        "… is a factory function but couldn't be
+//	                                TOOL_NOT_FOUND, TOOL_INVALID, initialized" (400), "Tool missing execute
+//	                                INVALID_TOOL,                 function" (400), "Import '…' failed",
+//	                                SCHEMA_UNAVAILABLE,           "Module not found", "Cannot find module",
+//	                                TOOL_CONFIGURATION_REQUIRED   "not found in package", "Tool not found"
+//	4     unauthorized              UNAUTHORIZED,                 "Unauthorized"
+//	                                AUTHENTICATION_REQUIRED
+//	5     executor error            INTERNAL_ERROR,               a stock server phrase ("Internal Server
+//	                                EXECUTOR_INTERNAL_ERROR,      Error"); a body that is not a JSON object
+//	                                EXECUTOR_UNAVAILABLE, any     of the protocol, truncated, broken off or
+//	                                unknown code                  larger than MaxResponseBytes; a redirect
+//	124   timeout                   EXECUTION_TIMEOUT; the        "Script exited with code null",
+//	                                driver's own deadline; the    FUNCTION_INVOCATION_TIMEOUT (the hosting
+//	                                executor's kill hidden in     platform's 504 page), "execution timed
+//	                                another code (see 1. above)   out"
+//
+// One failure cannot be told apart on the Vercel template: a failure of
+// the executor itself inside its catch-all is answered exactly like a tool
+// that throws (500 and the bare message), so it is exit 1 there and exit 5
+// on the executors that send a code.
 //
 // Stdout is the tool's output as compact JSON text and Data the same output
 // decoded with numbers as [encoding/json.Number], so that no digit is lost;
@@ -56,9 +83,10 @@
 // message" on failure, where CODE is the executor's error code or one of
 // this driver's: INVALID_REQUEST (validation), INVALID_RESPONSE (unusable
 // body or redirect), TOOL_ERROR (a tool that caught its own error),
-// EXECUTION_TIMEOUT (the driver's deadline), and EXECUTOR_ERROR,
-// INVALID_REQUEST or UNAUTHORIZED for a failure whose body names no code,
-// with the HTTP status in the message. A protocol 1.1 failure ends with
+// EXECUTION_TIMEOUT (a time limit; the message says whose). A failure whose
+// body names no code gets the 1.1 name of its class (TOOL_NOT_FOUND,
+// PACKAGE_IMPORT_FAILED, TOOL_EXECUTION_FAILED, EXECUTOR_ERROR, …) and the
+// HTTP status starts its message, so what the executor said stays visible. A protocol 1.1 failure ends with
 // "(errorStage: load, retryable: true)" so an operator can tell whether a
 // retry may help. Executor messages are cleaned (valid UTF-8, no control
 // characters but line breaks and tabs, at most 8 KiB); an unusable body is

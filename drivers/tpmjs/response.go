@@ -82,7 +82,8 @@ func failure(exitCode int, code, message string) drivers.Result {
 // accepts the 1.0 format ("error": {"code", "message"}) and the 1.1 format
 // ("error": "text" next to "errorCode", "errorStage" and "retryable") under
 // any HTTP status, because real executors use status codes inconsistently;
-// the status only decides the class of a failure whose body names no code.
+// the body decides the class of a failure (see classify), the status only
+// when the body says nothing usable.
 //
 // body must be complete: callers handle oversized and broken bodies.
 func parseResponse(status int, body []byte) drivers.Result {
@@ -107,20 +108,7 @@ func parseResponse(status int, body []byte) drivers.Result {
 		}
 	}
 	var r drivers.Result
-	if code != "" {
-		r.ExitCode = exitCodeFor(code)
-	} else {
-		// Without a code only the status can tell what went wrong.
-		switch status {
-		case http.StatusBadRequest:
-			r.ExitCode, code = ExitInvalidRequest, codeInvalidRequest
-		case http.StatusUnauthorized, http.StatusForbidden:
-			r.ExitCode, code = ExitUnauthorized, codeUnauthorized
-		default:
-			r.ExitCode, code = ExitExecutorError, codeExecutorError
-		}
-		message = fmt.Sprintf("HTTP %d: %s", status, orDefault(message, "the executor reported a failure without a message"))
-	}
+	r.ExitCode, code, message = classify(status, fields, code, message)
 	r.Stderr = code + ": " + orDefault(message, "(no message)") + details(fields)
 	if hasOutput {
 		r.Stdout, r.Data = outputOf(output)
@@ -149,8 +137,13 @@ func decodeObject(body []byte) (map[string]json.RawMessage, error) {
 // status still says that the key was refused.
 func unusableBody(status int, body []byte, err error) drivers.Result {
 	exitCode, code := ExitExecutorError, codeInvalidResponse
-	if status == http.StatusUnauthorized || status == http.StatusForbidden {
+	switch {
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		exitCode, code = ExitUnauthorized, codeUnauthorized
+	case bytes.Contains(body, []byte("FUNCTION_INVOCATION_TIMEOUT")):
+		// The hosting platform cut the executor off at its own limit
+		// (Vercel answers 504 FUNCTION_INVOCATION_TIMEOUT as plain text).
+		exitCode, code = ExitTimeout, codeTimeout
 	}
 	msg := fmt.Sprintf("HTTP %d: %s", status, err)
 	if ex := excerpt(body, maxExcerpt); ex != "" {

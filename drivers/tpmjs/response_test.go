@@ -79,9 +79,14 @@ func TestParseResponse(t *testing.T) {
 			wantExit: ExitToolFailed, wantStderr: "TOOL_EXECUTION_ERROR: Tool threw an error: Invalid input",
 		},
 		{
-			name: "1.0 node timeout is reported as a tool error", status: 200,
+			name: "1.0 node kill at its own limit is a timeout", status: 200,
 			body:     `{"success":false,"error":{"code":"TOOL_EXECUTION_ERROR","message":"Script exited with code null"},"executionTimeMs":120001}`,
-			wantExit: ExitToolFailed, wantStderr: "TOOL_EXECUTION_ERROR: Script exited with code null",
+			wantExit: ExitTimeout, wantStderr: "EXECUTION_TIMEOUT: the executor's own time limit ended the call (it answered TOOL_EXECUTION_ERROR: Script exited with code null)",
+		},
+		{
+			name: "1.0 npm install cut off at its limit is a timeout", status: 200,
+			body:     `{"success":false,"error":{"code":"PACKAGE_NOT_FOUND","message":"npm install failed for a@1: spawnSync /bin/sh ETIMEDOUT"},"executionTimeMs":60001}`,
+			wantExit: ExitTimeout, wantStderr: "EXECUTION_TIMEOUT: the executor's own time limit ended the call (it answered PACKAGE_NOT_FOUND: npm install failed for a@1: spawnSync /bin/sh ETIMEDOUT)",
 		},
 		{
 			name: "1.0 package not found", status: 200,
@@ -195,9 +200,29 @@ func TestParseResponse(t *testing.T) {
 			wantStdout: `{"done":1}`, wantData: map[string]any{"done": json.Number("1")},
 		},
 		{
-			name: "failure without code under 200", status: 200,
+			name: "failure without code is classified by its text", status: 200,
 			body:     `{"success":false,"error":"Tool not found","executionTimeMs":1}`,
-			wantExit: ExitExecutorError, wantStderr: "EXECUTOR_ERROR: HTTP 200: Tool not found",
+			wantExit: ExitNotFound, wantStderr: "TOOL_NOT_FOUND: HTTP 200: Tool not found",
+		},
+		{
+			name: "failure without code or known text under 200 is the tool's", status: 200,
+			body:     `{"success":false,"error":"rate limited by upstream","executionTimeMs":1}`,
+			wantExit: ExitToolFailed, wantStderr: "TOOL_EXECUTION_FAILED: HTTP 200: rate limited by upstream",
+		},
+		{
+			name: "stock server phrase under 500 is the executor's", status: 500,
+			body:     `{"success":false,"error":"Internal Server Error"}`,
+			wantExit: ExitExecutorError, wantStderr: "EXECUTOR_ERROR: HTTP 500: Internal Server Error",
+		},
+		{
+			name: "1.1 stage without a code", status: 500,
+			body:     `{"success":false,"error":"boom","errorStage":"load"}`,
+			wantExit: ExitNotFound, wantStderr: "PACKAGE_IMPORT_FAILED: HTTP 500: boom (errorStage: load)",
+		},
+		{
+			name: "platform cut the executor off", status: 504,
+			body:     "An error occurred with your deployment\n\nFUNCTION_INVOCATION_TIMEOUT\n",
+			wantExit: ExitTimeout, wantStderr: "EXECUTION_TIMEOUT: HTTP 504: the body is not a JSON object: An error occurred with your deployment FUNCTION_INVOCATION_TIMEOUT",
 		},
 		{
 			name: "failure without code under 400", status: 400,

@@ -481,16 +481,19 @@ func TestRunTimeouts(t *testing.T) {
 		r, err := d.Run(context.Background(), call(tpmjstest.EchoTool, nil))
 		assertTimeout(t, r, err, start, "200ms")
 	})
-	t.Run("node reports its own kill as a tool error", func(t *testing.T) {
+	t.Run("the executor's own kill is a timeout, not a tool error", func(t *testing.T) {
 		t.Parallel()
+		// The driver has not probed /info, so it does not know the
+		// executor's limit and the executor's kill arrives first.
 		fake := tpmjstest.New(t, tpmjstest.NodeV10, tpmjstest.WithMaxExecutionTime(100*time.Millisecond))
 		d := newDriver(t, fake.URL, nil)
 		r, err := d.Run(context.Background(), call(tpmjstest.SleepTool, map[string]any{"ms": 5000}))
 		if err != nil {
 			t.Fatalf("Run: %v", err)
 		}
-		if want := "TOOL_EXECUTION_ERROR: Script exited with code null"; r.ExitCode != ExitToolFailed || r.Stderr != want {
-			t.Errorf("Run = exit %d, stderr %q; want exit %d, stderr %q", r.ExitCode, r.Stderr, ExitToolFailed, want)
+		want := "EXECUTION_TIMEOUT: the executor's own time limit ended the call (it answered TOOL_EXECUTION_ERROR: Script exited with code null)"
+		if r.ExitCode != ExitTimeout || r.Stderr != want {
+			t.Errorf("Run = exit %d, stderr %q; want exit %d, stderr %q", r.ExitCode, r.Stderr, ExitTimeout, want)
 		}
 	})
 	t.Run("call timeout capped by the advertised maximum", func(t *testing.T) {
