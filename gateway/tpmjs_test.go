@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -413,4 +414,27 @@ func executions(exec *tpmjstest.Executor) int {
 		}
 	}
 	return n
+}
+
+func TestTPMJSExecutorTimeLimitIsATimeout(t *testing.T) {
+	// The executor kills tools at 1.2s and reports the kill as
+	// TOOL_EXECUTION_ERROR "Script exited with code null". Whether the
+	// driver has read that limit from /info (and ends the call first) or
+	// not (and gets the executor's answer), the caller sees 124 and is
+	// told which limit ended the call.
+	e := newTPMJSEnv(t, tpmjstest.NodeV10, "", tpmjstest.WithMaxExecutionTime(1200*time.Millisecond))
+	deadline := time.Now().Add(5 * time.Second)
+	for e.gw.drivers["tpmjs"].Engine() == "tpmjs" && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	resp := e.mustCall("limit-1", "fake.sleep", map[string]any{"ms": 10000.0})
+	tr := resp.GetToolResult()
+	if tr.GetExitCode() != 124 || !strings.Contains(tr.GetStderr(), "before the executor's advertised maxExecutionTimeMs 1200") {
+		t.Fatalf("exit %d stderr %q, want 124 naming the limit below the executor's", tr.GetExitCode(), tr.GetStderr())
+	}
+	if elapsed := time.Since(start); elapsed >= 1200*time.Millisecond {
+		t.Errorf("the call took %v, not less than the executor's limit", elapsed)
+	}
+	e.checkReplyIsStored("limit-1", resp)
 }

@@ -110,14 +110,21 @@
 // # Time limits
 //
 // A call gets the shortest of the context's deadline, Config.CallTimeout,
-// and the executor's advertised maxExecutionTimeMs (from /info) plus a
-// margin of 10 seconds for the executor's package install and the network.
-// When that time runs out the call ends with exit code 124 and Stderr
-// "EXECUTION_TIMEOUT: …", whatever the executor is doing. The driver always
-// keeps its own deadline because executors do not report their own limits
-// reliably: the Node templates report a killed tool as TOOL_EXECUTION_ERROR
-// "Script exited with code null" (exit code 1, mapped by its code like any
-// other answer) and the Deno executor has no limit at all.
+// and the executor's advertised maxExecutionTimeMs (from /info) minus a
+// margin of 5 seconds (a quarter of the limit when that is less), so the
+// driver's deadline always comes before the executor's own kill. When that
+// time runs out the call ends with exit code 124 and Stderr
+// "EXECUTION_TIMEOUT: no complete answer from the executor within D (W)",
+// where W names the limit that ended it: the caller's deadline, the
+// driver's time limit, or the driver's time limit set below the executor's
+// advertised maximum. The driver keeps its own deadline because executors
+// do not report their own limits reliably. When an executor's own limit
+// ends a call anyway (its limit is not advertised, or its clock started
+// earlier), its answer is a timeout too, whatever code it wears: the Node
+// templates' "Script exited with code null" and an npm install cut off
+// with ETIMEDOUT, and a hosting platform's 504 FUNCTION_INVOCATION_TIMEOUT
+// page; Stderr then says "the executor's own time limit ended the call"
+// (or "the hosting platform's") and quotes the answer.
 //
 // # Probes and engine
 //

@@ -149,6 +149,9 @@ func unusableBody(status int, body []byte, err error) drivers.Result {
 	if ex := excerpt(body, maxExcerpt); ex != "" {
 		msg += ": " + ex
 	}
+	if exitCode == ExitTimeout {
+		msg = "the hosting platform's time limit ended the call (" + msg + ")"
+	}
 	return failure(exitCode, code, msg)
 }
 

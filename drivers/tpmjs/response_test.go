@@ -222,7 +222,7 @@ func TestParseResponse(t *testing.T) {
 		{
 			name: "platform cut the executor off", status: 504,
 			body:     "An error occurred with your deployment\n\nFUNCTION_INVOCATION_TIMEOUT\n",
-			wantExit: ExitTimeout, wantStderr: "EXECUTION_TIMEOUT: HTTP 504: the body is not a JSON object: An error occurred with your deployment FUNCTION_INVOCATION_TIMEOUT",
+			wantExit: ExitTimeout, wantStderr: "EXECUTION_TIMEOUT: the hosting platform's time limit ended the call (HTTP 504: the body is not a JSON object: An error occurred with your deployment FUNCTION_INVOCATION_TIMEOUT)",
 		},
 		{
 			name: "failure without code under 400", status: 400,
