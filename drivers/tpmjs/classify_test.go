@@ -2,7 +2,10 @@ package tpmjs
 
 import (
 	"context"
+	"encoding/json"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/drivers/tpmjs/tpmjstest"
@@ -55,4 +58,80 @@ func TestSameFailureSameExitCodeOnEveryExecutor(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEvidenceRecordsWhatWasSentAndAnswered checks Result.Evidence on every
+// executor: the package, version and export actually sent (the default
+// version included), the executor's status, executionTimeMs and the
+// protocol versions.
+func TestEvidenceRecordsWhatWasSentAndAnswered(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		p            tpmjstest.Personality
+		export       string
+		wantStatus   int
+		wantFormat   string
+		wantProtocol string
+	}{
+		{tpmjstest.NodeV10, tpmjstest.EchoTool, 200, "", "1.0"},
+		{tpmjstest.NodeV10, "noSuchExport", 200, "1.0", "1.0"},
+		{tpmjstest.DenoV11, "noSuchExport", 404, "1.1", "1.1"},
+		{tpmjstest.DenoVercel, "noSuchExport", 404, "plain", ""},
+		{tpmjstest.DenoVercel, tpmjstest.EchoTool, 200, "", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.p.String()+" "+tc.export, func(t *testing.T) {
+			t.Parallel()
+			fake := tpmjstest.New(t, tc.p)
+			d := newDriver(t, fake.URL, func(c *Config) { c.ProbeInterval = 20 * time.Millisecond })
+			if tc.wantProtocol != "" {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				d.Start(ctx)
+				waitFor(t, "the executor's protocol", func() bool {
+					d.mu.Lock()
+					defer d.mu.Unlock()
+					return d.executorProtocol != ""
+				})
+			}
+			c := call(tc.export, nil)
+			c.Version = "" // sent as "latest"
+			r, err := d.Run(context.Background(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev := r.Evidence
+			want := map[string]any{"sent": true, "package": tpmjstest.Package, "version": "latest", "export": tc.export,
+				"protocol_version": "1.0", "executor_status": tc.wantStatus}
+			if tc.wantFormat != "" {
+				want["error_format"] = tc.wantFormat
+			}
+			if tc.wantProtocol != "" {
+				want["executor_protocol_version"] = tc.wantProtocol
+			}
+			ms, ok := ev["execution_time_ms"].(json.Number)
+			if !ok {
+				t.Errorf("execution_time_ms = %#v, want the executor's executionTimeMs", ev["execution_time_ms"])
+			} else if _, err := ms.Int64(); err != nil {
+				t.Errorf("execution_time_ms = %q", ms)
+			}
+			delete(ev, "execution_time_ms")
+			// 120s, or 115s once the probe read the Node executor's limit.
+			if limit, _ := ev["time_limit_ms"].(int64); limit != 120000 && limit != 115000 {
+				t.Errorf("time_limit_ms = %v", ev["time_limit_ms"])
+			}
+			delete(ev, "time_limit_ms")
+			if !reflect.DeepEqual(ev, want) {
+				t.Errorf("Evidence = %v, want %v", ev, want)
+			}
+		})
+	}
+	t.Run("a refused call records that nothing was sent", func(t *testing.T) {
+		t.Parallel()
+		d := newDriver(t, "http://127.0.0.1:1", nil)
+		r, err := d.Run(context.Background(), drivers.Call{Target: "run", Package: "x", Version: "1; id"})
+		if err != nil || r.ExitCode != ExitInvalidRequest || !reflect.DeepEqual(r.Evidence, map[string]any{"sent": false}) {
+			t.Errorf("Run = %+v, %v; want exit 2 with evidence sent: false", r, err)
+		}
+	})
 }

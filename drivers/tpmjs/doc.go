@@ -90,13 +90,35 @@
 // "(errorStage: load, retryable: true)" so an operator can tell whether a
 // retry may help. Executor messages are cleaned (valid UTF-8, no control
 // characters but line breaks and tabs, at most 8 KiB); an unusable body is
-// quoted as a one-line excerpt of at most 200 bytes. executionTimeMs and the
-// protocol version of the answer appear in the trace only.
+// quoted as a one-line excerpt of at most 200 bytes.
 //
 // A tool that catches its own failure and answers {"error": true,
 // "message": …} with "success": true is reported as a failure because it
 // did not do its work; an "error" field with any other value is ordinary
 // output.
+//
+// # Evidence
+//
+// Result.Evidence (stored, redacted, in tool_result.json; never in Data)
+// records what was actually sent and what the executor said about itself:
+//
+//	sent                       true; false for a call refused by validation
+//	                           (then nothing else is recorded)
+//	package, version, export   the packageName, version and name sent: the
+//	                           default "latest" and a registry id's
+//	                           configured version included
+//	protocol_version           the X-TPMJS-Protocol-Version sent ("1.0")
+//	executor_protocol_version  the protocolVersion the executor advertised
+//	                           in /health or /info, once a probe learned it
+//	executor_status            the HTTP status of the answer
+//	execution_time_ms          the answer's executionTimeMs, when it has one
+//	error_format               the form of a failure's "error": "1.0"
+//	                           (object), "1.1" (string with errorCode or
+//	                           errorStage) or "plain" (string alone)
+//	time_limit_ms              the driver's own time limit of the call
+//
+// A call that ran out of time has no executor_status. A call that returned
+// an error (no answer) has no Result and so no Evidence.
 //
 // # Errors
 //
@@ -132,10 +154,13 @@
 // every ProbeInterval, each bounded by HealthTimeout; a busy executor can
 // take seconds to answer /health. Run never waits for a probe and failures
 // are only logged. [Driver.Engine] is "tpmjs" until a probe answered, then
-// "tpmjs:NAME/VERSION" from /info's name and version, or from /health's
-// runtime and implementationVersion where there is no /info (the Deno
-// executor): for example "tpmjs:railway-executor/1.0.0" or
-// "tpmjs:deno-executor/1.1.0". Both parts are reduced to short lowercase
+// "tpmjs:NAME/VERSION" from /info's name and version, or from /health where
+// there is no /info (the Deno executors): the runtime from "runtime",
+// "info.runtime" or the presence of "denoVersion", the version from
+// "implementationVersion" or "version". For example
+// "tpmjs:railway-executor/1.0.0", "tpmjs:deno-executor/1.1.0" (the 1.1 Deno
+// executor) or "tpmjs:deno-executor/1.0.0" (the Deno form of the Vercel
+// template). Both parts are reduced to short lowercase
 // slugs. What a probe learned stays when later probes fail.
 //
 // # Traces and logs

@@ -184,8 +184,11 @@ func FuzzProbeBody(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		if engine, ok := engineFromHealth(body); ok {
+		if engine, protocol, ok := engineFromHealth(body); ok {
 			checkEngine(t, engine)
+			if len(protocol) > 16 || strings.ContainsAny(protocol, " \t\r\n\"/\\") {
+				t.Errorf("protocol version %q is not a short version", protocol)
+			}
 		}
 		engine, maxExec, ok := parseInfo(body)
 		if !ok {

@@ -87,10 +87,57 @@ func failure(exitCode int, code, message string) drivers.Result {
 //
 // body must be complete: callers handle oversized and broken bodies.
 func parseResponse(status int, body []byte) drivers.Result {
+	r, _ := parseAnswer(status, body)
+	return r
+}
+
+// answerFacts is what an answer tells about itself, for the evidence.
+type answerFacts struct {
+	executionTimeMs json.Number // "" when absent or not a number
+	format          string      // the failure's wire form: "1.0", "1.1", "plain"; "" for none
+}
+
+// parseAnswer is parseResponse, also returning the answer's facts.
+func parseAnswer(status int, body []byte) (drivers.Result, answerFacts) {
 	fields, err := decodeObject(body)
 	if err != nil {
-		return unusableBody(status, body, err)
+		return unusableBody(status, body, err), answerFacts{}
 	}
+	facts := answerFacts{executionTimeMs: numberField(fields["executionTimeMs"]), format: wireFormat(fields)}
+	r := resultOf(status, body, fields)
+	return r, facts
+}
+
+// numberField decodes raw as a JSON number, or returns "".
+func numberField(raw json.RawMessage) json.Number {
+	var n json.Number
+	if len(raw) == 0 || json.Unmarshal(raw, &n) != nil {
+		return ""
+	}
+	return n
+}
+
+// wireFormat names the form of an answer's "error": an object (1.0), a
+// string next to a 1.1 code or stage, or a plain string.
+func wireFormat(fields map[string]json.RawMessage) string {
+	raw, ok := fields["error"]
+	if !ok {
+		return ""
+	}
+	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '{' {
+		return "1.0"
+	}
+	if _, coded := fields["errorCode"]; coded {
+		return "1.1"
+	}
+	if _, staged := fields["errorStage"]; staged {
+		return "1.1"
+	}
+	return "plain"
+}
+
+// resultOf maps a decoded answer onto a Result.
+func resultOf(status int, body []byte, fields map[string]json.RawMessage) drivers.Result {
 	output, hasOutput := fields["output"]
 	success := false
 	successKnown := false

@@ -342,6 +342,7 @@ func TestEngineFromProbes(t *testing.T) {
 	tests := []struct {
 		name, health, info string
 		wantHealth         string
+		wantProtocol       string
 		wantInfo           string
 		wantMax            time.Duration
 	}{
@@ -350,12 +351,25 @@ func TestEngineFromProbes(t *testing.T) {
 			health:     `{"status":"ok","protocolVersion":"1.0","implementationVersion":"1.0.0","runtime":"node","timestamp":"2026-02-03T12:00:00.000Z"}`,
 			info:       `{"name":"Railway Executor","version":"1.0.0","protocolVersion":"1.0","capabilities":{"maxExecutionTimeMs":120000}}`,
 			wantHealth: "tpmjs:node-executor/1.0.0", wantInfo: "tpmjs:railway-executor/1.0.0", wantMax: 120 * time.Second,
+			wantProtocol: "1.0",
 		},
 		{
 			name:       "deno executor",
 			health:     `{"status":"ok","protocolVersion":"1.1","implementationVersion":"1.1.0","denoVersion":"2.1.4"}`,
 			info:       `{"error":"Not found"}`,
-			wantHealth: "tpmjs:deno-executor/1.1.0",
+			wantHealth: "tpmjs:deno-executor/1.1.0", wantProtocol: "1.1",
+		},
+		{
+			name:       "deno form of the vercel template",
+			health:     `{"status":"ok","version":"1.0.0","info":{"runtime":"deno","httpImports":true,"timestamp":"2026-02-03T12:00:00.000Z"}}`,
+			info:       `The page could not be found`,
+			wantHealth: "tpmjs:deno-executor/1.0.0",
+		},
+		{
+			name:       "an info that is no object",
+			health:     `{"status":"ok","version":"2.0.0","info":"deno","protocolVersion":"1.0; rm -rf"}`,
+			info:       `{}`,
+			wantHealth: "tpmjs:executor/2.0.0",
 		},
 		{
 			name:       "hostile names are reduced to slugs",
@@ -379,9 +393,9 @@ func TestEngineFromProbes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := engineFromHealth([]byte(tc.health))
-			if !ok || got != tc.wantHealth {
-				t.Errorf("engineFromHealth = %q, %v, want %q", got, ok, tc.wantHealth)
+			got, protocol, ok := engineFromHealth([]byte(tc.health))
+			if !ok || got != tc.wantHealth || protocol != tc.wantProtocol {
+				t.Errorf("engineFromHealth = %q, %q, %v, want %q, %q", got, protocol, ok, tc.wantHealth, tc.wantProtocol)
 			}
 			engine, maxExec, _ := parseInfo([]byte(tc.info))
 			if engine != tc.wantInfo || maxExec != tc.wantMax {

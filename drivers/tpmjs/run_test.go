@@ -663,6 +663,9 @@ func TestEngineLearnsFromProbes(t *testing.T) {
 		{"deno from /health", tpmjstest.DenoV11, nil, "", "tpmjs:deno-executor/1.1.0"},
 		{"deno with auth", tpmjstest.DenoV11, []tpmjstest.Option{tpmjstest.WithAPIKey("k"), tpmjstest.WithVersion("9f3c2e1")}, "k", "tpmjs:deno-executor/9f3c2e1"},
 		{"node without key still probes", tpmjstest.NodeV10, []tpmjstest.Option{tpmjstest.WithAPIKey("k"), tpmjstest.WithVersion("1.0.7")}, "", "tpmjs:railway-executor/1.0.7"},
+		// Before, the Vercel form's /health (version and info.runtime)
+		// gave the bare "tpmjs:executor".
+		{"deno form of the vercel template from /health", tpmjstest.DenoVercel, []tpmjstest.Option{tpmjstest.WithVersion("1.0.3")}, "", "tpmjs:deno-executor/1.0.3"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -96,14 +96,15 @@ type Driver struct {
 	ownTransport                   *http.Transport // closed by Close; nil for Config.HTTPClient
 	log                            *slog.Logger
 
-	mu            sync.Mutex
-	healthEngine  string        // engine name from /health, "" until known
-	infoEngine    string        // engine name from /info, "" until known; wins over healthEngine
-	advertisedMax time.Duration // from /info, 0 until known
-	started       bool
-	closed        bool
-	stopProbes    context.CancelFunc
-	wg            sync.WaitGroup // the probe loop
+	mu               sync.Mutex
+	healthEngine     string        // engine name from /health, "" until known
+	infoEngine       string        // engine name from /info, "" until known; wins over healthEngine
+	advertisedMax    time.Duration // from /info, 0 until known
+	executorProtocol string        // protocolVersion from /health or /info, "" until known
+	started          bool
+	closed           bool
+	stopProbes       context.CancelFunc
+	wg               sync.WaitGroup // the probe loop
 }
 
 var _ drivers.Driver = (*Driver)(nil)
@@ -279,8 +280,10 @@ type exchange struct {
 	status  int    // HTTP status, 0 when no answer arrived
 	body    []byte // the response body as read, at most MaxResponseBytes+1 bytes
 	result  drivers.Result
-	err     error  // the exchange broke before an answer arrived: Run returns it
-	problem string // what went wrong with the exchange itself, for the trace
+	facts   answerFacts
+	limit   time.Duration // the driver's own time limit of the call
+	err     error         // the exchange broke before an answer arrived: Run returns it
+	problem string        // what went wrong with the exchange itself, for the trace
 }
 
 // Run calls the tool call.Target of the package call.Package at
@@ -306,7 +309,9 @@ func (d *Driver) Run(ctx context.Context, call drivers.Call) (drivers.Result, er
 		version = defaultVersion
 	}
 	if err := validateCall(call.Package, version, call.Target); err != nil {
-		return failure(ExitInvalidRequest, codeInvalidRequest, err.Error()), nil
+		r := failure(ExitInvalidRequest, codeInvalidRequest, err.Error())
+		r.Evidence = map[string]any{"sent": false}
+		return r, nil
 	}
 	req := wireRequest{PackageName: call.Package, Version: version, Name: call.Target, Params: call.Args, Env: call.Env}
 	if req.Params == nil {
@@ -323,7 +328,39 @@ func (d *Driver) Run(ctx context.Context, call drivers.Call) (drivers.Result, er
 	start := time.Now()
 	ex := d.post(ctx, body)
 	d.record(call, start, body, ex)
+	if ex.err == nil {
+		ex.result.Evidence = d.evidence(req, ex)
+	}
 	return ex.result, ex.err
+}
+
+// evidence is what Result.Evidence records of one exchange: what was
+// actually sent (a registry id's version is the driver's, not the
+// caller's), and what the executor answered about itself.
+func (d *Driver) evidence(req wireRequest, ex exchange) map[string]any {
+	ev := map[string]any{
+		"sent":             true,
+		"package":          req.PackageName,
+		"version":          req.Version,
+		"export":           req.Name,
+		"protocol_version": protocolVersion,
+		"time_limit_ms":    ex.limit.Milliseconds(),
+	}
+	if ex.status != 0 {
+		ev["executor_status"] = ex.status
+	}
+	if ex.facts.executionTimeMs != "" {
+		ev["execution_time_ms"] = ex.facts.executionTimeMs
+	}
+	if ex.facts.format != "" {
+		ev["error_format"] = ex.facts.format
+	}
+	d.mu.Lock()
+	if d.executorProtocol != "" {
+		ev["executor_protocol_version"] = d.executorProtocol
+	}
+	d.mu.Unlock()
+	return ev
 }
 
 // validateCall checks the fields that executors paste into shell commands,
@@ -365,6 +402,13 @@ func (d *Driver) post(ctx context.Context, body []byte) exchange {
 	}
 	callCtx, cancel := context.WithTimeoutCause(ctx, limit, errCallDeadline)
 	defer cancel()
+	ex := d.exchange(ctx, callCtx, body, budget, why)
+	ex.limit = limit
+	return ex
+}
+
+// exchange sends body within callCtx and reads the answer.
+func (d *Driver) exchange(ctx, callCtx context.Context, body []byte, budget time.Duration, why string) exchange {
 
 	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, d.executeURL, bytes.NewReader(body))
 	if err != nil {
@@ -412,7 +456,7 @@ func (d *Driver) post(ctx context.Context, body []byte) exchange {
 		ex.result = d.oversized(resp.StatusCode)
 		ex.problem = ex.result.Stderr
 	default:
-		ex.result = parseResponse(resp.StatusCode, ex.body)
+		ex.result, ex.facts = parseAnswer(resp.StatusCode, ex.body)
 	}
 	return ex
 }
