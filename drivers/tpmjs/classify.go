@@ -37,7 +37,7 @@ func classify(status int, fields map[string]json.RawMessage, code, message strin
 			return exit, inferred, withStatus
 		}
 	}
-	if exit, inferred, ok := textClass(message); ok {
+	if exit, inferred, ok := textClass(status, message); ok {
 		return exit, inferred, withStatus
 	}
 	exit, inferred := statusClass(status, fields, message)
@@ -73,8 +73,12 @@ func stageClass(stage string) (int, string, bool) {
 	return 0, "", false
 }
 
-// textRule is one wording of a code-less failure.
+// textRule is one wording of a code-less failure. A rule whose wording a
+// tool could also throw holds only under the status at which the executor
+// itself sends it: on the Vercel template a tool's throw arrives as a
+// plain string too, under 500, and must stay the tool's failure.
 type textRule struct {
+	status   int      // the status the rule needs; 0 for any
 	contains []string // lowercase fragments that must all occur
 	exit     int
 	code     string
@@ -82,37 +86,34 @@ type textRule struct {
 
 // textRules are the stable wordings of executors that answer plain strings:
 // the Deno form of the Vercel template (404 unknown export, 400 factory or
-// missing execute, 500 for import failures and for tools that throw), the
-// Deno runtime's own import errors, and the Node template's messages. The
-// first match wins; the timeout rules come first because a kill can happen
-// in any phase.
+// missing execute, 500 for import failures), the Deno runtime's own import
+// errors, and the Node template's messages for an executor that sends them
+// without a code. The first match wins; the timeout rules come first
+// because a kill can happen in any phase.
 var textRules = []textRule{
-	{[]string{"exited with code null"}, ExitTimeout, codeTimeout},
-	{[]string{"function_invocation_timeout"}, ExitTimeout, codeTimeout},
-	{[]string{"execution timed out"}, ExitTimeout, codeTimeout},
-	{[]string{"unauthorized"}, ExitUnauthorized, codeUnauthorized},
-	{[]string{"missing required fields"}, ExitInvalidRequest, codeInvalidRequest},
-	{[]string{"must be valid json"}, ExitInvalidRequest, codeInvalidRequest},
-	{[]string{"invalid json"}, ExitInvalidRequest, codeInvalidRequest},
-	{[]string{"export ", "not found in module"}, ExitNotFound, "TOOL_NOT_FOUND"},
-	{[]string{"not found in package"}, ExitNotFound, "TOOL_NOT_FOUND"},
-	{[]string{"tool not found"}, ExitNotFound, "TOOL_NOT_FOUND"},
-	{[]string{"factory function but couldn't be initialized"}, ExitNotFound, "TOOL_CONFIGURATION_REQUIRED"},
-	{[]string{"missing execute function"}, ExitNotFound, "INVALID_TOOL"},
-	{[]string{"does not have an execute()"}, ExitNotFound, "INVALID_TOOL"},
-	{[]string{"import '", "failed"}, ExitNotFound, "PACKAGE_IMPORT_FAILED"},
-	{[]string{"module not found"}, ExitNotFound, "PACKAGE_IMPORT_FAILED"},
-	{[]string{"cannot find module"}, ExitNotFound, "PACKAGE_IMPORT_FAILED"},
-	{[]string{"cannot find package"}, ExitNotFound, "PACKAGE_IMPORT_FAILED"},
-	{[]string{"err_module_not_found"}, ExitNotFound, "PACKAGE_IMPORT_FAILED"},
-	{[]string{"failed to fetch dynamically imported module"}, ExitNotFound, "PACKAGE_IMPORT_FAILED"},
-	{[]string{"npm install failed"}, ExitNotFound, "PACKAGE_IMPORT_FAILED"},
+	{0, []string{"exited with code null"}, ExitTimeout, codeTimeout},
+	{0, []string{"function_invocation_timeout"}, ExitTimeout, codeTimeout},
+	{http.StatusNotFound, []string{"export ", "not found in module"}, ExitNotFound, "TOOL_NOT_FOUND"},
+	{http.StatusNotFound, []string{"tool not found"}, ExitNotFound, "TOOL_NOT_FOUND"},
+	{http.StatusBadRequest, []string{"factory function but couldn't be initialized"}, ExitNotFound, "TOOL_CONFIGURATION_REQUIRED"},
+	{http.StatusBadRequest, []string{"missing execute function"}, ExitNotFound, "INVALID_TOOL"},
+	{0, []string{"import '", "failed"}, ExitNotFound, "PACKAGE_IMPORT_FAILED"},
+	{0, []string{"module not found"}, ExitNotFound, "PACKAGE_IMPORT_FAILED"},
+	{0, []string{"err_module_not_found"}, ExitNotFound, "PACKAGE_IMPORT_FAILED"},
+	{0, []string{"cannot find module"}, ExitNotFound, "PACKAGE_IMPORT_FAILED"},
+	{0, []string{"cannot find package"}, ExitNotFound, "PACKAGE_IMPORT_FAILED"},
+	{0, []string{"npm install failed"}, ExitNotFound, "PACKAGE_IMPORT_FAILED"},
+	{0, []string{"not found in package"}, ExitNotFound, "TOOL_NOT_FOUND"},
+	{0, []string{"does not have an execute()"}, ExitNotFound, "INVALID_TOOL"},
 }
 
 // textClass classifies a code-less failure by its wording.
-func textClass(message string) (int, string, bool) {
+func textClass(status int, message string) (int, string, bool) {
 	lower := strings.ToLower(message)
 	for _, r := range textRules {
+		if r.status != 0 && r.status != status {
+			continue
+		}
 		all := true
 		for _, c := range r.contains {
 			if !strings.Contains(lower, c) {

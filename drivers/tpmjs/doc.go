@@ -46,30 +46,38 @@
 //
 // The classes:
 //
-//	exit  class                     codes                         plain-string wording (Deno form)
+//	exit  class                     codes                         plain-string wording (no code)
 //	0     success                   "success": true               -
 //	1     tool execution failed     TOOL_EXECUTION_ERROR,         any other message with "success": false
 //	                                TOOL_EXECUTION_FAILED;        under 200 or 500 (a tool that throws)
 //	                                "success": true with output
 //	                                {"error": true, …}
-//	2     invalid request           INVALID_REQUEST; this         "Missing required fields", "… must be
-//	                                driver's own validation       valid JSON", "Invalid JSON"
-//	3     package or tool unusable  PACKAGE_NOT_FOUND,            `Export "X" not found in module` (404),
-//	                                PACKAGE_IMPORT_FAILED,        "… is a factory function but couldn't be
-//	                                TOOL_NOT_FOUND, TOOL_INVALID, initialized" (400), "Tool missing execute
-//	                                INVALID_TOOL,                 function" (400), "Import '…' failed",
-//	                                SCHEMA_UNAVAILABLE,           "Module not found", "Cannot find module",
-//	                                TOOL_CONFIGURATION_REQUIRED   "not found in package", "Tool not found"
-//	4     unauthorized              UNAUTHORIZED,                 "Unauthorized"
+//	2     invalid request           INVALID_REQUEST; this         (by status: 400)
+//	                                driver's own validation
+//	3     package or tool unusable  PACKAGE_NOT_FOUND,            404 `Export "X" not found in module`,
+//	                                PACKAGE_IMPORT_FAILED,        404 "Tool not found", 400 "… is a factory
+//	                                TOOL_NOT_FOUND, TOOL_INVALID, function but couldn't be initialized",
+//	                                INVALID_TOOL,                 400 "Tool missing execute function";
+//	                                SCHEMA_UNAVAILABLE,           any status: "Import '…' failed", "Module
+//	                                TOOL_CONFIGURATION_REQUIRED   not found", "Cannot find module/package",
+//	                                                              "npm install failed", "not found in
+//	                                                              package", "does not have an execute()"
+//	4     unauthorized              UNAUTHORIZED,                 (by status: 401, 403)
 //	                                AUTHENTICATION_REQUIRED
 //	5     executor error            INTERNAL_ERROR,               a stock server phrase ("Internal Server
-//	                                EXECUTOR_INTERNAL_ERROR,      Error"); a body that is not a JSON object
-//	                                EXECUTOR_UNAVAILABLE, any     of the protocol, truncated, broken off or
-//	                                unknown code                  larger than MaxResponseBytes; a redirect
+//	                                EXECUTOR_INTERNAL_ERROR,      Error"); any other status; a body that
+//	                                EXECUTOR_UNAVAILABLE, any     is not a JSON object of the protocol,
+//	                                unknown code                  truncated, broken off or larger than
+//	                                                              MaxResponseBytes; a redirect
 //	124   timeout                   EXECUTION_TIMEOUT; the        "Script exited with code null",
 //	                                driver's own deadline; the    FUNCTION_INVOCATION_TIMEOUT (the hosting
-//	                                executor's kill hidden in     platform's 504 page), "execution timed
-//	                                another code (see 1. above)   out"
+//	                                executor's kill hidden in     platform's 504 page)
+//	                                another code (see 1. above)
+//
+// A wording a tool could also throw counts only under the status at which
+// the executor itself sends it, because a tool's throw reaches the Vercel
+// template's caller as a plain string under 500: a tool throwing "Missing
+// required fields: query" is still exit 1.
 //
 // One failure cannot be told apart on the Vercel template: a failure of
 // the executor itself inside its catch-all is answered exactly like a tool

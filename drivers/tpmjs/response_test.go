@@ -200,9 +200,19 @@ func TestParseResponse(t *testing.T) {
 			wantStdout: `{"done":1}`, wantData: map[string]any{"done": json.Number("1")},
 		},
 		{
-			name: "failure without code is classified by its text", status: 200,
+			name: "failure without code is classified by its text", status: 404,
 			body:     `{"success":false,"error":"Tool not found","executionTimeMs":1}`,
-			wantExit: ExitNotFound, wantStderr: "TOOL_NOT_FOUND: HTTP 200: Tool not found",
+			wantExit: ExitNotFound, wantStderr: "TOOL_NOT_FOUND: HTTP 404: Tool not found",
+		},
+		{
+			name: "a tool's throw that reads like the executor's wording stays the tool's", status: 500,
+			body:     `{"success":false,"error":"Missing required fields: query","executionTimeMs":1}`,
+			wantExit: ExitToolFailed, wantStderr: "TOOL_EXECUTION_FAILED: HTTP 500: Missing required fields: query",
+		},
+		{
+			name: "a tool's throw about a lookup stays the tool's", status: 500,
+			body:     `{"success":false,"error":"Tool not found: the weather station","executionTimeMs":1}`,
+			wantExit: ExitToolFailed, wantStderr: "TOOL_EXECUTION_FAILED: HTTP 500: Tool not found: the weather station",
 		},
 		{
 			name: "failure without code or known text under 200 is the tool's", status: 200,
