@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"unicode"
@@ -108,10 +109,17 @@ func parseAnswer(status int, body []byte) (drivers.Result, answerFacts) {
 	return r, facts
 }
 
-// numberField decodes raw as a JSON number, or returns "".
+// maxNumberLen bounds a number copied from an answer into the evidence.
+const maxNumberLen = 24
+
+// numberField decodes raw as a finite JSON number of at most 24 characters,
+// or returns "": the executor's number goes into the evidence as written.
 func numberField(raw json.RawMessage) json.Number {
 	var n json.Number
-	if len(raw) == 0 || json.Unmarshal(raw, &n) != nil {
+	if len(raw) == 0 || len(raw) > maxNumberLen || json.Unmarshal(raw, &n) != nil {
+		return ""
+	}
+	if f, err := n.Float64(); err != nil || math.IsInf(f, 0) {
 		return ""
 	}
 	return n

@@ -2,9 +2,10 @@
 // driver and of the gateway end to end.
 //
 // The fake serves the executor protocol over a real HTTP server on
-// loopback and reproduces the behaviour of the two executors in use, quirks
-// included (see [Personality]): the Node templates of protocol 1.0 and the
-// Deno executor of protocol 1.1. Tools are Go functions registered per
+// loopback and reproduces the behaviour of the three executors in use,
+// quirks included (see [Personality]): the Node templates of protocol 1.0,
+// the Deno executor of protocol 1.1 and the Deno form of the Vercel
+// template, which answers plain strings without codes. Tools are Go functions registered per
 // package and export name; a set of built-in tools in [Package] covers the
 // usual cases. Faults are injected with [Executor.SetDelay],
 // [Executor.SetHealthDelay], [Executor.SetFlaky] and [Executor.SetBody],
