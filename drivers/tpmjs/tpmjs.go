@@ -409,7 +409,6 @@ func (d *Driver) post(ctx context.Context, body []byte) exchange {
 
 // exchange sends body within callCtx and reads the answer.
 func (d *Driver) exchange(ctx, callCtx context.Context, body []byte, budget time.Duration, why string) exchange {
-
 	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, d.executeURL, bytes.NewReader(body))
 	if err != nil {
 		err = fmt.Errorf("tpmjs %s: build request: %w", d.name, err)
