@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -133,7 +134,7 @@ func mapsValues(m map[string]string) func(func(string) bool) {
 }
 
 func TestTPMJSBothProtocolsEndToEnd(t *testing.T) {
-	for _, p := range []tpmjstest.Personality{tpmjstest.NodeV10, tpmjstest.DenoV11} {
+	for _, p := range []tpmjstest.Personality{tpmjstest.NodeV10, tpmjstest.DenoV11, tpmjstest.DenoVercel} {
 		t.Run(p.String(), func(t *testing.T) {
 			e := newTPMJSEnv(t, p, "")
 			resp := e.mustCall("echo-1", "fake.echo", map[string]any{
@@ -198,6 +199,8 @@ func TestTPMJSFailureClasses(t *testing.T) {
 		{"tool caught its own error", tpmjstest.NodeV10, nil, "fake.caught", nil, 1, "TOOL_ERROR"},
 		{"1.0 unknown export", tpmjstest.NodeV10, nil, "fake.missing", nil, 3, "TOOL_NOT_FOUND"},
 		{"1.1 unknown export", tpmjstest.DenoV11, nil, "fake.missing", nil, 3, "TOOL_NOT_FOUND"},
+		{"plain-string unknown export", tpmjstest.DenoVercel, nil, "fake.missing", nil, 3, "TOOL_NOT_FOUND: HTTP 404"},
+		{"plain-string tool throws", tpmjstest.DenoVercel, nil, "fake.fail", nil, 1, "TOOL_EXECUTION_FAILED: HTTP 500"},
 		{"proxy html page", tpmjstest.NodeV10, func(e *tpmjsEnv) {
 			e.exec.SetBody("<html><body>502 Bad Gateway</body></html>", 502)
 		}, "fake.echo", nil, 5, "INVALID_RESPONSE"},
@@ -413,4 +416,94 @@ func executions(exec *tpmjstest.Executor) int {
 		}
 	}
 	return n
+}
+
+func TestTPMJSExecutorTimeLimitIsATimeout(t *testing.T) {
+	// The executor kills tools at 1.2s and reports the kill as
+	// TOOL_EXECUTION_ERROR "Script exited with code null". Whether the
+	// driver has read that limit from /info (and ends the call first) or
+	// not (and gets the executor's answer), the caller sees 124 and is
+	// told which limit ended the call.
+	e := newTPMJSEnv(t, tpmjstest.NodeV10, "", tpmjstest.WithMaxExecutionTime(1200*time.Millisecond))
+	deadline := time.Now().Add(5 * time.Second)
+	for e.gw.drivers["tpmjs"].Engine() == "tpmjs" && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	resp := e.mustCall("limit-1", "fake.sleep", map[string]any{"ms": 10000.0})
+	tr := resp.GetToolResult()
+	if tr.GetExitCode() != 124 || !strings.Contains(tr.GetStderr(), "before the executor's advertised maxExecutionTimeMs 1200") {
+		t.Fatalf("exit %d stderr %q, want 124 naming the limit below the executor's", tr.GetExitCode(), tr.GetStderr())
+	}
+	if elapsed := time.Since(start); elapsed >= 1200*time.Millisecond {
+		t.Errorf("the call took %v, not less than the executor's limit", elapsed)
+	}
+	e.checkReplyIsStored("limit-1", resp)
+}
+
+func TestTPMJSEvidenceRecordsWhatWasSent(t *testing.T) {
+	tests := []struct {
+		name, driverYAML, wantVersion string
+	}{
+		{"registry id with a configured version", "    allow_registry_ids: true\n    registry_version: \"1.0.0\"\n", "1.0.0"},
+		{"registry id without a configured version", "    allow_registry_ids: true\n", "latest"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTPMJSEnv(t, tpmjstest.NodeV10, tc.driverYAML)
+			resp := e.mustCall("sent-1", "@toolgate/fake-tools::echoTool", map[string]any{"x": 1.0})
+			if !resp.GetOk() {
+				t.Fatalf("registry id call: %v", resp)
+			}
+			var rec struct {
+				Evidence map[string]any `json:"evidence"`
+			}
+			if err := json.Unmarshal(e.artifact("sent-1", evidence.ArtifactToolResult), &rec); err != nil {
+				t.Fatal(err)
+			}
+			ev := rec.Evidence
+			for k, want := range map[string]any{"package": "@toolgate/fake-tools", "version": tc.wantVersion, "export": "echoTool",
+				"protocol_version": "1.0", "executor_status": 200.0, "sent": true} {
+				if ev[k] != want {
+					t.Errorf("tool_result.json evidence.%s = %#v, want %#v", k, ev[k], want)
+				}
+			}
+			if _, ok := ev["execution_time_ms"].(float64); !ok {
+				t.Errorf("tool_result.json evidence has no execution_time_ms: %v", ev)
+			}
+			// What the evidence says was sent is what the executor got.
+			var sent struct{ Version string }
+			for _, r := range e.exec.Requests() {
+				if strings.HasSuffix(r.Path, "/execute-tool") {
+					_ = json.Unmarshal(r.Body, &sent)
+				}
+			}
+			if sent.Version != tc.wantVersion {
+				t.Errorf("the executor received version %q, the evidence says %q", sent.Version, ev["version"])
+			}
+		})
+	}
+}
+
+func TestTPMJSEngineRefNamesEveryExecutor(t *testing.T) {
+	for _, tc := range []struct {
+		p    tpmjstest.Personality
+		want string
+	}{
+		{tpmjstest.NodeV10, "/tpmjs:railway-executor/1.0.0"},
+		{tpmjstest.DenoV11, "/tpmjs:deno-executor/1.1.0"},
+		{tpmjstest.DenoVercel, "/tpmjs:deno-executor/1.0.0"},
+	} {
+		t.Run(tc.p.String(), func(t *testing.T) {
+			e := newTPMJSEnv(t, tc.p, "")
+			deadline := time.Now().Add(5 * time.Second)
+			for !strings.HasSuffix(e.gw.drivers["tpmjs"].Engine(), tc.want[len("/"):]) && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			resp := e.mustCall("engine-1", "fake.echo", nil)
+			if !strings.HasSuffix(resp.GetEngineRef(), tc.want) {
+				t.Errorf("engine_ref %q, want it to end with %q", resp.GetEngineRef(), tc.want)
+			}
+		})
+	}
 }

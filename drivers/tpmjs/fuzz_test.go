@@ -23,12 +23,20 @@ func FuzzParseResponse(f *testing.F) {
 		{200, "{\"success\":false,\"error\":\"\xff\x00\",\"errorCode\":\"\u2028\"}"},
 		{200, `{"success":true,"output":1e999999}`},
 		{200, ""},
+		{404, `{"success":false,"error":"Export \"x\" not found in module","availableExports":[],"executionTimeMs":3}`},
+		{400, `{"success":false,"error":"Tool \"x\" is a factory function but couldn't be initialized"}`},
+		{500, `{"success":false,"error":"Import 'https://esm.sh/a@1' failed: 404 Not Found","executionTimeMs":1e400}`},
+		{504, "An error occurred with your deployment\n\nFUNCTION_INVOCATION_TIMEOUT\n"},
+		{200, `{"success":false,"error":{"code":"PACKAGE_NOT_FOUND","message":"npm install failed: ETIMEDOUT"}}`},
 	} {
 		f.Add(seed.status, []byte(seed.body))
 	}
 	f.Fuzz(func(t *testing.T, status int, body []byte) {
 		status = 100 + (status%500+500)%500
-		r := parseResponse(status, body)
+		r, facts := parseAnswer(status, body)
+		if len(facts.executionTimeMs) > maxNumberLen {
+			t.Fatalf("executionTimeMs of %d characters kept", len(facts.executionTimeMs))
+		}
 		switch r.ExitCode {
 		case 0:
 			if r.Stderr != "" {
@@ -184,8 +192,11 @@ func FuzzProbeBody(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		if engine, ok := engineFromHealth(body); ok {
+		if engine, protocol, ok := engineFromHealth(body); ok {
 			checkEngine(t, engine)
+			if len(protocol) > 16 || strings.ContainsAny(protocol, " \t\r\n\"/\\") {
+				t.Errorf("protocol version %q is not a short version", protocol)
+			}
 		}
 		engine, maxExec, ok := parseInfo(body)
 		if !ok {

@@ -44,9 +44,12 @@ func (d *Driver) probe(ctx context.Context) {
 		if ctx.Err() == nil {
 			d.log.Warn("tpmjs health probe failed", "driver", d.name, "error", err)
 		}
-	} else if engine, ok := engineFromHealth(body); ok {
+	} else if engine, protocol, ok := engineFromHealth(body); ok {
 		d.mu.Lock()
 		d.healthEngine = engine
+		if protocol != "" {
+			d.executorProtocol = protocol
+		}
 		d.mu.Unlock()
 	}
 
@@ -62,9 +65,13 @@ func (d *Driver) probe(ctx context.Context) {
 	if !ok {
 		return
 	}
+	fields, _ := decodeObject(body)
 	d.mu.Lock()
 	if engine != "" {
 		d.infoEngine = engine
+	}
+	if protocol := protocolOf(fields); protocol != "" {
+		d.executorProtocol = protocol
 	}
 	if maxExec > 0 {
 		d.advertisedMax = maxExec
@@ -97,23 +104,49 @@ func (d *Driver) get(ctx context.Context, url string) ([]byte, error) {
 	return body, nil
 }
 
-// engineFromHealth derives an engine name from a /health answer. /health
-// names no executor, only its runtime ("runtime", or "denoVersion" on the
-// Deno executor) and "implementationVersion".
-func engineFromHealth(body []byte) (string, bool) {
+// engineFromHealth derives an engine name and the advertised protocol
+// version from a /health answer. /health names no executor, only its
+// runtime and version, each in the executor's own fields: "runtime" and
+// "implementationVersion" (protocol 1.0, the Node templates),
+// "denoVersion" and "implementationVersion" (the 1.1 Deno executor), or
+// "info": {"runtime"} and "version" (the Deno form of the Vercel template).
+func engineFromHealth(body []byte) (engine, protocol string, ok bool) {
 	fields, err := decodeObject(body)
 	if err != nil {
-		return "", false
+		return "", "", false
+	}
+	var info struct {
+		Runtime json.RawMessage `json:"runtime"`
+	}
+	if raw, ok := fields["info"]; ok {
+		_ = json.Unmarshal(raw, &info) // an "info" that is no object names nothing
 	}
 	runtime := stringField(fields["runtime"])
+	if runtime == "" {
+		runtime = stringField(info.Runtime)
+	}
 	if runtime == "" && len(fields["denoVersion"]) > 0 {
 		runtime = "deno"
+	}
+	version := stringField(fields["implementationVersion"])
+	if version == "" {
+		version = stringField(fields["version"])
 	}
 	name := defaultExecName
 	if r := slug(runtime, maxEngineName-len("-executor")); r != "" {
 		name = r + "-executor"
 	}
-	return engineRef(name, stringField(fields["implementationVersion"])), true
+	return engineRef(name, version), protocolOf(fields), true
+}
+
+// protocolOf returns an answer's "protocolVersion" when it is a short
+// version such as "1.0", or "".
+func protocolOf(fields map[string]json.RawMessage) string {
+	v := stringField(fields["protocolVersion"])
+	if v == "" || len(v) > 16 || slug(v, 16) != v {
+		return ""
+	}
+	return v
 }
 
 // parseInfo reads the executor's name, version and advertised maximum

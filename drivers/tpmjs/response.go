@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"unicode"
@@ -82,14 +83,69 @@ func failure(exitCode int, code, message string) drivers.Result {
 // accepts the 1.0 format ("error": {"code", "message"}) and the 1.1 format
 // ("error": "text" next to "errorCode", "errorStage" and "retryable") under
 // any HTTP status, because real executors use status codes inconsistently;
-// the status only decides the class of a failure whose body names no code.
+// the body decides the class of a failure (see classify), the status only
+// when the body says nothing usable.
 //
 // body must be complete: callers handle oversized and broken bodies.
 func parseResponse(status int, body []byte) drivers.Result {
+	r, _ := parseAnswer(status, body)
+	return r
+}
+
+// answerFacts is what an answer tells about itself, for the evidence.
+type answerFacts struct {
+	executionTimeMs json.Number // "" when absent or not a number
+	format          string      // the failure's wire form: "1.0", "1.1", "plain"; "" for none
+}
+
+// parseAnswer is parseResponse, also returning the answer's facts.
+func parseAnswer(status int, body []byte) (drivers.Result, answerFacts) {
 	fields, err := decodeObject(body)
 	if err != nil {
-		return unusableBody(status, body, err)
+		return unusableBody(status, body, err), answerFacts{}
 	}
+	facts := answerFacts{executionTimeMs: numberField(fields["executionTimeMs"]), format: wireFormat(fields)}
+	r := resultOf(status, body, fields)
+	return r, facts
+}
+
+// maxNumberLen bounds a number copied from an answer into the evidence.
+const maxNumberLen = 24
+
+// numberField decodes raw as a finite JSON number of at most 24 characters,
+// or returns "": the executor's number goes into the evidence as written.
+func numberField(raw json.RawMessage) json.Number {
+	var n json.Number
+	if len(raw) == 0 || len(raw) > maxNumberLen || json.Unmarshal(raw, &n) != nil {
+		return ""
+	}
+	if f, err := n.Float64(); err != nil || math.IsInf(f, 0) {
+		return ""
+	}
+	return n
+}
+
+// wireFormat names the form of an answer's "error": an object (1.0), a
+// string next to a 1.1 code or stage, or a plain string.
+func wireFormat(fields map[string]json.RawMessage) string {
+	raw, ok := fields["error"]
+	if !ok {
+		return ""
+	}
+	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '{' {
+		return "1.0"
+	}
+	if _, coded := fields["errorCode"]; coded {
+		return "1.1"
+	}
+	if _, staged := fields["errorStage"]; staged {
+		return "1.1"
+	}
+	return "plain"
+}
+
+// resultOf maps a decoded answer onto a Result.
+func resultOf(status int, body []byte, fields map[string]json.RawMessage) drivers.Result {
 	output, hasOutput := fields["output"]
 	success := false
 	successKnown := false
@@ -107,20 +163,7 @@ func parseResponse(status int, body []byte) drivers.Result {
 		}
 	}
 	var r drivers.Result
-	if code != "" {
-		r.ExitCode = exitCodeFor(code)
-	} else {
-		// Without a code only the status can tell what went wrong.
-		switch status {
-		case http.StatusBadRequest:
-			r.ExitCode, code = ExitInvalidRequest, codeInvalidRequest
-		case http.StatusUnauthorized, http.StatusForbidden:
-			r.ExitCode, code = ExitUnauthorized, codeUnauthorized
-		default:
-			r.ExitCode, code = ExitExecutorError, codeExecutorError
-		}
-		message = fmt.Sprintf("HTTP %d: %s", status, orDefault(message, "the executor reported a failure without a message"))
-	}
+	r.ExitCode, code, message = classify(status, fields, code, message)
 	r.Stderr = code + ": " + orDefault(message, "(no message)") + details(fields)
 	if hasOutput {
 		r.Stdout, r.Data = outputOf(output)
@@ -149,12 +192,20 @@ func decodeObject(body []byte) (map[string]json.RawMessage, error) {
 // status still says that the key was refused.
 func unusableBody(status int, body []byte, err error) drivers.Result {
 	exitCode, code := ExitExecutorError, codeInvalidResponse
-	if status == http.StatusUnauthorized || status == http.StatusForbidden {
+	switch {
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		exitCode, code = ExitUnauthorized, codeUnauthorized
+	case bytes.Contains(body, []byte("FUNCTION_INVOCATION_TIMEOUT")):
+		// The hosting platform cut the executor off at its own limit
+		// (Vercel answers 504 FUNCTION_INVOCATION_TIMEOUT as plain text).
+		exitCode, code = ExitTimeout, codeTimeout
 	}
 	msg := fmt.Sprintf("HTTP %d: %s", status, err)
 	if ex := excerpt(body, maxExcerpt); ex != "" {
 		msg += ": " + ex
+	}
+	if exitCode == ExitTimeout {
+		msg = "the hosting platform's time limit ended the call (" + msg + ")"
 	}
 	return failure(exitCode, code, msg)
 }

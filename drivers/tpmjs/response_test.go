@@ -79,9 +79,14 @@ func TestParseResponse(t *testing.T) {
 			wantExit: ExitToolFailed, wantStderr: "TOOL_EXECUTION_ERROR: Tool threw an error: Invalid input",
 		},
 		{
-			name: "1.0 node timeout is reported as a tool error", status: 200,
+			name: "1.0 node kill at its own limit is a timeout", status: 200,
 			body:     `{"success":false,"error":{"code":"TOOL_EXECUTION_ERROR","message":"Script exited with code null"},"executionTimeMs":120001}`,
-			wantExit: ExitToolFailed, wantStderr: "TOOL_EXECUTION_ERROR: Script exited with code null",
+			wantExit: ExitTimeout, wantStderr: "EXECUTION_TIMEOUT: the executor's own time limit ended the call (it answered TOOL_EXECUTION_ERROR: Script exited with code null)",
+		},
+		{
+			name: "1.0 npm install cut off at its limit is a timeout", status: 200,
+			body:     `{"success":false,"error":{"code":"PACKAGE_NOT_FOUND","message":"npm install failed for a@1: spawnSync /bin/sh ETIMEDOUT"},"executionTimeMs":60001}`,
+			wantExit: ExitTimeout, wantStderr: "EXECUTION_TIMEOUT: the executor's own time limit ended the call (it answered PACKAGE_NOT_FOUND: npm install failed for a@1: spawnSync /bin/sh ETIMEDOUT)",
 		},
 		{
 			name: "1.0 package not found", status: 200,
@@ -195,9 +200,39 @@ func TestParseResponse(t *testing.T) {
 			wantStdout: `{"done":1}`, wantData: map[string]any{"done": json.Number("1")},
 		},
 		{
-			name: "failure without code under 200", status: 200,
+			name: "failure without code is classified by its text", status: 404,
 			body:     `{"success":false,"error":"Tool not found","executionTimeMs":1}`,
-			wantExit: ExitExecutorError, wantStderr: "EXECUTOR_ERROR: HTTP 200: Tool not found",
+			wantExit: ExitNotFound, wantStderr: "TOOL_NOT_FOUND: HTTP 404: Tool not found",
+		},
+		{
+			name: "a tool's throw that reads like the executor's wording stays the tool's", status: 500,
+			body:     `{"success":false,"error":"Missing required fields: query","executionTimeMs":1}`,
+			wantExit: ExitToolFailed, wantStderr: "TOOL_EXECUTION_FAILED: HTTP 500: Missing required fields: query",
+		},
+		{
+			name: "a tool's throw about a lookup stays the tool's", status: 500,
+			body:     `{"success":false,"error":"Tool not found: the weather station","executionTimeMs":1}`,
+			wantExit: ExitToolFailed, wantStderr: "TOOL_EXECUTION_FAILED: HTTP 500: Tool not found: the weather station",
+		},
+		{
+			name: "failure without code or known text under 200 is the tool's", status: 200,
+			body:     `{"success":false,"error":"rate limited by upstream","executionTimeMs":1}`,
+			wantExit: ExitToolFailed, wantStderr: "TOOL_EXECUTION_FAILED: HTTP 200: rate limited by upstream",
+		},
+		{
+			name: "stock server phrase under 500 is the executor's", status: 500,
+			body:     `{"success":false,"error":"Internal Server Error"}`,
+			wantExit: ExitExecutorError, wantStderr: "EXECUTOR_ERROR: HTTP 500: Internal Server Error",
+		},
+		{
+			name: "1.1 stage without a code", status: 500,
+			body:     `{"success":false,"error":"boom","errorStage":"load"}`,
+			wantExit: ExitNotFound, wantStderr: "PACKAGE_IMPORT_FAILED: HTTP 500: boom (errorStage: load)",
+		},
+		{
+			name: "platform cut the executor off", status: 504,
+			body:     "An error occurred with your deployment\n\nFUNCTION_INVOCATION_TIMEOUT\n",
+			wantExit: ExitTimeout, wantStderr: "EXECUTION_TIMEOUT: the hosting platform's time limit ended the call (HTTP 504: the body is not a JSON object: An error occurred with your deployment FUNCTION_INVOCATION_TIMEOUT)",
 		},
 		{
 			name: "failure without code under 400", status: 400,
@@ -317,6 +352,7 @@ func TestEngineFromProbes(t *testing.T) {
 	tests := []struct {
 		name, health, info string
 		wantHealth         string
+		wantProtocol       string
 		wantInfo           string
 		wantMax            time.Duration
 	}{
@@ -325,12 +361,25 @@ func TestEngineFromProbes(t *testing.T) {
 			health:     `{"status":"ok","protocolVersion":"1.0","implementationVersion":"1.0.0","runtime":"node","timestamp":"2026-02-03T12:00:00.000Z"}`,
 			info:       `{"name":"Railway Executor","version":"1.0.0","protocolVersion":"1.0","capabilities":{"maxExecutionTimeMs":120000}}`,
 			wantHealth: "tpmjs:node-executor/1.0.0", wantInfo: "tpmjs:railway-executor/1.0.0", wantMax: 120 * time.Second,
+			wantProtocol: "1.0",
 		},
 		{
 			name:       "deno executor",
 			health:     `{"status":"ok","protocolVersion":"1.1","implementationVersion":"1.1.0","denoVersion":"2.1.4"}`,
 			info:       `{"error":"Not found"}`,
-			wantHealth: "tpmjs:deno-executor/1.1.0",
+			wantHealth: "tpmjs:deno-executor/1.1.0", wantProtocol: "1.1",
+		},
+		{
+			name:       "deno form of the vercel template",
+			health:     `{"status":"ok","version":"1.0.0","info":{"runtime":"deno","httpImports":true,"timestamp":"2026-02-03T12:00:00.000Z"}}`,
+			info:       `The page could not be found`,
+			wantHealth: "tpmjs:deno-executor/1.0.0",
+		},
+		{
+			name:       "an info that is no object",
+			health:     `{"status":"ok","version":"2.0.0","info":"deno","protocolVersion":"1.0; rm -rf"}`,
+			info:       `{}`,
+			wantHealth: "tpmjs:executor/2.0.0",
 		},
 		{
 			name:       "hostile names are reduced to slugs",
@@ -354,9 +403,9 @@ func TestEngineFromProbes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := engineFromHealth([]byte(tc.health))
-			if !ok || got != tc.wantHealth {
-				t.Errorf("engineFromHealth = %q, %v, want %q", got, ok, tc.wantHealth)
+			got, protocol, ok := engineFromHealth([]byte(tc.health))
+			if !ok || got != tc.wantHealth || protocol != tc.wantProtocol {
+				t.Errorf("engineFromHealth = %q, %q, %v, want %q, %q", got, protocol, ok, tc.wantHealth, tc.wantProtocol)
 			}
 			engine, maxExec, _ := parseInfo([]byte(tc.info))
 			if engine != tc.wantInfo || maxExec != tc.wantMax {

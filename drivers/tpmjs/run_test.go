@@ -481,31 +481,64 @@ func TestRunTimeouts(t *testing.T) {
 		r, err := d.Run(context.Background(), call(tpmjstest.EchoTool, nil))
 		assertTimeout(t, r, err, start, "200ms")
 	})
-	t.Run("node reports its own kill as a tool error", func(t *testing.T) {
+	t.Run("the executor's own kill is a timeout, not a tool error", func(t *testing.T) {
 		t.Parallel()
+		// The driver has not probed /info, so it does not know the
+		// executor's limit and the executor's kill arrives first.
 		fake := tpmjstest.New(t, tpmjstest.NodeV10, tpmjstest.WithMaxExecutionTime(100*time.Millisecond))
 		d := newDriver(t, fake.URL, nil)
 		r, err := d.Run(context.Background(), call(tpmjstest.SleepTool, map[string]any{"ms": 5000}))
 		if err != nil {
 			t.Fatalf("Run: %v", err)
 		}
-		if want := "TOOL_EXECUTION_ERROR: Script exited with code null"; r.ExitCode != ExitToolFailed || r.Stderr != want {
-			t.Errorf("Run = exit %d, stderr %q; want exit %d, stderr %q", r.ExitCode, r.Stderr, ExitToolFailed, want)
+		want := "EXECUTION_TIMEOUT: the executor's own time limit ended the call (it answered TOOL_EXECUTION_ERROR: Script exited with code null)"
+		if r.ExitCode != ExitTimeout || r.Stderr != want {
+			t.Errorf("Run = exit %d, stderr %q; want exit %d, stderr %q", r.ExitCode, r.Stderr, ExitTimeout, want)
 		}
 	})
-	t.Run("call timeout capped by the advertised maximum", func(t *testing.T) {
+	t.Run("call timeout capped below the advertised maximum", func(t *testing.T) {
 		t.Parallel()
-		fake := tpmjstest.New(t, tpmjstest.NodeV10, tpmjstest.WithMaxExecutionTime(100*time.Millisecond))
+		fake := tpmjstest.New(t, tpmjstest.NodeV10, tpmjstest.WithMaxExecutionTime(400*time.Millisecond))
 		fake.SetDelay(20 * time.Second) // an install that never ends: outside the executor's own limit
 		d := newDriver(t, fake.URL, func(c *Config) { c.CallTimeout = time.Minute })
-		d.margin = 100 * time.Millisecond
+		d.margin = 50 * time.Millisecond
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		d.Start(ctx)
-		waitFor(t, "the advertised maximum", func() bool { return d.callLimit() == 200*time.Millisecond })
+		waitFor(t, "the advertised maximum", func() bool { limit, _ := d.callLimit(); return limit == 350*time.Millisecond })
 		start := time.Now()
 		r, err := d.Run(context.Background(), call(tpmjstest.EchoTool, nil))
-		assertTimeout(t, r, err, start, "200ms")
+		assertTimeout(t, r, err, start, "350ms (the driver's time limit, 50ms before the executor's advertised maxExecutionTimeMs 400)")
+	})
+	t.Run("the hosting platform's kill is a timeout", func(t *testing.T) {
+		t.Parallel()
+		fake := tpmjstest.New(t, tpmjstest.DenoVercel, tpmjstest.WithMaxExecutionTime(200*time.Millisecond))
+		d := newDriver(t, fake.URL, nil)
+		r, err := d.Run(context.Background(), call(tpmjstest.SleepTool, map[string]any{"ms": 5000}))
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if want := "EXECUTION_TIMEOUT: the hosting platform's time limit ended the call (HTTP 504:"; r.ExitCode != ExitTimeout || !strings.HasPrefix(r.Stderr, want) {
+			t.Errorf("Run = exit %d, stderr %q; want exit %d, stderr starting %q", r.ExitCode, r.Stderr, ExitTimeout, want)
+		}
+	})
+	t.Run("the driver's timeout comes before the executor's kill", func(t *testing.T) {
+		t.Parallel()
+		// The executor kills a tool at 1s and reports it as a tool error;
+		// the driver, which read the limit from /info, ends the call
+		// first (a quarter of the limit earlier) and says why.
+		fake := tpmjstest.New(t, tpmjstest.NodeV10, tpmjstest.WithMaxExecutionTime(time.Second))
+		d := newDriver(t, fake.URL, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		d.Start(ctx)
+		waitFor(t, "the advertised maximum", func() bool { limit, _ := d.callLimit(); return limit < time.Second })
+		start := time.Now()
+		r, err := d.Run(context.Background(), call(tpmjstest.SleepTool, map[string]any{"ms": 5000}))
+		assertTimeout(t, r, err, start, "750ms (the driver's time limit, 250ms before the executor's advertised maxExecutionTimeMs 1000)")
+		if elapsed := time.Since(start); elapsed >= time.Second {
+			t.Errorf("the call ended after %v, not before the executor's limit of 1s", elapsed)
+		}
 	})
 }
 
@@ -630,6 +663,9 @@ func TestEngineLearnsFromProbes(t *testing.T) {
 		{"deno from /health", tpmjstest.DenoV11, nil, "", "tpmjs:deno-executor/1.1.0"},
 		{"deno with auth", tpmjstest.DenoV11, []tpmjstest.Option{tpmjstest.WithAPIKey("k"), tpmjstest.WithVersion("9f3c2e1")}, "k", "tpmjs:deno-executor/9f3c2e1"},
 		{"node without key still probes", tpmjstest.NodeV10, []tpmjstest.Option{tpmjstest.WithAPIKey("k"), tpmjstest.WithVersion("1.0.7")}, "", "tpmjs:railway-executor/1.0.7"},
+		// Before, the Vercel form's /health (version and info.runtime)
+		// gave the bare "tpmjs:executor".
+		{"deno form of the vercel template from /health", tpmjstest.DenoVercel, []tpmjstest.Option{tpmjstest.WithVersion("1.0.3")}, "", "tpmjs:deno-executor/1.0.3"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

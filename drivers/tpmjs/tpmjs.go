@@ -27,11 +27,12 @@ const (
 	defaultName             = "tpmjs"
 )
 
-// advertisedMargin is added to the executor's advertised maximum execution
-// time before it caps a call: the limit covers the tool's run, while the
-// answer also waits for the executor's package install or import and for
-// the network.
-const advertisedMargin = 10 * time.Second
+// advertisedMargin is how much earlier than the executor's advertised
+// maximum execution time the driver ends a call: the executor's own kill
+// arrives as an ordinary failure on some executors, so the driver's
+// deadline must come first to report a timeout, and to report whose limit
+// it was. For short advertised limits the margin is a quarter of the limit.
+const advertisedMargin = 5 * time.Second
 
 // Wire constants.
 const (
@@ -62,8 +63,9 @@ type Config struct {
 	// HealthTimeout bounds each /health and /info probe. Default 1s.
 	HealthTimeout time.Duration
 	// CallTimeout bounds each call. Default 120s. Once /info advertised a
-	// maximum execution time, calls are also capped at that time plus a
-	// margin of 10s.
+	// maximum execution time, calls are also capped at that time minus a
+	// margin of 5s (a quarter of it for limits under 20s), so the driver's
+	// timeout always comes before the executor's own kill.
 	CallTimeout time.Duration
 	// ProbeInterval is the time between two probes after Start. Default 30s.
 	ProbeInterval time.Duration
@@ -88,20 +90,21 @@ type Driver struct {
 	healthTimeout, callTimeout     time.Duration
 	probeInterval                  time.Duration
 	maxResponse                    int64
-	margin                         time.Duration // advertisedMargin; tests shorten it
+	margin                         time.Duration // advertisedMargin; tests change it
 	trace                          drivers.TraceWriter
 	client                         *http.Client
 	ownTransport                   *http.Transport // closed by Close; nil for Config.HTTPClient
 	log                            *slog.Logger
 
-	mu            sync.Mutex
-	healthEngine  string        // engine name from /health, "" until known
-	infoEngine    string        // engine name from /info, "" until known; wins over healthEngine
-	advertisedMax time.Duration // from /info, 0 until known
-	started       bool
-	closed        bool
-	stopProbes    context.CancelFunc
-	wg            sync.WaitGroup // the probe loop
+	mu               sync.Mutex
+	healthEngine     string        // engine name from /health, "" until known
+	infoEngine       string        // engine name from /info, "" until known; wins over healthEngine
+	advertisedMax    time.Duration // from /info, 0 until known
+	executorProtocol string        // protocolVersion from /health or /info, "" until known
+	started          bool
+	closed           bool
+	stopProbes       context.CancelFunc
+	wg               sync.WaitGroup // the probe loop
 }
 
 var _ drivers.Driver = (*Driver)(nil)
@@ -277,8 +280,10 @@ type exchange struct {
 	status  int    // HTTP status, 0 when no answer arrived
 	body    []byte // the response body as read, at most MaxResponseBytes+1 bytes
 	result  drivers.Result
-	err     error  // the exchange broke before an answer arrived: Run returns it
-	problem string // what went wrong with the exchange itself, for the trace
+	facts   answerFacts
+	limit   time.Duration // the driver's own time limit of the call
+	err     error         // the exchange broke before an answer arrived: Run returns it
+	problem string        // what went wrong with the exchange itself, for the trace
 }
 
 // Run calls the tool call.Target of the package call.Package at
@@ -304,7 +309,9 @@ func (d *Driver) Run(ctx context.Context, call drivers.Call) (drivers.Result, er
 		version = defaultVersion
 	}
 	if err := validateCall(call.Package, version, call.Target); err != nil {
-		return failure(ExitInvalidRequest, codeInvalidRequest, err.Error()), nil
+		r := failure(ExitInvalidRequest, codeInvalidRequest, err.Error())
+		r.Evidence = map[string]any{"sent": false}
+		return r, nil
 	}
 	req := wireRequest{PackageName: call.Package, Version: version, Name: call.Target, Params: call.Args, Env: call.Env}
 	if req.Params == nil {
@@ -321,7 +328,39 @@ func (d *Driver) Run(ctx context.Context, call drivers.Call) (drivers.Result, er
 	start := time.Now()
 	ex := d.post(ctx, body)
 	d.record(call, start, body, ex)
+	if ex.err == nil {
+		ex.result.Evidence = d.evidence(req, ex)
+	}
 	return ex.result, ex.err
+}
+
+// evidence is what Result.Evidence records of one exchange: what was
+// actually sent (a registry id's version is the driver's, not the
+// caller's), and what the executor answered about itself.
+func (d *Driver) evidence(req wireRequest, ex exchange) map[string]any {
+	ev := map[string]any{
+		"sent":             true,
+		"package":          req.PackageName,
+		"version":          req.Version,
+		"export":           req.Name,
+		"protocol_version": protocolVersion,
+		"time_limit_ms":    ex.limit.Milliseconds(),
+	}
+	if ex.status != 0 {
+		ev["executor_status"] = ex.status
+	}
+	if ex.facts.executionTimeMs != "" {
+		ev["execution_time_ms"] = ex.facts.executionTimeMs
+	}
+	if ex.facts.format != "" {
+		ev["error_format"] = ex.facts.format
+	}
+	d.mu.Lock()
+	if d.executorProtocol != "" {
+		ev["executor_protocol_version"] = d.executorProtocol
+	}
+	d.mu.Unlock()
+	return ev
 }
 
 // validateCall checks the fields that executors paste into shell commands,
@@ -336,28 +375,40 @@ func validateCall(pkg, version, export string) error {
 	return ValidateExportName(export)
 }
 
-// callLimit is the driver's own time limit for one call.
-func (d *Driver) callLimit() time.Duration {
+// callLimit is the driver's own time limit for one call and what set it,
+// for the timeout message.
+func (d *Driver) callLimit() (time.Duration, string) {
 	d.mu.Lock()
 	advertised := d.advertisedMax
 	d.mu.Unlock()
-	limit := d.callTimeout
-	if advertised > 0 && advertised+d.margin < limit {
-		limit = advertised + d.margin
+	limit, why := d.callTimeout, "the driver's time limit"
+	if advertised > 0 {
+		margin := min(d.margin, advertised/4)
+		if advertised-margin < limit {
+			limit = advertised - margin
+			why = fmt.Sprintf("the driver's time limit, %v before the executor's advertised maxExecutionTimeMs %d",
+				margin, advertised.Milliseconds())
+		}
 	}
-	return limit
+	return limit, why
 }
 
 // post sends one request body to /execute-tool and maps the answer.
 func (d *Driver) post(ctx context.Context, body []byte) exchange {
-	limit := d.callLimit()
+	limit, why := d.callLimit()
 	budget := limit // the time the call really has, for the timeout message
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < budget {
-		budget = time.Until(dl)
+		budget, why = time.Until(dl), "the caller's deadline"
 	}
 	callCtx, cancel := context.WithTimeoutCause(ctx, limit, errCallDeadline)
 	defer cancel()
+	ex := d.exchange(ctx, callCtx, body, budget, why)
+	ex.limit = limit
+	return ex
+}
 
+// exchange sends body within callCtx and reads the answer.
+func (d *Driver) exchange(ctx, callCtx context.Context, body []byte, budget time.Duration, why string) exchange {
 	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, d.executeURL, bytes.NewReader(body))
 	if err != nil {
 		err = fmt.Errorf("tpmjs %s: build request: %w", d.name, err)
@@ -368,7 +419,7 @@ func (d *Driver) post(ctx context.Context, body []byte) exchange {
 
 	resp, err := d.client.Do(req)
 	if err != nil {
-		if ex, done := d.interrupted(ctx, callCtx, budget); done {
+		if ex, done := d.interrupted(ctx, callCtx, budget, why); done {
 			return ex
 		}
 		err = fmt.Errorf("tpmjs %s: POST %s: %w", d.name, d.executeURL, err)
@@ -393,7 +444,7 @@ func (d *Driver) post(ctx context.Context, body []byte) exchange {
 	ex.body, err = io.ReadAll(io.LimitReader(resp.Body, d.maxResponse+1))
 	switch {
 	case err != nil:
-		if iex, done := d.interrupted(ctx, callCtx, budget); done {
+		if iex, done := d.interrupted(ctx, callCtx, budget, why); done {
 			iex.status, iex.body = ex.status, ex.body
 			return iex
 		}
@@ -404,7 +455,7 @@ func (d *Driver) post(ctx context.Context, body []byte) exchange {
 		ex.result = d.oversized(resp.StatusCode)
 		ex.problem = ex.result.Stderr
 	default:
-		ex.result = parseResponse(resp.StatusCode, ex.body)
+		ex.result, ex.facts = parseAnswer(resp.StatusCode, ex.body)
 	}
 	return ex
 }
@@ -413,7 +464,7 @@ func (d *Driver) post(ctx context.Context, body []byte) exchange {
 // outcome: the caller's cancellation is an error, running out of time (the
 // caller's deadline or the driver's own limit) a timeout Result. done is
 // false when the context is still live and the failure was the network's.
-func (d *Driver) interrupted(ctx, callCtx context.Context, budget time.Duration) (ex exchange, done bool) {
+func (d *Driver) interrupted(ctx, callCtx context.Context, budget time.Duration, why string) (ex exchange, done bool) {
 	if callCtx.Err() == nil {
 		return exchange{}, false
 	}
@@ -423,7 +474,7 @@ func (d *Driver) interrupted(ctx, callCtx context.Context, budget time.Duration)
 	}
 	whose := "the caller's deadline"
 	if errors.Is(context.Cause(callCtx), errCallDeadline) {
-		whose = "the driver's time limit"
+		whose = why
 	}
 	r := failure(ExitTimeout, codeTimeout, fmt.Sprintf("no complete answer from the executor within %v (%s)",
 		budget.Round(time.Millisecond), whose))

@@ -2,9 +2,10 @@
 // driver and of the gateway end to end.
 //
 // The fake serves the executor protocol over a real HTTP server on
-// loopback and reproduces the behaviour of the two executors in use, quirks
-// included (see [Personality]): the Node templates of protocol 1.0 and the
-// Deno executor of protocol 1.1. Tools are Go functions registered per
+// loopback and reproduces the behaviour of the three executors in use,
+// quirks included (see [Personality]): the Node templates of protocol 1.0,
+// the Deno executor of protocol 1.1 and the Deno form of the Vercel
+// template, which answers plain strings without codes. Tools are Go functions registered per
 // package and export name; a set of built-in tools in [Package] covers the
 // usual cases. Faults are injected with [Executor.SetDelay],
 // [Executor.SetHealthDelay], [Executor.SetFlaky] and [Executor.SetBody],
@@ -22,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -54,6 +56,20 @@ const (
 	// no /info (404) and no execution time limit; a tool that returns nil
 	// yields an answer without "output".
 	DenoV11
+	// DenoVercel imitates the Deno form of the Vercel template, the
+	// executor most Deno deployments run: every failure is a plain string
+	// "error" without any code or stage, told apart only by its text and
+	// status: 404 `Export "X" not found in module` (with
+	// availableExports), 400 for a factory that cannot be initialized or
+	// an export without execute, 500 for an import failure and also for a
+	// tool that throws (the bare message); 401 {"error": "Unauthorized"}
+	// without executionTimeMs; a missing version means "latest". /health
+	// answers {"status", "version", "info": {"runtime": "deno", …}}; there
+	// is no /info. The executor has no time limit of its own; with
+	// WithMaxExecutionTime the hosting platform cuts a call off at that
+	// limit with 504 and the plain-text FUNCTION_INVOCATION_TIMEOUT page.
+	// Routes are served with and without an "/api" prefix.
+	DenoVercel
 )
 
 // String returns the personality's name.
@@ -63,6 +79,8 @@ func (p Personality) String() string {
 		return "NodeV10"
 	case DenoV11:
 		return "DenoV11"
+	case DenoVercel:
+		return "DenoVercel"
 	}
 	return fmt.Sprintf("Personality(%d)", int(p))
 }
@@ -134,7 +152,9 @@ func WithAPIKey(key string) Option {
 
 // WithMaxExecutionTime sets the maximum execution time of a NodeV10
 // executor: advertised in /info as maxExecutionTimeMs and enforced by
-// killing the tool (default 120s). DenoV11 has neither and ignores it.
+// killing the tool (default 120s). On DenoVercel it is the hosting
+// platform's limit (advertised nowhere, default none). DenoV11 has neither
+// and ignores it.
 func WithMaxExecutionTime(d time.Duration) Option {
 	return func(e *Executor) { e.maxExec = d }
 }
@@ -187,6 +207,8 @@ func New(t testing.TB, p Personality, opts ...Option) *Executor {
 		e.version, e.maxExec = "1.0.0", 120*time.Second
 	case DenoV11:
 		e.version = "1.1.0"
+	case DenoVercel:
+		e.version = "1.0.0"
 	default:
 		t.Fatalf("tpmjstest: unknown personality %v", p)
 	}
@@ -285,7 +307,7 @@ func (e *Executor) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := r.URL.Path
-	if e.personality == NodeV10 {
+	if e.personality == NodeV10 || e.personality == DenoVercel {
 		path = strings.TrimPrefix(path, "/api")
 	}
 	if r.Method == http.MethodPost && path == "/execute-tool" && e.fault(w) {
@@ -296,6 +318,8 @@ func (e *Executor) serve(w http.ResponseWriter, r *http.Request) {
 		e.serveNode(w, r, path, body)
 	case DenoV11:
 		e.serveDeno(w, r, path, body)
+	case DenoVercel:
+		e.serveVercel(w, r, path, body)
 	}
 }
 
@@ -698,4 +722,115 @@ func stringParam(params map[string]any, key, def string) string {
 		return s
 	}
 	return def
+}
+
+// serveVercel routes a request like the Deno form of the Vercel template.
+func (e *Executor) serveVercel(w http.ResponseWriter, r *http.Request, path string, body []byte) {
+	switch {
+	case r.Method == http.MethodGet && path == "/health":
+		if e.waitHealth(r.Context()) {
+			writeJSON(w, http.StatusOK, map[string]any{
+				"status": "ok", "version": e.version,
+				"info": map[string]any{"runtime": "deno", "httpImports": true, "timestamp": time.Now().UTC().Format(time.RFC3339Nano)},
+			})
+		}
+	case r.Method == http.MethodPost && path == "/execute-tool":
+		e.vercelExecute(w, r, body)
+	default:
+		// Vercel's own page for a route the deployment does not have.
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, "The page could not be found\n\nNOT_FOUND\n")
+	}
+}
+
+// vercelExecute handles POST /execute-tool like the Deno form of the Vercel
+// template, under the platform's time limit when one is set.
+func (e *Executor) vercelExecute(w http.ResponseWriter, r *http.Request, body []byte) {
+	start := time.Now()
+	fail := func(status int, message string, extra map[string]any) {
+		resp := map[string]any{"success": false, "error": message, "executionTimeMs": time.Since(start).Milliseconds()}
+		for k, v := range extra {
+			resp[k] = v
+		}
+		writeJSON(w, status, resp)
+	}
+	if e.apiKey != "" && r.Header.Get("Authorization") != "Bearer "+e.apiKey {
+		writeJSON(w, http.StatusUnauthorized, map[string]any{"success": false, "error": "Unauthorized"})
+		return
+	}
+	req, err := decodeRequest(body)
+	if err != nil {
+		// req.json() throws inside the template's catch-all.
+		fail(http.StatusInternalServerError, "Unexpected end of JSON input", nil)
+		return
+	}
+	if req.packageName == "" || req.name == "" {
+		fail(http.StatusBadRequest, "Missing required fields: packageName, name", nil)
+		return
+	}
+	version := req.version
+	if version == "" {
+		version = "latest"
+	}
+	ctx := r.Context()
+	if e.maxExec > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, e.maxExec)
+		defer cancel()
+	}
+	platformKill := func() bool {
+		if r.Context().Err() != nil || ctx.Err() == nil {
+			return false
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusGatewayTimeout)
+		_, _ = io.WriteString(w, "An error occurred with your deployment\n\nFUNCTION_INVOCATION_TIMEOUT\n")
+		return true
+	}
+	if !e.wait(ctx, e.currentDelay()) {
+		platformKill()
+		return
+	}
+	fn, known := e.lookup(req.packageName, req.name)
+	switch {
+	case !known:
+		fail(http.StatusInternalServerError, fmt.Sprintf("Import 'https://esm.sh/%s@%s' failed: 404 Not Found", req.packageName, version), nil)
+		return
+	case fn == nil:
+		fail(http.StatusNotFound, fmt.Sprintf("Export %q not found in module", req.name), map[string]any{"availableExports": e.exports(req.packageName)})
+		return
+	}
+	res := runTool(ctx, fn, req, 0)
+	switch {
+	case res.abandoned:
+		platformKill()
+	case errors.Is(res.err, ErrNeedsConfiguration):
+		fail(http.StatusBadRequest, fmt.Sprintf("Tool %q is a factory function but couldn't be initialized", req.name),
+			map[string]any{"hint": "This tool may require specific configuration. Check package documentation."})
+	case errors.Is(res.err, ErrInvalidTool):
+		fail(http.StatusBadRequest, "Tool missing execute function", nil)
+	case res.err != nil:
+		// The template's catch-all: a throw of the tool and a failure of
+		// the executor are the same answer.
+		fail(http.StatusInternalServerError, res.err.Error(), nil)
+	default:
+		resp := map[string]any{"success": true, "executionTimeMs": time.Since(start).Milliseconds()}
+		if res.output != nil {
+			resp["output"] = res.output
+		}
+		writeJSON(w, http.StatusOK, resp)
+	}
+}
+
+// exports lists the export names of a package.
+func (e *Executor) exports(pkg string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	names := make([]string, 0, len(e.tools[pkg]))
+	for name := range e.tools[pkg] {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
 }

@@ -212,3 +212,70 @@ func TestPersonalityString(t *testing.T) {
 		}
 	}
 }
+
+func TestVercelDenoQuirks(t *testing.T) {
+	t.Parallel()
+	v := New(t, DenoVercel, WithAPIKey("k"), WithMaxExecutionTime(200*time.Millisecond))
+	auth := map[string]string{"Authorization": "Bearer k"}
+	req := func(export string, params string) string {
+		return `{"packageName":"` + Package + `","name":"` + export + `","params":` + params + `}`
+	}
+	plain := func(want string) func(*testing.T, map[string]any) {
+		return func(t *testing.T, m map[string]any) {
+			field("success", false)(t, m)
+			if s, ok := m["error"].(string); !ok || !strings.Contains(s, want) {
+				t.Errorf("error = %#v, want a plain string containing %q", m["error"], want)
+			}
+			for _, k := range []string{"errorCode", "errorStage", "retryable"} {
+				if _, ok := m[k]; ok {
+					t.Errorf("the body has %s; the Vercel form sends no code", k)
+				}
+			}
+		}
+	}
+	tests := []struct {
+		name, method, url, body string
+		header                  map[string]string
+		wantStatus              int
+		check                   func(*testing.T, map[string]any)
+	}{
+		{"health has version and info.runtime", "GET", v.URL + "/api/health", "", nil, 200, func(t *testing.T, m map[string]any) {
+			field("version", "1.0.0")(t, m)
+			if info, _ := m["info"].(map[string]any); info["runtime"] != "deno" {
+				t.Errorf("info = %#v", m["info"])
+			}
+		}},
+		{"401 without executionTimeMs", "POST", v.URL + "/execute-tool", req(EchoTool, "{}"), nil, 401, func(t *testing.T, m map[string]any) {
+			field("error", "Unauthorized")(t, m)
+			if _, ok := m["executionTimeMs"]; ok {
+				t.Error("401 body has executionTimeMs")
+			}
+		}},
+		{"version defaults to latest", "POST", v.URL + "/execute-tool", req(EchoTool, "{}"), auth, 200, field("success", true)},
+		{"unknown export is 404", "POST", v.URL + "/execute-tool", req("nope", "{}"), auth, 404, plain(`Export "nope" not found in module`)},
+		{"factory is 400", "POST", v.URL + "/execute-tool", req(FactoryTool, "{}"), auth, 400, plain("is a factory function but couldn't be initialized")},
+		{"no execute is 400", "POST", v.URL + "/execute-tool", req(InvalidTool, "{}"), auth, 400, plain("Tool missing execute function")},
+		{"a throw is 500 with the bare message", "POST", v.URL + "/execute-tool", req(FailTool, `{"message":"boom"}`), auth, 500, plain("boom")},
+		{"import failure is 500", "POST", v.URL + "/execute-tool", `{"packageName":"@x/y","name":"z","version":"2.0.0"}`, auth, 500, plain("Import 'https://esm.sh/@x/y@2.0.0' failed")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			status, m := exchange(t, tc.method, tc.url, tc.body, tc.header)
+			if status != tc.wantStatus || m == nil {
+				t.Fatalf("status = %d, body %v; want %d and a JSON object", status, m, tc.wantStatus)
+			}
+			tc.check(t, m)
+		})
+	}
+	t.Run("the platform cuts a long call off with 504", func(t *testing.T) {
+		status, m := exchange(t, "POST", v.URL+"/execute-tool", req(SleepTool, `{"ms":5000}`), auth)
+		if status != http.StatusGatewayTimeout || m != nil {
+			t.Errorf("status %d body %v, want 504 with a plain-text page", status, m)
+		}
+	})
+	t.Run("no info route", func(t *testing.T) {
+		if status, _ := exchange(t, "GET", v.URL+"/info", "", auth); status != http.StatusNotFound {
+			t.Errorf("/info = %d, want 404", status)
+		}
+	})
+}
