@@ -240,8 +240,9 @@ type DriverConfig struct {
 	APIKeyEnv string `yaml:"api_key_env"`
 	// HealthTimeout bounds /health and /info probes (type tpmjs; 1s).
 	HealthTimeout time.Duration `yaml:"health_timeout"`
-	// CallTimeout bounds one execution (type tpmjs; 120s), lowered to
-	// what the executor advertises as its maximum.
+	// CallTimeout bounds one execution (type tpmjs; 120s), lowered to 5s
+	// under what the executor advertises as its maximum (a quarter under,
+	// below 20s), so the gateway ends a call before the executor kills it.
 	CallTimeout time.Duration `yaml:"call_timeout"`
 	// MaxResponseBytes caps an executor's answer (type tpmjs; 10 MiB).
 	MaxResponseBytes int64 `yaml:"max_response_bytes"`
