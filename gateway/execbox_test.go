@@ -197,7 +197,7 @@ func TestSandboxFailures(t *testing.T) {
 		{"guest runtime error", execboxtest.Script{execboxtest.Started(), execboxtest.Fail("runtime_error", "out of memory")}, codes.OK, 1, "runtime_error: out of memory"},
 		{"malformed messages are ignored", execboxtest.Script{execboxtest.Started(), execboxtest.Raw("{not json"), execboxtest.Done(7.0)}, codes.OK, 0, ""},
 		{"crash mid-run", execboxtest.Script{execboxtest.Started(), execboxtest.Crash()}, codes.Unavailable, 0, ""},
-		{"oversized message", execboxtest.Script{execboxtest.Started(), execboxtest.Oversized(8 << 20)}, codes.Unavailable, 0, ""},
+		{"oversized message", execboxtest.Script{execboxtest.Started(), execboxtest.Oversized(8 << 20)}, codes.OK, 4, "serialization_error"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -168,6 +168,7 @@ func (s *session) run(ctx context.Context, execute []byte, limit time.Duration) 
 	var (
 		out       *outcome
 		brokenErr error
+		tooLarge  error
 		forced    bool
 	)
 	beginCancel := func(reason string) {
@@ -213,6 +214,15 @@ loop:
 					// that is how some runners stop.
 					break loop
 				}
+				if errors.Is(in.err, errMessageTooLarge) {
+					// The runner is still talking: what it tried to send
+					// (a result, logs, a tool input) cannot cross the
+					// boundary. That is the guest's failure, not an
+					// outage; the runner is cut off below.
+					s.counts["too_large"]++
+					tooLarge = in.err
+					break loop
+				}
 				brokenErr = in.err
 				break loop
 			}
@@ -245,6 +255,9 @@ loop:
 		return drivers.Result{}, fmt.Errorf("runner session %s ended before done: %w", s.id, brokenErr)
 	}
 	switch {
+	case tooLarge != nil:
+		return s.result(&outcome{code: codeSerialization, durationMs: -1, message: fmt.Sprintf(
+			"%v: a guest result, log or tool input this large cannot cross the boundary; the runner was stopped", tooLarge)}), nil
 	case s.cancelled == "":
 		return s.result(out), nil
 	case s.cancelled == "context" && !errors.Is(ctx.Err(), context.DeadlineExceeded):
