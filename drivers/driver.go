@@ -70,7 +70,8 @@ type NestedResult struct {
 	// evidence is stored.
 	RequestID string
 	OK        bool
-	// Result is the tool's structured output when OK.
+	// Result is the tool's structured output when OK, and also when a
+	// tool that ran failed (then Code and Message say how).
 	Result any
 	// Code and Message explain a failure: Code is one of the execbox error
 	// codes ("tool_error" for a denied or failed tool, "internal_error"

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -284,11 +285,72 @@ func TestSandboxCancelAndInputlessCalls(t *testing.T) {
 			t.Fatalf("%v", resp)
 		}
 		failed, _ := e.toolResults()["c1"]["error"].(map[string]any)
-		if failed["code"] != "tool_error" || !strings.Contains(failed["message"].(string), "exit code 2") {
+		if failed["code"] != "validation_error" || !strings.Contains(failed["message"].(string), "exit code 2") {
 			t.Errorf("a readFile without arguments answered %v", e.toolResults()["c1"])
 		}
 		if got := e.artifactNames("sbi-1:c1"); len(got) != 5 {
 			t.Errorf("the input-less call went through the gate with evidence %v", got)
 		}
 	})
+}
+
+// TestSandboxNestedFailuresReachTheGuest: a nested call the gateway refuses
+// as INVALID_ARGUMENT and a tool refusing its input both reach the guest as
+// validation_error, and a tool that ran and failed hands the guest its exit
+// code, stdout, stderr and data, as a successful one does.
+func TestSandboxNestedFailuresReachTheGuest(t *testing.T) {
+	for _, transport := range []string{"ws", "stdio"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newSandboxEnv(t, transport, execboxtest.Script{
+				execboxtest.Started(),
+				execboxtest.CallTool("bad-path", "workspace", "readFile", map[string]any{"path": "conf/../etc/passwd"}),
+				execboxtest.CallTool("no-path", "workspace", "readFile", map[string]any{}),
+				execboxtest.CallTool("missing", "workspace", "readFile", map[string]any{"path": "missing.txt"}),
+				execboxtest.AwaitResult("bad-path"),
+				execboxtest.AwaitResult("no-path"),
+				execboxtest.AwaitResult("missing"),
+				execboxtest.Done("carried on"),
+			})
+			resp := e.mustCall("sbn-1", "code.run", map[string]any{"code": "..."})
+			if !resp.GetOk() {
+				t.Fatalf("sandbox call: %v", resp)
+			}
+			results := e.toolResults()
+			errorOf := func(callID string) map[string]any {
+				m := results[callID]
+				failure, _ := m["error"].(map[string]any)
+				if m["ok"] != false || failure == nil {
+					t.Fatalf("%s answered %v, want a failure", callID, m)
+				}
+				return failure
+			}
+			if f := errorOf("bad-path"); f["code"] != "validation_error" || !strings.Contains(f["message"].(string), "args.path") {
+				t.Errorf("a path the gateway refuses answered %v, want validation_error naming args.path", f)
+			}
+			for _, tc := range []struct {
+				callID, code string
+				exit         string
+			}{
+				{"no-path", "validation_error", "2"},
+				{"missing", "tool_error", "1"},
+			} {
+				f := errorOf(tc.callID)
+				result, _ := f["result"].(map[string]any)
+				if f["code"] != tc.code || result == nil {
+					t.Errorf("%s answered %v, want %s with the tool's result", tc.callID, f, tc.code)
+					continue
+				}
+				data, _ := result["data"].(map[string]any)
+				if fmt.Sprint(result["exit_code"]) != tc.exit || result["stderr"] == "" || data["success"] != false {
+					t.Errorf("%s: the guest got the result %v, want exit_code %s, stderr and data", tc.callID, result, tc.exit)
+				}
+				if _, ok := result["stdout"]; !ok {
+					t.Errorf("%s: the guest's result has no stdout: %v", tc.callID, result)
+				}
+				if !strings.Contains(f["message"].(string), "tool result: {") {
+					t.Errorf("%s: the message %q does not carry the result for runners that pass on only the message", tc.callID, f["message"])
+				}
+			}
+		})
+	}
 }

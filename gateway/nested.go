@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -105,14 +106,39 @@ func (n *nestedCaller) CallTool(ctx context.Context, callID, toolID string, inpu
 		return fail(nestedToolError, "tool %s denied by policy (rule %s): %s", toolID, pc.GetRuleId(), pc.GetReason())
 	}
 	tr := resp.GetToolResult()
-	if !resp.GetOk() {
-		return fail(nestedToolError, "tool %s failed with exit code %d: %s", toolID, tr.GetExitCode(), tr.GetStderr())
-	}
 	result, err := nestedResult(tr)
 	if err != nil {
 		return fail(nestedInternalError, "result of tool %s: %v", toolID, err)
 	}
+	if !resp.GetOk() {
+		// The tool ran and failed: the guest gets its whole result, as on
+		// success, beside the code.
+		code := nestedToolError
+		if inputRefused(tr) {
+			code = nestedValidationError
+		}
+		r := fail(code, "tool %s failed with exit code %d: %s", toolID, tr.GetExitCode(), tr.GetStderr())
+		r.Result = result
+		return r
+	}
 	return drivers.NestedResult{RequestID: id, OK: true, Result: result}
+}
+
+// inputRefused reports whether a failed tool result is its driver refusing
+// the tool's input rather than the tool failing: exit code 2, the drivers'
+// code for refused arguments, marked as a refusal in the driver's own form
+// (the workspace's data.category "validation", a TPMJS executor's
+// INVALID_REQUEST, an execbox validation_error). A command's own exit
+// status 2 is not marked, and stays a tool_error.
+func inputRefused(tr *toolgatev1.ToolResult) bool {
+	if tr.GetExitCode() != 2 {
+		return false
+	}
+	if tr.GetData().GetStructValue().GetFields()["category"].GetStringValue() == "validation" {
+		return true
+	}
+	stderr := tr.GetStderr()
+	return strings.HasPrefix(stderr, nestedValidationError+":") || strings.HasPrefix(stderr, "INVALID_REQUEST:")
 }
 
 // nestedArgs turns guest input into tool arguments: an object, or nothing.
@@ -131,8 +157,9 @@ func nestedArgs(input any) (*structpb.Struct, error) {
 	return &args, nil
 }
 
-// nestedResult is what guest code receives from a successful tool: the
-// tool_result as the caller of RunTool would see it.
+// nestedResult is what guest code receives from a tool that ran, whether
+// it succeeded or failed: the tool_result as the caller of RunTool would
+// see it.
 func nestedResult(tr *toolgatev1.ToolResult) (any, error) {
 	out := map[string]any{"exit_code": tr.GetExitCode(), "stdout": tr.GetStdout(), "stderr": tr.GetStderr()}
 	if tr.GetData() != nil {

@@ -128,6 +128,15 @@
 // exceeds Config.MaxMessageBytes, and timeout for any call once it has
 // cancelled the execution.
 //
+// A tool that ran and failed is answered ok: false with the code the
+// gateway chose (tool_error; validation_error when the tool refused its
+// input) and the tool's result {exit_code, stdout, stderr, data}, the same
+// shape a successful call resolves to: as error.result, and at the end of
+// error.message after "\ntool result: " when the message stays within
+// 8 KiB, because a runner may hand the guest only the code and the message.
+// A result that would take the answer over Config.MaxMessageBytes is left
+// out, and the message says so.
+//
 // # Untrusted values
 //
 // Inputs and results cross through the guest's own JSON.stringify, which
