@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/toolgate/toolgate/drivers/execbox/execboxtest"
 	"github.com/toolgate/toolgate/evidence"
@@ -25,6 +26,10 @@ permit (principal, action == Action::"RunTool", resource == Tool::"code.run");
 
 @id("guest_reads") @reason("guest code may read workspace files")
 permit (principal, action == Action::"CallTool", resource == Tool::"workspace.readFile")
+when { context has parentRequestId };
+
+@id("guest_writes") @reason("guest code may create workspace files")
+permit (principal, action == Action::"CallTool", resource == Tool::"workspace.createFile")
 when { context has parentRequestId };
 
 @id("guest_may_wait") @reason("guest code may wait, and nothing else, in the shell")
@@ -349,6 +354,90 @@ func TestSandboxNestedFailuresReachTheGuest(t *testing.T) {
 				}
 				if !strings.Contains(f["message"].(string), "tool result: {") {
 					t.Errorf("%s: the message %q does not carry the result for runners that pass on only the message", tc.callID, f["message"])
+				}
+			}
+		})
+	}
+}
+
+// TestSandboxBrokenRunKeepsItsNestedCalls: the runner crashes after guest
+// code made three nested calls, one of which created a file. The caller is
+// told UNAVAILABLE, and the parent's record still names every nested call:
+// tool_result.json lists them with their outcomes, the failure manifest
+// covers it, and the status points to each nested call's evidence.
+func TestSandboxBrokenRunKeepsItsNestedCalls(t *testing.T) {
+	// Call ids as real runners make them: UUIDs.
+	const (
+		create = "0f8e3c52-6a1b-4c7e-9d2a-5b4f1e7a9c01"
+		read   = "1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d"
+		shell  = "9c8b7a6d-5e4f-4321-8fed-cba987654321"
+	)
+	for _, transport := range []string{"ws", "stdio"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newSandboxEnv(t, transport, execboxtest.Script{
+				execboxtest.Started(),
+				execboxtest.CallTool(create, "workspace", "createFile", map[string]any{"path": "made-by-guest.txt", "content": "side effect\n"}),
+				execboxtest.CallTool(read, "workspace", "readFile", map[string]any{"path": "notes.txt"}),
+				execboxtest.CallTool(shell, "workspace", "shell", map[string]any{"command": "id"}),
+				execboxtest.AwaitResult(create),
+				execboxtest.AwaitResult(read),
+				execboxtest.AwaitResult(shell),
+				execboxtest.Crash(),
+			})
+			_, callErr := e.call(context.Background(), "sbx-1", "code.run", map[string]any{"code": "..."})
+			wantCode(t, callErr, codes.Unavailable, "ended before done")
+			if _, statErr := os.Stat(filepath.Join(e.workspace, "made-by-guest.txt")); statErr != nil {
+				t.Fatalf("the nested createFile did not run: %v", statErr)
+			}
+
+			want := map[string]struct {
+				ok   bool
+				code string
+			}{
+				"sbx-1:" + create: {true, ""},
+				"sbx-1:" + read:   {true, ""},
+				"sbx-1:" + shell:  {false, "tool_error"},
+			}
+			parent := decodeJSON(t, e.artifact("sbx-1", evidence.ArtifactToolResult))
+			if _, hasExit := parent["exit_code"]; hasExit || !strings.Contains(fmt.Sprint(parent["error"]), "ended before done") {
+				t.Errorf("tool_result.json of the broken run = %v, want no exit code and the break named", parent)
+			}
+			listed, _ := parent["nested_calls"].([]any)
+			if len(listed) != len(want) {
+				t.Fatalf("the parent's record lists %v, want the 3 nested calls", parent["nested_calls"])
+			}
+			for _, l := range listed {
+				n, _ := l.(map[string]any)
+				id, _ := n["request_id"].(string)
+				w, ok := want[id]
+				if !ok || n["ok"] != w.ok || (n["code"] != nil) != (w.code != "") || w.code != "" && n["code"] != w.code || n["recorded"] != true {
+					t.Errorf("nested call on record %v, want one of %v", n, want)
+				}
+			}
+			m, err := evidence.ParseManifest(e.artifact("sbx-1", evidence.ArtifactManifest))
+			if err != nil || m.Outcome != evidence.OutcomeFailed {
+				t.Fatalf("manifest %+v, %v; want outcome failed", m, err)
+			}
+			covered := false
+			for _, a := range m.Artifacts {
+				covered = covered || a.Key == evidence.Key("sbx-1", evidence.ArtifactToolResult)
+			}
+			if !covered {
+				t.Errorf("the failure manifest does not cover tool_result.json: %v", m.Artifacts)
+			}
+			rep, err := evidence.Verify(context.Background(), e.store, "sbx-1")
+			if err != nil || len(rep.Problems) > 0 {
+				t.Errorf("verify of the broken run: %s %v (%v)", rep.Status, rep.Problems, err)
+			}
+			var refs []string
+			for _, d := range status.Convert(callErr).Details() {
+				if f, ok := d.(*toolgatev1.RunToolFailure); ok {
+					refs = f.GetEvidenceRefs()
+				}
+			}
+			for id := range want {
+				if !slices.Contains(refs, evidence.Key(id, evidence.ArtifactManifest)) {
+					t.Errorf("the failure's evidence refs %v do not point to nested call %s", refs, id)
 				}
 			}
 		})
