@@ -120,7 +120,7 @@ type Result struct {
 //
 // Run returns an error only when the downstream could not be reached or the
 // exchange broke (the contract's "throw"); the gateway reports such errors to
-// the caller as UNAVAILABLE. The context carries the call's deadline; a driver
+// the caller as UNAVAILABLE. An error may carry evidence (EvidenceError). The context carries the call's deadline; a driver
 // must stop work and return promptly once it is done.
 type Driver interface {
 	Run(ctx context.Context, call Call) (Result, error)

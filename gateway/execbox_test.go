@@ -402,6 +402,13 @@ func TestSandboxBrokenRunKeepsItsNestedCalls(t *testing.T) {
 			if _, hasExit := parent["exit_code"]; hasExit || !strings.Contains(fmt.Sprint(parent["error"]), "ended before done") {
 				t.Errorf("tool_result.json of the broken run = %v, want no exit code and the break named", parent)
 			}
+			ev, _ := parent["evidence"].(map[string]any)
+			if ev["execution_id"] != "sbx-1" || ev["ended_without_done"] != true {
+				t.Errorf("the driver's evidence of the broken session = %v", parent["evidence"])
+			}
+			if driverListed, _ := ev["nested_calls"].([]any); len(driverListed) != 3 {
+				t.Errorf("the driver's evidence lists %v, want the 3 nested calls", ev["nested_calls"])
+			}
 			listed, _ := parent["nested_calls"].([]any)
 			if len(listed) != len(want) {
 				t.Fatalf("the parent's record lists %v, want the 3 nested calls", parent["nested_calls"])

@@ -333,12 +333,14 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		msg := rec.outputText(err.Error())
 		log.Error("driver failed", "driver", tool.Driver, "err", msg)
 		cause := fmt.Errorf("driver %s: %s", tool.Driver, msg)
+		var made []nestedCallRecord
 		if nc != nil {
-			rec.recordBrokenRun(ctx, nc.calls(), brokenRunRecord{
-				RequestID: c.RequestID, Driver: tool.Driver, Target: tool.Target, Engine: engineRef,
-				StartedAt: ranAt.UTC(), DurationMS: g.now().Sub(ranAt).Milliseconds(), Error: cause.Error(),
-			})
+			made = nc.calls()
 		}
+		rec.recordBrokenRun(ctx, made, drivers.ErrorEvidence(err), brokenRunRecord{
+			RequestID: c.RequestID, Driver: tool.Driver, Target: tool.Target, Engine: engineRef,
+			StartedAt: ranAt.UTC(), DurationMS: g.now().Sub(ranAt).Milliseconds(), Error: cause.Error(),
+		})
 		return nil, rec.fail(ctx, codes.Unavailable, cause)
 	}
 	if result, err = rec.redactOutput(result); err != nil {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -95,6 +96,9 @@ type brokenRunRecord struct {
 	// Error is the driver's failure, as the caller was told it.
 	Error       string             `json:"error"`
 	NestedCalls []nestedCallRecord `json:"nested_calls"`
+	// Evidence is what the driver knew when it failed (see
+	// drivers.EvidenceError).
+	Evidence map[string]any `json:"evidence,omitempty"`
 }
 
 // contractResponse is response.json: the Executor Driver Contract's
@@ -345,17 +349,28 @@ func (r *recorder) finish(ctx context.Context, resp *toolgatev1.RunToolResponse,
 	return reply, nil
 }
 
-// recordBrokenRun keeps the nested calls a run made when its driver failed:
-// tool_result.json without a result (see brokenRunRecord), listed in the
-// failure manifest, and a reference to each nested call's evidence in the
-// failure's status details. Nothing is written for a run that made no
-// nested call. The write is best effort, like the manifest's: the store may
+// recordBrokenRun keeps what is known of a run whose driver failed: the
+// nested calls the gateway ran for it and the evidence the driver's error
+// carries, as tool_result.json without a result (see brokenRunRecord),
+// listed in the failure manifest, and a reference to each nested call's
+// evidence in the failure's status details. Nothing is written when there
+// is neither. The write is best effort, like the manifest's: the store may
 // be what failed.
-func (r *recorder) recordBrokenRun(ctx context.Context, made []nestedCallRecord, rec brokenRunRecord) {
-	if len(made) == 0 {
+func (r *recorder) recordBrokenRun(ctx context.Context, made []nestedCallRecord, driverEvidence map[string]any, rec brokenRunRecord) {
+	if len(made) == 0 && driverEvidence == nil {
 		return
 	}
-	rec.NestedCalls = made
+	rec.NestedCalls = nonNilCalls(made)
+	if driverEvidence != nil {
+		// The caller's secrets are hidden in the driver's evidence as in
+		// a result's.
+		res, err := r.redactOutput(drivers.Result{Evidence: driverEvidence})
+		if err != nil {
+			r.g.log.Error("the evidence of a failed driver is left out", "request_id", r.requestID, "err", err)
+		} else {
+			rec.Evidence = res.Evidence
+		}
+	}
 	if err := r.put(ctx, evidence.ArtifactToolResult, rec); err != nil {
 		r.g.log.Error("could not record the nested calls of a failed run", "request_id", r.requestID, "nested_calls", len(made), "err", err)
 	}
@@ -438,4 +453,11 @@ func (r *recorder) failure(code codes.Code, format string, args ...any) error {
 		st = withDetails
 	}
 	return st.Err()
+}
+
+func nonNilCalls(s []nestedCallRecord) []nestedCallRecord {
+	if s == nil {
+		return []nestedCallRecord{}
+	}
+	return s
 }

@@ -181,7 +181,10 @@
 // refused, process not started), when the transport broke before done
 // (closed connection, runner process exit or crash; a runner process's
 // exit status is part of the error), or when ctx was cancelled rather than
-// timed out. A runner message larger than Config.MaxMessageBytes is not an
+// timed out. Once a session is open, that error is a
+// [drivers.EvidenceError] carrying the evidence below (nested_calls
+// included) with ended_without_done set, so that the tool calls guest code
+// made before the break stay on record. A runner message larger than Config.MaxMessageBytes is not an
 // outage but the guest's failure: the runner is cut off and the Result has
 // exit 4, Stderr "serialization_error: runner message exceeds the size
 // limit of N bytes: …", and runner_messages counts it as too_large.

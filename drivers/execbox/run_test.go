@@ -647,17 +647,22 @@ func TestRunContext(t *testing.T) {
 // a Go error, which the gateway reports as UNAVAILABLE.
 func TestRunBrokenTransport(t *testing.T) {
 	tests := []struct {
-		name    string
-		script  execboxtest.Script
-		cfg     Config
-		wantErr string
-		wantIs  error
+		name       string
+		script     execboxtest.Script
+		cfg        Config
+		wantErr    string
+		wantIs     error
+		wantNested int
 	}{
 		{name: "crash before anything", script: execboxtest.Script{execboxtest.Crash()}, wantErr: "ended before done"},
 		{name: "crash mid-run", script: execboxtest.Script{started(), logLine("x"), execboxtest.Crash()}, wantErr: "ended before done"},
 		{name: "crash while a tool call is pending",
 			script:  execboxtest.Script{started(), callTool("c1", "tools", "echo", nil), execboxtest.Crash()},
-			wantErr: "ended before done"},
+			wantErr: "ended before done", wantNested: 1},
+		{name: "crash after answered tool calls",
+			script: execboxtest.Script{started(), callTool("c1", "tools", "echo", nil), callTool("c2", "tools", "echo", nil),
+				awaitResult("c1"), awaitResult("c2"), execboxtest.Crash()},
+			wantErr: "ended before done", wantNested: 2},
 	}
 	for _, tr := range transports {
 		for _, tc := range tests {
@@ -673,6 +678,13 @@ func TestRunBrokenTransport(t *testing.T) {
 				}
 				if !strings.Contains(err.Error(), tc.wantErr) || !strings.HasPrefix(err.Error(), "execbox execbox: ") {
 					t.Errorf("Run error = %q, want it to name the driver and contain %q", err, tc.wantErr)
+				}
+				// What the session knew stays on record with the error,
+				// the guest's tool calls first.
+				ev := drivers.ErrorEvidence(err)
+				nested, _ := ev["nested_calls"].([]any)
+				if ev["ended_without_done"] != true || len(nested) != tc.wantNested {
+					t.Errorf("the error carries evidence %v, want %d nested calls", ev, tc.wantNested)
 				}
 			})
 		}

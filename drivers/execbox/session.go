@@ -249,10 +249,11 @@ loop:
 	<-readerDone
 
 	if brokenErr != nil {
+		err := fmt.Errorf("runner session %s ended before done: %w", s.id, brokenErr)
 		if closeErr != nil {
-			return drivers.Result{}, fmt.Errorf("runner session %s ended before done: %w (%v)", s.id, brokenErr, closeErr)
+			err = fmt.Errorf("runner session %s ended before done: %w (%v)", s.id, brokenErr, closeErr)
 		}
-		return drivers.Result{}, fmt.Errorf("runner session %s ended before done: %w", s.id, brokenErr)
+		return drivers.Result{}, s.withEvidence(err)
 	}
 	switch {
 	case tooLarge != nil:
@@ -265,7 +266,7 @@ loop:
 		if cause := context.Cause(ctx); cause != ctx.Err() {
 			err = fmt.Errorf("%w (%v)", err, cause)
 		}
-		return drivers.Result{}, err
+		return drivers.Result{}, s.withEvidence(err)
 	}
 	// Once the host cancelled, the execution has run out of time whatever
 	// the runner says next: a done within the grace only contributes its
@@ -506,6 +507,15 @@ func joinLogs(logs []string, maxLines, maxChars int) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// withEvidence attaches what the session knows to the error of a session
+// that ended without a result, so that the nested calls the guest made stay
+// on record (see drivers.EvidenceError).
+func (s *session) withEvidence(err error) error {
+	ev := s.evidence(&outcome{durationMs: -1})
+	ev["ended_without_done"] = true
+	return &drivers.EvidenceError{Err: err, Evidence: ev}
 }
 
 // evidence is what the session puts on record beside the result.
