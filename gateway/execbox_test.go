@@ -450,3 +450,28 @@ func TestSandboxBrokenRunKeepsItsNestedCalls(t *testing.T) {
 		})
 	}
 }
+
+// TestSandboxOversizedResultIsAToolFailure: a guest returning 5 MiB, over
+// the runner message limit, is the tool failing (exit 4, the limit named),
+// with its tool_result on record, not an outage.
+func TestSandboxOversizedResultIsAToolFailure(t *testing.T) {
+	for _, transport := range []string{"ws", "stdio"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newSandboxEnvKeys(t, transport, execboxtest.Script{
+				execboxtest.Started(), execboxtest.Done(strings.Repeat("x", 5<<20)),
+			}, "timeout: 10s")
+			resp, err := e.call(context.Background(), "sbo-1", "code.run", map[string]any{"code": "'x'.repeat(5 << 20)"})
+			if err != nil {
+				t.Fatalf("an oversized guest result answered %v, want a tool failure", err)
+			}
+			tr := resp.GetToolResult()
+			if resp.GetOk() || tr.GetExitCode() != 4 || !strings.HasPrefix(tr.GetStderr(), "serialization_error: ") || !strings.Contains(tr.GetStderr(), "4194304 bytes") {
+				t.Fatalf("exit %d stderr %q, want 4 and serialization_error naming the limit", tr.GetExitCode(), tr.GetStderr())
+			}
+			if stored := decodeJSON(t, e.artifact("sbo-1", evidence.ArtifactToolResult)); stored["exit_code"] != float64(4) {
+				t.Errorf("tool_result.json = %v, want exit_code 4", stored)
+			}
+			e.checkReplyIsStored("sbo-1", resp)
+		})
+	}
+}
