@@ -70,7 +70,8 @@ type NestedResult struct {
 	// evidence is stored.
 	RequestID string
 	OK        bool
-	// Result is the tool's structured output when OK.
+	// Result is the tool's structured output when OK, and also when a
+	// tool that ran failed (then Code and Message say how).
 	Result any
 	// Code and Message explain a failure: Code is one of the execbox error
 	// codes ("tool_error" for a denied or failed tool, "internal_error"
@@ -119,7 +120,7 @@ type Result struct {
 //
 // Run returns an error only when the downstream could not be reached or the
 // exchange broke (the contract's "throw"); the gateway reports such errors to
-// the caller as UNAVAILABLE. The context carries the call's deadline; a driver
+// the caller as UNAVAILABLE. An error may carry evidence (EvidenceError). The context carries the call's deadline; a driver
 // must stop work and return promptly once it is done.
 type Driver interface {
 	Run(ctx context.Context, call Call) (Result, error)

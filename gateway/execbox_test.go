@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/toolgate/toolgate/drivers/execbox/execboxtest"
 	"github.com/toolgate/toolgate/evidence"
@@ -24,6 +26,10 @@ permit (principal, action == Action::"RunTool", resource == Tool::"code.run");
 
 @id("guest_reads") @reason("guest code may read workspace files")
 permit (principal, action == Action::"CallTool", resource == Tool::"workspace.readFile")
+when { context has parentRequestId };
+
+@id("guest_writes") @reason("guest code may create workspace files")
+permit (principal, action == Action::"CallTool", resource == Tool::"workspace.createFile")
 when { context has parentRequestId };
 
 @id("guest_may_wait") @reason("guest code may wait, and nothing else, in the shell")
@@ -197,7 +203,7 @@ func TestSandboxFailures(t *testing.T) {
 		{"guest runtime error", execboxtest.Script{execboxtest.Started(), execboxtest.Fail("runtime_error", "out of memory")}, codes.OK, 1, "runtime_error: out of memory"},
 		{"malformed messages are ignored", execboxtest.Script{execboxtest.Started(), execboxtest.Raw("{not json"), execboxtest.Done(7.0)}, codes.OK, 0, ""},
 		{"crash mid-run", execboxtest.Script{execboxtest.Started(), execboxtest.Crash()}, codes.Unavailable, 0, ""},
-		{"oversized message", execboxtest.Script{execboxtest.Started(), execboxtest.Oversized(8 << 20)}, codes.Unavailable, 0, ""},
+		{"oversized message", execboxtest.Script{execboxtest.Started(), execboxtest.Oversized(8 << 20)}, codes.OK, 4, "serialization_error"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -284,11 +290,188 @@ func TestSandboxCancelAndInputlessCalls(t *testing.T) {
 			t.Fatalf("%v", resp)
 		}
 		failed, _ := e.toolResults()["c1"]["error"].(map[string]any)
-		if failed["code"] != "tool_error" || !strings.Contains(failed["message"].(string), "exit code 2") {
+		if failed["code"] != "validation_error" || !strings.Contains(failed["message"].(string), "exit code 2") {
 			t.Errorf("a readFile without arguments answered %v", e.toolResults()["c1"])
 		}
 		if got := e.artifactNames("sbi-1:c1"); len(got) != 5 {
 			t.Errorf("the input-less call went through the gate with evidence %v", got)
 		}
 	})
+}
+
+// TestSandboxNestedFailuresReachTheGuest: a nested call the gateway refuses
+// as INVALID_ARGUMENT and a tool refusing its input both reach the guest as
+// validation_error, and a tool that ran and failed hands the guest its exit
+// code, stdout, stderr and data, as a successful one does.
+func TestSandboxNestedFailuresReachTheGuest(t *testing.T) {
+	for _, transport := range []string{"ws", "stdio"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newSandboxEnv(t, transport, execboxtest.Script{
+				execboxtest.Started(),
+				execboxtest.CallTool("bad-path", "workspace", "readFile", map[string]any{"path": "conf/../etc/passwd"}),
+				execboxtest.CallTool("no-path", "workspace", "readFile", map[string]any{}),
+				execboxtest.CallTool("missing", "workspace", "readFile", map[string]any{"path": "missing.txt"}),
+				execboxtest.AwaitResult("bad-path"),
+				execboxtest.AwaitResult("no-path"),
+				execboxtest.AwaitResult("missing"),
+				execboxtest.Done("carried on"),
+			})
+			resp := e.mustCall("sbn-1", "code.run", map[string]any{"code": "..."})
+			if !resp.GetOk() {
+				t.Fatalf("sandbox call: %v", resp)
+			}
+			results := e.toolResults()
+			errorOf := func(callID string) map[string]any {
+				m := results[callID]
+				failure, _ := m["error"].(map[string]any)
+				if m["ok"] != false || failure == nil {
+					t.Fatalf("%s answered %v, want a failure", callID, m)
+				}
+				return failure
+			}
+			if f := errorOf("bad-path"); f["code"] != "validation_error" || !strings.Contains(f["message"].(string), "args.path") {
+				t.Errorf("a path the gateway refuses answered %v, want validation_error naming args.path", f)
+			}
+			for _, tc := range []struct {
+				callID, code string
+				exit         string
+			}{
+				{"no-path", "validation_error", "2"},
+				{"missing", "tool_error", "1"},
+			} {
+				f := errorOf(tc.callID)
+				result, _ := f["result"].(map[string]any)
+				if f["code"] != tc.code || result == nil {
+					t.Errorf("%s answered %v, want %s with the tool's result", tc.callID, f, tc.code)
+					continue
+				}
+				data, _ := result["data"].(map[string]any)
+				if fmt.Sprint(result["exit_code"]) != tc.exit || result["stderr"] == "" || data["success"] != false {
+					t.Errorf("%s: the guest got the result %v, want exit_code %s, stderr and data", tc.callID, result, tc.exit)
+				}
+				if _, ok := result["stdout"]; !ok {
+					t.Errorf("%s: the guest's result has no stdout: %v", tc.callID, result)
+				}
+				if !strings.Contains(f["message"].(string), "tool result: {") {
+					t.Errorf("%s: the message %q does not carry the result for runners that pass on only the message", tc.callID, f["message"])
+				}
+			}
+		})
+	}
+}
+
+// TestSandboxBrokenRunKeepsItsNestedCalls: the runner crashes after guest
+// code made three nested calls, one of which created a file. The caller is
+// told UNAVAILABLE, and the parent's record still names every nested call:
+// tool_result.json lists them with their outcomes, the failure manifest
+// covers it, and the status points to each nested call's evidence.
+func TestSandboxBrokenRunKeepsItsNestedCalls(t *testing.T) {
+	// Call ids as real runners make them: UUIDs.
+	const (
+		create = "0f8e3c52-6a1b-4c7e-9d2a-5b4f1e7a9c01"
+		read   = "1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d"
+		shell  = "9c8b7a6d-5e4f-4321-8fed-cba987654321"
+	)
+	for _, transport := range []string{"ws", "stdio"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newSandboxEnv(t, transport, execboxtest.Script{
+				execboxtest.Started(),
+				execboxtest.CallTool(create, "workspace", "createFile", map[string]any{"path": "made-by-guest.txt", "content": "side effect\n"}),
+				execboxtest.CallTool(read, "workspace", "readFile", map[string]any{"path": "notes.txt"}),
+				execboxtest.CallTool(shell, "workspace", "shell", map[string]any{"command": "id"}),
+				execboxtest.AwaitResult(create),
+				execboxtest.AwaitResult(read),
+				execboxtest.AwaitResult(shell),
+				execboxtest.Crash(),
+			})
+			_, callErr := e.call(context.Background(), "sbx-1", "code.run", map[string]any{"code": "..."})
+			wantCode(t, callErr, codes.Unavailable, "ended before done")
+			if _, statErr := os.Stat(filepath.Join(e.workspace, "made-by-guest.txt")); statErr != nil {
+				t.Fatalf("the nested createFile did not run: %v", statErr)
+			}
+
+			want := map[string]struct {
+				ok   bool
+				code string
+			}{
+				"sbx-1:" + create: {true, ""},
+				"sbx-1:" + read:   {true, ""},
+				"sbx-1:" + shell:  {false, "tool_error"},
+			}
+			parent := decodeJSON(t, e.artifact("sbx-1", evidence.ArtifactToolResult))
+			if _, hasExit := parent["exit_code"]; hasExit || !strings.Contains(fmt.Sprint(parent["error"]), "ended before done") {
+				t.Errorf("tool_result.json of the broken run = %v, want no exit code and the break named", parent)
+			}
+			ev, _ := parent["evidence"].(map[string]any)
+			if ev["execution_id"] != "sbx-1" || ev["ended_without_done"] != true {
+				t.Errorf("the driver's evidence of the broken session = %v", parent["evidence"])
+			}
+			if driverListed, _ := ev["nested_calls"].([]any); len(driverListed) != 3 {
+				t.Errorf("the driver's evidence lists %v, want the 3 nested calls", ev["nested_calls"])
+			}
+			listed, _ := parent["nested_calls"].([]any)
+			if len(listed) != len(want) {
+				t.Fatalf("the parent's record lists %v, want the 3 nested calls", parent["nested_calls"])
+			}
+			for _, l := range listed {
+				n, _ := l.(map[string]any)
+				id, _ := n["request_id"].(string)
+				w, ok := want[id]
+				if !ok || n["ok"] != w.ok || (n["code"] != nil) != (w.code != "") || w.code != "" && n["code"] != w.code || n["recorded"] != true {
+					t.Errorf("nested call on record %v, want one of %v", n, want)
+				}
+			}
+			m, err := evidence.ParseManifest(e.artifact("sbx-1", evidence.ArtifactManifest))
+			if err != nil || m.Outcome != evidence.OutcomeFailed {
+				t.Fatalf("manifest %+v, %v; want outcome failed", m, err)
+			}
+			covered := false
+			for _, a := range m.Artifacts {
+				covered = covered || a.Key == evidence.Key("sbx-1", evidence.ArtifactToolResult)
+			}
+			if !covered {
+				t.Errorf("the failure manifest does not cover tool_result.json: %v", m.Artifacts)
+			}
+			rep, err := evidence.Verify(context.Background(), e.store, "sbx-1")
+			if err != nil || len(rep.Problems) > 0 {
+				t.Errorf("verify of the broken run: %s %v (%v)", rep.Status, rep.Problems, err)
+			}
+			var refs []string
+			for _, d := range status.Convert(callErr).Details() {
+				if f, ok := d.(*toolgatev1.RunToolFailure); ok {
+					refs = f.GetEvidenceRefs()
+				}
+			}
+			for id := range want {
+				if !slices.Contains(refs, evidence.Key(id, evidence.ArtifactManifest)) {
+					t.Errorf("the failure's evidence refs %v do not point to nested call %s", refs, id)
+				}
+			}
+		})
+	}
+}
+
+// TestSandboxOversizedResultIsAToolFailure: a guest returning 5 MiB, over
+// the runner message limit, is the tool failing (exit 4, the limit named),
+// with its tool_result on record, not an outage.
+func TestSandboxOversizedResultIsAToolFailure(t *testing.T) {
+	for _, transport := range []string{"ws", "stdio"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newSandboxEnvKeys(t, transport, execboxtest.Script{
+				execboxtest.Started(), execboxtest.Done(strings.Repeat("x", 5<<20)),
+			}, "timeout: 10s")
+			resp, err := e.call(context.Background(), "sbo-1", "code.run", map[string]any{"code": "'x'.repeat(5 << 20)"})
+			if err != nil {
+				t.Fatalf("an oversized guest result answered %v, want a tool failure", err)
+			}
+			tr := resp.GetToolResult()
+			if resp.GetOk() || tr.GetExitCode() != 4 || !strings.HasPrefix(tr.GetStderr(), "serialization_error: ") || !strings.Contains(tr.GetStderr(), "4194304 bytes") {
+				t.Fatalf("exit %d stderr %q, want 4 and serialization_error naming the limit", tr.GetExitCode(), tr.GetStderr())
+			}
+			if stored := decodeJSON(t, e.artifact("sbo-1", evidence.ArtifactToolResult)); stored["exit_code"] != float64(4) {
+				t.Errorf("tool_result.json = %v, want exit_code 4", stored)
+			}
+			e.checkReplyIsStored("sbo-1", resp)
+		})
+	}
 }

@@ -304,10 +304,12 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		defer cancel()
 	}
 	var nested drivers.ToolCaller
+	var nc *nestedCaller
 	if c.ParentRequestID == "" {
 		// Only a top-level call may call tools back: a sandbox started by
 		// guest code gets none, so nesting stops at one level.
-		nested = &nestedCaller{g: g, caller: caller, parent: c, parentDriver: tool.Driver}
+		nc = &nestedCaller{g: g, caller: caller, parent: c, parentDriver: tool.Driver}
+		nested = nc
 	}
 	ranAt := g.now()
 	result, err := runDriver(dctx, g.drivers[tool.Driver], drivers.Call{
@@ -330,7 +332,16 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		// caller's secrets.
 		msg := rec.outputText(err.Error())
 		log.Error("driver failed", "driver", tool.Driver, "err", msg)
-		return nil, rec.fail(ctx, codes.Unavailable, fmt.Errorf("driver %s: %s", tool.Driver, msg))
+		cause := fmt.Errorf("driver %s: %s", tool.Driver, msg)
+		var made []nestedCallRecord
+		if nc != nil {
+			made = nc.calls()
+		}
+		rec.recordBrokenRun(ctx, made, drivers.ErrorEvidence(err), brokenRunRecord{
+			RequestID: c.RequestID, Driver: tool.Driver, Target: tool.Target, Engine: engineRef,
+			StartedAt: ranAt.UTC(), DurationMS: g.now().Sub(ranAt).Milliseconds(), Error: cause.Error(),
+		})
+		return nil, rec.fail(ctx, codes.Unavailable, cause)
 	}
 	if result, err = rec.redactOutput(result); err != nil {
 		return nil, rec.fail(ctx, codes.Internal, err)

@@ -8,6 +8,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
+	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -15,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -46,6 +50,48 @@ type nestedCaller struct {
 	// parentDriver's own tools are not offered: a sandbox starting
 	// sandboxes would nest without bound.
 	parentDriver string
+
+	// made lists the calls run so far, in the order they ended: the
+	// gateway's own account, kept whatever the driver reports.
+	mu   sync.Mutex
+	made []nestedCallRecord
+}
+
+// nestedCallRecord is the gateway's account of one nested call, for the
+// parent's record when its driver fails.
+type nestedCallRecord struct {
+	CallID    string `json:"call_id"`
+	ToolID    string `json:"tool_id"`
+	RequestID string `json:"request_id"`
+	OK        bool   `json:"ok"`
+	// Code is the execbox error code the guest was answered with.
+	Code string `json:"code,omitempty"`
+	// Recorded is set when the call has evidence of its own under
+	// RequestID (it was claimed); calls refused before that have none.
+	Recorded bool `json:"recorded"`
+}
+
+// maxRelatedRefs bounds the nested calls a failure's status details point
+// to: they travel in gRPC trailers. tool_result.json lists them all.
+const maxRelatedRefs = 64
+
+// calls returns the nested calls run so far.
+func (n *nestedCaller) calls() []nestedCallRecord {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.made)
+}
+
+// CallTool runs one nested call, translates its outcome for the guest and
+// keeps the gateway's own account of it.
+func (n *nestedCaller) CallTool(ctx context.Context, callID, toolID string, input any) drivers.NestedResult {
+	r, recorded := n.callTool(ctx, callID, toolID, input)
+	n.mu.Lock()
+	n.made = append(n.made, nestedCallRecord{
+		CallID: callID, ToolID: toolID, RequestID: r.RequestID, OK: r.OK, Code: r.Code, Recorded: recorded,
+	})
+	n.mu.Unlock()
+	return r
 }
 
 // Tools lists the catalog's tools, except those of the parent's driver.
@@ -61,11 +107,12 @@ func (n *nestedCaller) Tools() []drivers.ToolInfo {
 	return out
 }
 
-// CallTool runs one nested call and translates its outcome for the guest.
-func (n *nestedCaller) CallTool(ctx context.Context, callID, toolID string, input any) drivers.NestedResult {
+// callTool runs one nested call and translates its outcome for the guest.
+// recorded reports whether the call has evidence of its own.
+func (n *nestedCaller) callTool(ctx context.Context, callID, toolID string, input any) (_ drivers.NestedResult, recorded bool) {
 	id := nestedRequestID(n.parent.RequestID, callID)
-	fail := func(code, format string, args ...any) drivers.NestedResult {
-		return drivers.NestedResult{RequestID: id, Code: code, Message: fmt.Sprintf(format, args...)}
+	fail := func(code, format string, args ...any) (drivers.NestedResult, bool) {
+		return drivers.NestedResult{RequestID: id, Code: code, Message: fmt.Sprintf(format, args...)}, recorded
 	}
 	// The parent's session ends a call's context when the execution runs
 	// out of time; a call that had not started by then never does: no
@@ -93,6 +140,7 @@ func (n *nestedCaller) CallTool(ctx context.Context, callID, toolID string, inpu
 	}
 	c.ParentRequestID = n.parent.RequestID
 	resp, err := n.g.run(ctx, n.caller, c)
+	recorded = err == nil || hasEvidence(err)
 	if err != nil {
 		code := nestedInternalError
 		if status.Code(err) == codes.InvalidArgument {
@@ -105,14 +153,62 @@ func (n *nestedCaller) CallTool(ctx context.Context, callID, toolID string, inpu
 		return fail(nestedToolError, "tool %s denied by policy (rule %s): %s", toolID, pc.GetRuleId(), pc.GetReason())
 	}
 	tr := resp.GetToolResult()
-	if !resp.GetOk() {
-		return fail(nestedToolError, "tool %s failed with exit code %d: %s", toolID, tr.GetExitCode(), tr.GetStderr())
-	}
 	result, err := nestedResult(tr)
 	if err != nil {
 		return fail(nestedInternalError, "result of tool %s: %v", toolID, err)
 	}
-	return drivers.NestedResult{RequestID: id, OK: true, Result: result}
+	if !resp.GetOk() {
+		// The tool ran and failed: the guest gets its whole result, as on
+		// success, beside the code.
+		code := nestedToolError
+		if inputRefused(tr) {
+			code = nestedValidationError
+		}
+		r, _ := fail(code, "tool %s failed with exit code %d: %s", toolID, tr.GetExitCode(), tr.GetStderr())
+		r.Result = result
+		return r, recorded
+	}
+	return drivers.NestedResult{RequestID: id, OK: true, Result: result}, recorded
+}
+
+// hasEvidence reports whether a failed call's status says that evidence
+// was written for it.
+func hasEvidence(err error) bool {
+	for _, d := range status.Convert(err).Details() {
+		if f, ok := d.(*toolgatev1.RunToolFailure); ok && len(f.GetEvidenceRefs()) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// relatedRefs points to the evidence of the nested calls that have some:
+// each one's manifest, at most maxRelatedRefs.
+func relatedRefs(made []nestedCallRecord) []string {
+	var refs []string
+	for _, m := range made {
+		if m.Recorded && len(refs) < maxRelatedRefs {
+			refs = append(refs, evidence.Key(m.RequestID, evidence.ArtifactManifest))
+		}
+	}
+	return refs
+}
+
+// inputRefused reports whether a failed tool result is its driver refusing
+// the tool's input rather than the tool failing: exit code 2, the drivers'
+// code for refused arguments, marked as a refusal in the driver's own form
+// (the workspace's data.category "validation", a TPMJS executor's
+// INVALID_REQUEST, an execbox validation_error). A command's own exit
+// status 2 is not marked, and stays a tool_error.
+func inputRefused(tr *toolgatev1.ToolResult) bool {
+	if tr.GetExitCode() != 2 {
+		return false
+	}
+	if tr.GetData().GetStructValue().GetFields()["category"].GetStringValue() == "validation" {
+		return true
+	}
+	stderr := tr.GetStderr()
+	return strings.HasPrefix(stderr, nestedValidationError+":") || strings.HasPrefix(stderr, "INVALID_REQUEST:")
 }
 
 // nestedArgs turns guest input into tool arguments: an object, or nothing.
@@ -131,8 +227,9 @@ func nestedArgs(input any) (*structpb.Struct, error) {
 	return &args, nil
 }
 
-// nestedResult is what guest code receives from a successful tool: the
-// tool_result as the caller of RunTool would see it.
+// nestedResult is what guest code receives from a tool that ran, whether
+// it succeeded or failed: the tool_result as the caller of RunTool would
+// see it.
 func nestedResult(tr *toolgatev1.ToolResult) (any, error) {
 	out := map[string]any{"exit_code": tr.GetExitCode(), "stdout": tr.GetStdout(), "stderr": tr.GetStderr()}
 	if tr.GetData() != nil {
@@ -152,7 +249,8 @@ func nestedResult(tr *toolgatev1.ToolResult) (any, error) {
 }
 
 // plainCallID is a call id that can appear in a request id as it is.
-var plainCallID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,32}$`)
+// Real runners' call ids are UUIDs (36 characters), which fit.
+var plainCallID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
 // nestedRequestID derives a nested call's request id from its parent's and
 // the runner's call id: "<parent>:<callID>" when that is a valid request

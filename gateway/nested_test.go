@@ -149,6 +149,11 @@ func TestNestedRequestIDs(t *testing.T) {
 	if got := nestedRequestID("r1", "call-1"); got != "r1:call-1" {
 		t.Errorf("plain call ids stay readable: %q", got)
 	}
+	// Real runners' call ids are UUIDs: they stay readable too.
+	const uuid = "3f2b8c1e-9a4d-4e6f-b7c2-1d0e5a6f7b8c"
+	if got := nestedRequestID("sb-1", uuid); got != "sb-1:"+uuid {
+		t.Errorf("a runner's UUID call id: %q, want sb-1:%s", got, uuid)
+	}
 }
 
 func mustDecode(t *testing.T, body []byte) *toolgatev1.RunToolResponse {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -78,6 +79,25 @@ type toolResultRecord struct {
 	Stderr     string    `json:"stderr"`
 	Data       any       `json:"data,omitempty"`
 	// Evidence is what the driver put on record beside the result.
+	Evidence map[string]any `json:"evidence,omitempty"`
+}
+
+// brokenRunRecord is tool_result.json of a run whose driver failed after
+// the tool had called other tools: there is no result (no exit code, no
+// output), only why, and the nested calls the gateway ran for it, so that
+// a side effect of guest code never lacks a trace in its parent's record.
+type brokenRunRecord struct {
+	RequestID  string    `json:"request_id"`
+	Driver     string    `json:"driver"`
+	Target     string    `json:"target"`
+	Engine     string    `json:"engine_ref"`
+	StartedAt  time.Time `json:"started_at"`
+	DurationMS int64     `json:"duration_ms"`
+	// Error is the driver's failure, as the caller was told it.
+	Error       string             `json:"error"`
+	NestedCalls []nestedCallRecord `json:"nested_calls"`
+	// Evidence is what the driver knew when it failed (see
+	// drivers.EvidenceError).
 	Evidence map[string]any `json:"evidence,omitempty"`
 }
 
@@ -205,6 +225,10 @@ type recorder struct {
 	// spooled is set once an artifact went to the spool.
 	spooled bool
 	refs    []string
+	// related are references to other requests' evidence that a failure
+	// reports beside this request's own (the nested calls of a run that
+	// broke); they are not this request's artifacts.
+	related []string
 	digests []evidence.ArtifactDigest
 	report  evidence.RedactionReport
 }
@@ -325,6 +349,34 @@ func (r *recorder) finish(ctx context.Context, resp *toolgatev1.RunToolResponse,
 	return reply, nil
 }
 
+// recordBrokenRun keeps what is known of a run whose driver failed: the
+// nested calls the gateway ran for it and the evidence the driver's error
+// carries, as tool_result.json without a result (see brokenRunRecord),
+// listed in the failure manifest, and a reference to each nested call's
+// evidence in the failure's status details. Nothing is written when there
+// is neither. The write is best effort, like the manifest's: the store may
+// be what failed.
+func (r *recorder) recordBrokenRun(ctx context.Context, made []nestedCallRecord, driverEvidence map[string]any, rec brokenRunRecord) {
+	if len(made) == 0 && driverEvidence == nil {
+		return
+	}
+	rec.NestedCalls = nonNilCalls(made)
+	if driverEvidence != nil {
+		// The caller's secrets are hidden in the driver's evidence as in
+		// a result's.
+		res, err := r.redactOutput(drivers.Result{Evidence: driverEvidence})
+		if err != nil {
+			r.g.log.Error("the evidence of a failed driver is left out", "request_id", r.requestID, "err", err)
+		} else {
+			rec.Evidence = res.Evidence
+		}
+	}
+	if err := r.put(ctx, evidence.ArtifactToolResult, rec); err != nil {
+		r.g.log.Error("could not record the nested calls of a failed run", "request_id", r.requestID, "nested_calls", len(made), "err", err)
+	}
+	r.related = relatedRefs(made)
+}
+
 // fail records a request that stopped without a response, then returns the
 // status for the caller. The manifest is best effort: the store may be the
 // very thing that failed.
@@ -395,10 +447,17 @@ func truncateText(s string, n int) string {
 func (r *recorder) failure(code codes.Code, format string, args ...any) error {
 	st := status.Newf(code, format, args...)
 	if withDetails, err := st.WithDetails(&toolgatev1.RunToolFailure{
-		EvidenceRefs: nonNil(r.refs),
+		EvidenceRefs: append(nonNil(slices.Clone(r.refs)), r.related...),
 		EngineRef:    r.engineRef,
 	}); err == nil {
 		st = withDetails
 	}
 	return st.Err()
+}
+
+func nonNilCalls(s []nestedCallRecord) []nestedCallRecord {
+	if s == nil {
+		return []nestedCallRecord{}
+	}
+	return s
 }

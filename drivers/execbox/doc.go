@@ -92,7 +92,8 @@
 // that are not JSON objects with a string type, tool_calls without a usable
 // callId (a string of 1 to 256 bytes), messages of unknown types and
 // anything after the first done are ignored too; each is logged and
-// counted. A message larger than Config.MaxMessageBytes breaks the session.
+// counted. A message larger than Config.MaxMessageBytes ends the session
+// with serialization_error (see Results).
 //
 // # Tool calls
 //
@@ -127,6 +128,15 @@
 // exceeds Config.MaxMessageBytes, and timeout for any call once it has
 // cancelled the execution.
 //
+// A tool that ran and failed is answered ok: false with the code the
+// gateway chose (tool_error; validation_error when the tool refused its
+// input) and the tool's result {exit_code, stdout, stderr, data}, the same
+// shape a successful call resolves to: as error.result, and at the end of
+// error.message after "\ntool result: " when the message stays within
+// 8 KiB, because a runner may hand the guest only the code and the message.
+// A result that would take the answer over Config.MaxMessageBytes is left
+// out, and the message says so.
+//
 // # Untrusted values
 //
 // Inputs and results cross through the guest's own JSON.stringify, which
@@ -157,7 +167,9 @@
 //	3     tool_error           an uncaught tool failure, such as a nested
 //	                           call denied by policy
 //	4     serialization_error  a value that cannot cross the boundary; a
-//	                           result that is not plain JSON
+//	                           result that is not plain JSON; a runner
+//	                           message over Config.MaxMessageBytes (a
+//	                           guest result or logs too large)
 //	5     internal_error       a runner failure; a done with an unknown
 //	                           code (quoted in the message), without a
 //	                           boolean ok or without an error
@@ -167,9 +179,15 @@
 // Run returns a Go error (which the gateway reports as UNAVAILABLE) only
 // when the runner could not be reached (connection refused, handshake
 // refused, process not started), when the transport broke before done
-// (closed connection, runner process exit or crash, oversized message;
-// a runner process's exit status is part of the error), or when ctx was
-// cancelled rather than timed out.
+// (closed connection, runner process exit or crash; a runner process's
+// exit status is part of the error), or when ctx was cancelled rather than
+// timed out. Once a session is open, that error is a
+// [drivers.EvidenceError] carrying the evidence below (nested_calls
+// included) with ended_without_done set, so that the tool calls guest code
+// made before the break stay on record. A runner message larger than Config.MaxMessageBytes is not an
+// outage but the guest's failure: the runner is cut off and the Result has
+// exit 4, Stderr "serialization_error: runner message exceeds the size
+// limit of N bytes: …", and runner_messages counts it as too_large.
 //
 // # Time limits
 //
@@ -207,7 +225,8 @@
 //	                    order; tool_id and request_id are empty for a tool
 //	                    the host did not call, code is absent when ok
 //	runner_messages     counts by kind: started, tool_call, done,
-//	                    malformed, unknown_type, wrong_id, duplicate_call_id
+//	                    malformed, unknown_type, wrong_id, duplicate_call_id,
+//	                    too_large
 //	max_nested_calls    the limit of tool calls of the execution
 //	nested_calls_refused how many tool calls the limit refused
 //	cancelled           "timeout" or "context" when the host cancelled

@@ -81,8 +81,9 @@ type Config struct {
 	MaxLogLines, MaxLogChars int
 
 	// MaxMessageBytes caps every message from the runner (and every
-	// encoded tool result sent to it). A larger runner message breaks the
-	// session. Default 4 MiB, at least 1 KiB.
+	// encoded tool result sent to it). A larger runner message ends the
+	// execution as a serialization_error (exit 4) naming the limit.
+	// Default 4 MiB, at least 1 KiB.
 	MaxMessageBytes int
 	// CancelGrace is how long the runner has to finish after the host sent
 	// cancel before the transport is closed under it. Default 250ms.

@@ -118,6 +118,10 @@ type (
 	wireError struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
+		// Result is the failed tool's result {exit_code, stdout, stderr,
+		// data}, when it ran. The protocol's error has only code and
+		// message, so the message carries it too when it fits.
+		Result json.RawMessage `json:"result,omitempty"`
 	}
 )
 
@@ -149,6 +153,7 @@ func encodeToolResult(callID string, nr toolOutcome, maxBytes int) (msg []byte, 
 		if m.Error.Message == "" {
 			m.Error.Message = "tool call failed"
 		}
+		attachFailedResult(m.Error, nr.result, maxBytes)
 	}
 	b, err := json.Marshal(m)
 	if err != nil {
@@ -163,6 +168,35 @@ func encodeToolResult(callID string, nr toolOutcome, maxBytes int) (msg []byte, 
 		return b, true, ""
 	}
 	return b, false, m.Error.Code
+}
+
+// failedResultRoom is what the rest of a failed tool_result may take
+// beside the failed tool's result, within the message size limit.
+const failedResultRoom = 2*maxMessageText + 1024
+
+// attachFailedResult adds the result of a tool that ran and failed to the
+// error answering the guest: as error.result, and at the end of the message
+// ("\ntool result: {…}") when the message stays within maxMessageText,
+// since a runner may hand the guest only the code and the message. A result
+// that cannot be encoded, or that would take the answer over maxBytes, is
+// left out and the message says so.
+func attachFailedResult(e *wireError, result any, maxBytes int) {
+	if result == nil {
+		return
+	}
+	raw, err := json.Marshal(result)
+	switch {
+	case err != nil:
+		e.Message += " (the tool's result is not JSON)"
+		return
+	case len(raw)+failedResultRoom > maxBytes:
+		e.Message += fmt.Sprintf(" (the tool's result, %d bytes, exceeds the limit of %d and is left out)", len(raw), maxBytes)
+		return
+	}
+	e.Result = raw
+	if suffix := "\ntool result: " + string(raw); len(e.Message)+len(suffix) <= maxMessageText {
+		e.Message += suffix
+	}
 }
 
 // toolOutcome is what the guest learns about one tool call.

@@ -145,6 +145,12 @@ func TestEncodeToolResult(t *testing.T) {
 			`{"type":"tool_result","callId":"c1","ok":false,"error":{"code":"internal_error","message":"tool call failed"}}`},
 		{"result that is not JSON", toolOutcome{toolID: "t", ok: true, result: math.Inf(1)}, 1024,
 			`{"type":"tool_result","callId":"c1","ok":false,"error":{"code":"serialization_error","message":"result of tool t is not JSON: json: unsupported value: +Inf"}}`},
+		{"a failed tool's result travels with its error", toolOutcome{toolID: "t", code: "validation_error", message: "refused",
+			result: map[string]any{"exit_code": 2, "stdout": "", "stderr": "path: required", "data": map[string]any{"category": "validation"}}}, 1 << 20,
+			`{"type":"tool_result","callId":"c1","ok":false,"error":{"code":"validation_error","message":"refused\ntool result: {\"data\":{\"category\":\"validation\"},\"exit_code\":2,\"stderr\":\"path: required\",\"stdout\":\"\"}","result":{"data":{"category":"validation"},"exit_code":2,"stderr":"path: required","stdout":""}}}`},
+		{"a failed tool's result too large for the answer is left out", toolOutcome{toolID: "t", code: "tool_error", message: "failed",
+			result: map[string]any{"stdout": strings.Repeat("x", 40<<10)}}, 32 << 10,
+			`{"type":"tool_result","callId":"c1","ok":false,"error":{"code":"tool_error","message":"failed (the tool's result, 40973 bytes, exceeds the limit of 32768 and is left out)"}}`},
 		{"result over the limit", toolOutcome{toolID: "t", ok: true, result: strings.Repeat("x", 30)}, 16,
 			`{"type":"tool_result","callId":"c1","ok":false,"error":{"code":"serialization_error","message":"result of tool t is 32 bytes, more than the limit of 16"}}`},
 	}

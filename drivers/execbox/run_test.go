@@ -647,19 +647,22 @@ func TestRunContext(t *testing.T) {
 // a Go error, which the gateway reports as UNAVAILABLE.
 func TestRunBrokenTransport(t *testing.T) {
 	tests := []struct {
-		name    string
-		script  execboxtest.Script
-		cfg     Config
-		wantErr string
-		wantIs  error
+		name       string
+		script     execboxtest.Script
+		cfg        Config
+		wantErr    string
+		wantIs     error
+		wantNested int
 	}{
 		{name: "crash before anything", script: execboxtest.Script{execboxtest.Crash()}, wantErr: "ended before done"},
 		{name: "crash mid-run", script: execboxtest.Script{started(), logLine("x"), execboxtest.Crash()}, wantErr: "ended before done"},
 		{name: "crash while a tool call is pending",
 			script:  execboxtest.Script{started(), callTool("c1", "tools", "echo", nil), execboxtest.Crash()},
-			wantErr: "ended before done"},
-		{name: "oversized message", cfg: Config{MaxMessageBytes: 2048},
-			script: execboxtest.Script{started(), execboxtest.Oversized(2049), done(1)}, wantIs: errMessageTooLarge},
+			wantErr: "ended before done", wantNested: 1},
+		{name: "crash after answered tool calls",
+			script: execboxtest.Script{started(), callTool("c1", "tools", "echo", nil), callTool("c2", "tools", "echo", nil),
+				awaitResult("c1"), awaitResult("c2"), execboxtest.Crash()},
+			wantErr: "ended before done", wantNested: 2},
 	}
 	for _, tr := range transports {
 		for _, tc := range tests {
@@ -675,6 +678,48 @@ func TestRunBrokenTransport(t *testing.T) {
 				}
 				if !strings.Contains(err.Error(), tc.wantErr) || !strings.HasPrefix(err.Error(), "execbox execbox: ") {
 					t.Errorf("Run error = %q, want it to name the driver and contain %q", err, tc.wantErr)
+				}
+				// What the session knew stays on record with the error,
+				// the guest's tool calls first.
+				ev := drivers.ErrorEvidence(err)
+				nested, _ := ev["nested_calls"].([]any)
+				if ev["ended_without_done"] != true || len(nested) != tc.wantNested {
+					t.Errorf("the error carries evidence %v, want %d nested calls", ev, tc.wantNested)
+				}
+			})
+		}
+	}
+}
+
+// TestRunOversizedMessageIsAToolFailure checks that a runner message over
+// the size limit (a guest returning or logging 5 MiB) is a tool failure
+// naming the limit, not an outage: a Result with exit 4, no Go error.
+func TestRunOversizedMessageIsAToolFailure(t *testing.T) {
+	big := strings.Repeat("x", 5<<20)
+	tests := []struct {
+		name   string
+		script execboxtest.Script
+	}{
+		{"a guest returning 5 MiB", execboxtest.Script{started(), done(big)}},
+		{"a guest logging 5 MiB", execboxtest.Script{started(), logLine(big), done(1)}},
+		{"a runner sending a 5 MiB message of any kind", execboxtest.Script{started(), execboxtest.Oversized(5 << 20), done(1)}},
+	}
+	for _, tr := range transports {
+		for _, tc := range tests {
+			t.Run(tr.name+"/"+tc.name, func(t *testing.T) {
+				d, _ := tr.start(t, tc.script, Config{})
+				res, err := d.Run(runCtx(t), newCall(newTools(), nil))
+				if err != nil {
+					t.Fatalf("Run error = %v, want a Result: an oversized result is the guest's failure, not an outage", err)
+				}
+				if res.ExitCode != exitSerialization || res.Data != nil {
+					t.Fatalf("exit %d data %v, want exit %d and no data", res.ExitCode, res.Data, exitSerialization)
+				}
+				if !strings.HasPrefix(res.Stderr, "serialization_error: ") || !strings.Contains(res.Stderr, "4194304 bytes") {
+					t.Errorf("stderr %q, want serialization_error naming the limit of 4194304 bytes", res.Stderr)
+				}
+				if counts, _ := res.Evidence["runner_messages"].(map[string]any); counts["too_large"] != 1 {
+					t.Errorf("evidence counts %v, want one too_large message", res.Evidence["runner_messages"])
 				}
 			})
 		}

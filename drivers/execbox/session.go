@@ -168,6 +168,7 @@ func (s *session) run(ctx context.Context, execute []byte, limit time.Duration) 
 	var (
 		out       *outcome
 		brokenErr error
+		tooLarge  error
 		forced    bool
 	)
 	beginCancel := func(reason string) {
@@ -213,6 +214,15 @@ loop:
 					// that is how some runners stop.
 					break loop
 				}
+				if errors.Is(in.err, errMessageTooLarge) {
+					// The runner is still talking: what it tried to send
+					// (a result, logs, a tool input) cannot cross the
+					// boundary. That is the guest's failure, not an
+					// outage; the runner is cut off below.
+					s.counts["too_large"]++
+					tooLarge = in.err
+					break loop
+				}
 				brokenErr = in.err
 				break loop
 			}
@@ -239,12 +249,16 @@ loop:
 	<-readerDone
 
 	if brokenErr != nil {
+		err := fmt.Errorf("runner session %s ended before done: %w", s.id, brokenErr)
 		if closeErr != nil {
-			return drivers.Result{}, fmt.Errorf("runner session %s ended before done: %w (%v)", s.id, brokenErr, closeErr)
+			err = fmt.Errorf("runner session %s ended before done: %w (%v)", s.id, brokenErr, closeErr)
 		}
-		return drivers.Result{}, fmt.Errorf("runner session %s ended before done: %w", s.id, brokenErr)
+		return drivers.Result{}, s.withEvidence(err)
 	}
 	switch {
+	case tooLarge != nil:
+		return s.result(&outcome{code: codeSerialization, durationMs: -1, message: fmt.Sprintf(
+			"%v: a guest result, log or tool input this large cannot cross the boundary; the runner was stopped", tooLarge)}), nil
 	case s.cancelled == "":
 		return s.result(out), nil
 	case s.cancelled == "context" && !errors.Is(ctx.Err(), context.DeadlineExceeded):
@@ -252,7 +266,7 @@ loop:
 		if cause := context.Cause(ctx); cause != ctx.Err() {
 			err = fmt.Errorf("%w (%v)", err, cause)
 		}
-		return drivers.Result{}, err
+		return drivers.Result{}, s.withEvidence(err)
 	}
 	// Once the host cancelled, the execution has run out of time whatever
 	// the runner says next: a done within the grace only contributes its
@@ -493,6 +507,15 @@ func joinLogs(logs []string, maxLines, maxChars int) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// withEvidence attaches what the session knows to the error of a session
+// that ended without a result, so that the nested calls the guest made stay
+// on record (see drivers.EvidenceError).
+func (s *session) withEvidence(err error) error {
+	ev := s.evidence(&outcome{durationMs: -1})
+	ev["ended_without_done"] = true
+	return &drivers.EvidenceError{Err: err, Evidence: ev}
 }
 
 // evidence is what the session puts on record beside the result.
