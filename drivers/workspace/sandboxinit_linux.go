@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"syscall"
+	"unsafe"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	"golang.org/x/sys/unix"
@@ -244,11 +245,27 @@ func runExec(status *os.File) error {
 	if err := dropCapabilities(); err != nil {
 		return fmt.Errorf("drop capabilities: %w", err)
 	}
+	// Everything exec needs is built before the limits: under the address
+	// space limit this stage's Go runtime may fail to map another span,
+	// and syscall.Exec allocates. The raw execve below allocates nothing.
+	argv0, err := unix.BytePtrFromString(spec.Shell)
+	if err != nil {
+		return fmt.Errorf("exec %s: %w", spec.Shell, err)
+	}
+	argv, err := syscall.SlicePtrFromStrings([]string{spec.Shell, "-c", spec.Command})
+	if err != nil {
+		return fmt.Errorf("exec %s: %w", spec.Shell, err)
+	}
+	envv, err := syscall.SlicePtrFromStrings(spec.Env)
+	if err != nil {
+		return fmt.Errorf("exec %s: %w", spec.Shell, err)
+	}
 	if err := setLimits(spec.Limits); err != nil {
 		return err
 	}
-	err = syscall.Exec(spec.Shell, []string{spec.Shell, "-c", spec.Command}, spec.Env)
-	return fmt.Errorf("exec %s: %w", spec.Shell, err)
+	_, _, errno := unix.RawSyscall(unix.SYS_EXECVE, uintptr(unsafe.Pointer(argv0)),
+		uintptr(unsafe.Pointer(&argv[0])), uintptr(unsafe.Pointer(&envv[0])))
+	return fmt.Errorf("exec %s: %w", spec.Shell, errno)
 }
 
 // restrictLandlock confines file access to what the mount namespace shows
@@ -304,7 +321,9 @@ func dropCapabilities() error {
 // setLimits applies the call's rlimits. They come last before exec: from
 // here on the Go runtime of this stage may not map much more memory.
 func setLimits(l limits) error {
-	set := []struct {
+	// The table and the Rlimit values live on this frame, so the last
+	// setrlimit is followed by no allocation.
+	set := [...]struct {
 		name     string
 		resource int
 		value    uint64
@@ -316,7 +335,8 @@ func setLimits(l limits) error {
 		{"max_memory_bytes", unix.RLIMIT_AS, uint64(l.MemoryBytes)},
 	}
 	for _, s := range set {
-		if err := unix.Setrlimit(s.resource, &unix.Rlimit{Cur: s.value, Max: s.value}); err != nil {
+		rl := unix.Rlimit{Cur: s.value, Max: s.value}
+		if err := unix.Setrlimit(s.resource, &rl); err != nil {
 			return fmt.Errorf("rlimit %s: %w", s.name, err)
 		}
 	}
