@@ -59,7 +59,9 @@ const benchPolicy = `
 permit (principal, action == Action::"RunTool", resource == Tool::"noop.run");
 `
 
-func benchClient(b *testing.B, store evidence.Store) (*grpc.ClientConn, toolgatev1.ToolGatewayClient) {
+// benchDecider loads benchPolicy and builds the default redactor: the
+// collaborators every RunTool benchmark's gateway shares.
+func benchDecider(b *testing.B) (*policy.Engine, *redact.Redactor) {
 	b.Helper()
 	dir := b.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "policy.default.cedar"), []byte(benchPolicy), 0o600); err != nil {
@@ -73,6 +75,12 @@ func benchClient(b *testing.B, store evidence.Store) (*grpc.ClientConn, toolgate
 	if err != nil {
 		b.Fatal(err)
 	}
+	return engine, red
+}
+
+func benchClient(b *testing.B, store evidence.Store) (*grpc.ClientConn, toolgatev1.ToolGatewayClient) {
+	b.Helper()
+	engine, red := benchDecider(b)
 	auth, _ := NewAuthenticator(nil, nil)
 	g, err := New(Options{
 		Decider: engine, Store: store, Redactor: red, Auth: auth, Instance: "bench",

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/ed25519"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -19,14 +18,7 @@ import (
 // to; an answer rewritten on disk (a deny turned into an allow, ok flipped)
 // is refused with DATA_LOSS instead of being handed back.
 func TestReplayRefusesAStoredResponseThatDoesNotMatchItsManifest(t *testing.T) {
-	_, key, err := ed25519.GenerateKey(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := evidence.NewSigner(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	signer := newTestSigner(t)
 	flip := func(t *testing.T, body []byte) []byte {
 		t.Helper()
 		var m map[string]any

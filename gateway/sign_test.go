@@ -9,14 +9,7 @@ import (
 )
 
 func TestManifestsAreSigned(t *testing.T) {
-	_, key, err := ed25519.GenerateKey(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := evidence.NewSigner(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	signer := newTestSigner(t)
 	e := newEnv(t, envOptions{signer: signer})
 	e.mustCall("signed-1", "workspace.readFile", map[string]any{"path": "none.txt"})
 	e.mustCall("signed-2", "workspace.shell", map[string]any{"command": "true"})
@@ -45,4 +38,18 @@ func TestManifestsAreSigned(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newTestSigner returns a signer with a fresh Ed25519 key.
+func newTestSigner(t *testing.T) *evidence.Signer {
+	t.Helper()
+	_, key, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := evidence.NewSigner(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return signer
 }

@@ -24,9 +24,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
-	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
-	"github.com/toolgate/toolgate/redact"
 )
 
 // testKey is the API key of caller "alice" in the transport tests.
@@ -417,18 +415,7 @@ func TestLimitsConfigIsValidated(t *testing.T) {
 // values, refused by the pre-scan; and a small authenticated call that
 // runs, for scale.
 func BenchmarkKeylessRequest(b *testing.B) {
-	dir := b.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "policy.default.cedar"), []byte(benchPolicy), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	engine, err := policy.Load(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	red, err := redact.New(redact.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	engine, red := benchDecider(b)
 	auth, err := NewAuthenticator([]KeyConfig{{Caller: "alice", SHA256: sha256Hex(testKey)}}, nil)
 	if err != nil {
 		b.Fatal(err)
