@@ -23,9 +23,13 @@ const tempPrefix = ".tmp-"
 const (
 	ArtifactRequest        = "request.json"
 	ArtifactPolicyDecision = "policy_decision.json"
-	ArtifactToolResult     = "tool_result.json"
-	ArtifactResponse       = "response.json"
-	ArtifactManifest       = "manifest.json"
+	// ArtifactDispatch and ArtifactNotDispatched are an attempt's
+	// dispatch records (see DispatchRecord and AttemptArtifact).
+	ArtifactDispatch      = "dispatch.json"
+	ArtifactNotDispatched = "not_dispatched.json"
+	ArtifactToolResult    = "tool_result.json"
+	ArtifactResponse      = "response.json"
+	ArtifactManifest      = "manifest.json"
 )
 
 // Key returns the key of the named artifact of a request:

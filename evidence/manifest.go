@@ -20,21 +20,29 @@ const ManifestVersion = 1
 const (
 	OutcomeCompleted = "completed" // the request ran to a response
 	OutcomeFailed    = "failed"    // the request stopped on an error
+	// OutcomeInterrupted: the recovery sweep found the request dispatched
+	// and abandoned (its gateway stopped, or lost its store, before the
+	// response): the tool may have run; it is never run again.
+	OutcomeInterrupted = "interrupted"
 )
 
 // Manifest is the last artifact written for a request. It records the
 // digest of every other artifact, so the set can be verified later, and
 // which engine and policy set produced them.
 type Manifest struct {
-	Version              int              `json:"version"` // ManifestVersion
-	RequestID            string           `json:"request_id"`
-	CanonicalRequestHash string           `json:"canonical_request_hash"`
-	EngineRef            string           `json:"engine_ref"`
-	PolicySetDigest      string           `json:"policy_set_digest"`
-	Outcome              string           `json:"outcome"` // OutcomeCompleted or OutcomeFailed
-	Error                string           `json:"error,omitempty"`
-	Artifacts            []ArtifactDigest `json:"artifacts"`
-	Redactions           []Redaction      `json:"redactions"`
+	Version              int    `json:"version"` // ManifestVersion
+	RequestID            string `json:"request_id"`
+	CanonicalRequestHash string `json:"canonical_request_hash"`
+	EngineRef            string `json:"engine_ref"`
+	PolicySetDigest      string `json:"policy_set_digest"`
+	Outcome              string `json:"outcome"` // one of the Outcome constants
+	Error                string `json:"error,omitempty"`
+	// Recovered, when set, says that this manifest was written by recovery
+	// (a retry or the sweep) from the artifacts found stored, not by the
+	// gateway that ran the request, and what could not be recovered.
+	Recovered  string           `json:"recovered,omitempty"`
+	Artifacts  []ArtifactDigest `json:"artifacts"`
+	Redactions []Redaction      `json:"redactions"`
 	// FingerprintKeyID names the key of the redaction fingerprints:
 	// fingerprints under the same id can be compared.
 	FingerprintKeyID string    `json:"fingerprint_key_id,omitempty"`
@@ -138,8 +146,10 @@ func (m *Manifest) check() error {
 	if validRequestID(m.RequestID) != nil {
 		return fmt.Errorf("request_id %q is not a single valid key segment", m.RequestID)
 	}
-	if m.Outcome != OutcomeCompleted && m.Outcome != OutcomeFailed {
-		return fmt.Errorf("outcome %q is not %q or %q", m.Outcome, OutcomeCompleted, OutcomeFailed)
+	switch m.Outcome {
+	case OutcomeCompleted, OutcomeFailed, OutcomeInterrupted:
+	default:
+		return fmt.Errorf("outcome %q is not %q, %q or %q", m.Outcome, OutcomeCompleted, OutcomeFailed, OutcomeInterrupted)
 	}
 	if m.CreatedAt.IsZero() {
 		return errors.New("created_at is missing")

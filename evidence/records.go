@@ -1,0 +1,241 @@
+package evidence
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The JSON records a gateway writes for each request, before redaction.
+// Field names are the Executor Driver Contract's snake_case ones. The
+// gateway writes them, the CLI and auditors' tools read them; one
+// definition keeps the two from drifting apart.
+
+// RequestRecord is request.json: the request as received (arguments in
+// canonical form, caller secrets hidden) and the claim of its request id.
+type RequestRecord struct {
+	RequestID string          `json:"request_id"`
+	Caller    string          `json:"caller"`
+	ToolID    string          `json:"tool_id"`
+	Args      json.RawMessage `json:"args"`
+	Ctx       RequestContext  `json:"ctx"`
+	// ReceivedAt is when the claiming gateway received the request.
+	ReceivedAt           time.Time `json:"received_at"`
+	CanonicalRequestHash string    `json:"canonical_request_hash"`
+	// Gateway names the gateway that claimed the id: "toolgate/<version>@<instance>".
+	Gateway         string `json:"gateway"`
+	ParentRequestID string `json:"parent_request_id,omitempty"`
+}
+
+// RequestContext is a request's ctx: what the canonical request hash
+// covers besides caller, tool and arguments.
+type RequestContext struct {
+	RunID     string `json:"run_id"`
+	StepID    string `json:"step_id"`
+	PolicyRef string `json:"policy_ref"`
+}
+
+// DecisionRecord is policy_decision.json: one attempt's policy decision,
+// durable before anything runs.
+type DecisionRecord struct {
+	RequestID       string `json:"request_id"`
+	ParentRequestID string `json:"parent_request_id,omitempty"`
+	// Attempt numbers the attempt this decision belongs to; 0 in records
+	// written before attempts existed, which means 1.
+	Attempt         int       `json:"attempt,omitempty"`
+	Caller          string    `json:"caller"`
+	Action          string    `json:"action"`
+	ToolID          string    `json:"tool_id"`
+	Driver          string    `json:"driver"`
+	Decision        string    `json:"decision"` // "allow" or "deny"
+	RuleID          string    `json:"rule_id"`
+	Reason          string    `json:"reason"`
+	PolicyRef       string    `json:"policy_ref"`
+	PolicySetDigest string    `json:"policy_set_digest"`
+	Errors          []string  `json:"errors"`
+	DecidedAt       time.Time `json:"decided_at"`
+	// Gateway names the gateway that made the decision and owns the
+	// attempt (see RequestRecord.Gateway).
+	Gateway string `json:"gateway,omitempty"`
+	// Shadow is the decision of the shadow policy set, never enforced.
+	Shadow *ShadowDecision `json:"shadow,omitempty"`
+}
+
+// ShadowDecision is a shadow policy set's decision on a call.
+type ShadowDecision struct {
+	PolicyRef       string `json:"policy_ref"`
+	Decision        string `json:"decision"`
+	RuleID          string `json:"rule_id"`
+	Reason          string `json:"reason"`
+	PolicySetDigest string `json:"policy_set_digest"`
+	// Differs is set when the shadow would allow what was denied, or
+	// deny what was allowed.
+	Differs bool `json:"differs"`
+}
+
+// Dispatch states, in DispatchRecord.State.
+const (
+	// Dispatched: the call was about to be handed to its driver. From
+	// here on the tool may have run, and the attempt is never repeated.
+	Dispatched = "dispatched"
+	// NotDispatched: the attempt ended before the tool could have run
+	// (proved by the gateway or the driver); a retry opens the next one.
+	NotDispatched = "not_dispatched"
+)
+
+// DispatchRecord is dispatch.json, an attempt's dispatch slot, and
+// not_dispatched.json. Whoever writes an attempt's dispatch.json first
+// (create-only) settles the attempt: the gateway that owns it, just before
+// it calls the driver (State Dispatched); or the owner, a retry or the
+// recovery sweep closing an attempt that never got that far (State
+// NotDispatched). not_dispatched.json, written only by the owner after its
+// own Dispatched marker, closes an attempt the driver proved never
+// reached the tool.
+type DispatchRecord struct {
+	RequestID string `json:"request_id"`
+	Attempt   int    `json:"attempt"`
+	State     string `json:"state"` // Dispatched or NotDispatched
+	// Reason says why an attempt was not dispatched.
+	Reason string `json:"reason,omitempty"`
+	// Gateway names the gateway that wrote the record.
+	Gateway string    `json:"gateway"`
+	At      time.Time `json:"at"`
+}
+
+// ToolResultRecord is tool_result.json of a tool that ran: what its driver
+// returned.
+type ToolResultRecord struct {
+	RequestID  string    `json:"request_id"`
+	Driver     string    `json:"driver"`
+	Target     string    `json:"target"`
+	Engine     string    `json:"engine_ref"`
+	StartedAt  time.Time `json:"started_at"`
+	DurationMS int64     `json:"duration_ms"`
+	ExitCode   int       `json:"exit_code"`
+	Stdout     string    `json:"stdout"`
+	Stderr     string    `json:"stderr"`
+	Data       any       `json:"data,omitempty"`
+	// Evidence is what the driver put on record beside the result.
+	Evidence map[string]any `json:"evidence,omitempty"`
+}
+
+// BrokenRunRecord is tool_result.json of a run whose driver failed after
+// the tool had started: there is no result (no exit code, no output), only
+// why, the nested calls the gateway ran for it (so that a side effect of
+// guest code never lacks a trace in its parent's record), and what the
+// driver knew.
+type BrokenRunRecord struct {
+	RequestID  string    `json:"request_id"`
+	Driver     string    `json:"driver"`
+	Target     string    `json:"target"`
+	Engine     string    `json:"engine_ref"`
+	StartedAt  time.Time `json:"started_at"`
+	DurationMS int64     `json:"duration_ms"`
+	// Error is the driver's failure, as the caller was told it.
+	Error       string             `json:"error"`
+	NestedCalls []NestedCallRecord `json:"nested_calls"`
+	Evidence    map[string]any     `json:"evidence,omitempty"`
+}
+
+// NestedCallRecord is a parent's account of one tool call its sandboxed
+// code made.
+type NestedCallRecord struct {
+	CallID    string `json:"call_id"`
+	ToolID    string `json:"tool_id"`
+	RequestID string `json:"request_id"`
+	OK        bool   `json:"ok"`
+	// Code is the execbox error code the guest was answered with.
+	Code string `json:"code,omitempty"`
+	// Recorded is set when the call has evidence of its own under
+	// RequestID (it was claimed); calls refused before that have none.
+	Recorded bool `json:"recorded"`
+}
+
+// ResponseRecord is response.json: the contract's Response, exactly what
+// the caller received, with its optional fields omitted when empty.
+type ResponseRecord struct {
+	OK                 bool                `json:"ok"`
+	ToolResult         *ResponseToolResult `json:"tool_result,omitempty"`
+	PolicyCheck        ResponsePolicyCheck `json:"policy_check"`
+	EvidenceRefs       []string            `json:"evidence_refs"`
+	LocalEvidencePaths []string            `json:"local_evidence_paths,omitempty"`
+	EngineRef          string              `json:"engine_ref"`
+	RunID              string              `json:"run_id,omitempty"`
+	StepID             string              `json:"step_id,omitempty"`
+}
+
+// ResponseToolResult is a response's tool_result.
+type ResponseToolResult struct {
+	ExitCode int32           `json:"exit_code"`
+	Stdout   string          `json:"stdout"`
+	Stderr   string          `json:"stderr"`
+	Data     json.RawMessage `json:"data,omitempty"`
+}
+
+// ResponsePolicyCheck is a response's policy_check.
+type ResponsePolicyCheck struct {
+	Decision string `json:"decision"`
+	Reason   string `json:"reason"`
+	RuleID   string `json:"rule_id,omitempty"`
+}
+
+// attemptsFolder holds the artifacts of every attempt after the first.
+const attemptsFolder = "attempts/"
+
+// AttemptArtifact returns the name, within its request's folder, of an
+// attempt's artifact (ArtifactPolicyDecision, ArtifactDispatch or
+// ArtifactNotDispatched). The first attempt's artifacts lie in the
+// request's folder itself, where a request that never needed a retry has
+// them; attempt n > 1 keeps its own in "attempts/<n>/".
+func AttemptArtifact(attempt int, name string) string {
+	if attempt <= 1 {
+		return name
+	}
+	return attemptsFolder + strconv.Itoa(attempt) + "/" + name
+}
+
+// AttemptKey returns the key of an attempt's artifact (see AttemptArtifact).
+func AttemptKey(requestID string, attempt int, name string) string {
+	return Key(requestID, AttemptArtifact(attempt, name))
+}
+
+// ParseAttemptKey splits a key of a request's folder into the attempt it
+// belongs to and the artifact's name. Keys of the first attempt's
+// artifacts, and keys that belong to the request as a whole, have attempt
+// 1. ok is false for a key outside requestID's folder or with a malformed
+// attempt number.
+func ParseAttemptKey(requestID, key string) (attempt int, name string, ok bool) {
+	rest, inFolder := strings.CutPrefix(key, RequestPrefix(requestID))
+	if !inFolder {
+		return 0, "", false
+	}
+	num, name, nested := strings.Cut(strings.TrimPrefix(rest, attemptsFolder), "/")
+	if !strings.HasPrefix(rest, attemptsFolder) || !nested {
+		return 1, rest, true
+	}
+	n, err := strconv.Atoi(num)
+	if err != nil || n < 2 || strconv.Itoa(n) != num || strings.Contains(name, "/") {
+		return 0, "", false
+	}
+	return n, name, true
+}
+
+// ParseDispatchRecord decodes dispatch.json or not_dispatched.json and
+// checks that it belongs to the given request and attempt.
+func ParseDispatchRecord(data []byte, requestID string, attempt int) (DispatchRecord, error) {
+	var d DispatchRecord
+	if err := json.Unmarshal(data, &d); err != nil {
+		return DispatchRecord{}, fmt.Errorf("evidence: dispatch record: %w", err)
+	}
+	switch {
+	case d.RequestID != requestID:
+		return DispatchRecord{}, fmt.Errorf("evidence: dispatch record: request_id is %q, want %q", d.RequestID, requestID)
+	case d.Attempt != attempt:
+		return DispatchRecord{}, fmt.Errorf("evidence: dispatch record: attempt is %d, want %d", d.Attempt, attempt)
+	case d.State != Dispatched && d.State != NotDispatched:
+		return DispatchRecord{}, fmt.Errorf("evidence: dispatch record: state %q is not %q or %q", d.State, Dispatched, NotDispatched)
+	}
+	return d, nil
+}
