@@ -229,12 +229,12 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	log := g.log.With("request_id", c.RequestID, "caller", caller, "tool_id", c.ToolID)
 
 	// 1. Claim the request id: a create-only write of request.json.
-	err = rec.put(ctx, evidence.ArtifactRequest, requestRecord{
+	err = rec.put(ctx, evidence.ArtifactRequest, evidence.RequestRecord{
 		RequestID:            c.RequestID,
 		Caller:               caller,
 		ToolID:               c.ToolID,
 		Args:                 recordedArgs,
-		Ctx:                  canonicalCtx{RunID: c.RunID, StepID: c.StepID, PolicyRef: c.PolicyRef},
+		Ctx:                  evidence.RequestContext{RunID: c.RunID, StepID: c.StepID, PolicyRef: c.PolicyRef},
 		ReceivedAt:           started.UTC(),
 		CanonicalRequestHash: hash,
 		Gateway:              g.engineBase,
@@ -254,7 +254,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	// 2. Decide, and make the decision durable before anything runs.
 	decision, shadow := g.decide(ctx, caller, c, tool, known, args)
 	rec.policySetDigest = decision.PolicySetDigest
-	err = rec.put(ctx, evidence.ArtifactPolicyDecision, decisionRecord{
+	err = rec.put(ctx, evidence.ArtifactPolicyDecision, evidence.DecisionRecord{
 		RequestID:       c.RequestID,
 		Caller:          caller,
 		Action:          c.action(),
@@ -333,11 +333,11 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		msg := rec.outputText(err.Error())
 		log.Error("driver failed", "driver", tool.Driver, "err", msg)
 		cause := fmt.Errorf("driver %s: %s", tool.Driver, msg)
-		var made []nestedCallRecord
+		var made []evidence.NestedCallRecord
 		if nc != nil {
 			made = nc.calls()
 		}
-		rec.recordBrokenRun(ctx, made, drivers.ErrorEvidence(err), brokenRunRecord{
+		rec.recordBrokenRun(ctx, made, drivers.ErrorEvidence(err), evidence.BrokenRunRecord{
 			RequestID: c.RequestID, Driver: tool.Driver, Target: tool.Target, Engine: engineRef,
 			StartedAt: ranAt.UTC(), DurationMS: g.now().Sub(ranAt).Milliseconds(), Error: cause.Error(),
 		})
@@ -346,7 +346,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	if result, err = rec.redactOutput(result); err != nil {
 		return nil, rec.fail(ctx, codes.Internal, err)
 	}
-	toolResult, err := rec.redact(evidence.ArtifactToolResult, toolResultRecord{
+	toolResult, err := rec.redact(evidence.ArtifactToolResult, evidence.ToolResultRecord{
 		RequestID:  c.RequestID,
 		Driver:     tool.Driver,
 		Target:     tool.Target,
@@ -379,7 +379,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 
 // decide applies the gateway's own rules, then policy. When the policy set
 // has a shadow, the shadow decides too, for the record only.
-func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, known bool, args map[string]any) (policy.Decision, *shadowRecord) {
+func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, known bool, args map[string]any) (policy.Decision, *evidence.ShadowDecision) {
 	if !known {
 		return policy.Decision{
 			RuleID:    RuleUnknownTool,
@@ -414,7 +414,7 @@ func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, 
 	}
 	req.PolicyRef = shadowRef
 	sd := g.decider.Decide(ctx, req)
-	sr := &shadowRecord{
+	sr := &evidence.ShadowDecision{
 		PolicyRef: sd.PolicyRef, Decision: decisionWord(sd.Allow), RuleID: sd.RuleID, Reason: sd.Reason,
 		PolicySetDigest: sd.PolicySetDigest, Differs: sd.Allow != d.Allow,
 	}

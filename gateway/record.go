@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
@@ -22,117 +21,12 @@ import (
 	"github.com/toolgate/toolgate/redact"
 )
 
-// The JSON shapes of the artifacts, before redaction. Field names are the
-// contract's snake_case ones.
-
-type requestRecord struct {
-	RequestID            string          `json:"request_id"`
-	Caller               string          `json:"caller"`
-	ToolID               string          `json:"tool_id"`
-	Args                 json.RawMessage `json:"args"`
-	Ctx                  canonicalCtx    `json:"ctx"`
-	ReceivedAt           time.Time       `json:"received_at"`
-	CanonicalRequestHash string          `json:"canonical_request_hash"`
-	Gateway              string          `json:"gateway"`
-	ParentRequestID      string          `json:"parent_request_id,omitempty"`
-}
-
-type decisionRecord struct {
-	RequestID       string    `json:"request_id"`
-	ParentRequestID string    `json:"parent_request_id,omitempty"`
-	Caller          string    `json:"caller"`
-	Action          string    `json:"action"`
-	ToolID          string    `json:"tool_id"`
-	Driver          string    `json:"driver"`
-	Decision        string    `json:"decision"`
-	RuleID          string    `json:"rule_id"`
-	Reason          string    `json:"reason"`
-	PolicyRef       string    `json:"policy_ref"`
-	PolicySetDigest string    `json:"policy_set_digest"`
-	Errors          []string  `json:"errors"`
-	DecidedAt       time.Time `json:"decided_at"`
-	// Shadow is the decision of the shadow policy set, never enforced.
-	Shadow *shadowRecord `json:"shadow,omitempty"`
-}
-
-// shadowRecord is a shadow policy set's decision on a call.
-type shadowRecord struct {
-	PolicyRef       string `json:"policy_ref"`
-	Decision        string `json:"decision"`
-	RuleID          string `json:"rule_id"`
-	Reason          string `json:"reason"`
-	PolicySetDigest string `json:"policy_set_digest"`
-	// Differs is set when the shadow would allow what was denied, or
-	// deny what was allowed.
-	Differs bool `json:"differs"`
-}
-
-type toolResultRecord struct {
-	RequestID  string    `json:"request_id"`
-	Driver     string    `json:"driver"`
-	Target     string    `json:"target"`
-	Engine     string    `json:"engine_ref"`
-	StartedAt  time.Time `json:"started_at"`
-	DurationMS int64     `json:"duration_ms"`
-	ExitCode   int       `json:"exit_code"`
-	Stdout     string    `json:"stdout"`
-	Stderr     string    `json:"stderr"`
-	Data       any       `json:"data,omitempty"`
-	// Evidence is what the driver put on record beside the result.
-	Evidence map[string]any `json:"evidence,omitempty"`
-}
-
-// brokenRunRecord is tool_result.json of a run whose driver failed after
-// the tool had called other tools: there is no result (no exit code, no
-// output), only why, and the nested calls the gateway ran for it, so that
-// a side effect of guest code never lacks a trace in its parent's record.
-type brokenRunRecord struct {
-	RequestID  string    `json:"request_id"`
-	Driver     string    `json:"driver"`
-	Target     string    `json:"target"`
-	Engine     string    `json:"engine_ref"`
-	StartedAt  time.Time `json:"started_at"`
-	DurationMS int64     `json:"duration_ms"`
-	// Error is the driver's failure, as the caller was told it.
-	Error       string             `json:"error"`
-	NestedCalls []nestedCallRecord `json:"nested_calls"`
-	// Evidence is what the driver knew when it failed (see
-	// drivers.EvidenceError).
-	Evidence map[string]any `json:"evidence,omitempty"`
-}
-
-// contractResponse is response.json: the Executor Driver Contract's
-// Response, with its optional fields omitted when empty.
-type contractResponse struct {
-	OK                 bool                `json:"ok"`
-	ToolResult         *contractToolResult `json:"tool_result,omitempty"`
-	PolicyCheck        contractPolicyCheck `json:"policy_check"`
-	EvidenceRefs       []string            `json:"evidence_refs"`
-	LocalEvidencePaths []string            `json:"local_evidence_paths,omitempty"`
-	EngineRef          string              `json:"engine_ref"`
-	RunID              string              `json:"run_id,omitempty"`
-	StepID             string              `json:"step_id,omitempty"`
-}
-
-type contractToolResult struct {
-	ExitCode int32           `json:"exit_code"`
-	Stdout   string          `json:"stdout"`
-	Stderr   string          `json:"stderr"`
-	Data     json.RawMessage `json:"data,omitempty"`
-}
-
-type contractPolicyCheck struct {
-	Decision string `json:"decision"`
-	Reason   string `json:"reason"`
-	RuleID   string `json:"rule_id,omitempty"`
-}
-
 // MarshalResponse encodes a response as the contract's JSON, the form of
 // response.json and of `toolgate call`'s output.
 func MarshalResponse(r *toolgatev1.RunToolResponse) ([]byte, error) {
-	out := contractResponse{
+	out := evidence.ResponseRecord{
 		OK: r.GetOk(),
-		PolicyCheck: contractPolicyCheck{
+		PolicyCheck: evidence.ResponsePolicyCheck{
 			Decision: r.GetPolicyCheck().GetDecision(),
 			Reason:   r.GetPolicyCheck().GetReason(),
 			RuleID:   r.GetPolicyCheck().GetRuleId(),
@@ -144,7 +38,7 @@ func MarshalResponse(r *toolgatev1.RunToolResponse) ([]byte, error) {
 		StepID:             r.GetStepId(),
 	}
 	if tr := r.GetToolResult(); tr != nil {
-		out.ToolResult = &contractToolResult{ExitCode: tr.GetExitCode(), Stdout: tr.GetStdout(), Stderr: tr.GetStderr()}
+		out.ToolResult = &evidence.ResponseToolResult{ExitCode: tr.GetExitCode(), Stdout: tr.GetStdout(), Stderr: tr.GetStderr()}
 		if tr.GetData() != nil {
 			data, err := protojson.Marshal(tr.GetData())
 			if err != nil {
@@ -166,13 +60,13 @@ func decodeResponse(data []byte) (*toolgatev1.RunToolResponse, error) {
 	return &r, nil
 }
 
-func parseRequestRecord(data []byte) (requestRecord, error) {
-	var r requestRecord
+func parseRequestRecord(data []byte) (evidence.RequestRecord, error) {
+	var r evidence.RequestRecord
 	if err := json.Unmarshal(data, &r); err != nil {
-		return requestRecord{}, err
+		return evidence.RequestRecord{}, err
 	}
 	if r.CanonicalRequestHash == "" {
-		return requestRecord{}, errors.New("canonical_request_hash is missing")
+		return evidence.RequestRecord{}, errors.New("canonical_request_hash is missing")
 	}
 	return r, nil
 }
@@ -351,12 +245,12 @@ func (r *recorder) finish(ctx context.Context, resp *toolgatev1.RunToolResponse,
 
 // recordBrokenRun keeps what is known of a run whose driver failed: the
 // nested calls the gateway ran for it and the evidence the driver's error
-// carries, as tool_result.json without a result (see brokenRunRecord),
+// carries, as tool_result.json without a result (see evidence.BrokenRunRecord),
 // listed in the failure manifest, and a reference to each nested call's
 // evidence in the failure's status details. Nothing is written when there
 // is neither. The write is best effort, like the manifest's: the store may
 // be what failed.
-func (r *recorder) recordBrokenRun(ctx context.Context, made []nestedCallRecord, driverEvidence map[string]any, rec brokenRunRecord) {
+func (r *recorder) recordBrokenRun(ctx context.Context, made []evidence.NestedCallRecord, driverEvidence map[string]any, rec evidence.BrokenRunRecord) {
 	if len(made) == 0 && driverEvidence == nil {
 		return
 	}
@@ -455,9 +349,9 @@ func (r *recorder) failure(code codes.Code, format string, args ...any) error {
 	return st.Err()
 }
 
-func nonNilCalls(s []nestedCallRecord) []nestedCallRecord {
+func nonNilCalls(s []evidence.NestedCallRecord) []evidence.NestedCallRecord {
 	if s == nil {
-		return []nestedCallRecord{}
+		return []evidence.NestedCallRecord{}
 	}
 	return s
 }
