@@ -212,10 +212,10 @@ func truncateForMessage(s string) string {
 // canonicalRequest is the identity of a request: what must match for a
 // retry to count as the same request.
 type canonicalRequest struct {
-	Caller string          `json:"caller"`
-	ToolID string          `json:"tool_id"`
-	Args   json.RawMessage `json:"args"`
-	Ctx    evidence.RequestContext    `json:"ctx"`
+	Caller string                  `json:"caller"`
+	ToolID string                  `json:"tool_id"`
+	Args   json.RawMessage         `json:"args"`
+	Ctx    evidence.RequestContext `json:"ctx"`
 }
 
 // canonicalHash is the SHA-256 of the canonical JSON of caller, tool_id,
