@@ -373,3 +373,7 @@ func executionID(requestID string) string {
 	}
 	return "exec-" + rand.Text()
 }
+
+// MaxRunTime implements drivers.Bounded: the execution's time limit, the
+// host's grace around it, and the time to reach a runner.
+func (d *Driver) MaxRunTime() time.Duration { return 2*d.timeout + 4*hostGrace }

@@ -554,3 +554,7 @@ func traceResponse(body []byte) string {
 	kept := cutUTF8(string(body[:maxTraceResponse+1]), maxTraceResponse)
 	return validUTF8(kept) + fmt.Sprintf(" [truncated: first %d of %d bytes read]", len(kept), len(body))
 }
+
+// MaxRunTime implements drivers.Bounded: the health probe that may precede
+// a call, and the call's own time limit.
+func (d *Driver) MaxRunTime() time.Duration { return 2*d.healthTimeout + d.callTimeout }
