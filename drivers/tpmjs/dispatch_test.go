@@ -3,6 +3,7 @@ package tpmjs
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -180,6 +181,26 @@ var dispatchCases = []dispatchCase{
 			fake.SetFlaky(1)
 			return nil, nil
 		}),
+		wantErr: "POST ",
+	},
+	{
+		name: "an executor over HTTP/2 that resets the stream after reading the request may have run it",
+		setup: func(t *testing.T) (*Driver, context.Context, func() int) {
+			var n atomic.Int32
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.ProtoMajor != 2 {
+					t.Errorf("request over %s, want HTTP/2", r.Proto)
+				}
+				_, _ = io.Copy(io.Discard, r.Body)
+				n.Add(1)
+				panic(http.ErrAbortHandler) // RST_STREAM
+			}))
+			srv.EnableHTTP2 = true
+			srv.StartTLS()
+			t.Cleanup(srv.Close)
+			return newDriver(t, srv.URL, func(c *Config) { c.HTTPClient = srv.Client() }),
+				context.Background(), func() int { return int(n.Load()) }
+		},
 		wantErr: "POST ",
 	},
 	{
