@@ -234,8 +234,11 @@ func (g *Gateway) driverFailed(ctx context.Context, p *prepared, rec *recorder, 
 	if errors.Is(err, drivers.ErrNotDispatched) && (nc == nil || len(nc.calls()) == 0) {
 		log.Warn("driver failed before dispatch; nothing ran", "driver", p.tool.Driver, "err", msg)
 		rec.closeAttempt(ctx, fmt.Sprintf("driver %s: %s", p.tool.Driver, msg))
-		return rec.failure(codes.Unavailable,
-			"driver %s: %s; nothing was executed (retry with the same request_id)", p.tool.Driver, msg)
+		code := codes.Unavailable
+		if errors.Is(err, context.DeadlineExceeded) {
+			code = codes.DeadlineExceeded
+		}
+		return rec.failure(code, "driver %s: %s; nothing was executed (retry with the same request_id)", p.tool.Driver, msg)
 	}
 	log.Error("driver failed", "driver", p.tool.Driver, "err", msg)
 	cause := fmt.Errorf("driver %s: %s", p.tool.Driver, msg)
