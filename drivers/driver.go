@@ -7,6 +7,7 @@ package drivers
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Call is one authorized tool invocation.
@@ -168,3 +169,13 @@ type ArgError struct {
 func (e *ArgError) Error() string { return e.Arg + ": " + e.Err.Error() }
 
 func (e *ArgError) Unwrap() error { return e.Err }
+
+// Bounded is implemented by a driver that bounds how long one Run can
+// take, whatever its call asks for. The gateway's recovery uses the longest
+// bound of its drivers to tell a dispatched call that was abandoned (its
+// gateway stopped) from one that may still be running.
+type Bounded interface {
+	// MaxRunTime is the longest one Run can take, kills and clean-up
+	// included.
+	MaxRunTime() time.Duration
+}

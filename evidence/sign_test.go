@@ -125,6 +125,7 @@ func TestSignatureBindsEveryField(t *testing.T) {
 		{"policy_set_digest", func(m *Manifest) { m.PolicySetDigest = "sha256:deg" }},
 		{"outcome", func(m *Manifest) { m.Outcome = OutcomeFailed }},
 		{"error", func(m *Manifest) { m.Error = "boom" }},
+		{"recovered", func(m *Manifest) { m.Recovered = "written by recovery" }},
 		{"artifacts", func(m *Manifest) { m.Artifacts = m.Artifacts[:1] }},
 		{"artifacts order", func(m *Manifest) { m.Artifacts[0], m.Artifacts[1] = m.Artifacts[1], m.Artifacts[0] }},
 		{"artifacts.key", func(m *Manifest) { m.Artifacts[0].Key = Key("r1", "other.json") }},

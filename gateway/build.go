@@ -224,6 +224,11 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		Instance:   instance,
 		Logger:     log,
 		Limits:     cfg.Limits,
+		Recovery: RecoveryOptions{
+			Interval:         cfg.Evidence.SweepInterval,
+			InterruptedAfter: cfg.Evidence.InterruptedAfter,
+			OpTimeout:        cfg.Evidence.opTimeout(),
+		},
 	})
 	if err != nil {
 		return fail(err)

@@ -142,6 +142,17 @@ type EvidenceConfig struct {
 	// retries included), so that a store that stops answering cannot hold
 	// a call longer than this. 0 means evidence.DefaultOpTimeout (15s).
 	OpTimeout time.Duration `yaml:"op_timeout"`
+	// SweepInterval is how often recovery revisits the requests this
+	// gateway left without a manifest (a store that refused a write, a
+	// call whose response could not be stored). 0 means 1m. Requests left
+	// by an earlier run of the same instance are swept once at start.
+	SweepInterval time.Duration `yaml:"sweep_interval"`
+	// InterruptedAfter is how long after dispatch a request of this
+	// instance with no response is recorded as interrupted by recovery
+	// (never run again). It must exceed the longest a call can run; 0
+	// means the longest run time of the configured drivers plus six
+	// op_timeouts.
+	InterruptedAfter time.Duration `yaml:"interrupted_after"`
 	// ObjectLock, for s3:// stores on buckets with S3 Object Lock on,
 	// retains every artifact for a number of days.
 	ObjectLock *ObjectLockConfig `yaml:"object_lock"`
@@ -479,6 +490,12 @@ func (c Config) Validate() error {
 	}
 	if c.Evidence.OpTimeout < 0 {
 		return fmt.Errorf("config: evidence.op_timeout: must not be negative (0: %v)", evidence.DefaultOpTimeout)
+	}
+	if c.Evidence.SweepInterval < 0 {
+		return fmt.Errorf("config: evidence.sweep_interval: must not be negative (0: %v)", DefaultSweepInterval)
+	}
+	if c.Evidence.InterruptedAfter < 0 {
+		return errors.New("config: evidence.interrupted_after: must not be negative (0: the longest driver run time plus six op_timeouts)")
 	}
 	if ol := c.Evidence.ObjectLock; ol != nil {
 		if ol.Mode != "GOVERNANCE" && ol.Mode != "COMPLIANCE" {

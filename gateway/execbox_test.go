@@ -293,7 +293,7 @@ func TestSandboxCancelAndInputlessCalls(t *testing.T) {
 		if failed["code"] != "validation_error" || !strings.Contains(failed["message"].(string), "exit code 2") {
 			t.Errorf("a readFile without arguments answered %v", e.toolResults()["c1"])
 		}
-		if got := e.artifactNames("sbi-1:c1"); len(got) != 5 {
+		if got := e.artifactNames("sbi-1:c1"); len(got) != 6 {
 			t.Errorf("the input-less call went through the gate with evidence %v", got)
 		}
 	})

@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +70,8 @@ type Options struct {
 	// Limits bound connections and concurrent calls; zero values take
 	// DefaultLimits.
 	Limits LimitsConfig
+	// Recovery tunes how requests left unfinished are finalised.
+	Recovery RecoveryOptions
 }
 
 // Gateway runs RunTool calls. It is safe for concurrent use.
@@ -94,8 +96,13 @@ type Gateway struct {
 	running    atomic.Int64
 	traceDirs  map[string]string
 	engineBase string
-	log        *slog.Logger
-	now        func() time.Time
+	instance   string
+	// recovery knows which requests this process runs and which it left
+	// unfinished; recoveryLimits say when others count as abandoned.
+	recovery       *recovery
+	recoveryLimits recoveryLimits
+	log            *slog.Logger
+	now            func() time.Time
 }
 
 // New checks opts and returns a Gateway.
@@ -126,23 +133,26 @@ func New(opts Options) (*Gateway, error) {
 		}
 	}
 	g := &Gateway{
-		decider:    opts.Decider,
-		store:      opts.Store,
-		spool:      opts.Spool,
-		spoolKick:  make(chan struct{}, 1),
-		signer:     opts.Signer,
-		redactor:   opts.Redactor,
-		auth:       opts.Auth,
-		drivers:    opts.Drivers,
-		tools:      opts.Tools,
-		registry:   opts.Registry,
-		shadows:    opts.Shadows,
-		selection:  newSelection(opts.Shadows, opts.Selectable),
-		traceDirs:  opts.TraceDirs,
-		limits:     opts.Limits.withDefaults(),
-		engineBase: fmt.Sprintf("toolgate/%s@%s", Version, opts.Instance),
-		log:        redactingLogger(opts.Logger, opts.Redactor),
-		now:        opts.Now,
+		decider:        opts.Decider,
+		store:          opts.Store,
+		spool:          opts.Spool,
+		spoolKick:      make(chan struct{}, 1),
+		signer:         opts.Signer,
+		redactor:       opts.Redactor,
+		auth:           opts.Auth,
+		drivers:        opts.Drivers,
+		tools:          opts.Tools,
+		registry:       opts.Registry,
+		shadows:        opts.Shadows,
+		selection:      newSelection(opts.Shadows, opts.Selectable),
+		traceDirs:      opts.TraceDirs,
+		limits:         opts.Limits.withDefaults(),
+		engineBase:     fmt.Sprintf("toolgate/%s@%s", Version, opts.Instance),
+		instance:       opts.Instance,
+		recovery:       newRecovery(),
+		recoveryLimits: opts.Recovery.limits(opts.Drivers),
+		log:            redactingLogger(opts.Logger, opts.Redactor),
+		now:            opts.Now,
 	}
 	if g.now == nil {
 		g.now = time.Now
@@ -172,26 +182,55 @@ func (g *Gateway) RunTool(ctx context.Context, req *toolgatev1.RunToolRequest) (
 
 // run is the pipeline for one validated call.
 func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.RunToolResponse, error) {
-	started := g.now()
+	p, err := g.prepare(ctx, caller, c)
+	if err != nil {
+		return nil, err
+	}
 	// Evidence must be completed even when the caller goes away: a claimed
 	// request with half its evidence is worse than a late answer.
-	deadline, hasDeadline := ctx.Deadline()
-	callerCtx := ctx
 	ctx = context.WithoutCancel(ctx)
+	defer g.recovery.enter(c.RequestID)()
+	rec := p.newRecorder(g)
 
-	tool, known := g.lookupTool(c.ToolID)
-	engineRef := g.engineBase
-	if known {
-		engineRef += "/" + g.drivers[tool.Driver].Engine()
+	// 1. Claim the request id: a create-only write of request.json.
+	pre, cancel := p.beforeDispatch(ctx)
+	err = rec.put(pre, evidence.ArtifactRequest, p.request)
+	cancel()
+	if errors.Is(err, evidence.ErrExist) {
+		return g.resume(ctx, p, rec)
 	}
-	args, err := decodeArgs(c.Args)
 	if err != nil {
+		if resp, ok, err := g.replaySpooled(ctx, p.c, p.hash); ok {
+			return resp, err
+		}
+		// The write may have landed all the same: recovery closes the
+		// attempt it would have opened, so that a retry can run.
+		g.recovery.leftUnfinished(c.RequestID, "")
+		g.log.Error("evidence store unavailable; nothing ran", "request_id", c.RequestID, "err", err)
+		return nil, rec.failure(codes.Unavailable,
+			"evidence store unavailable, nothing was executed (retry with the same request_id): %v", err)
+	}
+	// 2. Decide, make the decision durable, dispatch, run, record.
+	return g.attempt(ctx, p, rec, 1)
+}
+
+// prepare canonicalises a call's arguments that name resources (from here
+// on the hash, the evidence, policy and the driver see only that form),
+// hashes it, and sorts out the caller's secrets.
+func (g *Gateway) prepare(ctx context.Context, caller string, c call) (*prepared, error) {
+	p := &prepared{caller: caller, callerCtx: ctx, engineRef: g.engineBase}
+	p.deadline, p.hasDeadline = ctx.Deadline()
+	started := g.now()
+	var err error
+	p.tool, p.known = g.lookupTool(c.ToolID)
+	if p.known {
+		p.engineRef += "/" + g.drivers[p.tool.Driver].Engine()
+	}
+	if p.args, err = decodeArgs(c.Args); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	// 0. Canonicalise the arguments that name resources: from here on,
-	// the hash, the evidence, policy and the driver see only that form.
-	if known {
-		if c, args, err = g.canonicalise(c, tool, args); err != nil {
+	if p.known {
+		if c, p.args, err = g.canonicalise(c, p.tool, p.args); err != nil {
 			var invalid *invalidArgument
 			if errors.As(err, &invalid) {
 				return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -199,20 +238,25 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 			return nil, status.Error(codes.Internal, err.Error())
 		}
 	}
-	hash, err := canonicalHash(caller, c)
-	if err != nil {
+	p.c = c
+	if p.hash, err = canonicalHash(caller, c); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	env, callerEnv, params, err := tool.env(args)
+	env, callerEnv, params, err := p.tool.env(p.args)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	secrets, err := g.callerSecrets(caller, c, tool, callerEnv, params)
+	p.env, p.params = env, params
+	secrets, err := g.callerSecrets(caller, c, p.tool, callerEnv, params)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	rec := newRecorder(g, c.RequestID, hash, engineRef)
-	recordedArgs := c.Args
+	p.request = evidence.RequestRecord{
+		RequestID: c.RequestID, Caller: caller, ToolID: c.ToolID, Args: c.Args,
+		Ctx:        evidence.RequestContext{RunID: c.RunID, StepID: c.StepID, PolicyRef: c.PolicyRef},
+		ReceivedAt: started.UTC(), CanonicalRequestHash: p.hash, Gateway: g.engineBase,
+		ParentRequestID: c.ParentRequestID,
+	}
 	if len(secrets) > 0 {
 		// What a caller hands a tool as environment is hidden in
 		// request.json and in the tool's output, and nowhere else: see
@@ -221,165 +265,19 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		for i, s := range secrets {
 			values[i] = s.value
 		}
-		rec.output = g.redactor.Standalone(values...)
-		if recordedArgs, err = rec.hideCallerSecrets(args, secrets); err != nil {
+		p.output = g.redactor.Standalone(values...)
+		rec := p.newRecorder(g)
+		if p.request.Args, err = rec.hideCallerSecrets(p.args, secrets); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
+		p.hidden = rec.report.Redactions()
 	}
-	log := g.log.With("request_id", c.RequestID, "caller", caller, "tool_id", c.ToolID)
-
-	// 1. Claim the request id: a create-only write of request.json.
-	err = rec.put(ctx, evidence.ArtifactRequest, requestRecord{
-		RequestID:            c.RequestID,
-		Caller:               caller,
-		ToolID:               c.ToolID,
-		Args:                 recordedArgs,
-		Ctx:                  canonicalCtx{RunID: c.RunID, StepID: c.StepID, PolicyRef: c.PolicyRef},
-		ReceivedAt:           started.UTC(),
-		CanonicalRequestHash: hash,
-		Gateway:              g.engineBase,
-		ParentRequestID:      c.ParentRequestID,
-	})
-	if errors.Is(err, evidence.ErrExist) {
-		return g.resume(ctx, c, hash, engineRef)
-	}
-	if err != nil {
-		if resp, ok, err := g.replaySpooled(ctx, c, hash); ok {
-			return resp, err
-		}
-		log.Error("evidence store unavailable; nothing ran", "err", err)
-		return nil, rec.failure(codes.Unavailable, "evidence store unavailable, nothing was executed: %v", err)
-	}
-
-	// 2. Decide, and make the decision durable before anything runs.
-	decision, shadow := g.decide(ctx, caller, c, tool, known, args)
-	rec.policySetDigest = decision.PolicySetDigest
-	err = rec.put(ctx, evidence.ArtifactPolicyDecision, decisionRecord{
-		RequestID:       c.RequestID,
-		Caller:          caller,
-		Action:          c.action(),
-		ParentRequestID: c.ParentRequestID,
-		ToolID:          c.ToolID,
-		Driver:          tool.Driver,
-		Decision:        decisionWord(decision.Allow),
-		RuleID:          decision.RuleID,
-		Reason:          decision.Reason,
-		PolicyRef:       decision.PolicyRef,
-		PolicySetDigest: decision.PolicySetDigest,
-		Errors:          nonNil(decision.Errors),
-		Shadow:          shadow,
-		DecidedAt:       g.now().UTC(),
-	})
-	if err != nil {
-		log.Error("could not record the policy decision; nothing ran", "err", err)
-		return nil, rec.fail(ctx, codes.Unavailable, fmt.Errorf("evidence store unavailable, nothing was executed: %w", err))
-	}
-	rec.decided = true
-
-	resp := &toolgatev1.RunToolResponse{
-		PolicyCheck: &toolgatev1.PolicyCheck{
-			Decision: decisionWord(decision.Allow),
-			Reason:   decision.Reason,
-			RuleId:   decision.RuleID,
-		},
-		EngineRef: engineRef,
-		RunId:     c.RunID,
-		StepId:    c.StepID,
-	}
-	if !decision.Allow {
-		log.Info("denied", "rule_id", decision.RuleID, "policy_ref", decision.PolicyRef)
-		return rec.finish(ctx, resp)
-	}
-
-	// 3. Run. The driver gets the caller's deadline but not its
-	// cancellation, for the same reason the evidence writes do; a nested
-	// call, though, ends with the sandbox session that made it.
-	dctx := ctx
-	switch {
-	case c.ParentRequestID != "":
-		dctx = callerCtx
-	case hasDeadline:
-		var cancel context.CancelFunc
-		dctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
-	var nested drivers.ToolCaller
-	var nc *nestedCaller
-	if c.ParentRequestID == "" {
-		// Only a top-level call may call tools back: a sandbox started by
-		// guest code gets none, so nesting stops at one level.
-		nc = &nestedCaller{g: g, caller: caller, parent: c, parentDriver: tool.Driver}
-		nested = nc
-	}
-	ranAt := g.now()
-	result, err := runDriver(dctx, g.drivers[tool.Driver], drivers.Call{
-		RequestID: c.RequestID,
-		ToolID:    c.ToolID,
-		Target:    tool.Target,
-		Package:   tool.Package,
-		Version:   tool.Version,
-		Args:      params,
-		Env:       env,
-		Tools:     nested,
-	})
-	if dir, ok := g.traceDirs[tool.Driver]; ok {
-		if trace := filepath.Join(dir, c.RequestID+".jsonl"); fileExists(trace) {
-			resp.LocalEvidencePaths = append(resp.LocalEvidencePaths, trace)
-		}
-	}
-	if err != nil {
-		// A driver's error can carry the tool's output, and so the
-		// caller's secrets.
-		msg := rec.outputText(err.Error())
-		log.Error("driver failed", "driver", tool.Driver, "err", msg)
-		cause := fmt.Errorf("driver %s: %s", tool.Driver, msg)
-		var made []nestedCallRecord
-		if nc != nil {
-			made = nc.calls()
-		}
-		rec.recordBrokenRun(ctx, made, drivers.ErrorEvidence(err), brokenRunRecord{
-			RequestID: c.RequestID, Driver: tool.Driver, Target: tool.Target, Engine: engineRef,
-			StartedAt: ranAt.UTC(), DurationMS: g.now().Sub(ranAt).Milliseconds(), Error: cause.Error(),
-		})
-		return nil, rec.fail(ctx, codes.Unavailable, cause)
-	}
-	if result, err = rec.redactOutput(result); err != nil {
-		return nil, rec.fail(ctx, codes.Internal, err)
-	}
-	toolResult, err := rec.redact(evidence.ArtifactToolResult, toolResultRecord{
-		RequestID:  c.RequestID,
-		Driver:     tool.Driver,
-		Target:     tool.Target,
-		Engine:     engineRef,
-		StartedAt:  ranAt.UTC(),
-		DurationMS: g.now().Sub(ranAt).Milliseconds(),
-		ExitCode:   result.ExitCode,
-		Stdout:     result.Stdout,
-		Stderr:     result.Stderr,
-		Data:       result.Data,
-		Evidence:   result.Evidence,
-	})
-	if err != nil {
-		return nil, rec.fail(ctx, codes.Internal, err)
-	}
-	data, err := toValue(result.Data)
-	if err != nil {
-		return nil, rec.fail(ctx, codes.Internal, err)
-	}
-	resp.ToolResult = &toolgatev1.ToolResult{
-		ExitCode: int32(result.ExitCode),
-		Stdout:   result.Stdout,
-		Stderr:   result.Stderr,
-		Data:     data,
-	}
-	resp.Ok = result.ExitCode == 0
-	log.Info("ran", "rule_id", decision.RuleID, "exit_code", result.ExitCode, "duration", g.now().Sub(started))
-	return rec.finish(ctx, resp, artifact{evidence.ArtifactToolResult, toolResult})
+	return p, nil
 }
 
 // decide applies the gateway's own rules, then policy. When the policy set
 // has a shadow, the shadow decides too, for the record only.
-func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, known bool, args map[string]any) (policy.Decision, *shadowRecord) {
+func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, known bool, args map[string]any) (policy.Decision, *evidence.ShadowDecision) {
 	if !known {
 		return policy.Decision{
 			RuleID:    RuleUnknownTool,
@@ -414,7 +312,7 @@ func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, 
 	}
 	req.PolicyRef = shadowRef
 	sd := g.decider.Decide(ctx, req)
-	sr := &shadowRecord{
+	sr := &evidence.ShadowDecision{
 		PolicyRef: sd.PolicyRef, Decision: decisionWord(sd.Allow), RuleID: sd.RuleID, Reason: sd.Reason,
 		PolicySetDigest: sd.PolicySetDigest, Differs: sd.Allow != d.Allow,
 	}
@@ -446,28 +344,72 @@ func runDriver(ctx context.Context, d drivers.Driver, c drivers.Call) (res drive
 	return d.Run(ctx, c)
 }
 
-// resume answers a request whose id is already claimed.
-func (g *Gateway) resume(ctx context.Context, c call, hash, engineRef string) (*toolgatev1.RunToolResponse, error) {
-	rec := newRecorder(g, c.RequestID, hash, engineRef)
-	stored, err := g.store.Get(ctx, evidence.Key(c.RequestID, evidence.ArtifactRequest))
+// resume answers a request whose id is already claimed: the stored
+// answer when there is one, the next attempt when every earlier one
+// provably ran nothing, and ABORTED while the request may be running or
+// may have run.
+func (g *Gateway) resume(ctx context.Context, p *prepared, rec *recorder) (*toolgatev1.RunToolResponse, error) {
+	id := p.c.RequestID
+	stored, err := g.store.Get(ctx, evidence.Key(id, evidence.ArtifactRequest))
 	if err != nil {
 		return nil, rec.failure(codes.Unavailable, "evidence store unavailable: %v", err)
 	}
 	prev, err := parseRequestRecord(stored)
 	if err != nil {
-		return nil, rec.failure(codes.Internal, "stored request.json for %s is unreadable: %v", c.RequestID, err)
+		return nil, rec.failure(codes.Internal, "stored request.json for %s is unreadable: %v", id, err)
 	}
-	if prev.CanonicalRequestHash != hash {
+	if prev.CanonicalRequestHash != p.hash {
 		return nil, status.Errorf(codes.AlreadyExists,
-			"request_id %q was already used for a different request (caller, tool_id, args or ctx differ); use a new request_id",
-			c.RequestID)
+			"request_id %q was already used for a different request (caller, tool_id, args or ctx differ); use a new request_id", id)
 	}
-	refs, err := g.store.List(ctx, evidence.RequestPrefix(c.RequestID))
+	keys, err := g.store.List(ctx, evidence.RequestPrefix(id))
 	if err != nil {
 		return nil, rec.failure(codes.Unavailable, "evidence store unavailable: %v", err)
 	}
-	rec.refs = refs
-	responseKey := evidence.Key(c.RequestID, evidence.ArtifactResponse)
+	rec.refs = keys
+	if resp, answered, err := g.storedAnswer(ctx, p, rec, keys); answered {
+		return resp, err
+	}
+	attempts, err := evidence.ReadAttempts(ctx, g.store, id, keys)
+	if err != nil {
+		return nil, rec.failure(codes.Unavailable, "the attempts of request_id %q cannot be read: %v", id, err)
+	}
+	last := attempts[len(attempts)-1]
+	if last.State == evidence.AttemptOpen && g.abandoned(ctx, id, keys) {
+		if _, err := g.closeAttempt(ctx, id, last.Number, false, g.encodeRecord,
+			"abandoned before dispatch: found open by a retry after its gateway had stopped working on it"); err == nil {
+			last.State = evidence.NotDispatched
+			if keys, err = g.store.List(ctx, evidence.RequestPrefix(id)); err != nil {
+				return nil, rec.failure(codes.Unavailable, "evidence store unavailable: %v", err)
+			}
+		}
+	}
+	switch last.State {
+	case evidence.NotDispatched:
+		return g.nextAttempt(ctx, p, rec, keys, last.Number+1)
+	case evidence.Dispatched:
+		if left, ok := g.recovery.lookup(id); ok && left.told != "" {
+			return nil, rec.failure(codes.Aborted, "%s", left.told)
+		}
+		return nil, rec.failure(codes.Aborted,
+			"request_id %q is in flight, or was interrupted, after dispatch; it is never executed twice", id)
+	}
+	return nil, rec.failure(codes.Aborted,
+		"request_id %q is in flight and not yet dispatched; retry with the same request_id later", id)
+}
+
+// storedAnswer answers a retry from the store when the request has
+// finished there, rolling forward a response stored without its manifest
+// first. answered is false when there is no answer yet.
+func (g *Gateway) storedAnswer(ctx context.Context, p *prepared, rec *recorder, keys []string) (*toolgatev1.RunToolResponse, bool, error) {
+	id := p.c.RequestID
+	responseKey := evidence.Key(id, evidence.ArtifactResponse)
+	manifestKey := evidence.Key(id, evidence.ArtifactManifest)
+	if slices.Contains(keys, responseKey) && !slices.Contains(keys, manifestKey) && g.abandoned(ctx, id, keys) {
+		if s, err := g.readStored(ctx, id, keys); err == nil && g.rollForward(ctx, s) == nil {
+			g.recovery.settled(id)
+		}
+	}
 	body, err := g.store.Get(ctx, responseKey)
 	if errors.Is(err, evidence.ErrNotExist) && g.spool != nil {
 		// Finished while the store was down: the answer waits in the spool.
@@ -475,25 +417,68 @@ func (g *Gateway) resume(ctx context.Context, c call, hash, engineRef string) (*
 	}
 	switch {
 	case err == nil:
-		if err := g.checkReplay(ctx, c.RequestID, hash, body); err != nil {
-			return nil, rec.failure(codes.DataLoss, "%v", err)
+		if err := g.checkReplay(ctx, id, p.hash, body); err != nil {
+			return nil, true, rec.failure(codes.DataLoss, "%v", err)
 		}
 		resp, err := decodeResponse(body)
 		if err != nil {
-			return nil, rec.failure(codes.Internal, "stored response.json for %s is unreadable: %v", c.RequestID, err)
+			return nil, true, rec.failure(codes.Internal, "stored response.json for %s is unreadable: %v", id, err)
 		}
-		return resp, nil
+		return resp, true, nil
 	case !errors.Is(err, evidence.ErrNotExist):
-		return nil, rec.failure(codes.Unavailable, "evidence store unavailable: %v", err)
+		return nil, true, rec.failure(codes.Unavailable, "evidence store unavailable: %v", err)
 	}
-	if m, err := g.store.Get(ctx, evidence.Key(c.RequestID, evidence.ArtifactManifest)); err == nil {
-		if man, err := evidence.ParseManifest(m); err == nil && man.Error != "" {
-			return nil, rec.failure(codes.Aborted,
-				"request_id %q already failed (%s) and is never executed twice; use a new request_id", c.RequestID, man.Error)
+	m, err := g.store.Get(ctx, manifestKey)
+	if err != nil {
+		return nil, false, nil
+	}
+	man, err := evidence.ParseManifest(m)
+	if err != nil {
+		return nil, true, rec.failure(codes.DataLoss, "the manifest of request_id %q is unreadable: %v", id, err)
+	}
+	why := man.Error
+	if why == "" {
+		why = "no response is stored"
+	}
+	return nil, true, rec.failure(codes.Aborted,
+		"request_id %q already %s (%s) and is never executed twice; use a new request_id", id, man.Outcome, why)
+}
+
+// abandoned reports whether recovery may finalise request id now: this
+// process left it unfinished, or it is this instance's and no call of it
+// but the asking one is in flight here, or its records are older than an
+// open attempt can be.
+func (g *Gateway) abandoned(ctx context.Context, id string, keys []string) bool {
+	if g.recovery.othersRunning(id, 1) {
+		return false
+	}
+	if _, ok := g.recovery.lookup(id); ok {
+		return true
+	}
+	s, err := g.readStored(ctx, id, keys)
+	if err != nil {
+		return false
+	}
+	if instanceOf(s.owner()) == g.instance {
+		return true
+	}
+	return g.now().Sub(s.lastActivity) >= g.recoveryLimits.openAfter
+}
+
+// nextAttempt opens attempt n of a request whose earlier attempts ran
+// nothing. Its recorder starts with every artifact already stored, so the
+// manifest lists the whole history.
+func (g *Gateway) nextAttempt(ctx context.Context, p *prepared, rec *recorder, keys []string, n int) (*toolgatev1.RunToolResponse, error) {
+	rec.refs, rec.digests = nil, nil
+	for _, key := range keys {
+		data, err := g.store.Get(ctx, key)
+		if err != nil {
+			return nil, rec.failure(codes.Unavailable, "evidence store unavailable, nothing was executed: %v", err)
 		}
+		rec.refs = append(rec.refs, key)
+		rec.digests = append(rec.digests, evidence.Digest(key, data))
 	}
-	return nil, rec.failure(codes.Aborted,
-		"request_id %q is in flight or was interrupted before it finished; it will not be executed again", c.RequestID)
+	return g.attempt(ctx, p, rec, n)
 }
 
 // replaySpooled answers a retry that arrives while the store is down, for a

@@ -85,8 +85,8 @@ func TestAllowedCallRunsAndRecords(t *testing.T) {
 	if got := resp.GetToolResult().GetData().GetStructValue().GetFields()["size"].GetNumberValue(); got != 6 {
 		t.Errorf("data.size = %v, want 6", got)
 	}
-	if got := e.artifactNames("allow-1"); len(got) != 5 {
-		t.Errorf("stored artifacts = %v, want all five", got)
+	if got := e.artifactNames("allow-1"); len(got) != 6 {
+		t.Errorf("stored artifacts = %v, want all six (request, decision, dispatch marker, result, response, manifest)", got)
 	}
 	e.checkReplyIsStored("allow-1", resp)
 

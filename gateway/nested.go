@@ -54,21 +54,7 @@ type nestedCaller struct {
 	// made lists the calls run so far, in the order they ended: the
 	// gateway's own account, kept whatever the driver reports.
 	mu   sync.Mutex
-	made []nestedCallRecord
-}
-
-// nestedCallRecord is the gateway's account of one nested call, for the
-// parent's record when its driver fails.
-type nestedCallRecord struct {
-	CallID    string `json:"call_id"`
-	ToolID    string `json:"tool_id"`
-	RequestID string `json:"request_id"`
-	OK        bool   `json:"ok"`
-	// Code is the execbox error code the guest was answered with.
-	Code string `json:"code,omitempty"`
-	// Recorded is set when the call has evidence of its own under
-	// RequestID (it was claimed); calls refused before that have none.
-	Recorded bool `json:"recorded"`
+	made []evidence.NestedCallRecord
 }
 
 // maxRelatedRefs bounds the nested calls a failure's status details point
@@ -76,7 +62,7 @@ type nestedCallRecord struct {
 const maxRelatedRefs = 64
 
 // calls returns the nested calls run so far.
-func (n *nestedCaller) calls() []nestedCallRecord {
+func (n *nestedCaller) calls() []evidence.NestedCallRecord {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return slices.Clone(n.made)
@@ -87,7 +73,7 @@ func (n *nestedCaller) calls() []nestedCallRecord {
 func (n *nestedCaller) CallTool(ctx context.Context, callID, toolID string, input any) drivers.NestedResult {
 	r, recorded := n.callTool(ctx, callID, toolID, input)
 	n.mu.Lock()
-	n.made = append(n.made, nestedCallRecord{
+	n.made = append(n.made, evidence.NestedCallRecord{
 		CallID: callID, ToolID: toolID, RequestID: r.RequestID, OK: r.OK, Code: r.Code, Recorded: recorded,
 	})
 	n.mu.Unlock()
@@ -184,7 +170,7 @@ func hasEvidence(err error) bool {
 
 // relatedRefs points to the evidence of the nested calls that have some:
 // each one's manifest, at most maxRelatedRefs.
-func relatedRefs(made []nestedCallRecord) []string {
+func relatedRefs(made []evidence.NestedCallRecord) []string {
 	var refs []string
 	for _, m := range made {
 		if m.Recorded && len(refs) < maxRelatedRefs {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
@@ -22,117 +21,12 @@ import (
 	"github.com/toolgate/toolgate/redact"
 )
 
-// The JSON shapes of the artifacts, before redaction. Field names are the
-// contract's snake_case ones.
-
-type requestRecord struct {
-	RequestID            string          `json:"request_id"`
-	Caller               string          `json:"caller"`
-	ToolID               string          `json:"tool_id"`
-	Args                 json.RawMessage `json:"args"`
-	Ctx                  canonicalCtx    `json:"ctx"`
-	ReceivedAt           time.Time       `json:"received_at"`
-	CanonicalRequestHash string          `json:"canonical_request_hash"`
-	Gateway              string          `json:"gateway"`
-	ParentRequestID      string          `json:"parent_request_id,omitempty"`
-}
-
-type decisionRecord struct {
-	RequestID       string    `json:"request_id"`
-	ParentRequestID string    `json:"parent_request_id,omitempty"`
-	Caller          string    `json:"caller"`
-	Action          string    `json:"action"`
-	ToolID          string    `json:"tool_id"`
-	Driver          string    `json:"driver"`
-	Decision        string    `json:"decision"`
-	RuleID          string    `json:"rule_id"`
-	Reason          string    `json:"reason"`
-	PolicyRef       string    `json:"policy_ref"`
-	PolicySetDigest string    `json:"policy_set_digest"`
-	Errors          []string  `json:"errors"`
-	DecidedAt       time.Time `json:"decided_at"`
-	// Shadow is the decision of the shadow policy set, never enforced.
-	Shadow *shadowRecord `json:"shadow,omitempty"`
-}
-
-// shadowRecord is a shadow policy set's decision on a call.
-type shadowRecord struct {
-	PolicyRef       string `json:"policy_ref"`
-	Decision        string `json:"decision"`
-	RuleID          string `json:"rule_id"`
-	Reason          string `json:"reason"`
-	PolicySetDigest string `json:"policy_set_digest"`
-	// Differs is set when the shadow would allow what was denied, or
-	// deny what was allowed.
-	Differs bool `json:"differs"`
-}
-
-type toolResultRecord struct {
-	RequestID  string    `json:"request_id"`
-	Driver     string    `json:"driver"`
-	Target     string    `json:"target"`
-	Engine     string    `json:"engine_ref"`
-	StartedAt  time.Time `json:"started_at"`
-	DurationMS int64     `json:"duration_ms"`
-	ExitCode   int       `json:"exit_code"`
-	Stdout     string    `json:"stdout"`
-	Stderr     string    `json:"stderr"`
-	Data       any       `json:"data,omitempty"`
-	// Evidence is what the driver put on record beside the result.
-	Evidence map[string]any `json:"evidence,omitempty"`
-}
-
-// brokenRunRecord is tool_result.json of a run whose driver failed after
-// the tool had called other tools: there is no result (no exit code, no
-// output), only why, and the nested calls the gateway ran for it, so that
-// a side effect of guest code never lacks a trace in its parent's record.
-type brokenRunRecord struct {
-	RequestID  string    `json:"request_id"`
-	Driver     string    `json:"driver"`
-	Target     string    `json:"target"`
-	Engine     string    `json:"engine_ref"`
-	StartedAt  time.Time `json:"started_at"`
-	DurationMS int64     `json:"duration_ms"`
-	// Error is the driver's failure, as the caller was told it.
-	Error       string             `json:"error"`
-	NestedCalls []nestedCallRecord `json:"nested_calls"`
-	// Evidence is what the driver knew when it failed (see
-	// drivers.EvidenceError).
-	Evidence map[string]any `json:"evidence,omitempty"`
-}
-
-// contractResponse is response.json: the Executor Driver Contract's
-// Response, with its optional fields omitted when empty.
-type contractResponse struct {
-	OK                 bool                `json:"ok"`
-	ToolResult         *contractToolResult `json:"tool_result,omitempty"`
-	PolicyCheck        contractPolicyCheck `json:"policy_check"`
-	EvidenceRefs       []string            `json:"evidence_refs"`
-	LocalEvidencePaths []string            `json:"local_evidence_paths,omitempty"`
-	EngineRef          string              `json:"engine_ref"`
-	RunID              string              `json:"run_id,omitempty"`
-	StepID             string              `json:"step_id,omitempty"`
-}
-
-type contractToolResult struct {
-	ExitCode int32           `json:"exit_code"`
-	Stdout   string          `json:"stdout"`
-	Stderr   string          `json:"stderr"`
-	Data     json.RawMessage `json:"data,omitempty"`
-}
-
-type contractPolicyCheck struct {
-	Decision string `json:"decision"`
-	Reason   string `json:"reason"`
-	RuleID   string `json:"rule_id,omitempty"`
-}
-
 // MarshalResponse encodes a response as the contract's JSON, the form of
 // response.json and of `toolgate call`'s output.
 func MarshalResponse(r *toolgatev1.RunToolResponse) ([]byte, error) {
-	out := contractResponse{
+	out := evidence.ResponseRecord{
 		OK: r.GetOk(),
-		PolicyCheck: contractPolicyCheck{
+		PolicyCheck: evidence.ResponsePolicyCheck{
 			Decision: r.GetPolicyCheck().GetDecision(),
 			Reason:   r.GetPolicyCheck().GetReason(),
 			RuleID:   r.GetPolicyCheck().GetRuleId(),
@@ -144,7 +38,7 @@ func MarshalResponse(r *toolgatev1.RunToolResponse) ([]byte, error) {
 		StepID:             r.GetStepId(),
 	}
 	if tr := r.GetToolResult(); tr != nil {
-		out.ToolResult = &contractToolResult{ExitCode: tr.GetExitCode(), Stdout: tr.GetStdout(), Stderr: tr.GetStderr()}
+		out.ToolResult = &evidence.ResponseToolResult{ExitCode: tr.GetExitCode(), Stdout: tr.GetStdout(), Stderr: tr.GetStderr()}
 		if tr.GetData() != nil {
 			data, err := protojson.Marshal(tr.GetData())
 			if err != nil {
@@ -166,13 +60,13 @@ func decodeResponse(data []byte) (*toolgatev1.RunToolResponse, error) {
 	return &r, nil
 }
 
-func parseRequestRecord(data []byte) (requestRecord, error) {
-	var r requestRecord
+func parseRequestRecord(data []byte) (evidence.RequestRecord, error) {
+	var r evidence.RequestRecord
 	if err := json.Unmarshal(data, &r); err != nil {
-		return requestRecord{}, err
+		return evidence.RequestRecord{}, err
 	}
 	if r.CanonicalRequestHash == "" {
-		return requestRecord{}, errors.New("canonical_request_hash is missing")
+		return evidence.RequestRecord{}, errors.New("canonical_request_hash is missing")
 	}
 	return r, nil
 }
@@ -219,9 +113,14 @@ type recorder struct {
 	hash            string
 	engineRef       string
 	policySetDigest string
+	// attempt numbers the attempt being recorded.
+	attempt int
 	// decided is set once policy_decision.json is durable: from then on
 	// artifacts may go to the spool.
 	decided bool
+	// dispatched is set once the attempt's dispatch marker may be stored:
+	// from then on the tool may have run.
+	dispatched bool
 	// spooled is set once an artifact went to the spool.
 	spooled bool
 	refs    []string
@@ -313,9 +212,13 @@ func (r *recorder) put(ctx context.Context, name string, v any) error {
 	return r.persist(ctx, artifact{name: name, data: data})
 }
 
-// finish stores response.json (with any artifacts that may be written
-// beside it) and the manifest, and returns the response decoded from the
-// stored bytes, so the caller receives exactly what is on record.
+// finish stores the artifacts written beside the response (the tool's
+// result), then response.json, then the manifest, and returns the response
+// decoded from the stored bytes, so the caller receives exactly what is on
+// record. The order means no response is ever stored without the result it
+// reports, and the reply goes out only once its response is durable in the
+// store or the spool. A manifest that cannot be written is left to
+// recovery: the response is durable, so the caller gets it.
 func (r *recorder) finish(ctx context.Context, resp *toolgatev1.RunToolResponse, with ...artifact) (*toolgatev1.RunToolResponse, error) {
 	resp.EvidenceRefs = slices.Clone(r.refs)
 	for _, a := range with {
@@ -324,39 +227,118 @@ func (r *recorder) finish(ctx context.Context, resp *toolgatev1.RunToolResponse,
 	resp.EvidenceRefs = append(resp.EvidenceRefs,
 		evidence.Key(r.requestID, evidence.ArtifactResponse),
 		evidence.Key(r.requestID, evidence.ArtifactManifest))
-	body, err := MarshalResponse(resp)
+	stored, reply, err := r.encodeResponse(resp)
 	if err != nil {
-		return nil, r.fail(ctx, codes.Internal, err)
+		return nil, r.abandon(ctx, codes.Internal, err)
 	}
-	stored, err := r.redactBytes(evidence.ArtifactResponse, body)
-	if err != nil {
-		return nil, r.fail(ctx, codes.Internal, err)
+	for _, a := range with {
+		if err := r.persist(ctx, a); err != nil {
+			return nil, r.unrecorded(ctx, fmt.Errorf("%s: %w", a.name, err))
+		}
 	}
-	// Decode before storing: a response that cannot be read back must not
-	// become the request's permanent answer.
-	reply, err := decodeResponse(stored)
-	if err != nil {
-		return nil, r.fail(ctx, codes.Internal, err)
-	}
-	if err := r.persist(ctx, append(with, artifact{evidence.ArtifactResponse, stored})...); err != nil {
-		return nil, r.fail(ctx, codes.Unavailable, fmt.Errorf("the evidence store and the spool failed writing the response: %w", err))
+	if err := r.persist(ctx, artifact{evidence.ArtifactResponse, stored}); err != nil {
+		return nil, r.unrecorded(ctx, fmt.Errorf("%s: %w", evidence.ArtifactResponse, err))
 	}
 	if err := r.writeManifest(ctx, evidence.OutcomeCompleted, ""); err != nil {
-		// response.json is durable, so a retry replays it; the manifest
-		// gap is what verification will report.
-		return nil, r.failure(codes.Unavailable, "evidence store failed writing the manifest (a retry returns the stored response): %v", err)
+		r.g.log.Warn("the manifest could not be written; recovery writes it from the stored artifacts",
+			"request_id", r.requestID, "err", err)
+		r.g.recovery.leftUnfinished(r.requestID, "")
 	}
 	return reply, nil
 }
 
+// encodeResponse encodes and redacts response.json, and decodes it back
+// for the reply: a response that cannot be read back must not become the
+// request's permanent answer.
+func (r *recorder) encodeResponse(resp *toolgatev1.RunToolResponse) (stored []byte, reply *toolgatev1.RunToolResponse, err error) {
+	body, err := MarshalResponse(resp)
+	if err != nil {
+		return nil, nil, err
+	}
+	if stored, err = r.redactBytes(evidence.ArtifactResponse, body); err != nil {
+		return nil, nil, err
+	}
+	if reply, err = decodeResponse(stored); err != nil {
+		return nil, nil, err
+	}
+	return stored, reply, nil
+}
+
+// unrecorded answers a call whose response could be stored neither in the
+// store nor in the spool. Before dispatch (a deny) nothing ran: the
+// attempt is closed, and a retry decides again. After dispatch the tool
+// has run and its response is lost: the caller is told so, a retry is
+// told the same, and recovery records the request as failed.
+func (r *recorder) unrecorded(ctx context.Context, cause error) error {
+	msg, _ := r.redactor.String(cause.Error())
+	if !r.dispatched {
+		r.closeAttempt(ctx, "the response could not be stored: "+msg)
+		return r.failure(codes.Unavailable,
+			"the evidence store and the spool refused the response, nothing was executed (retry with the same request_id): %s", msg)
+	}
+	told := fmt.Sprintf("request_id %q ran, but the evidence store and the spool refused its response (%s); "+
+		"its outcome is not on record, and it is never run again", r.requestID, msg)
+	r.g.log.Error("the response of a call that ran could not be stored", "request_id", r.requestID, "err", msg)
+	r.g.recovery.leftUnfinished(r.requestID, told)
+	return r.failure(codes.Aborted, "%s", told)
+}
+
+// abandon ends an attempt on an error of the gateway's own: before
+// dispatch the attempt is closed and may be retried, after it the request
+// has failed.
+func (r *recorder) abandon(ctx context.Context, code codes.Code, cause error) error {
+	if r.dispatched {
+		return r.fail(ctx, code, cause)
+	}
+	msg, _ := r.redactor.String(cause.Error())
+	r.closeAttempt(ctx, msg)
+	return r.failure(code, "%s; nothing was executed", msg)
+}
+
+// putDispatch writes the attempt's dispatch marker to the store, never to
+// the spool: replicas must see it.
+func (r *recorder) putDispatch(ctx context.Context, state, reason string) error {
+	name := evidence.AttemptArtifact(r.attempt, evidence.ArtifactDispatch)
+	data, err := r.redact(name, evidence.DispatchRecord{
+		RequestID: r.requestID, Attempt: r.attempt, State: state, Reason: reason,
+		Gateway: r.g.engineBase, At: r.g.now().UTC(),
+	})
+	if err != nil {
+		return err
+	}
+	key := evidence.Key(r.requestID, name)
+	if err := r.g.store.Put(ctx, key, data); err != nil {
+		return err
+	}
+	r.refs = append(r.refs, key)
+	r.digests = append(r.digests, evidence.Digest(key, data))
+	return nil
+}
+
+// closeAttempt closes the recorder's attempt as not dispatched (see
+// Gateway.closeAttempt). When the close cannot be written, recovery
+// writes it later: nothing of this attempt is in flight any more.
+func (r *recorder) closeAttempt(ctx context.Context, reason string) {
+	key, err := r.g.closeAttempt(ctx, r.requestID, r.attempt, r.dispatched, r.redact, reason)
+	if err != nil {
+		r.g.log.Error("could not close an attempt that was not dispatched; recovery will",
+			"request_id", r.requestID, "attempt", r.attempt, "err", err)
+		r.g.recovery.leftUnfinished(r.requestID, "")
+		return
+	}
+	if key != "" {
+		r.refs = append(r.refs, key)
+	}
+}
+
 // recordBrokenRun keeps what is known of a run whose driver failed: the
 // nested calls the gateway ran for it and the evidence the driver's error
-// carries, as tool_result.json without a result (see brokenRunRecord),
+// carries, as tool_result.json without a result (see evidence.BrokenRunRecord),
 // listed in the failure manifest, and a reference to each nested call's
 // evidence in the failure's status details. Nothing is written when there
 // is neither. The write is best effort, like the manifest's: the store may
 // be what failed.
-func (r *recorder) recordBrokenRun(ctx context.Context, made []nestedCallRecord, driverEvidence map[string]any, rec brokenRunRecord) {
+func (r *recorder) recordBrokenRun(ctx context.Context, made []evidence.NestedCallRecord, driverEvidence map[string]any, rec evidence.BrokenRunRecord) {
 	if len(made) == 0 && driverEvidence == nil {
 		return
 	}
@@ -455,9 +437,9 @@ func (r *recorder) failure(code codes.Code, format string, args ...any) error {
 	return st.Err()
 }
 
-func nonNilCalls(s []nestedCallRecord) []nestedCallRecord {
+func nonNilCalls(s []evidence.NestedCallRecord) []evidence.NestedCallRecord {
 	if s == nil {
-		return []nestedCallRecord{}
+		return []evidence.NestedCallRecord{}
 	}
 	return s
 }

@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/toolgate/toolgate/evidence"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -211,16 +212,10 @@ func truncateForMessage(s string) string {
 // canonicalRequest is the identity of a request: what must match for a
 // retry to count as the same request.
 type canonicalRequest struct {
-	Caller string          `json:"caller"`
-	ToolID string          `json:"tool_id"`
-	Args   json.RawMessage `json:"args"`
-	Ctx    canonicalCtx    `json:"ctx"`
-}
-
-type canonicalCtx struct {
-	RunID     string `json:"run_id"`
-	StepID    string `json:"step_id"`
-	PolicyRef string `json:"policy_ref"`
+	Caller string                  `json:"caller"`
+	ToolID string                  `json:"tool_id"`
+	Args   json.RawMessage         `json:"args"`
+	Ctx    evidence.RequestContext `json:"ctx"`
 }
 
 // canonicalHash is the SHA-256 of the canonical JSON of caller, tool_id,
@@ -234,7 +229,7 @@ func canonicalHash(caller string, c call) (string, error) {
 		Caller: caller,
 		ToolID: c.ToolID,
 		Args:   c.Args,
-		Ctx:    canonicalCtx{RunID: c.RunID, StepID: c.StepID, PolicyRef: c.PolicyRef},
+		Ctx:    evidence.RequestContext{RunID: c.RunID, StepID: c.StepID, PolicyRef: c.PolicyRef},
 	})
 	if err != nil {
 		return "", fmt.Errorf("canonical request: %w", err)

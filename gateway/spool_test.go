@@ -27,8 +27,8 @@ func TestStoreFailingAfterTheToolRanSpools(t *testing.T) {
 	ctx := context.Background()
 
 	resp := e.mustCall("spool-1", "hook.run", nil)
-	if !resp.GetOk() || resp.GetToolResult().GetStdout() != "did it\n" || len(resp.GetEvidenceRefs()) != 5 {
-		t.Fatalf("response = %v; want the tool's answer with all five refs", resp)
+	if !resp.GetOk() || resp.GetToolResult().GetStdout() != "did it\n" || len(resp.GetEvidenceRefs()) != 6 {
+		t.Fatalf("response = %v; want the tool's answer with all six refs", resp)
 	}
 	if _, err := store.Get(ctx, evidence.Key("spool-1", evidence.ArtifactResponse)); err == nil {
 		t.Fatal("response.json reached a store that was down")

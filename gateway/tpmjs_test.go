@@ -172,7 +172,7 @@ func TestTPMJSBothProtocolsEndToEnd(t *testing.T) {
 			if !strings.Contains(string(last.Body), tpmjsTestEnv["FAKE_OPENAI_KEY"]) || last.Header.Get("X-TPMJS-Protocol-Version") != "1.0" {
 				t.Errorf("the executor did not get the env value and protocol header")
 			}
-			if got := e.artifactNames("echo-1"); !slices.Equal(got, []string{"manifest.json", "policy_decision.json", "request.json", "response.json", "tool_result.json"}) {
+			if got := e.artifactNames("echo-1"); !slices.Equal(got, []string{"dispatch.json", "manifest.json", "policy_decision.json", "request.json", "response.json", "tool_result.json"}) {
 				t.Errorf("evidence = %v, want request, decision, result, response and manifest", got)
 			}
 			e.noSecrets("echo-1", resp, "caller-locale-secret-42")

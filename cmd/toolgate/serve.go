@@ -116,6 +116,7 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var background sync.WaitGroup
 	background.Go(func() { g.RunSpoolFlusher(bgCtx, spoolFlushInterval) })
+	background.Go(func() { g.RunRecovery(bgCtx) })
 	reloadInterval := cfg.Policies.ReloadInterval
 	if reloadInterval == 0 {
 		reloadInterval = defaultPolicyReloadInterval

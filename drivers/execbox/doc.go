@@ -184,7 +184,29 @@
 // timed out. Once a session is open, that error is a
 // [drivers.EvidenceError] carrying the evidence below (nested_calls
 // included) with ended_without_done set, so that the tool calls guest code
-// made before the break stay on record. A runner message larger than Config.MaxMessageBytes is not an
+// made before the break stay on record.
+//
+// An error is marked [drivers.ErrNotDispatched] when it proves that the
+// execute message never reached a runner, so that a retry with the same
+// request id may run the call: the driver was closed; ctx had ended before
+// a session was opened (such a call is never started, so it is never
+// reported as timed out); the WebSocket runner could not be reached
+// (connection refused, a name that did not resolve, a TLS failure or an
+// untrusted certificate, a handshake answered with anything but a session,
+// no session within the execution's time limit); the runner process could
+// not be started; or the write of execute put not a single byte into the
+// pipe of a runner process that had already closed its stdin or exited,
+// and no tool was called. The message says so, for example "execbox code:
+// the runner at ws://127.0.0.1:1 refused the connection; nothing was
+// sent: …" (a WebSocket URL is quoted without its query). Anything after
+// execute left is never marked: a runner that dies, breaks the connection,
+// hangs or answers garbage after execute may have run guest code and its
+// nested calls. A WebSocket write that fails proves nothing (part of the
+// frame may have left), so only the stdio transport can prove an unsent
+// execute; for a runner process that exits as it starts, whether the write
+// came before or after its exit decides which of the two it is.
+//
+// A runner message larger than Config.MaxMessageBytes is not an
 // outage but the guest's failure: the runner is cut off and the Result has
 // exit 4, Stderr "serialization_error: runner message exceeds the size
 // limit of N bytes: …", and runner_messages counts it as too_large.

@@ -299,7 +299,7 @@ func (d *Driver) Run(ctx context.Context, call drivers.Call) (drivers.Result, er
 	closed := d.closed
 	d.mu.Unlock()
 	if closed {
-		return drivers.Result{}, fmt.Errorf("execbox %s: %w", d.name, errClosed)
+		return drivers.Result{}, d.notSent(ctx, errClosed)
 	}
 
 	args, err := parseArgs(call.Args, d.timeout)
@@ -328,9 +328,19 @@ func (d *Driver) Run(ctx context.Context, call drivers.Call) (drivers.Result, er
 	}
 	log := d.log.With("driver", d.name, "request_id", call.RequestID, "execution_id", id)
 
+	// Until execute leaves, nothing of the call has: a failure up to
+	// there is marked not dispatched, and a call whose context already
+	// ended is never started, so it cannot be reported as timed out.
+	if err := ctx.Err(); err != nil {
+		return drivers.Result{}, d.notSent(ctx, err)
+	}
 	tr, err := d.open(ctx, args.timeout)
 	if err != nil {
-		return drivers.Result{}, fmt.Errorf("execbox %s: reach runner: %w", d.name, err)
+		return drivers.Result{}, d.notSent(ctx, err)
+	}
+	if err := ctx.Err(); err != nil {
+		tr.close(true)
+		return drivers.Result{}, d.notSent(ctx, err)
 	}
 	s := &session{
 		d: d, id: id, tr: tr, cat: cat, tools: call.Tools, log: log, opts: opts,
@@ -373,3 +383,7 @@ func executionID(requestID string) string {
 	}
 	return "exec-" + rand.Text()
 }
+
+// MaxRunTime implements drivers.Bounded: the execution's time limit, the
+// host's grace around it, and the time to reach a runner.
+func (d *Driver) MaxRunTime() time.Duration { return 2*d.timeout + 4*hostGrace }

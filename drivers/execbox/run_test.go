@@ -748,8 +748,8 @@ func TestRunUnreachable(t *testing.T) {
 		addr := l.Addr().String()
 		l.Close()
 		d := newDriver(t, Config{URL: "ws://" + addr})
-		if _, err := d.Run(runCtx(t), newCall(nil, nil)); err == nil || !strings.Contains(err.Error(), "reach runner") {
-			t.Errorf("Run error = %v, want a reach runner error", err)
+		if _, err := d.Run(runCtx(t), newCall(nil, nil)); err == nil || !strings.Contains(err.Error(), "refused the connection; nothing was sent") {
+			t.Errorf("Run error = %v, want the refused connection", err)
 		}
 	})
 	t.Run("not a websocket endpoint", func(t *testing.T) {
@@ -757,7 +757,7 @@ func TestRunUnreachable(t *testing.T) {
 		t.Cleanup(srv.Close)
 		d := newDriver(t, Config{URL: "ws" + strings.TrimPrefix(srv.URL, "http")})
 		_, err := d.Run(runCtx(t), newCall(nil, nil))
-		if err == nil || !strings.Contains(err.Error(), "websocket handshake answered with HTTP 404") {
+		if err == nil || !strings.Contains(err.Error(), "refused the WebSocket session; nothing was sent: websocket handshake refused (HTTP 404)") {
 			t.Errorf("Run error = %v, want the refused handshake", err)
 		}
 	})
@@ -774,8 +774,8 @@ func TestRunUnreachable(t *testing.T) {
 	t.Run("process that cannot start", func(t *testing.T) {
 		d := newDriver(t, Config{Command: []string{"/bin/sh", "-c", "exit 0"}})
 		d.cmd.path = t.TempDir() // a directory cannot be executed
-		if _, err := d.Run(runCtx(t), newCall(nil, nil)); err == nil || !strings.Contains(err.Error(), "reach runner") {
-			t.Errorf("Run error = %v, want a reach runner error", err)
+		if _, err := d.Run(runCtx(t), newCall(nil, nil)); err == nil || !strings.Contains(err.Error(), "could not be started; nothing was sent") {
+			t.Errorf("Run error = %v, want the runner not started", err)
 		}
 	})
 }

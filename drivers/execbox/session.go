@@ -38,7 +38,9 @@ var errMessageTooLarge = errors.New("runner message exceeds the size limit")
 
 // transport carries the messages of one session.
 type transport interface {
-	// send writes one message. Calls are serialized by the session.
+	// send writes one message. Calls are serialized by the session. The
+	// error wraps errNothingSent only when no byte of msg can have reached
+	// the runner.
 	send(msg []byte) error
 	// recv reads the next message; it fails once the transport is closed
 	// or broken, wrapping errMessageTooLarge for a message over the limit.
@@ -155,7 +157,15 @@ func (s *session) run(ctx context.Context, execute []byte, limit time.Duration) 
 			}
 		}
 	}()
-	s.sendAsync(execute)
+	// execute is written without blocking the loop, which must stay free
+	// to enforce the time limit against a runner that does not read.
+	executeSent := make(chan error, 1)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		executeSent <- s.sendErr(execute)
+	}()
+	executeC := (<-chan error)(executeSent)
 
 	deadline := time.NewTimer(limit + hostGrace + s.startAllowance)
 	defer deadline.Stop()
@@ -169,6 +179,7 @@ func (s *session) run(ctx context.Context, execute []byte, limit time.Duration) 
 		out       *outcome
 		brokenErr error
 		tooLarge  error
+		unsent    error // execute provably never reached the runner
 		forced    bool
 	)
 	beginCancel := func(reason string) {
@@ -229,6 +240,12 @@ loop:
 			if out = s.handle(toolCtx, in.msg, limit, deadline); out != nil {
 				break loop
 			}
+		case err := <-executeC:
+			executeC = nil
+			if errors.Is(err, errNothingSent) {
+				unsent = err
+				break loop
+			}
 		case <-deadline.C:
 			beginCancel("timeout")
 		case <-ctxDone:
@@ -248,6 +265,15 @@ loop:
 	s.wg.Wait()
 	<-readerDone
 
+	if executeC != nil {
+		// The loop ended first; the write has finished by now.
+		if err := <-executeC; errors.Is(err, errNothingSent) {
+			unsent = err
+		}
+	}
+	if err := s.notDispatched(unsent, closeErr); err != nil {
+		return drivers.Result{}, err
+	}
 	if brokenErr != nil {
 		err := fmt.Errorf("runner session %s ended before done: %w", s.id, brokenErr)
 		if closeErr != nil {
@@ -446,21 +472,37 @@ func (s *session) finishCall(rec *nestedRecord, o toolOutcome) {
 // logged: a broken transport also ends the read side, which ends the
 // session.
 func (s *session) send(msg []byte) {
-	s.sendMu.Lock()
-	defer s.sendMu.Unlock()
-	if err := s.tr.send(msg); err != nil {
-		s.log.Debug("execbox write to runner failed", "error", err)
-	}
+	s.sendErr(msg)
 }
 
-// sendAsync writes msg without blocking the session loop, which must stay
-// free to enforce the time limit against a runner that stopped reading.
-func (s *session) sendAsync(msg []byte) {
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.send(msg)
-	}()
+// sendErr is send that also returns the error.
+func (s *session) sendErr(msg []byte) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	err := s.tr.send(msg)
+	if err != nil {
+		s.log.Debug("execbox write to runner failed", "error", err)
+	}
+	return err
+}
+
+// notDispatched returns the error of a session whose execute message
+// provably never reached the runner (unsent is not nil), or nil. A runner
+// that never got the program cannot have run any of it; the session still
+// checks that no tool was called on the call's behalf, since a nested call
+// that ran would make the call more than "not dispatched".
+func (s *session) notDispatched(unsent, closeErr error) error {
+	s.mu.Lock()
+	nested := len(s.nested)
+	s.mu.Unlock()
+	if unsent == nil || nested > 0 || s.refused > 0 {
+		return nil
+	}
+	err := fmt.Errorf("runner session %s: the runner took none of the execute message; nothing was sent: %w", s.id, unsent)
+	if closeErr != nil {
+		err = fmt.Errorf("%w (%v)", err, closeErr)
+	}
+	return drivers.NotDispatched(err)
 }
 
 // result maps the outcome onto a Result.

@@ -199,7 +199,13 @@ func (p *stdioProc) send(msg []byte) error {
 	// emits a raw line break inside a message.
 	buf := make([]byte, 0, len(msg)+1)
 	buf = append(append(buf, msg...), '\n')
-	_, err := p.stdin.Write(buf)
+	n, err := p.stdin.Write(buf)
+	if err != nil && n == 0 {
+		// Not a byte entered the pipe (its reading end is closed: the
+		// runner closed its stdin or exited), so the runner cannot
+		// have read any of the message.
+		return fmt.Errorf("%w: %w", errNothingSent, err)
+	}
 	return err
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"sync"
 	"time"
 
@@ -56,7 +57,13 @@ func dialWS(ctx context.Context, url string, maxMessage int) (*wsTransport, erro
 	if err != nil {
 		t.closeRaw()
 		if resp != nil {
-			return nil, fmt.Errorf("websocket handshake answered with HTTP %d: %w", resp.StatusCode, err)
+			return nil, fmt.Errorf("%w (HTTP %d): %w", errHandshake, resp.StatusCode, err)
+		}
+		var uerr *neturl.Error
+		if errors.As(err, &uerr) {
+			// Its text quotes the URL, query included, which may hold a
+			// token; the driver's message names the runner without it.
+			return nil, fmt.Errorf("websocket dial: %w", uerr.Err)
 		}
 		return nil, err
 	}

@@ -137,6 +137,26 @@
 // response headers arrived, the executor has answered and the outcome is a
 // Result, even when the body then breaks off.
 //
+// An error is marked [drivers.ErrNotDispatched] when it proves that no byte
+// of the call left the gateway, so that a retry with the same request id
+// may run it: the driver was closed; the context had ended before the
+// request was handed to the transport; or the request never got a
+// connection, as net/http reports through httptrace's GotConn (connection
+// refused, a name that did not resolve, a TLS handshake that failed or a
+// certificate that is not trusted, a proxy that could not be reached or
+// refused the tunnel, or a deadline that passed while connecting). The
+// message says so: "the executor at http://127.0.0.1:1 refused the
+// connection; nothing was sent". Once a connection was handed out, any
+// failure (a reset after the request was read, no answer before the
+// deadline, a body that breaks off) counts as dispatched, even when the
+// request may not have been written yet: in doubt, the call may have run.
+// A deadline that passes while connecting is such an error, not a timeout
+// Result: no tool was started, so none timed out. Only net/http's own
+// transport reports connections; with a Config.HTTPClient whose Transport
+// is anything else, only the first two cases are marked. The background
+// probes of /health and /info never delay or gate a call, so their
+// failures mark nothing.
+//
 // # Time limits
 //
 // A call gets the shortest of the context's deadline, Config.CallTimeout,

@@ -85,6 +85,7 @@ type Config struct {
 // is safe for concurrent use.
 type Driver struct {
 	name                           string
+	baseURL                        string // for messages: "the executor at URL"
 	executeURL, healthURL, infoURL string
 	apiKey                         string
 	healthTimeout, callTimeout     time.Duration
@@ -94,6 +95,8 @@ type Driver struct {
 	trace                          drivers.TraceWriter
 	client                         *http.Client
 	ownTransport                   *http.Transport // closed by Close; nil for Config.HTTPClient
+	reportsConns                   bool            // client's transport reports connections to httptrace
+	proxyHost                      string          // the proxy between the driver and the executor, "" for none
 	log                            *slog.Logger
 
 	mu               sync.Mutex
@@ -134,6 +137,7 @@ func New(cfg Config) (*Driver, error) {
 		return nil, fmt.Errorf("tpmjs %s: Config.URL: %w", d.name, err)
 	}
 	prefix := strings.TrimSuffix(base.String(), "/")
+	d.baseURL = prefix
 	d.executeURL, d.healthURL, d.infoURL = prefix+"/execute-tool", prefix+"/health", prefix+"/info"
 
 	for _, f := range []struct {
@@ -179,6 +183,8 @@ func New(cfg Config) (*Driver, error) {
 	// A redirected POST would turn into a GET of another URL; an executor
 	// that redirects is misconfigured and its answer is reported as such.
 	d.client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	d.reportsConns = reportsConns(d.client)
+	d.proxyHost = proxyHost(d.client, d.executeURL)
 	return d, nil
 }
 
@@ -294,14 +300,17 @@ type exchange struct {
 // Run returns an error when the executor could not be reached or the
 // connection broke before an answer arrived (refused, reset, DNS or TLS
 // failure), and when ctx was cancelled. Everything the executor answered,
-// and running out of time, is a Result; see the package documentation for
-// the mapping.
+// and running out of time once the request had a connection, is a Result;
+// see the package documentation for the mapping. An error from a call that
+// never got a connection, so that nothing of it was sent, is marked
+// drivers.ErrNotDispatched.
 func (d *Driver) Run(ctx context.Context, call drivers.Call) (drivers.Result, error) {
 	d.mu.Lock()
 	closed := d.closed
 	d.mu.Unlock()
 	if closed {
-		return drivers.Result{}, fmt.Errorf("tpmjs %s: %w", d.name, errClosed)
+		// Nothing was sent: the call may run elsewhere.
+		return drivers.Result{}, drivers.NotDispatched(fmt.Errorf("tpmjs %s: %w; nothing was sent", d.name, errClosed))
 	}
 
 	version := call.Version
@@ -407,18 +416,31 @@ func (d *Driver) post(ctx context.Context, body []byte) exchange {
 	return ex
 }
 
-// exchange sends body within callCtx and reads the answer.
+// exchange sends body within callCtx and reads the answer. A failure before
+// the request got a connection is an error marked drivers.ErrNotDispatched,
+// never a timeout Result: the executor never saw the call.
 func (d *Driver) exchange(ctx, callCtx context.Context, body []byte, budget time.Duration, why string) exchange {
-	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, d.executeURL, bytes.NewReader(body))
+	var conn connWatch
+	req, err := http.NewRequestWithContext(conn.context(callCtx), http.MethodPost, d.executeURL, bytes.NewReader(body))
 	if err != nil {
-		err = fmt.Errorf("tpmjs %s: build request: %w", d.name, err)
+		err = drivers.NotDispatched(fmt.Errorf("tpmjs %s: build request: %w; nothing was sent", d.name, err))
 		return exchange{err: err, problem: err.Error()}
 	}
 	d.setHeaders(req.Header)
 	req.Header.Set("Content-Type", "application/json")
 
+	if err := callCtx.Err(); err != nil {
+		// Whatever the transport, a request never handed to it was
+		// never sent.
+		err = d.notSent(ctx, callCtx, context.Cause(callCtx))
+		return exchange{err: err, problem: err.Error()}
+	}
 	resp, err := d.client.Do(req)
 	if err != nil {
+		if d.reportsConns && !conn.got.Load() {
+			err = d.notSent(ctx, callCtx, err)
+			return exchange{err: err, problem: err.Error()}
+		}
 		if ex, done := d.interrupted(ctx, callCtx, budget, why); done {
 			return ex
 		}
@@ -554,3 +576,7 @@ func traceResponse(body []byte) string {
 	kept := cutUTF8(string(body[:maxTraceResponse+1]), maxTraceResponse)
 	return validUTF8(kept) + fmt.Sprintf(" [truncated: first %d of %d bytes read]", len(kept), len(body))
 }
+
+// MaxRunTime implements drivers.Bounded: the health probe that may precede
+// a call, and the call's own time limit.
+func (d *Driver) MaxRunTime() time.Duration { return 2*d.healthTimeout + d.callTimeout }

@@ -290,3 +290,10 @@ func (r *report) fail(category string, exitCode int, err error) {
 
 func (r *report) invalid(err error) { r.fail(categoryValidation, exitValidation, err) }
 func (r *report) failed(err error)  { r.fail(categoryExecution, exitExecution, err) }
+
+// MaxRunTime implements drivers.Bounded: the longest shell timeout a call
+// may ask for, and time to kill and reap what the command started.
+func (d *Driver) MaxRunTime() time.Duration { return maxTimeout + killAndReapGrace }
+
+// killAndReapGrace bounds the clean-up after a command's timeout.
+const killAndReapGrace = 10 * time.Second

@@ -1,0 +1,293 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/evidence"
+)
+
+// faultStore fails the Puts of artifacts by name, a set number of times
+// each, as a store that refuses one write does; it can also hold a Put
+// back before it is made.
+type faultStore struct {
+	evidence.Store
+	mu    sync.Mutex
+	fails map[string]int // artifact name → Puts still to fail
+	hold  map[string]time.Duration
+}
+
+func newFaultStore() *faultStore {
+	return &faultStore{Store: evidence.NewMemoryStore(), fails: map[string]int{}, hold: map[string]time.Duration{}}
+}
+
+// failNext makes the next n Puts of artifact name fail.
+func (s *faultStore) failNext(name string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fails[name] = n
+}
+
+func (s *faultStore) Put(ctx context.Context, key string, data []byte) error {
+	name := key[strings.LastIndexByte(key, '/')+1:]
+	s.mu.Lock()
+	fail := s.fails[name] > 0
+	if fail {
+		s.fails[name]--
+	}
+	hold := s.hold[name]
+	s.mu.Unlock()
+	if fail {
+		return errors.New("dial tcp 127.0.0.1:9000: connect: connection refused")
+	}
+	time.Sleep(hold)
+	return s.Store.Put(ctx, key, data)
+}
+
+// flipDriver fails before dispatch its first fails runs, proving that
+// nothing was sent, then runs.
+type flipDriver struct {
+	fails int64
+	calls atomic.Int64
+	ran   atomic.Int64
+}
+
+func (d *flipDriver) Engine() string { return "flip" }
+
+func (d *flipDriver) Run(ctx context.Context, c drivers.Call) (drivers.Result, error) {
+	if d.calls.Add(1) <= d.fails {
+		return drivers.Result{}, drivers.NotDispatched(errors.New("dial tcp 127.0.0.1:1: connect: connection refused"))
+	}
+	d.ran.Add(1)
+	return drivers.Result{Stdout: "ran once\n"}, nil
+}
+
+func permitAllEnv(t *testing.T, store evidence.Store, d drivers.Driver) *env {
+	return newEnv(t, envOptions{
+		store:    store,
+		extra:    map[string]drivers.Driver{"flip": d},
+		policies: map[string]string{"policy.default.cedar": `permit (principal, action, resource);`},
+	})
+}
+
+// TestPreDispatchFailuresAreRetried: each failure the gateway proves came
+// before dispatch answers "nothing was executed", leaves the request
+// retryable, and the retry with the same request id runs the tool once,
+// with every attempt on record and the whole record verifying.
+func TestPreDispatchFailuresAreRetried(t *testing.T) {
+	cases := []struct {
+		name      string
+		fail      func(s *faultStore, d *flipDriver)
+		code      codes.Code
+		firstSays string
+	}{
+		{"the executor refused the connection", func(_ *faultStore, d *flipDriver) { d.fails = 1 },
+			codes.Unavailable, "nothing was executed"},
+		{"the policy decision could not be written", func(s *faultStore, _ *flipDriver) { s.failNext(evidence.ArtifactPolicyDecision, 1) },
+			codes.Unavailable, "nothing was executed"},
+		{"the dispatch marker could not be written", func(s *faultStore, _ *flipDriver) { s.failNext(evidence.ArtifactDispatch, 1) },
+			codes.Unavailable, "was not dispatched"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			store, d := newFaultStore(), &flipDriver{}
+			tc.fail(store, d)
+			e := permitAllEnv(t, store, d)
+			_, err := e.call(context.Background(), "r1", "flip.run", nil)
+			wantCode(t, err, tc.code, tc.firstSays)
+			if d.ran.Load() != 0 {
+				t.Fatalf("the tool ran on the failed attempt")
+			}
+			resp := e.mustCall("r1", "flip.run", nil)
+			if !resp.GetOk() || d.ran.Load() != 1 {
+				t.Fatalf("retry: ok=%v, tool ran %d times; want ok and once", resp.GetOk(), d.ran.Load())
+			}
+			again := e.mustCall("r1", "flip.run", nil)
+			if d.ran.Load() != 1 || again.GetToolResult().GetStdout() != "ran once\n" {
+				t.Errorf("a third call ran the tool again or answered otherwise: %v", again)
+			}
+			wantVerified(t, e.store, "r1", 2)
+		})
+	}
+}
+
+// wantVerified checks that request id verifies ok with attempts attempts.
+func wantVerified(t *testing.T, s evidence.Store, id string, attempts int) {
+	t.Helper()
+	rep, err := evidence.Verify(context.Background(), s, id)
+	if err != nil || rep.Status != evidence.StatusOK {
+		t.Fatalf("verify %s = %+v, %v; want ok", id, rep, err)
+	}
+	keys, _ := s.List(context.Background(), evidence.RequestPrefix(id))
+	got, err := evidence.ReadAttempts(context.Background(), s, id, keys)
+	if err != nil || len(got) != attempts {
+		t.Fatalf("attempts of %s = %+v, %v; want %d", id, got, err, attempts)
+	}
+	for _, a := range got[:len(got)-1] {
+		if a.State != evidence.NotDispatched {
+			t.Errorf("attempt %d is %s, want %s", a.Number, a.State, evidence.NotDispatched)
+		}
+	}
+}
+
+// TestConcurrentRetriesOfANotDispatchedRequestRunItOnce: 64 callers retry
+// one request id whose first attempt was not dispatched; the tool runs once.
+func TestConcurrentRetriesOfANotDispatchedRequestRunItOnce(t *testing.T) {
+	d := &flipDriver{fails: 1}
+	e := permitAllEnv(t, newFaultStore(), d)
+	_, err := e.call(context.Background(), "r64", "flip.run", nil)
+	wantCode(t, err, codes.Unavailable, "nothing was executed")
+	var wg sync.WaitGroup
+	var oks atomic.Int64
+	for range 64 {
+		wg.Go(func() {
+			resp, err := e.call(context.Background(), "r64", "flip.run", nil)
+			if err == nil && resp.GetOk() {
+				oks.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if d.ran.Load() != 1 {
+		t.Fatalf("the tool ran %d times under 64 concurrent retries, want once", d.ran.Load())
+	}
+	if oks.Load() == 0 {
+		t.Error("no retry got the tool's answer")
+	}
+}
+
+// TestCallerDeadlinePassedBeforeDispatchRunsNothing: a store that holds the
+// decision past the caller's deadline closes the attempt; the tool never
+// starts and is never recorded as timed out, and a retry runs it once.
+func TestCallerDeadlinePassedBeforeDispatchRunsNothing(t *testing.T) {
+	store, d := newFaultStore(), &flipDriver{}
+	store.hold[evidence.ArtifactPolicyDecision] = 300 * time.Millisecond
+	e := permitAllEnv(t, store, d)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := e.call(ctx, "late-1", "flip.run", nil)
+	wantCode(t, err, codes.DeadlineExceeded, "")
+	waitFor(t, func() bool {
+		_, err := store.Get(context.Background(), evidence.Key("late-1", evidence.ArtifactDispatch))
+		return err == nil
+	})
+	if d.calls.Load() != 0 {
+		t.Fatal("the driver was called for a caller whose deadline had passed")
+	}
+	if _, err := store.Get(context.Background(), evidence.Key("late-1", evidence.ArtifactToolResult)); err == nil {
+		t.Fatal("a tool that never started has a tool_result.json")
+	}
+	store.hold[evidence.ArtifactPolicyDecision] = 0
+	if resp := e.mustCall("late-1", "flip.run", nil); !resp.GetOk() || d.ran.Load() != 1 {
+		t.Fatalf("retry: %v, ran %d; want ok and once", resp, d.ran.Load())
+	}
+}
+
+// TestManifestFailureStillAnswersAndIsRolledForward: once response.json is
+// durable the caller gets it even if the manifest fails; the retry rolls
+// the record forward and replays the same response.
+func TestManifestFailureStillAnswersAndIsRolledForward(t *testing.T) {
+	store, d := newFaultStore(), &flipDriver{}
+	store.failNext(evidence.ArtifactManifest, 1)
+	e := permitAllEnv(t, store, d)
+	first := e.mustCall("m1", "flip.run", nil)
+	if !first.GetOk() {
+		t.Fatalf("first = %v", first)
+	}
+	again := e.mustCall("m1", "flip.run", nil)
+	if again.GetToolResult().GetStdout() != first.GetToolResult().GetStdout() || d.ran.Load() != 1 {
+		t.Fatalf("retry answered %v after %d runs; want the first answer, one run", again, d.ran.Load())
+	}
+	m, err := evidence.ParseManifest(e.artifact("m1", evidence.ArtifactManifest))
+	if err != nil || m.Outcome != evidence.OutcomeCompleted || m.Recovered == "" {
+		t.Fatalf("manifest = %+v, %v; want a recovered completed manifest", m, err)
+	}
+	wantVerified(t, store, "m1", 1)
+}
+
+// TestLostResponseIsTheSameStoryOnRetry: when neither store nor spool takes
+// the response of a tool that ran, the caller is told so (ABORTED), a
+// retry is told the same, and recovery then records the request as failed.
+func TestLostResponseIsTheSameStoryOnRetry(t *testing.T) {
+	store, d := newFaultStore(), &flipDriver{}
+	store.failNext(evidence.ArtifactResponse, 1)
+	e := permitAllEnv(t, store, d)
+	_, first := e.call(context.Background(), "lost-1", "flip.run", nil)
+	wantCode(t, first, codes.Aborted, "ran, but")
+	_, retry := e.call(context.Background(), "lost-1", "flip.run", nil)
+	wantCode(t, retry, codes.Aborted, "ran, but")
+	if d.ran.Load() != 1 {
+		t.Fatalf("the tool ran %d times, want once", d.ran.Load())
+	}
+	if _, err := e.gw.revisit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m, err := evidence.ParseManifest(e.artifact("lost-1", evidence.ArtifactManifest))
+	if err != nil || m.Outcome != evidence.OutcomeFailed || !strings.Contains(m.Error, "the caller was told") {
+		t.Fatalf("manifest = %+v, %v; want failed, saying what the caller was told", m, err)
+	}
+	_, after := e.call(context.Background(), "lost-1", "flip.run", nil)
+	wantCode(t, after, codes.Aborted, "already failed")
+}
+
+// TestRecoverySweepFinalisesAbandonedRequests: a gateway that stopped
+// mid-call left requests in every unfinished state; the sweep at the next
+// start finalises this instance's, leaves another instance's alone, and
+// afterwards nothing is incomplete.
+func TestRecoverySweepFinalisesAbandonedRequests(t *testing.T) {
+	store := newFaultStore()
+	d := &flipDriver{}
+	e := permitAllEnv(t, store, d)
+	ctx := context.Background()
+	// A dead gateway's leftovers, made by failing the writes that would
+	// have finished them.
+	store.failNext(evidence.ArtifactPolicyDecision, 1)
+	store.failNext(evidence.ArtifactDispatch, 1) // the close too: left open
+	e.call(ctx, "open-1", "flip.run", nil)
+	store.failNext(evidence.ArtifactResponse, 1)
+	e.call(ctx, "ran-1", "flip.run", nil)
+	store.failNext(evidence.ArtifactManifest, 1)
+	e.mustCall("resp-1", "flip.run", nil)
+
+	// A fresh gateway of the same instance, an hour later, sweeps them.
+	later := permitAllEnv(t, store, d)
+	later.gw.now = func() time.Time { return time.Now().Add(2 * time.Hour) }
+	stats, err := later.gw.Recover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.Closed != 1 || stats.Interrupted != 1 || stats.RolledForward != 1 {
+		t.Errorf("stats = %+v; want one closed, one interrupted, one rolled forward", stats)
+	}
+	reports := map[string]evidence.VerifyReport{}
+	if err := evidence.VerifyAll(ctx, store, evidence.VerifyOptions{}, func(r evidence.VerifyReport) error {
+		reports[r.RequestID] = r
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for id, r := range reports {
+		keys, _ := store.List(ctx, evidence.RequestPrefix(id))
+		attempts, _ := evidence.ReadAttempts(ctx, store, id, keys)
+		if r.Status == evidence.StatusIncomplete && !evidence.NeverDispatched(attempts) {
+			t.Errorf("%s is still incomplete after the sweep: %v", id, r.Problems)
+		}
+	}
+	m, err := evidence.ParseManifest(later.artifact("ran-1", evidence.ArtifactManifest))
+	if err != nil || m.Outcome != evidence.OutcomeInterrupted {
+		t.Errorf("ran-1 manifest = %+v, %v; want interrupted", m, err)
+	}
+	resp := later.mustCall("open-1", "flip.run", nil)
+	if !resp.GetOk() || !slices.Contains(resp.GetEvidenceRefs(), "requests/open-1/attempts/2/dispatch.json") {
+		t.Errorf("the closed request's retry = %v; want it run in attempt 2", resp)
+	}
+}

@@ -1,0 +1,511 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/evidence"
+)
+
+// DefaultSweepInterval is how often recovery revisits the requests this
+// gateway left unfinished, unless RecoveryOptions.Interval says otherwise.
+const DefaultSweepInterval = time.Minute
+
+// unboundedRunTime stands in for the run time of a driver that states no
+// bound (see drivers.Bounded).
+const unboundedRunTime = time.Hour
+
+// RecoveryOptions tune how a gateway finalises the requests left without
+// a manifest (see Gateway.Recover).
+type RecoveryOptions struct {
+	// Interval between two visits of the requests this gateway left
+	// unfinished; 0 means DefaultSweepInterval.
+	Interval time.Duration
+	// InterruptedAfter is how long after its dispatch a request of this
+	// gateway's instance without a response is recorded as interrupted.
+	// 0: the longest run time of the gateway's drivers, plus six store
+	// operations.
+	InterruptedAfter time.Duration
+	// OpTimeout is the store's deadline for one operation, which bounds
+	// how long an attempt can stay open before dispatch (four of them)
+	// and a response can wait for its manifest (two); 0 means
+	// evidence.DefaultOpTimeout.
+	OpTimeout time.Duration
+}
+
+// recoveryLimits are RecoveryOptions with every default applied.
+type recoveryLimits struct {
+	interval         time.Duration
+	interruptedAfter time.Duration
+	openAfter        time.Duration
+	respondedAfter   time.Duration
+}
+
+func (o RecoveryOptions) limits(ds map[string]drivers.Driver) recoveryLimits {
+	op := o.OpTimeout
+	if op <= 0 {
+		op = evidence.DefaultOpTimeout
+	}
+	l := recoveryLimits{interval: o.Interval, interruptedAfter: o.InterruptedAfter, openAfter: 4 * op, respondedAfter: 2 * op}
+	if l.interval <= 0 {
+		l.interval = DefaultSweepInterval
+	}
+	if l.interruptedAfter <= 0 {
+		longest := time.Duration(0)
+		for _, d := range ds {
+			run := unboundedRunTime
+			if b, ok := d.(drivers.Bounded); ok {
+				run = b.MaxRunTime()
+			}
+			longest = max(longest, run)
+		}
+		l.interruptedAfter = longest + 6*op
+	}
+	return l
+}
+
+// unfinished is what this process knows of a request it left without a
+// manifest.
+type unfinished struct {
+	// told, when set, is what the caller of a dispatched request was told
+	// when its response could not be stored: the failed manifest says it.
+	told string
+}
+
+// recovery keeps the request ids this process is running and those it
+// left unfinished. Neither is the truth about a request (the store is);
+// they only tell recovery which requests it may finalise without waiting.
+type recovery struct {
+	mu       sync.Mutex
+	inFlight map[string]int
+	left     map[string]unfinished
+}
+
+func newRecovery() *recovery {
+	return &recovery{inFlight: map[string]int{}, left: map[string]unfinished{}}
+}
+
+// enter notes a call of requestID in flight until the returned func runs.
+func (r *recovery) enter(requestID string) func() {
+	r.mu.Lock()
+	r.inFlight[requestID]++
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		if r.inFlight[requestID]--; r.inFlight[requestID] <= 0 {
+			delete(r.inFlight, requestID)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// othersRunning reports whether more than self calls of requestID are in
+// flight in this process.
+func (r *recovery) othersRunning(requestID string, self int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.inFlight[requestID] > self
+}
+
+// leftUnfinished notes a request whose call ended without its manifest.
+func (r *recovery) leftUnfinished(requestID, told string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if prev, ok := r.left[requestID]; ok && told == "" {
+		told = prev.told
+	}
+	r.left[requestID] = unfinished{told: told}
+}
+
+func (r *recovery) lookup(requestID string) (unfinished, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	u, ok := r.left[requestID]
+	return u, ok
+}
+
+func (r *recovery) settled(requestID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.left, requestID)
+}
+
+func (r *recovery) pending() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := make([]string, 0, len(r.left))
+	for id := range r.left {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// RecoveryStats counts what one pass of recovery did.
+type RecoveryStats struct {
+	// Examined counts the requests without a manifest it looked at.
+	Examined int
+	// RolledForward: a stored response got its manifest.
+	RolledForward int
+	// Closed: an abandoned attempt was closed as not dispatched.
+	Closed int
+	// Interrupted: a dispatched request got an interrupted (or failed)
+	// manifest.
+	Interrupted int
+	// Waiting: requests left for a later pass (too young, in flight, or
+	// with artifacts still in the spool).
+	Waiting int
+}
+
+// Recover walks the store once and finalises this instance's requests that
+// were left without a manifest: a stored response gets its manifest
+// (rolled forward from what is stored), an attempt abandoned before
+// dispatch is closed as not dispatched (a retry may run it), and a request
+// dispatched longer ago than RecoveryOptions.InterruptedAfter without a
+// response gets an interrupted manifest; it is never run again. Requests
+// too young to judge are revisited by RunRecovery.
+func (g *Gateway) Recover(ctx context.Context) (RecoveryStats, error) {
+	var stats RecoveryStats
+	err := evidence.WalkRequests(ctx, g.store, func(id string, keys []string) error {
+		if slices.Contains(keys, evidence.Key(id, evidence.ArtifactManifest)) {
+			return nil
+		}
+		return g.recoverOne(ctx, id, keys, &stats)
+	})
+	return stats, err
+}
+
+// RunRecovery runs Recover once, then revisits the requests left unfinished
+// every interval until ctx ends. Errors are logged: the next pass retries.
+func (g *Gateway) RunRecovery(ctx context.Context) {
+	stats, err := g.Recover(ctx)
+	g.logRecovery("recovery sweep at start", stats, err)
+	t := time.NewTicker(g.recoveryLimits.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		stats, err := g.revisit(ctx)
+		if stats != (RecoveryStats{}) || err != nil {
+			g.logRecovery("recovery sweep", stats, err)
+		}
+	}
+}
+
+func (g *Gateway) logRecovery(msg string, s RecoveryStats, err error) {
+	attrs := []any{"examined", s.Examined, "rolled_forward", s.RolledForward, "closed", s.Closed,
+		"interrupted", s.Interrupted, "waiting", s.Waiting}
+	if err != nil {
+		g.log.Error(msg, append(attrs, "err", err)...)
+		return
+	}
+	g.log.Info(msg, attrs...)
+}
+
+// revisit examines the requests noted as left unfinished.
+func (g *Gateway) revisit(ctx context.Context) (RecoveryStats, error) {
+	var stats RecoveryStats
+	var errs []error
+	for _, id := range g.recovery.pending() {
+		keys, err := g.store.List(ctx, evidence.RequestPrefix(id))
+		if err != nil {
+			errs = append(errs, err)
+			stats.Waiting++
+			continue
+		}
+		if err := g.recoverOne(ctx, id, keys, &stats); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return stats, errors.Join(errs...)
+}
+
+// recoverOne examines one request without a manifest and counts what it
+// did in stats. A request it settles is no longer noted as unfinished.
+func (g *Gateway) recoverOne(ctx context.Context, id string, keys []string, stats *RecoveryStats) error {
+	stats.Examined++
+	did, err := g.recoverRequest(ctx, id, keys)
+	switch {
+	case err != nil:
+		stats.Waiting++
+		return fmt.Errorf("recover %s: %w", id, err)
+	case did == recoveryWait:
+		stats.Waiting++
+		return nil
+	case did == recoveryRolledForward:
+		stats.RolledForward++
+	case did == recoveryClosed:
+		stats.Closed++
+	case did == recoveryInterrupted:
+		stats.Interrupted++
+	}
+	g.recovery.settled(id)
+	return nil
+}
+
+// What recoverRequest did.
+type recoveryAction int
+
+const (
+	recoveryNone          recoveryAction = iota // settled already, or not ours
+	recoveryWait                                // revisit later
+	recoveryRolledForward                       // a stored response got its manifest
+	recoveryClosed                              // an open attempt was closed
+	recoveryInterrupted                         // a dispatched request was finalised
+)
+
+// recoverRequest finalises request id, whose keys in the store are keys,
+// when it is this instance's and provably abandoned.
+func (g *Gateway) recoverRequest(ctx context.Context, id string, keys []string) (recoveryAction, error) {
+	if g.recovery.othersRunning(id, 0) {
+		return recoveryWait, nil
+	}
+	if slices.Contains(keys, evidence.Key(id, evidence.ArtifactManifest)) {
+		return recoveryNone, nil
+	}
+	if g.spool != nil {
+		// The flusher moves these first; the manifest may be among them.
+		spooled, err := g.spool.List(ctx, evidence.RequestPrefix(id))
+		if err != nil || len(spooled) > 0 {
+			return recoveryWait, err
+		}
+	}
+	if !slices.Contains(keys, evidence.Key(id, evidence.ArtifactRequest)) {
+		return recoveryNone, nil // never claimed
+	}
+	s, err := g.readStored(ctx, id, keys)
+	if err != nil {
+		return recoveryWait, err
+	}
+	left, noted := g.recovery.lookup(id)
+	if !noted && instanceOf(s.owner()) != g.instance {
+		return recoveryNone, nil
+	}
+	return g.finalise(ctx, s, noted, left)
+}
+
+// finalise applies recovery's rules to the stored state s. noted is set
+// when this process itself left the request unfinished: then it is known
+// to be abandoned, and no age is waited for.
+func (g *Gateway) finalise(ctx context.Context, s *storedRequest, noted bool, left unfinished) (recoveryAction, error) {
+	age := g.now().Sub(s.lastActivity)
+	last := s.attempts[len(s.attempts)-1]
+	switch {
+	case s.has(evidence.ArtifactResponse):
+		if !noted && age < g.recoveryLimits.respondedAfter {
+			return recoveryWait, nil
+		}
+		return recoveryRolledForward, g.rollForward(ctx, s)
+	case last.State == evidence.NotDispatched:
+		return recoveryNone, nil
+	case last.State == evidence.AttemptOpen:
+		if !noted && age < g.recoveryLimits.openAfter {
+			return recoveryWait, nil
+		}
+		_, err := g.closeAttempt(ctx, s.id, last.Number, false, g.encodeRecord,
+			"abandoned before dispatch: its gateway stopped, or lost its store, before dispatching it")
+		if errors.Is(err, errDispatchedElsewhere) {
+			return recoveryWait, nil
+		}
+		return recoveryClosed, err
+	case left.told != "":
+		return recoveryInterrupted, g.writeRecoveredManifest(ctx, s, evidence.OutcomeFailed,
+			"the tool ran, but its response could not be stored; the caller was told: "+left.told)
+	case noted || age >= g.recoveryLimits.interruptedAfter:
+		return recoveryInterrupted, g.writeRecoveredManifest(ctx, s, evidence.OutcomeInterrupted,
+			"dispatched, and abandoned before its response was recorded (its gateway stopped or lost its store): "+
+				"the tool may have run; it is never run again")
+	}
+	return recoveryWait, nil
+}
+
+// storedRequest is what recovery reads of a request without a manifest.
+type storedRequest struct {
+	id       string
+	keys     []string
+	request  evidence.RequestRecord
+	attempts []evidence.Attempt
+	// decision is the last attempt's decision, when stored.
+	decision *evidence.DecisionRecord
+	// lastActivity is the latest time a record of the request shows.
+	lastActivity time.Time
+}
+
+// owner names the gateway that owns the last attempt: the one that
+// claimed the request, or for a later attempt the one that decided it.
+func (s *storedRequest) owner() string {
+	if s.decision != nil && s.decision.Gateway != "" {
+		return s.decision.Gateway
+	}
+	return s.request.Gateway
+}
+
+func (s *storedRequest) has(name string) bool {
+	return slices.Contains(s.keys, evidence.Key(s.id, name))
+}
+
+// readStored reads the records recovery judges a request by.
+func (g *Gateway) readStored(ctx context.Context, id string, keys []string) (*storedRequest, error) {
+	s := &storedRequest{id: id, keys: keys}
+	raw, err := g.store.Get(ctx, evidence.Key(id, evidence.ArtifactRequest))
+	if err != nil {
+		return nil, err
+	}
+	if s.request, err = parseRequestRecord(raw); err != nil {
+		return nil, fmt.Errorf("request.json is unreadable: %w", err)
+	}
+	if s.attempts, err = evidence.ReadAttempts(ctx, g.store, id, keys); err != nil {
+		return nil, err
+	}
+	last := s.attempts[len(s.attempts)-1]
+	s.lastActivity = latest(s.request.ReceivedAt, last.At)
+	decisionKey := evidence.AttemptKey(id, last.Number, evidence.ArtifactPolicyDecision)
+	if slices.Contains(keys, decisionKey) {
+		var d evidence.DecisionRecord
+		if err := g.readJSON(ctx, decisionKey, &d); err != nil {
+			return nil, err
+		}
+		s.decision = &d
+		s.lastActivity = latest(s.lastActivity, d.DecidedAt)
+	}
+	if s.has(evidence.ArtifactToolResult) {
+		var tr struct {
+			StartedAt  time.Time `json:"started_at"`
+			DurationMS int64     `json:"duration_ms"`
+		}
+		if err := g.readJSON(ctx, evidence.Key(id, evidence.ArtifactToolResult), &tr); err == nil {
+			s.lastActivity = latest(s.lastActivity, tr.StartedAt.Add(time.Duration(tr.DurationMS)*time.Millisecond))
+		}
+	}
+	return s, nil
+}
+
+func (g *Gateway) readJSON(ctx context.Context, key string, v any) error {
+	raw, err := g.store.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("%s is unreadable: %w", key, err)
+	}
+	return nil
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// rollForward completes the record of a request whose response is stored
+// without its manifest: the manifest lists what is stored, and says
+// completed when the record is whole, or failed naming what is missing.
+func (g *Gateway) rollForward(ctx context.Context, s *storedRequest) error {
+	var missing []string
+	raw, err := g.store.Get(ctx, evidence.Key(s.id, evidence.ArtifactResponse))
+	if err != nil {
+		return err
+	}
+	if _, err := decodeResponse(raw); err != nil {
+		missing = append(missing, "response.json is unreadable")
+	}
+	last := s.attempts[len(s.attempts)-1]
+	switch {
+	case s.decision == nil:
+		missing = append(missing, fmt.Sprintf("attempt %d has no policy decision", last.Number))
+	case s.decision.Decision == "allow" && last.State != evidence.Dispatched:
+		missing = append(missing, fmt.Sprintf("attempt %d was allowed but has no dispatch marker", last.Number))
+	case s.decision.Decision == "allow" && !s.has(evidence.ArtifactToolResult):
+		missing = append(missing, "tool_result.json is missing")
+	}
+	if len(missing) > 0 {
+		return g.writeRecoveredManifest(ctx, s, evidence.OutcomeFailed,
+			"the stored record is incomplete: "+strings.Join(missing, "; "))
+	}
+	return g.writeRecoveredManifest(ctx, s, evidence.OutcomeCompleted, "")
+}
+
+// writeRecoveredManifest writes the manifest of s from the artifacts
+// stored, create-only: if the request's own gateway wrote one meanwhile,
+// that one stands.
+func (g *Gateway) writeRecoveredManifest(ctx context.Context, s *storedRequest, outcome, errText string) error {
+	m := evidence.Manifest{
+		Version:              evidence.ManifestVersion,
+		RequestID:            s.id,
+		CanonicalRequestHash: s.request.CanonicalRequestHash,
+		EngineRef:            s.request.Gateway,
+		Outcome:              outcome,
+		Error:                truncateText(errText, maxManifestError),
+		FingerprintKeyID:     g.redactor.FingerprintKeyID(),
+		CreatedAt:            g.now().UTC(),
+		Recovered: fmt.Sprintf("written by %s from the artifacts stored, after the request was left unfinished; "+
+			"the redaction report of the original writes is not recoverable", g.engineBase),
+	}
+	if s.decision != nil {
+		m.PolicySetDigest = s.decision.PolicySetDigest
+	}
+	for _, key := range s.keys {
+		if key == evidence.Key(s.id, evidence.ArtifactManifest) {
+			continue
+		}
+		data, err := g.store.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		if key == evidence.Key(s.id, evidence.ArtifactResponse) {
+			var resp evidence.ResponseRecord
+			if json.Unmarshal(data, &resp) == nil && resp.EngineRef != "" {
+				m.EngineRef = resp.EngineRef
+			}
+		}
+		m.Artifacts = append(m.Artifacts, evidence.Digest(key, data))
+	}
+	if g.signer != nil {
+		if err := g.signer.Sign(&m); err != nil {
+			return err
+		}
+	}
+	data, err := evidence.EncodeManifest(m)
+	if err != nil {
+		return err
+	}
+	err = g.store.Put(ctx, evidence.Key(s.id, evidence.ArtifactManifest), data)
+	if errors.Is(err, evidence.ErrExist) {
+		return nil
+	}
+	return err
+}
+
+// encodeRecord encodes and redacts a record recovery writes.
+func (g *Gateway) encodeRecord(name string, v any) ([]byte, error) {
+	raw, err := marshalJSON(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", name, err)
+	}
+	out, _, err := g.redactor.JSON(name, raw)
+	if err != nil {
+		return nil, fmt.Errorf("redact %s: %w", name, err)
+	}
+	return out, nil
+}
+
+// instanceOf returns the instance named in a gateway's engine_ref base,
+// "toolgate/<version>@<instance>".
+func instanceOf(gateway string) string {
+	i := strings.LastIndexByte(gateway, '@')
+	if i < 0 {
+		return ""
+	}
+	return gateway[i+1:]
+}
