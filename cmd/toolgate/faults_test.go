@@ -115,7 +115,11 @@ func (a answer) String() string {
 	if a.err != nil {
 		return fmt.Sprintf("%v %q", status.Code(a.err), status.Convert(a.err).Message())
 	}
-	return fmt.Sprintf("ok=%v stdout=%q", a.resp.GetOk(), a.resp.GetToolResult().GetStdout())
+	out := a.resp.GetToolResult().GetStdout()
+	if len(out) > 60 {
+		out = out[:30] + "…" + out[len(out)-30:]
+	}
+	return fmt.Sprintf("ok=%v exit=%d stdout=%q", a.resp.GetOk(), a.resp.GetToolResult().GetExitCode(), out)
 }
 
 // callWithin calls RunTool with a caller deadline of d.
@@ -229,13 +233,17 @@ func inspect(t *testing.T, s evidence.Store, id string) stored {
 }
 
 // noFalseTimeout fails the test if a tool result of id records exit 124, a
-// tool timeout: no tool of the suite runs anywhere near its cap, so a 124
-// is a tool recorded as timed out that never started (finding 4).
+// tool timeout, although the tool never started (runs is 0): the driver
+// was handed a call whose deadline had already passed (finding 4). A tool
+// that did start may really time out on a loaded machine.
 func noFalseTimeout(t *testing.T, finding, id string, st stored, runs int) {
 	t.Helper()
+	if runs > 0 {
+		return
+	}
 	for _, r := range st.results {
 		if r.ExitCode == 124 {
-			t.Errorf("%s: %s: tool_result.json records exit 124 (a tool timeout) for a tool that started %d time(s) and never runs near its cap", finding, id, runs)
+			t.Errorf("%s: %s: tool_result.json records exit 124 (a tool timeout) for a tool that never started", finding, id)
 		}
 	}
 }
