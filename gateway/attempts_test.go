@@ -94,6 +94,10 @@ func TestPreDispatchFailuresAreRetried(t *testing.T) {
 			codes.Unavailable, "nothing was executed"},
 		{"the policy decision could not be written", func(s *faultStore, _ *flipDriver) { s.failNext(evidence.ArtifactPolicyDecision, 1) },
 			codes.Unavailable, "nothing was executed"},
+		{"the executor refused and its close could not be written", func(s *faultStore, d *flipDriver) {
+			d.fails = 1
+			s.failNext(evidence.ArtifactNotDispatched, 1)
+		}, codes.Unavailable, "nothing was executed"},
 		{"the dispatch marker could not be written", func(s *faultStore, _ *flipDriver) { s.failNext(evidence.ArtifactDispatch, 1) },
 			codes.Unavailable, "was not dispatched"},
 	}
