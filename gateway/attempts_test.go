@@ -295,3 +295,19 @@ func TestRecoverySweepFinalisesAbandonedRequests(t *testing.T) {
 		t.Errorf("the closed request's retry = %v; want it run in attempt 2", resp)
 	}
 }
+
+// TestANotDispatchedIDCannotBeTakenByAnotherRequest: a request id whose
+// attempt ran nothing stays bound to its request: another request under it
+// is ALREADY_EXISTS, and never opens an attempt.
+func TestANotDispatchedIDCannotBeTakenByAnotherRequest(t *testing.T) {
+	d := &flipDriver{fails: 1}
+	e := permitAllEnv(t, newFaultStore(), d)
+	_, err := e.call(context.Background(), "bound-1", "flip.run", map[string]any{"n": 1.0})
+	wantCode(t, err, codes.Unavailable, "nothing was executed")
+	_, err = e.call(context.Background(), "bound-1", "flip.run", map[string]any{"n": 2.0})
+	wantCode(t, err, codes.AlreadyExists, "different request")
+	opened := slices.ContainsFunc(e.artifactNames("bound-1"), func(n string) bool { return strings.HasPrefix(n, "attempts/") })
+	if d.calls.Load() != 1 || opened {
+		t.Errorf("another request under the id reached the driver or opened an attempt: %v", e.artifactNames("bound-1"))
+	}
+}
