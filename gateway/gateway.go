@@ -472,23 +472,33 @@ func (g *Gateway) closeAbandoned(ctx context.Context, id string, keys []string, 
 	return true
 }
 
-// abandoned reports whether recovery may finalise request id now: this
-// process left it unfinished, or it is this instance's and no call of it
-// but the asking one is in flight here, or its records are older than an
-// open attempt can be.
+// abandoned reports whether a retry may settle request id itself (close
+// its open attempt, or roll its response forward): nothing of it waits in
+// this gateway's spool, no other call of it is in flight here, and this
+// process left it unfinished or this instance owns it. Another instance's
+// request is left to that instance once decided, since the rest of its
+// record may wait in that gateway's spool; before a decision, only once it
+// is older than an open attempt can be.
 func (g *Gateway) abandoned(ctx context.Context, id string, keys []string) bool {
 	if g.recovery.othersRunning(id, 1) {
 		return false
+	}
+	if g.spool != nil {
+		if spooled, err := g.spool.List(ctx, evidence.RequestPrefix(id)); err != nil || len(spooled) > 0 {
+			return false
+		}
 	}
 	if _, ok := g.recovery.lookup(id); ok {
 		return true
 	}
 	s, err := g.readStored(ctx, id, keys)
-	if err != nil {
+	switch {
+	case err != nil:
 		return false
-	}
-	if instanceOf(s.owner()) == g.instance {
+	case instanceOf(s.owner()) == g.instance:
 		return true
+	case s.decision != nil:
+		return false
 	}
 	return g.now().Sub(s.lastActivity) >= g.recoveryLimits.openAfter
 }
