@@ -104,19 +104,25 @@ type DispatchRecord struct {
 	At      time.Time `json:"at"`
 }
 
-// ToolResultRecord is tool_result.json of a tool that ran: what its driver
-// returned.
-type ToolResultRecord struct {
+// RunRecord is what tool_result.json says of every run, whether it ended
+// with a result (ToolResultRecord) or broke (BrokenRunRecord).
+type RunRecord struct {
 	RequestID  string    `json:"request_id"`
 	Driver     string    `json:"driver"`
 	Target     string    `json:"target"`
 	Engine     string    `json:"engine_ref"`
 	StartedAt  time.Time `json:"started_at"`
 	DurationMS int64     `json:"duration_ms"`
-	ExitCode   int       `json:"exit_code"`
-	Stdout     string    `json:"stdout"`
-	Stderr     string    `json:"stderr"`
-	Data       any       `json:"data,omitempty"`
+}
+
+// ToolResultRecord is tool_result.json of a tool that ran: what its driver
+// returned.
+type ToolResultRecord struct {
+	RunRecord
+	ExitCode int    `json:"exit_code"`
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+	Data     any    `json:"data,omitempty"`
 	// Evidence is what the driver put on record beside the result.
 	Evidence map[string]any `json:"evidence,omitempty"`
 }
@@ -127,12 +133,7 @@ type ToolResultRecord struct {
 // guest code never lacks a trace in its parent's record), and what the
 // driver knew.
 type BrokenRunRecord struct {
-	RequestID  string    `json:"request_id"`
-	Driver     string    `json:"driver"`
-	Target     string    `json:"target"`
-	Engine     string    `json:"engine_ref"`
-	StartedAt  time.Time `json:"started_at"`
-	DurationMS int64     `json:"duration_ms"`
+	RunRecord
 	// Error is the driver's failure, as the caller was told it.
 	Error       string             `json:"error"`
 	NestedCalls []NestedCallRecord `json:"nested_calls"`

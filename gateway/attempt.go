@@ -204,9 +204,8 @@ func (g *Gateway) runDispatched(ctx context.Context, p *prepared, rec *recorder,
 		return nil, rec.fail(ctx, codes.Internal, err)
 	}
 	toolResult, err := rec.redact(evidence.ArtifactToolResult, evidence.ToolResultRecord{
-		RequestID: p.c.RequestID, Driver: p.tool.Driver, Target: p.tool.Target, Engine: p.engineRef,
-		StartedAt: ranAt.UTC(), DurationMS: g.now().Sub(ranAt).Milliseconds(),
-		ExitCode: result.ExitCode, Stdout: result.Stdout, Stderr: result.Stderr,
+		RunRecord: g.runRecord(p, ranAt),
+		ExitCode:  result.ExitCode, Stdout: result.Stdout, Stderr: result.Stderr,
 		Data: result.Data, Evidence: result.Evidence,
 	})
 	if err != nil {
@@ -247,10 +246,18 @@ func (g *Gateway) driverFailed(ctx context.Context, p *prepared, rec *recorder, 
 		made = nc.calls()
 	}
 	rec.recordBrokenRun(ctx, made, drivers.ErrorEvidence(err), evidence.BrokenRunRecord{
-		RequestID: p.c.RequestID, Driver: p.tool.Driver, Target: p.tool.Target, Engine: p.engineRef,
-		StartedAt: ranAt.UTC(), DurationMS: g.now().Sub(ranAt).Milliseconds(), Error: cause.Error(),
+		RunRecord: g.runRecord(p, ranAt), Error: cause.Error(),
 	})
 	return rec.fail(ctx, codes.Unavailable, cause)
+}
+
+// runRecord says what tool_result.json records of every run of p that
+// started at ranAt.
+func (g *Gateway) runRecord(p *prepared, ranAt time.Time) evidence.RunRecord {
+	return evidence.RunRecord{
+		RequestID: p.c.RequestID, Driver: p.tool.Driver, Target: p.tool.Target, Engine: p.engineRef,
+		StartedAt: ranAt.UTC(), DurationMS: g.now().Sub(ranAt).Milliseconds(),
+	}
 }
 
 // errDispatchedElsewhere: an attempt another gateway call has dispatched

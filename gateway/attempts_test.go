@@ -94,6 +94,10 @@ func TestPreDispatchFailuresAreRetried(t *testing.T) {
 			codes.Unavailable, "nothing was executed"},
 		{"the policy decision could not be written", func(s *faultStore, _ *flipDriver) { s.failNext(evidence.ArtifactPolicyDecision, 1) },
 			codes.Unavailable, "nothing was executed"},
+		{"the executor refused and its close could not be written", func(s *faultStore, d *flipDriver) {
+			d.fails = 1
+			s.failNext(evidence.ArtifactNotDispatched, 1)
+		}, codes.Unavailable, "nothing was executed"},
 		{"the dispatch marker could not be written", func(s *faultStore, _ *flipDriver) { s.failNext(evidence.ArtifactDispatch, 1) },
 			codes.Unavailable, "was not dispatched"},
 	}
@@ -289,5 +293,21 @@ func TestRecoverySweepFinalisesAbandonedRequests(t *testing.T) {
 	resp := later.mustCall("open-1", "flip.run", nil)
 	if !resp.GetOk() || !slices.Contains(resp.GetEvidenceRefs(), "requests/open-1/attempts/2/dispatch.json") {
 		t.Errorf("the closed request's retry = %v; want it run in attempt 2", resp)
+	}
+}
+
+// TestANotDispatchedIDCannotBeTakenByAnotherRequest: a request id whose
+// attempt ran nothing stays bound to its request: another request under it
+// is ALREADY_EXISTS, and never opens an attempt.
+func TestANotDispatchedIDCannotBeTakenByAnotherRequest(t *testing.T) {
+	d := &flipDriver{fails: 1}
+	e := permitAllEnv(t, newFaultStore(), d)
+	_, err := e.call(context.Background(), "bound-1", "flip.run", map[string]any{"n": 1.0})
+	wantCode(t, err, codes.Unavailable, "nothing was executed")
+	_, err = e.call(context.Background(), "bound-1", "flip.run", map[string]any{"n": 2.0})
+	wantCode(t, err, codes.AlreadyExists, "different request")
+	opened := slices.ContainsFunc(e.artifactNames("bound-1"), func(n string) bool { return strings.HasPrefix(n, "attempts/") })
+	if d.calls.Load() != 1 || opened {
+		t.Errorf("another request under the id reached the driver or opened an attempt: %v", e.artifactNames("bound-1"))
 	}
 }

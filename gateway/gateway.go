@@ -191,6 +191,10 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	ctx = context.WithoutCancel(ctx)
 	defer g.recovery.enter(c.RequestID)()
 	rec := p.newRecorder(g)
+	if p.deadlinePassed(g.now()) {
+		return nil, status.Errorf(codes.DeadlineExceeded,
+			"the deadline passed before request_id %q was claimed; nothing was executed", c.RequestID)
+	}
 
 	// 1. Claim the request id: a create-only write of request.json.
 	pre, cancel := p.beforeDispatch(ctx)
@@ -205,9 +209,13 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		}
 		// The write may have landed all the same: recovery closes the
 		// attempt it would have opened, so that a retry can run.
-		g.recovery.leftUnfinished(c.RequestID, "")
+		g.recovery.leftUnfinished(c.RequestID, unfinished{})
 		g.log.Error("evidence store unavailable; nothing ran", "request_id", c.RequestID, "err", err)
-		return nil, rec.failure(codes.Unavailable,
+		code := codes.Unavailable
+		if p.deadlinePassed(g.now()) {
+			code = codes.DeadlineExceeded
+		}
+		return nil, rec.failure(code,
 			"evidence store unavailable, nothing was executed (retry with the same request_id): %v", err)
 	}
 	// 2. Decide, make the decision durable, dispatch, run, record.
@@ -375,13 +383,10 @@ func (g *Gateway) resume(ctx context.Context, p *prepared, rec *recorder) (*tool
 		return nil, rec.failure(codes.Unavailable, "the attempts of request_id %q cannot be read: %v", id, err)
 	}
 	last := attempts[len(attempts)-1]
-	if last.State == evidence.AttemptOpen && g.abandoned(ctx, id, keys) {
-		if _, err := g.closeAttempt(ctx, id, last.Number, false, g.encodeRecord,
-			"abandoned before dispatch: found open by a retry after its gateway had stopped working on it"); err == nil {
-			last.State = evidence.NotDispatched
-			if keys, err = g.store.List(ctx, evidence.RequestPrefix(id)); err != nil {
-				return nil, rec.failure(codes.Unavailable, "evidence store unavailable: %v", err)
-			}
+	if g.closeAbandoned(ctx, id, keys, last) {
+		last.State = evidence.NotDispatched
+		if keys, err = g.store.List(ctx, evidence.RequestPrefix(id)); err != nil {
+			return nil, rec.failure(codes.Unavailable, "evidence store unavailable: %v", err)
 		}
 	}
 	switch last.State {
@@ -444,23 +449,56 @@ func (g *Gateway) storedAnswer(ctx context.Context, p *prepared, rec *recorder, 
 		"request_id %q already %s (%s) and is never executed twice; use a new request_id", id, man.Outcome, why)
 }
 
-// abandoned reports whether recovery may finalise request id now: this
-// process left it unfinished, or it is this instance's and no call of it
-// but the asking one is in flight here, or its records are older than an
-// open attempt can be.
+// closeAbandoned closes the last attempt of a request a retry found
+// unsettled, when that is provably right: an open attempt nobody is
+// working on any more, or one this process proved not dispatched but
+// could not close. It reports whether the attempt is now closed.
+func (g *Gateway) closeAbandoned(ctx context.Context, id string, keys []string, last evidence.Attempt) bool {
+	left, noted := g.recovery.lookup(id)
+	var marked bool
+	var reason string
+	switch {
+	case last.State == evidence.Dispatched && noted && left.notDispatched == last.Number:
+		marked, reason = true, left.reason
+	case last.State == evidence.AttemptOpen && g.abandoned(ctx, id, keys):
+		reason = "abandoned before dispatch: found open by a retry after its gateway had stopped working on it"
+	default:
+		return false
+	}
+	if _, err := g.closeAttempt(ctx, id, last.Number, marked, g.encodeRecord, reason); err != nil {
+		return false
+	}
+	g.recovery.settled(id)
+	return true
+}
+
+// abandoned reports whether a retry may settle request id itself (close
+// its open attempt, or roll its response forward): nothing of it waits in
+// this gateway's spool, no other call of it is in flight here, and this
+// process left it unfinished or this instance owns it. Another instance's
+// request is left to that instance once decided, since the rest of its
+// record may wait in that gateway's spool; before a decision, only once it
+// is older than an open attempt can be.
 func (g *Gateway) abandoned(ctx context.Context, id string, keys []string) bool {
 	if g.recovery.othersRunning(id, 1) {
 		return false
+	}
+	if g.spool != nil {
+		if spooled, err := g.spool.List(ctx, evidence.RequestPrefix(id)); err != nil || len(spooled) > 0 {
+			return false
+		}
 	}
 	if _, ok := g.recovery.lookup(id); ok {
 		return true
 	}
 	s, err := g.readStored(ctx, id, keys)
-	if err != nil {
+	switch {
+	case err != nil:
 		return false
-	}
-	if instanceOf(s.owner()) == g.instance {
+	case instanceOf(s.owner()) == g.instance:
 		return true
+	case s.decision != nil:
+		return false
 	}
 	return g.now().Sub(s.lastActivity) >= g.recoveryLimits.openAfter
 }

@@ -242,7 +242,7 @@ func (r *recorder) finish(ctx context.Context, resp *toolgatev1.RunToolResponse,
 	if err := r.writeManifest(ctx, evidence.OutcomeCompleted, ""); err != nil {
 		r.g.log.Warn("the manifest could not be written; recovery writes it from the stored artifacts",
 			"request_id", r.requestID, "err", err)
-		r.g.recovery.leftUnfinished(r.requestID, "")
+		r.g.recovery.leftUnfinished(r.requestID, unfinished{})
 	}
 	return reply, nil
 }
@@ -279,7 +279,7 @@ func (r *recorder) unrecorded(ctx context.Context, cause error) error {
 	told := fmt.Sprintf("request_id %q ran, but the evidence store and the spool refused its response (%s); "+
 		"its outcome is not on record, and it is never run again", r.requestID, msg)
 	r.g.log.Error("the response of a call that ran could not be stored", "request_id", r.requestID, "err", msg)
-	r.g.recovery.leftUnfinished(r.requestID, told)
+	r.g.recovery.leftUnfinished(r.requestID, unfinished{told: told})
 	return r.failure(codes.Aborted, "%s", told)
 }
 
@@ -323,7 +323,11 @@ func (r *recorder) closeAttempt(ctx context.Context, reason string) {
 	if err != nil {
 		r.g.log.Error("could not close an attempt that was not dispatched; recovery will",
 			"request_id", r.requestID, "attempt", r.attempt, "err", err)
-		r.g.recovery.leftUnfinished(r.requestID, "")
+		left := unfinished{}
+		if r.dispatched {
+			left = unfinished{notDispatched: r.attempt, reason: reason}
+		}
+		r.g.recovery.leftUnfinished(r.requestID, left)
 		return
 	}
 	if key != "" {

@@ -77,6 +77,11 @@ type unfinished struct {
 	// told, when set, is what the caller of a dispatched request was told
 	// when its response could not be stored: the failed manifest says it.
 	told string
+	// notDispatched, when set, numbers an attempt this process proved not
+	// dispatched after writing its marker, but could not close: recovery
+	// closes it, so that a retry can run the call.
+	notDispatched int
+	reason        string
 }
 
 // recovery keeps the request ids this process is running and those it
@@ -114,14 +119,12 @@ func (r *recovery) othersRunning(requestID string, self int) bool {
 	return r.inFlight[requestID] > self
 }
 
-// leftUnfinished notes a request whose call ended without its manifest.
-func (r *recovery) leftUnfinished(requestID, told string) {
+// leftUnfinished notes a request whose call ended without its manifest,
+// and what recovery must know of it.
+func (r *recovery) leftUnfinished(requestID string, u unfinished) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if prev, ok := r.left[requestID]; ok && told == "" {
-		told = prev.told
-	}
-	r.left[requestID] = unfinished{told: told}
+	r.left[requestID] = u
 }
 
 func (r *recovery) lookup(requestID string) (unfinished, bool) {
@@ -317,6 +320,9 @@ func (g *Gateway) finalise(ctx context.Context, s *storedRequest, noted bool, le
 		if errors.Is(err, errDispatchedElsewhere) {
 			return recoveryWait, nil
 		}
+		return recoveryClosed, err
+	case left.notDispatched == last.Number:
+		_, err := g.closeAttempt(ctx, s.id, last.Number, true, g.encodeRecord, left.reason)
 		return recoveryClosed, err
 	case left.told != "":
 		return recoveryInterrupted, g.writeRecoveredManifest(ctx, s, evidence.OutcomeFailed,

@@ -3,6 +3,10 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -505,5 +509,48 @@ func TestTPMJSEngineRefNamesEveryExecutor(t *testing.T) {
 				t.Errorf("engine_ref %q, want it to end with %q", resp.GetEngineRef(), tc.want)
 			}
 		})
+	}
+}
+
+// TestTPMJSRefusedConnectionIsRetried: an executor that refuses the
+// connection ran nothing, so the same request_id, retried once the executor
+// is up, runs the tool exactly once.
+func TestTPMJSRefusedConnectionIsRetried(t *testing.T) {
+	exec := tpmjstest.New(t, tpmjstest.NodeV10)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	e := buildTPMJSEnv(t, exec, "http://"+addr, "")
+	_, err = e.call(context.Background(), "down-then-up", "fake.echo", map[string]any{"x": 1.0})
+	wantCode(t, err, codes.Unavailable, "nothing was executed")
+
+	// The executor comes up at the address the driver knows.
+	target, err := url.Parse(exec.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: httputil.NewSingleHostReverseProxy(target)}
+	go srv.Serve(up)
+	t.Cleanup(func() { srv.Close() })
+
+	resp := e.mustCall("down-then-up", "fake.echo", map[string]any{"x": 1.0})
+	if !resp.GetOk() {
+		t.Fatalf("retry = %v; want the tool's answer", resp)
+	}
+	executes := 0
+	for _, r := range exec.Requests() {
+		if strings.HasPrefix(r.Path, "/execute") {
+			executes++
+		}
+	}
+	if executes != 1 {
+		t.Errorf("the executor ran %d calls, want exactly one", executes)
 	}
 }

@@ -349,8 +349,9 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 // showOrder is the order in which show prints the known artifacts: the
 // order the gateway writes them in. Others follow in key order.
 var showOrder = []string{
-	evidence.ArtifactRequest, evidence.ArtifactPolicyDecision, evidence.ArtifactToolResult,
-	evidence.ArtifactResponse, evidence.ArtifactManifest,
+	evidence.ArtifactRequest, evidence.ArtifactPolicyDecision, evidence.ArtifactDispatch,
+	evidence.ArtifactNotDispatched, evidence.ArtifactToolResult, evidence.ArtifactResponse,
+	evidence.ArtifactManifest,
 }
 
 func evidenceShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -174,6 +174,7 @@ func TestEvidenceTour(t *testing.T) {
 		want := []string{
 			"== requests/ev-allow/request.json ==",
 			"== requests/ev-allow/policy_decision.json ==",
+			"== requests/ev-allow/dispatch.json ==",
 			"== requests/ev-allow/tool_result.json ==",
 			"== requests/ev-allow/response.json ==",
 			"== requests/ev-allow/manifest.json ==",

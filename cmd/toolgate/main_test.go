@@ -208,8 +208,8 @@ func TestReadmeTour(t *testing.T) {
 			t.Errorf("evidence ref %s: %v", ref, err)
 		}
 	}
-	if len(resp.EvidenceRefs) != 5 {
-		t.Errorf("evidence_refs = %v, want five artifacts", resp.EvidenceRefs)
+	if len(resp.EvidenceRefs) != 6 {
+		t.Errorf("evidence_refs = %v, want six artifacts (request, decision, dispatch marker, result, response, manifest)", resp.EvidenceRefs)
 	}
 }
 

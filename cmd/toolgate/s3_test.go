@@ -196,10 +196,10 @@ func TestStoreOutages(t *testing.T) {
 		resp, err := client.RunTool(ctx, slow)
 		res <- result{resp, err}
 	}()
-	waitForKey(t, bucket, evidence.Key("outage-b", evidence.ArtifactPolicyDecision))
+	waitForKey(t, bucket, evidence.Key("outage-b", evidence.ArtifactDispatch))
 	m.Stop(t)
 	r := <-res
-	if r.err != nil || r.resp.GetToolResult().GetStdout() != "done\n" || len(r.resp.GetEvidenceRefs()) != 5 {
+	if r.err != nil || r.resp.GetToolResult().GetStdout() != "done\n" || len(r.resp.GetEvidenceRefs()) != 6 {
 		t.Fatalf("(b) call while the store went down = %v, %v; want the answer with all refs", r.resp, r.err)
 	}
 	spool, err := evidence.OpenSpool(filepath.Join(dir, "spool-gw"))

@@ -2,13 +2,9 @@ package execbox
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
-	"syscall"
 
 	"github.com/toolgate/toolgate/drivers"
 )
@@ -35,15 +31,6 @@ func (d *Driver) unreached(ctx context.Context, err error) string {
 	if d.url != "" {
 		at = "the runner at " + d.runnerName()
 	}
-	var (
-		dnsErr  *net.DNSError
-		unknown x509.UnknownAuthorityError
-		invalid x509.CertificateInvalidError
-		host    x509.HostnameError
-		verify  *tls.CertificateVerificationError
-		header  tls.RecordHeaderError
-		alert   tls.AlertError
-	)
 	switch {
 	case errors.Is(err, errClosed):
 		return "the driver is closed; " + at + " was not contacted"
@@ -57,14 +44,10 @@ func (d *Driver) unreached(ctx context.Context, err error) string {
 		return at + " could not be started"
 	case errors.Is(err, errHandshake):
 		return at + " refused the WebSocket session"
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return at + " refused the connection"
-	case errors.As(err, &dnsErr):
-		return at + " could not be found: its host name did not resolve"
-	case errors.As(err, &unknown), errors.As(err, &invalid), errors.As(err, &host), errors.As(err, &verify):
-		return at + " presented a certificate that is not trusted"
-	case errors.As(err, &header), errors.As(err, &alert):
-		return at + " failed the TLS handshake"
+	case drivers.DialFailure(err) != "":
+		return at + " " + drivers.DialFailure(err)
+	case drivers.TLSFailure(err) != "":
+		return at + " " + drivers.TLSFailure(err)
 	}
 	return at + " could not be reached"
 }

@@ -2,8 +2,6 @@ package tpmjs
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -11,7 +9,6 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/toolgate/toolgate/drivers"
 )
@@ -81,16 +78,7 @@ func (d *Driver) notSent(ctx, callCtx context.Context, err error) error {
 // made.
 func (d *Driver) unreached(ctx, callCtx context.Context, err error) string {
 	at := "the executor at " + d.baseURL
-	var (
-		dnsErr  *net.DNSError
-		opErr   *net.OpError
-		unknown x509.UnknownAuthorityError
-		invalid x509.CertificateInvalidError
-		host    x509.HostnameError
-		verify  *tls.CertificateVerificationError
-		header  tls.RecordHeaderError
-		alert   tls.AlertError
-	)
+	var opErr *net.OpError
 	switch {
 	case errors.Is(ctx.Err(), context.Canceled):
 		return "the call was abandoned before a connection to " + at + " was made"
@@ -98,10 +86,8 @@ func (d *Driver) unreached(ctx, callCtx context.Context, err error) string {
 		return "the caller's deadline passed before a connection to " + at + " was made"
 	case callCtx.Err() != nil:
 		return "the driver's time limit passed before a connection to " + at + " was made"
-	case errors.As(err, &unknown), errors.As(err, &invalid), errors.As(err, &host), errors.As(err, &verify):
-		return at + " presented a certificate that is not trusted"
-	case errors.As(err, &header), errors.As(err, &alert):
-		return at + " failed the TLS handshake"
+	case drivers.TLSFailure(err) != "":
+		return at + " " + drivers.TLSFailure(err)
 	case d.proxyHost != "" || errors.As(err, &opErr) && opErr.Op == "proxyconnect":
 		// A refused tunnel is a bare error ("Forbidden"): only the
 		// configuration tells that a proxy was in the way.
@@ -109,10 +95,8 @@ func (d *Driver) unreached(ctx, callCtx context.Context, err error) string {
 			return at + " could not be reached through the proxy at " + d.proxyHost
 		}
 		return at + " could not be reached through its proxy"
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return at + " refused the connection"
-	case errors.As(err, &dnsErr):
-		return at + " could not be found: its host name did not resolve"
+	case drivers.DialFailure(err) != "":
+		return at + " " + drivers.DialFailure(err)
 	}
 	return at + " could not be reached"
 }
