@@ -164,8 +164,9 @@ func retryUntilAnswered(t *testing.T, what string, c toolgatev1.ToolGatewayClien
 // settled waits until `toolgate evidence verify --all` reports no request
 // of the store at url incomplete: the recovery sweep has finalised every
 // request the faults left behind. The spool is not consulted; the
-// evidence has to reach the store.
-func settled(t *testing.T, finding, dir string, env []string, url string) {
+// evidence has to reach the store. s is the same store, read to say, of
+// each request still incomplete, what its attempts are.
+func settled(t *testing.T, finding, dir string, env []string, url string, s evidence.Store) {
 	t.Helper()
 	eventually(t, faultSettle, finding+": `toolgate evidence verify --all` still reports a request incomplete after the sweep", func() error {
 		out, stderr, code := runToolEnv(t, dir, env, "evidence", "verify", "--evidence", url, "--all", "--spool", "none")
@@ -174,15 +175,40 @@ func settled(t *testing.T, finding, dir string, env []string, url string) {
 		}
 		var incomplete []string
 		for line := range strings.Lines(out) {
-			if strings.HasPrefix(line, "incomplete ") {
-				incomplete = append(incomplete, line)
+			if rest, ok := strings.CutPrefix(line, "incomplete "); ok {
+				id, _, _ := strings.Cut(rest, ":")
+				incomplete = append(incomplete, strings.TrimSpace(line)+"\n    "+describeAttempts(t, s, id))
 			}
 		}
 		if len(incomplete) > 0 {
-			return fmt.Errorf("%d incomplete:\n%s", len(incomplete), strings.Join(incomplete, ""))
+			return fmt.Errorf("%d incomplete:\n%s", len(incomplete), strings.Join(incomplete, "\n"))
 		}
 		return nil
 	})
+}
+
+// describeAttempts says what s holds of request id: its artifacts and
+// attempts, and whether verify should have called it not dispatched.
+func describeAttempts(t *testing.T, s evidence.Store, id string) string {
+	t.Helper()
+	st := inspect(t, s, id)
+	names := make([]string, len(st.keys))
+	for i, k := range st.keys {
+		names[i] = strings.TrimPrefix(k, evidence.RequestPrefix(id))
+	}
+	attempts, err := evidence.ReadAttempts(context.Background(), s, id, st.keys)
+	if err != nil {
+		return fmt.Sprintf("artifacts %v; attempts unreadable: %v", names, err)
+	}
+	var states []string
+	for _, a := range attempts {
+		states = append(states, fmt.Sprintf("%d:%s", a.Number, a.State))
+	}
+	note := "the sweep left it unfinished"
+	if evidence.NeverDispatched(attempts) {
+		note = "every attempt is closed not dispatched: verify should say not-dispatched, not incomplete"
+	}
+	return fmt.Sprintf("artifacts %v; attempts %v; %s", names, states, note)
 }
 
 // stored is what a store holds of one request.
@@ -447,7 +473,7 @@ tools:
 	}
 	defer store.Close()
 	firstAttemptNotDispatched(t, finding, store, req.RequestId)
-	settled(t, finding, dir, nil, url)
+	settled(t, finding, dir, nil, url, store)
 }
 
 // TestFaultStoreFailsBeforeDispatchRetryRunsOnce covers finding 1 for the
@@ -535,7 +561,7 @@ func TestFaultStoreFailsBeforeDispatchRetryRunsOnce(t *testing.T) {
 			}
 		})
 	}
-	settled(t, "finding 1", dir, m.Env(), direct)
+	settled(t, "finding 1", dir, m.Env(), direct, bucket)
 }
 
 // TestFaultGatewayKilledMidWrite covers finding 2: the gateway is SIGKILLed
@@ -605,7 +631,7 @@ func TestFaultGatewayKilledMidWrite(t *testing.T) {
 
 	gw = startServerEnv(t, dir, m.Env(), "--config", cfg)
 	client = dial(t, gw.addr)
-	settled(t, finding, dir, m.Env(), url)
+	settled(t, finding, dir, m.Env(), url, bucket)
 	for _, req := range reqs {
 		id := req.RequestId
 		st := inspect(t, bucket, id)
@@ -638,7 +664,7 @@ func TestFaultGatewayKilledMidWrite(t *testing.T) {
 			}
 		}
 	}
-	settled(t, finding, dir, m.Env(), url)
+	settled(t, finding, dir, m.Env(), url, bucket)
 }
 
 // smallDisk mounts a tmpfs of size bytes at dir until the test ends: a real
@@ -699,6 +725,11 @@ func TestFaultDiskFullSpoolOnSameDisk(t *testing.T) {
 	url := "file://./disk/evidence"
 	gw := startServer(t, dir, "--config", faultGateway(t, dir, "gw", url, "./disk/spool", faultOpTimeout, ""))
 	client := dial(t, gw.addr)
+	store, err := evidence.NewFileStore(filepath.Join(disk, "evidence"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
 
 	// The tool's output is ~40 KB, not very compressible, so that the
 	// levels fall between the sizes of its artifacts.
@@ -719,7 +750,7 @@ func TestFaultDiskFullSpoolOnSameDisk(t *testing.T) {
 			t.Logf("the first caller was told %v", first)
 			sameStory(t, finding+": retry while the disk is full", first, callWithin(client, req, faultCallDeadline))
 			free()
-			settled(t, finding, dir, nil, url)
+			settled(t, finding, dir, nil, url, store)
 			sameStory(t, finding+": retry after the disk was freed and the sweep ran", first, callWithin(client, req, faultCallDeadline))
 			if n := runsOf(t, dir, id); n != 1 {
 				t.Errorf("%s: the tool ran %d times, want once", finding, n)
@@ -782,7 +813,7 @@ func TestFaultFrozenStoreVsCallerDeadline(t *testing.T) {
 	time.Sleep(time.Until(thawAt))
 	m.Thaw(t)
 	wg.Wait()
-	settled(t, finding, dir, m.Env(), url)
+	settled(t, finding, dir, m.Env(), url, bucket)
 
 	// A tool starts some milliseconds after its dispatch; a start this
 	// much after the caller's deadline was dispatched after it.
@@ -820,7 +851,7 @@ func TestFaultFrozenStoreVsCallerDeadline(t *testing.T) {
 			}
 		}
 	}
-	settled(t, finding, dir, m.Env(), url)
+	settled(t, finding, dir, m.Env(), url, bucket)
 }
 
 // TestFaultOneRequestIDTwoReplicas: at-most-once through the faults. 64
@@ -877,7 +908,7 @@ func TestFaultOneRequestIDTwoReplicas(t *testing.T) {
 					t.Errorf("%s: caller %d: %v, want a response, ABORTED or UNAVAILABLE", finding, n, ans)
 				}
 			}
-			settled(t, finding, dir, m.Env(), url)
+			settled(t, finding, dir, m.Env(), url, bucket)
 			if runsOf(t, dir, id) == 0 {
 				got = retryUntilAnswered(t, finding+": nothing ran, yet the request id can no longer be run", clients[0], req)
 			}
