@@ -46,8 +46,10 @@ import (
 const (
 	faultOpTimeout        = time.Second
 	faultSweepInterval    = 200 * time.Millisecond
-	faultInterruptedAfter = 3 * time.Second
-	faultCallTimeout      = 2 * time.Second
+	faultInterruptedAfter = 6 * time.Second
+	// A sandboxed shell under -race on two loaded cores can take seconds
+	// to start; the cap must not cut the suite's tools short.
+	faultCallTimeout = 5 * time.Second
 	// faultSettle bounds every wait for the sweep or a recovered store.
 	faultSettle = 30 * time.Second
 	// faultPoll is the pause between two tries of eventually; with
@@ -595,7 +597,7 @@ func TestFaultGatewayKilledMidWrite(t *testing.T) {
 			for range callersPerID {
 				wg.Go(func() { callWithin(client, req, faultCallDeadline) })
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(40 * time.Millisecond)
 		}
 	})
 	started := func() int {
@@ -608,7 +610,7 @@ func TestFaultGatewayKilledMidWrite(t *testing.T) {
 		return n
 	}
 	eventually(t, faultSettle, finding+": the burst never got going", func() error {
-		if n := started(); n < ids/2 {
+		if n := started(); n < ids/4 {
 			return fmt.Errorf("%d of %d tools started", n, ids)
 		}
 		return nil
