@@ -39,10 +39,9 @@ import (
 )
 
 // Timings of the suite. Every tool of the suite runs well under
-// faultCallTimeout, the cap of every driver, so a tool result recording a
-// timeout (exit 124) is always a lie; interrupted_after is above that cap,
-// as the gateway requires, and short enough for the sweep to settle every
-// request within faultSettle.
+// faultCallTimeout, the cap of every driver; interrupted_after is above
+// that cap, as the gateway requires, and short enough for the sweep to
+// settle every request within faultSettle.
 const (
 	faultOpTimeout        = time.Second
 	faultSweepInterval    = 200 * time.Millisecond
