@@ -10,8 +10,10 @@ package main
 // the recovery sweep has run.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -133,7 +135,7 @@ func callWithin(c toolgatev1.ToolGatewayClient, req *toolgatev1.RunToolRequest, 
 
 // eventually calls fn every faultPoll until it returns nil, and fails the
 // test with what and fn's last error if that takes longer than timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, fn func() error) {
+func eventually(t testing.TB, timeout time.Duration, what string, fn func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -297,7 +299,8 @@ func sameStory(t *testing.T, what string, first, later answer) {
 // front of a real server (MinIO, a TPMJS executor). A test takes it down,
 // so that connections to its port are refused as by a host that is down,
 // brings it back on the same port, and makes it refuse chosen requests
-// with 503 ServiceUnavailable, as a failing store does.
+// with 503 ServiceUnavailable, as a failing store does, or hold them and
+// deliver them late, as a store that takes a write but answers too late.
 type faultProxy struct {
 	addr   string
 	target *url.URL
@@ -305,6 +308,9 @@ type faultProxy struct {
 	mu     sync.Mutex
 	srv    *http.Server
 	refuse func(*http.Request) bool
+	late   func(*http.Request) bool
+	lateBy time.Duration
+	landed int // late requests delivered so far
 }
 
 // newFaultProxy starts a proxy to target, up, until the test ends.
@@ -334,8 +340,12 @@ func (p *faultProxy) serve(l net.Listener) {
 	}}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
-		refuse := p.refuse
+		refuse, late, lateBy := p.refuse, p.late, p.lateBy
 		p.mu.Unlock()
+		if late != nil && late(r) {
+			p.deliverLate(w, r, lateBy)
+			return
+		}
 		if refuse != nil && refuse(r) {
 			io.Copy(io.Discard, r.Body)
 			w.Header().Set("Content-Type", "application/xml")
@@ -370,6 +380,51 @@ func (p *faultProxy) up(t *testing.T) {
 		t.Fatalf("fault proxy: listen on %s again: %v", p.addr, err)
 	}
 	p.serve(l)
+}
+
+// deliverLate holds r for d and then sends it to the target whether or not
+// its client still waits, so that a write the client gave up on lands all
+// the same.
+func (p *faultProxy) deliverLate(w http.ResponseWriter, r *http.Request, d time.Duration) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	time.Sleep(d)
+	out := r.Clone(context.WithoutCancel(r.Context()))
+	out.RequestURI = ""
+	out.URL.Scheme, out.URL.Host = p.target.Scheme, p.target.Host
+	out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	resp, err := http.DefaultTransport.RoundTrip(out)
+	p.mu.Lock()
+	p.landed++
+	p.mu.Unlock()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	io.Copy(w, resp.Body)
+}
+
+// setLate makes the proxy deliver the requests fn selects d late (nil:
+// none).
+func (p *faultProxy) setLate(fn func(*http.Request) bool, d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.late, p.lateBy = fn, d
+}
+
+// lateDelivered is how many late requests the proxy has delivered.
+func (p *faultProxy) lateDelivered() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.landed
 }
 
 // setRefuse makes the proxy refuse the requests fn selects (nil: none).
@@ -522,6 +577,20 @@ func TestFaultStoreFailsBeforeDispatchRetryRunsOnce(t *testing.T) {
 		{"store refuses the dispatch marker", "finding 1 (dispatch marker write failed)", viaProxy, faultCallDeadline,
 			func(testing.TB) { proxy.setRefuse(putsOf(evidence.ArtifactDispatch)) },
 			func(testing.TB) { proxy.setRefuse(nil) }, codes.Unavailable, false, 0},
+		// The marker lands after the gateway gave up on it: the caller,
+		// whose own deadline is far off, is told UNAVAILABLE, not that its
+		// deadline passed, and the attempt is closed after its marker.
+		{"store takes the dispatch marker after its op timeout", "finding 1 (dispatch marker write timed out)", viaProxy, faultCallDeadline,
+			func(testing.TB) { proxy.setLate(putsOf(evidence.ArtifactDispatch), opTimeout+time.Second) },
+			func(t testing.TB) {
+				eventually(t, faultSettle, "the late dispatch marker never reached the store", func() error {
+					if proxy.lateDelivered() == 0 {
+						return errors.New("not delivered yet")
+					}
+					return nil
+				})
+				proxy.setLate(nil, 0)
+			}, codes.Unavailable, true, 0},
 		{"store frozen past the caller's deadline", "finding 1(c) (caller deadline passed before dispatch)", viaDirect, 1500 * time.Millisecond,
 			m.Freeze, func(t testing.TB) { time.Sleep(1500 * time.Millisecond); m.Thaw(t) }, codes.DeadlineExceeded, false, 2 * time.Second},
 	}
@@ -533,7 +602,7 @@ func TestFaultStoreFailsBeforeDispatchRetryRunsOnce(t *testing.T) {
 			first := callWithin(tc.client, req, tc.deadline)
 			tc.recover(t)
 			if status.Code(first.err) != tc.want {
-				t.Fatalf("%s: first call = %v, want %v", tc.finding, first, tc.want)
+				t.Errorf("%s: first call = %v, want %v", tc.finding, first, tc.want)
 			}
 			if tc.want == codes.Unavailable && !strings.Contains(first.String(), "nothing was executed") {
 				t.Errorf("%s: first call = %v, want it to say nothing was executed", tc.finding, first)
