@@ -311,3 +311,24 @@ func TestANotDispatchedIDCannotBeTakenByAnotherRequest(t *testing.T) {
 		t.Errorf("another request under the id reached the driver or opened an attempt: %v", e.artifactNames("bound-1"))
 	}
 }
+
+// TestSweepRevisitsWhatItFoundTooYoung: a request the sweep at start finds
+// unfinished but too young to judge is revisited, and finalised once its
+// age says it is abandoned.
+func TestSweepRevisitsWhatItFoundTooYoung(t *testing.T) {
+	store, d := newFaultStore(), &flipDriver{}
+	e := permitAllEnv(t, store, d)
+	store.failNext(evidence.ArtifactManifest, 1)
+	e.mustCall("young-1", "flip.run", nil)
+
+	later := permitAllEnv(t, store, d)
+	ctx := context.Background()
+	if stats, err := later.gw.Recover(ctx); err != nil || stats.Waiting != 1 {
+		t.Fatalf("sweep at start = %+v, %v; want the young request left waiting", stats, err)
+	}
+	later.gw.now = func() time.Time { return time.Now().Add(time.Hour) }
+	if stats, err := later.gw.revisit(ctx); err != nil || stats.RolledForward != 1 {
+		t.Fatalf("revisit = %+v, %v; want the request rolled forward", stats, err)
+	}
+	wantVerified(t, store, "young-1", 1)
+}

@@ -458,7 +458,7 @@ func (g *Gateway) closeAbandoned(ctx context.Context, id string, keys []string, 
 	var marked bool
 	var reason string
 	switch {
-	case last.State == evidence.Dispatched && noted && left.notDispatched == last.Number:
+	case last.State == evidence.Dispatched && noted && left.notDispatched == last.Number && !left.aged:
 		marked, reason = true, left.reason
 	case last.State == evidence.AttemptOpen && g.abandoned(ctx, id, keys):
 		reason = "abandoned before dispatch: found open by a retry after its gateway had stopped working on it"
@@ -488,7 +488,7 @@ func (g *Gateway) abandoned(ctx context.Context, id string, keys []string) bool 
 			return false
 		}
 	}
-	if _, ok := g.recovery.lookup(id); ok {
+	if left, ok := g.recovery.lookup(id); ok && !left.aged {
 		return true
 	}
 	s, err := g.readStored(ctx, id, keys)

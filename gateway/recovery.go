@@ -82,6 +82,9 @@ type unfinished struct {
 	// closes it, so that a retry can run the call.
 	notDispatched int
 	reason        string
+	// aged is set for a request found unfinished by a sweep rather than
+	// left so by this process: it is revisited, but judged by its age.
+	aged bool
 }
 
 // recovery keeps the request ids this process is running and those it
@@ -244,6 +247,9 @@ func (g *Gateway) recoverOne(ctx context.Context, id string, keys []string, stat
 		return fmt.Errorf("recover %s: %w", id, err)
 	case did == recoveryWait:
 		stats.Waiting++
+		if _, noted := g.recovery.lookup(id); !noted {
+			g.recovery.leftUnfinished(id, unfinished{aged: true})
+		}
 		return nil
 	case did == recoveryRolledForward:
 		stats.RolledForward++
@@ -291,10 +297,10 @@ func (g *Gateway) recoverRequest(ctx context.Context, id string, keys []string) 
 		return recoveryWait, err
 	}
 	left, noted := g.recovery.lookup(id)
-	if !noted && instanceOf(s.owner()) != g.instance {
+	if (!noted || left.aged) && instanceOf(s.owner()) != g.instance {
 		return recoveryNone, nil
 	}
-	return g.finalise(ctx, s, noted, left)
+	return g.finalise(ctx, s, noted && !left.aged, left)
 }
 
 // finalise applies recovery's rules to the stored state s. noted is set
