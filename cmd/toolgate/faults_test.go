@@ -171,8 +171,11 @@ func retryUntilAnswered(t *testing.T, what string, c toolgatev1.ToolGatewayClien
 // each request still incomplete, what its attempts are.
 func settled(t *testing.T, finding, dir string, env []string, url string, s evidence.Store) {
 	t.Helper()
-	eventually(t, faultSettle, finding+": `toolgate evidence verify --all` still reports a request incomplete after the sweep", func() error {
+	eventually(t, faultSettle, finding+": after the sweep, `toolgate evidence verify --all` still reports a request incomplete or tampered", func() error {
 		out, stderr, code := runToolEnv(t, dir, env, "evidence", "verify", "--evidence", url, "--all", "--spool", "none")
+		if code == exitFailure {
+			return fmt.Errorf("the evidence contradicts itself (verify exit 1):\n%s%s", out, stderr)
+		}
 		if code != exitOK {
 			return fmt.Errorf("verify exit %d:\n%s%s", code, out, stderr)
 		}
