@@ -1003,3 +1003,51 @@ func TestFaultOneRequestIDTwoReplicas(t *testing.T) {
 		})
 	}
 }
+
+// TestFaultReplicaClaimFailsWhileOtherRuns: at-most-once and honest
+// evidence across replicas. Replica A runs a call; the store freezes while
+// A's tool runs, so A keeps the result in its spool and answers; replica B
+// gets the same request_id meanwhile and cannot even claim it. B's failed
+// claim must not let B's sweep finalise A's request: after the sweep the
+// evidence agrees with what A's caller was told, nothing is tampered, and
+// the tool ran once.
+func TestFaultReplicaClaimFailsWhileOtherRuns(t *testing.T) {
+	const finding = "at-most-once (a replica's claim fails while the other runs the call)"
+	m := evidencetest.StartMinIO(t)
+	m.CreateBucket(t, "shared", false)
+	url := m.URL("shared", "toolgate")
+	dir := t.TempDir()
+	writePolicy(t, dir, faultPolicy)
+	bucket := openBucket(t, m, url)
+	a := startServerEnv(t, dir, m.Env(), "--config", faultGateway(t, dir, "gw-a", url, "./spool-gw-a", faultOpTimeout, ""))
+	b := startServerEnv(t, dir, m.Env(), "--config", faultGateway(t, dir, "gw-b", url, "./spool-gw-b", faultOpTimeout, ""))
+	replicaA, replicaB := dial(t, a.addr), dial(t, b.addr)
+
+	const id = "replica-claim"
+	req := countRequest(t, id, "sleep 2")
+	owner := make(chan answer, 1)
+	go func() { owner <- callWithin(replicaA, req, faultCallDeadline) }()
+	waitForKey(t, bucket, evidence.Key(id, evidence.ArtifactDispatch))
+	m.Freeze(t)
+	other := callWithin(replicaB, req, faultCallDeadline)
+	// A's tool ends, and A answers from its spool while the store is
+	// still frozen; its manifest goes to the spool too.
+	first := <-owner
+	time.Sleep(2 * faultOpTimeout)
+	m.Thaw(t)
+	t.Logf("A's caller was told %v; B's caller %v", first, other)
+	if other.err != nil && status.Code(other.err) != codes.Unavailable && status.Code(other.err) != codes.Aborted {
+		t.Errorf("%s: B's caller: %v, want UNAVAILABLE or ABORTED", finding, other)
+	}
+	settled(t, finding, dir, m.Env(), url, bucket)
+	st := inspect(t, bucket, id)
+	if first.err == nil && (st.response == nil || st.outcome == evidence.OutcomeInterrupted) {
+		t.Errorf("%s: A's caller got the response, yet the stored evidence has response %v and outcome %q", finding, st.response != nil, st.outcome)
+	}
+	for name, c := range map[string]toolgatev1.ToolGatewayClient{"A": replicaA, "B": replicaB} {
+		sameStory(t, finding+": a retry on replica "+name, first, callWithin(c, req, faultCallDeadline))
+	}
+	if n := runsOf(t, dir, id); n != 1 {
+		t.Errorf("%s: the tool ran %d times, want once", finding, n)
+	}
+}
