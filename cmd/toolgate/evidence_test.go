@@ -752,6 +752,12 @@ func (w *layoutWriter) put(id, name string, v any) {
 	if err != nil {
 		w.t.Fatal(err)
 	}
+	w.putRaw(id, name, data)
+}
+
+// putRaw stores data under name within request id's folder.
+func (w *layoutWriter) putRaw(id, name string, data []byte) {
+	w.t.Helper()
 	if err := w.s.Put(context.Background(), evidence.Key(id, name), data); err != nil {
 		w.t.Fatal(err)
 	}
