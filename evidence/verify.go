@@ -140,6 +140,12 @@ func (r VerifyReport) Verdict() string {
 // reported separately, so an intact unsigned request has Status StatusOK
 // and Signature SignatureUnsigned; Tampered and Verdict combine them.
 //
+// Verify also lists the request's attempts (see ReadAttempts) and checks
+// them against the layout, with or without a manifest: a request without
+// one whose every attempt was closed not_dispatched is
+// StatusNotDispatched rather than StatusIncomplete, and an attempt record
+// that contradicts the layout is a StatusMismatch.
+//
 // At most one VerifyOptions may be given; none means the zero value.
 // Verify returns an error only for an invalid request id or options, or
 // when a store itself fails.
