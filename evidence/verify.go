@@ -33,11 +33,12 @@ const (
 	// StatusMismatch: the artifacts and the manifest disagree: a digest or
 	// size differs, a listed artifact is missing, an unlisted one is
 	// present, or the manifest is unreadable or belongs to another
-	// request. The attempts disagree with the layout: a key under
-	// "attempts/" that is not an attempt's artifact (attempt numbers are
-	// 2, 3, … without leading zeros), a dispatch record that is unreadable
-	// or belongs to another request or attempt, or an attempt opened while
-	// the one before it was not closed not_dispatched.
+	// request. It is also the status of a request whose attempts
+	// contradict the layout: a key under "attempts/" that is not an
+	// attempt's artifact (attempt numbers are 2, 3, … without leading
+	// zeros), a dispatch record that is unreadable or belongs to another
+	// request, attempt or state, or an attempt that follows a gap or an
+	// attempt not closed not_dispatched.
 	StatusMismatch = "mismatch"
 )
 
@@ -97,9 +98,10 @@ type VerifyReport struct {
 }
 
 // Tampered reports whether the evidence shows signs of tampering: the
-// artifacts disagree with the manifest, or the manifest's signature is bad
-// or made by an untrusted key. Incomplete, pending, unsigned and unchecked
-// requests are not tampered with as far as can be told.
+// artifacts disagree with the manifest or the attempts with the layout
+// (StatusMismatch), or the manifest's signature is bad or made by an
+// untrusted key. Incomplete, not-dispatched, pending, unsigned and
+// unchecked requests are not tampered with as far as can be told.
 func (r VerifyReport) Tampered() bool {
 	return r.Status == StatusMismatch || r.Signature == SignatureBad || r.Signature == SignatureUnknownKey
 }
