@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/drivers/tpmjs/tpmjstest"
 	"github.com/toolgate/toolgate/evidence"
 )
 
@@ -979,4 +980,66 @@ note: 1 request(s) have unsigned manifests: their artifacts match, but nothing s
 			t.Fatalf("exit %d, show headers =\n%s\nwant\n%s", code, strings.Join(headers, "\n"), strings.Join(want, "\n"))
 		}
 	})
+}
+
+// TestEvidenceVerifyAfterARetry runs the real gateway against an executor
+// that refuses connections, then, restarted, against one that works, and
+// retries with the same request id: verify first says the request never
+// ran, then lists both attempts of the request that ran once.
+func TestEvidenceVerifyAfterARetry(t *testing.T) {
+	quickExit(t)
+	dir := t.TempDir()
+	writePolicy(t, dir, `permit (principal, action, resource);`)
+	executor := tpmjstest.New(t, tpmjstest.NodeV10)
+	config := func(name, url string) {
+		text := `
+instance: gw-retry
+evidence: {url: "file://./toolgate-evidence", spool_dir: none}
+drivers:
+  tpmjs: {type: tpmjs, url: "` + url + `"}
+tools:
+  fake.echo: {driver: tpmjs, package: "` + tpmjstest.Package + `", version: "1.0.0", export: ` + tpmjstest.EchoTool + `}
+`
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	config("down.yaml", "http://127.0.0.1:1") // nothing listens on port 1
+	config("up.yaml", executor.URL)
+	call := func(srv *server) (string, string, int) {
+		return runTool(t, dir, "call", "--addr", srv.addr, "--request-id", "retry-1", "--tool", "fake.echo", "--args", `{"text":"hi"}`)
+	}
+
+	down := startServer(t, dir, "--config", "down.yaml")
+	if out, stderr, code := call(down); code != exitError || !strings.Contains(stderr, "nothing was executed") {
+		t.Fatalf("call with the executor down: exit %d\n%s%s", code, out, stderr)
+	}
+	out, _, code := runTool(t, dir, "evidence", "verify", "retry-1")
+	if code != exitOK || !strings.HasPrefix(out, "not-dispatched retry-1: nothing ran") ||
+		!strings.Contains(out, "\n  attempts: 1 not_dispatched (\"driver tpmjs: ") || !strings.Contains(out, "refused the connection") {
+		t.Fatalf("verify after the refused call: exit %d\n%s", code, out)
+	}
+	if err := down.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-down.done
+
+	up := startServer(t, dir, "--config", "up.yaml")
+	if out, stderr, code := call(up); code != exitOK {
+		t.Fatalf("retry with the executor up: exit %d\n%s%s", code, out, stderr)
+	}
+	out, _, code = runTool(t, dir, "evidence", "verify", "retry-1")
+	if code != exitOK || !strings.HasPrefix(out, "unsigned retry-1: artifacts match") ||
+		!strings.HasSuffix(out, "), 2 dispatched; outcome completed\n") {
+		t.Fatalf("verify after the retry: exit %d\n%s", code, out)
+	}
+	runs := 0
+	for _, r := range executor.Requests() {
+		if r.Method == "POST" {
+			runs++ // the others are its /health and /info probes
+		}
+	}
+	if runs != 1 {
+		t.Fatalf("the executor ran the tool %d times, want once", runs)
+	}
 }
