@@ -727,7 +727,13 @@ func attemptsNotable(rep evidence.VerifyReport) bool {
 func describeAttempts(rep evidence.VerifyReport) string {
 	parts := make([]string, 0, len(rep.Attempts))
 	for _, a := range rep.Attempts {
-		p := fmt.Sprintf("%d %s", a.Number, a.State)
+		state := a.State
+		if state == evidence.AttemptOpen && a.Decided && rep.Outcome != "" {
+			// Finished without a dispatch marker: a deny, which runs
+			// nothing and so is never dispatched.
+			state = "decided"
+		}
+		p := fmt.Sprintf("%d %s", a.Number, state)
 		if a.Reason != "" {
 			p += fmt.Sprintf(" (%q)", a.Reason) // quoted: evidence must not drive the terminal
 		}
