@@ -1,7 +1,9 @@
 package evidence
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -225,9 +227,20 @@ func ParseAttemptKey(requestID, key string) (attempt int, name string, ok bool) 
 
 // ParseDispatchRecord decodes dispatch.json or not_dispatched.json and
 // checks that it belongs to the given request and attempt.
+// Like ParseManifest it is strict: unknown fields, fields given twice and
+// trailing data are rejected, so that a reader and the verifier cannot see
+// two different records in one file.
 func ParseDispatchRecord(data []byte, requestID string, attempt int) (DispatchRecord, error) {
 	var d DispatchRecord
-	if err := json.Unmarshal(data, &d); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil {
+		return DispatchRecord{}, fmt.Errorf("evidence: dispatch record: %w", err)
+	}
+	if dec.More() {
+		return DispatchRecord{}, errors.New("evidence: dispatch record: trailing data after the record")
+	}
+	if err := rejectDuplicateNames(data); err != nil {
 		return DispatchRecord{}, fmt.Errorf("evidence: dispatch record: %w", err)
 	}
 	switch {

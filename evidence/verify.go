@@ -25,10 +25,20 @@ const (
 	// StatusIncomplete: the request has no manifest, neither in the store
 	// nor in the spool. It is in flight, or a crash or failure left it.
 	StatusIncomplete = "incomplete"
+	// StatusNotDispatched: the request has no manifest and every attempt
+	// at it was closed not_dispatched: nothing of it ran, and a retry with
+	// the same request id may still run it. Nothing signs this state: it
+	// rests on the dispatch records alone.
+	StatusNotDispatched = "not-dispatched"
 	// StatusMismatch: the artifacts and the manifest disagree: a digest or
 	// size differs, a listed artifact is missing, an unlisted one is
 	// present, or the manifest is unreadable or belongs to another
-	// request.
+	// request. It is also the status of a request whose attempts
+	// contradict the layout: a key under "attempts/" that is not an
+	// attempt's artifact (attempt numbers are 2, 3, … without leading
+	// zeros), a dispatch record that is unreadable or belongs to another
+	// request, attempt or state, or an attempt that follows a gap or an
+	// attempt not closed not_dispatched.
 	StatusMismatch = "mismatch"
 )
 
@@ -63,9 +73,16 @@ type VerifyOptions struct {
 // VerifyReport is the result of verifying one request.
 type VerifyReport struct {
 	RequestID string `json:"request_id"`
-	// Status is StatusOK, StatusPending, StatusIncomplete or
-	// StatusMismatch.
+	// Status is StatusOK, StatusPending, StatusIncomplete,
+	// StatusNotDispatched or StatusMismatch.
 	Status string `json:"status"`
+	// Outcome is the manifest's outcome (OutcomeCompleted, OutcomeFailed
+	// or OutcomeInterrupted), empty when there is no readable manifest.
+	Outcome string `json:"outcome,omitempty"`
+	// Attempts are the request's attempts in order, as ReadAttempts
+	// derives them from the store and the spool. It is empty only when a
+	// dispatch record cannot be read, which Problems then names.
+	Attempts []Attempt `json:"attempts,omitempty"`
 	// Signature is one of the Signature* states, or empty when there is no
 	// readable manifest to carry one.
 	Signature string `json:"signature,omitempty"`
@@ -81,17 +98,24 @@ type VerifyReport struct {
 }
 
 // Tampered reports whether the evidence shows signs of tampering: the
-// artifacts disagree with the manifest, or the manifest's signature is bad
-// or made by an untrusted key. Incomplete, pending, unsigned and unchecked
-// requests are not tampered with as far as can be told.
+// artifacts disagree with the manifest or the attempts with the layout
+// (StatusMismatch), or the manifest's signature is bad or made by an
+// untrusted key. Incomplete, not-dispatched, pending, unsigned and
+// unchecked requests are not tampered with as far as can be told.
 func (r VerifyReport) Tampered() bool {
 	return r.Status == StatusMismatch || r.Signature == SignatureBad || r.Signature == SignatureUnknownKey
 }
 
 // Verdict folds Status and Signature into the one word an auditor reads
 // first, worst first: "mismatch", "bad-signature", "unknown-key",
-// "incomplete", "pending", "unchecked-signature", "unsigned", "ok". Only
-// "ok" means verified and signed by a trusted key.
+// "incomplete", "not-dispatched", "pending", "unchecked-signature",
+// "unsigned", "ok". Only "ok" means verified and signed by a trusted key.
+//
+// "not-dispatched" ranks below "incomplete", which may hide a tool that
+// ran without a record of its outcome, and above "pending", whose manifest
+// is complete and merely waits in the spool: a not-dispatched request is
+// settled (nothing ran), but no manifest, and so no signature, vouches for
+// the dispatch records that say so.
 func (r VerifyReport) Verdict() string {
 	switch {
 	case r.Status == StatusMismatch:
@@ -100,7 +124,7 @@ func (r VerifyReport) Verdict() string {
 		return "bad-signature"
 	case r.Signature == SignatureUnknownKey:
 		return SignatureUnknownKey
-	case r.Status == StatusIncomplete || r.Status == StatusPending:
+	case r.Status == StatusIncomplete || r.Status == StatusNotDispatched || r.Status == StatusPending:
 		return r.Status
 	case r.Signature == SignatureUnchecked:
 		return "unchecked-signature"
@@ -117,6 +141,12 @@ func (r VerifyReport) Verdict() string {
 // if any, is checked against opts' trusted keys. Status and Signature are
 // reported separately, so an intact unsigned request has Status StatusOK
 // and Signature SignatureUnsigned; Tampered and Verdict combine them.
+//
+// Verify also lists the request's attempts (see ReadAttempts) and checks
+// them against the layout, with or without a manifest: a request without
+// one whose every attempt was closed not_dispatched is
+// StatusNotDispatched rather than StatusIncomplete, and an attempt record
+// that contradicts the layout is a StatusMismatch.
 //
 // At most one VerifyOptions may be given; none means the zero value.
 // Verify returns an error only for an invalid request id or options, or
@@ -291,26 +321,37 @@ func (v *verifier) verify(ctx context.Context, id string, present []string) (Ver
 		rep.Problems = []string{fmt.Sprintf("%s: %v", RequestPrefix(id), err)}
 		return rep, nil
 	}
-	var spooled []string
+	r := &requestCopies{v: v, cached: map[string][]storedCopy{}}
 	if v.spool != nil {
 		var err error
-		if spooled, err = v.spool.List(ctx, RequestPrefix(id)); err != nil {
+		if r.inSpool, err = v.spool.List(ctx, RequestPrefix(id)); err != nil {
 			return fail(fmt.Errorf("spool: %w", err))
 		}
 	}
-	r := requestCopies{v: v, inSpool: spooled}
+	attempts, attemptProblems, err := r.attempts(ctx, id, present)
+	if err != nil {
+		return fail(err)
+	}
+	rep.Attempts = attempts
 
 	manifestKey := Key(id, ArtifactManifest)
 	copies, err := r.read(ctx, manifestKey)
 	if err != nil {
 		return fail(err)
 	}
-	if len(copies) == 0 {
+	switch {
+	case len(copies) == 0 && len(attemptProblems) > 0:
+		rep.Status = StatusMismatch
+		rep.Problems = attemptProblems
+		return rep, nil
+	case len(copies) == 0 && NeverDispatched(attempts):
+		rep.Status = StatusNotDispatched
+		return rep, nil
+	case len(copies) == 0:
 		rep.Status = StatusIncomplete
 		rep.Problems = []string{manifestKey + ": missing"}
 		return rep, nil
-	}
-	if len(copies) == 2 && !bytes.Equal(copies[0].data, copies[1].data) {
+	case len(copies) == 2 && !bytes.Equal(copies[0].data, copies[1].data):
 		rep.Status = StatusMismatch
 		rep.Problems = []string{manifestKey + ": the spool's copy differs from the store's"}
 		return rep, nil
@@ -324,6 +365,7 @@ func (v *verifier) verify(ctx context.Context, id string, present []string) (Ver
 		rep.Problems = []string{fmt.Sprintf("%s: %v", manifestKey, err)}
 		return rep, nil
 	}
+	rep.Outcome = m.Outcome
 	v.checkSignature(m, manifestKey, &rep)
 	if m.RequestID != id {
 		// Its artifacts lie under another prefix, so checking them would
@@ -332,18 +374,39 @@ func (v *verifier) verify(ctx context.Context, id string, present []string) (Ver
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%s: request_id is %q", manifestKey, m.RequestID))
 		return rep, nil
 	}
+	mismatches, err := r.checkArtifacts(ctx, m, present, &rep)
+	if err != nil {
+		return fail(err)
+	}
+	rep.Problems = append(rep.Problems, attemptProblems...)
+	switch {
+	case mismatches+len(attemptProblems) > 0:
+		rep.Status = StatusMismatch
+	case len(rep.Spooled) > 0:
+		rep.Status = StatusPending
+	default:
+		rep.Status = StatusOK
+	}
+	return rep, nil
+}
 
+// checkArtifacts compares the request's stored artifacts, present in the
+// store and r.inSpool in the spool, with manifest m. It adds a problem to
+// rep for each difference and returns how many it added; it also records
+// in rep which artifacts were read from the spool.
+func (r *requestCopies) checkArtifacts(ctx context.Context, m Manifest, present []string, rep *VerifyReport) (int, error) {
 	mismatches := 0
 	problem := func(format string, args ...any) {
 		rep.Problems = append(rep.Problems, fmt.Sprintf(format, args...))
 		mismatches++
 	}
+	manifestKey := Key(m.RequestID, ArtifactManifest)
 	listed := make(map[string]bool, len(m.Artifacts))
 	for _, want := range m.Artifacts {
 		listed[want.Key] = true
 		copies, err := r.read(ctx, want.Key)
 		if err != nil {
-			return fail(err)
+			return 0, err
 		}
 		if len(copies) == 0 {
 			problem("%s: listed in the manifest but missing", want.Key)
@@ -371,27 +434,21 @@ func (v *verifier) verify(ctx context.Context, id string, present []string) (Ver
 			problem("%s: present but not listed in the manifest", k)
 		}
 	}
-	for _, k := range spooled {
+	for _, k := range r.inSpool {
 		if k != manifestKey && !listed[k] {
 			problem("%s: in the spool but not listed in the manifest", k)
 		}
 	}
-
-	switch {
-	case mismatches > 0:
-		rep.Status = StatusMismatch
-	case len(rep.Spooled) > 0:
-		rep.Status = StatusPending
-	default:
-		rep.Status = StatusOK
-	}
-	return rep, nil
+	return mismatches, nil
 }
 
 // requestCopies reads one request's artifacts from the store and the spool.
 type requestCopies struct {
 	v       *verifier
 	inSpool []string // the request's keys in the spool
+	// cached holds the dispatch records read to derive the attempts, so
+	// that checking them against the manifest reads them no second time.
+	cached map[string][]storedCopy
 }
 
 // storedCopy is the content of one artifact in one place.
@@ -404,7 +461,10 @@ type storedCopy struct {
 // is asked even for a key its listing lacks, since a listing may lag
 // behind a write; the spool, being local, is asked only for what it
 // listed.
-func (r requestCopies) read(ctx context.Context, key string) ([]storedCopy, error) {
+func (r *requestCopies) read(ctx context.Context, key string) ([]storedCopy, error) {
+	if copies, ok := r.cached[key]; ok {
+		return copies, nil
+	}
 	var copies []storedCopy
 	data, err := r.v.store.Get(ctx, key)
 	switch {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -518,6 +519,7 @@ func TestVerdict(t *testing.T) {
 		{StatusPending, SignatureUnsigned, "pending", false},
 		{StatusPending, SignatureBad, "bad-signature", true},
 		{StatusIncomplete, "", "incomplete", false},
+		{StatusNotDispatched, "", "not-dispatched", false},
 		{StatusMismatch, "", "mismatch", true},
 		{StatusMismatch, SignatureValid, "mismatch", true},
 		{StatusMismatch, SignatureBad, "mismatch", true},
@@ -804,4 +806,307 @@ func BenchmarkVerifyAll(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/request")
+}
+
+// dispatchJSON is a dispatch record of attempt n of request id.
+func dispatchJSON(t testing.TB, id string, n int, state string) string {
+	t.Helper()
+	d := DispatchRecord{RequestID: id, Attempt: n, State: state, Gateway: "toolgate/test@a", At: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	if state == NotDispatched {
+		d.Reason = "executor unreachable"
+	}
+	data, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// storeNamed stores artifacts of request id by their name within its
+// folder, such as "attempts/2/dispatch.json".
+func storeNamed(t testing.TB, s Store, id string, artifacts map[string]string) {
+	t.Helper()
+	for name, data := range artifacts {
+		mustPut(t, s, Key(id, name), []byte(data))
+	}
+}
+
+// manifestNamed stores a manifest of request id with the given outcome
+// listing artifacts by their name within the request's folder.
+func manifestNamed(t testing.TB, s Store, id, outcome string, artifacts map[string]string) {
+	t.Helper()
+	m := Manifest{Version: ManifestVersion, RequestID: id, EngineRef: "test", Outcome: outcome, CreatedAt: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	names := make([]string, 0, len(artifacts))
+	for name := range artifacts {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		m.Artifacts = append(m.Artifacts, Digest(Key(id, name), []byte(artifacts[name])))
+	}
+	data, err := EncodeManifest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, s, Key(id, ArtifactManifest), data)
+}
+
+// merged returns the union of artifact maps, later ones winning.
+func merged(maps ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range maps {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func TestVerifyAttempts(t *testing.T) {
+	claim := map[string]string{ArtifactRequest: `{"request_id":"r1"}`, ArtifactPolicyDecision: `{"decision":"allow"}`}
+	closedBeforeMarker := merged(claim, map[string]string{ArtifactDispatch: dispatchJSON(t, "r1", 1, NotDispatched)})
+	ran := map[string]string{ArtifactToolResult: `{"exit_code":0}`, ArtifactResponse: `{"ok":true}`}
+	retried := merged(closedBeforeMarker, map[string]string{
+		"attempts/2/policy_decision.json": `{"decision":"allow","attempt":2}`,
+		"attempts/2/dispatch.json":        dispatchJSON(t, "r1", 2, Dispatched),
+	}, ran)
+	dispatched := merged(claim, map[string]string{ArtifactDispatch: dispatchJSON(t, "r1", 1, Dispatched)})
+
+	type attempt struct {
+		n     int
+		state string
+	}
+	tests := []struct {
+		name         string
+		stored       map[string]string // by name within r1's folder
+		spooled      map[string]string
+		manifest     map[string]string // listed artifacts; nil: no manifest
+		outcome      string
+		wantStatus   string
+		wantOutcome  string
+		wantAttempts []attempt
+		wantProblems []string // substrings, one per problem, in order
+	}{
+		{
+			name:         "a retry after a not_dispatched first attempt verifies ok and lists both attempts",
+			stored:       retried,
+			manifest:     retried,
+			outcome:      OutcomeCompleted,
+			wantStatus:   StatusOK,
+			wantOutcome:  OutcomeCompleted,
+			wantAttempts: []attempt{{1, NotDispatched}, {2, Dispatched}},
+		},
+		{
+			name:         "an attempt closed before its marker is not-dispatched, not incomplete",
+			stored:       closedBeforeMarker,
+			wantStatus:   StatusNotDispatched,
+			wantAttempts: []attempt{{1, NotDispatched}},
+		},
+		{
+			name:         "an attempt the driver proved undispatched after its marker is not-dispatched",
+			stored:       merged(dispatched, map[string]string{ArtifactNotDispatched: dispatchJSON(t, "r1", 1, NotDispatched)}),
+			wantStatus:   StatusNotDispatched,
+			wantAttempts: []attempt{{1, NotDispatched}},
+		},
+		{
+			name: "two attempts both closed not_dispatched are not-dispatched",
+			stored: merged(closedBeforeMarker, map[string]string{
+				"attempts/2/policy_decision.json": `{}`,
+				"attempts/2/dispatch.json":        dispatchJSON(t, "r1", 2, NotDispatched),
+			}),
+			wantStatus:   StatusNotDispatched,
+			wantAttempts: []attempt{{1, NotDispatched}, {2, NotDispatched}},
+		},
+		{
+			name:         "a not_dispatched record still in the spool counts",
+			stored:       claim,
+			spooled:      map[string]string{ArtifactDispatch: dispatchJSON(t, "r1", 1, NotDispatched)},
+			wantStatus:   StatusNotDispatched,
+			wantAttempts: []attempt{{1, NotDispatched}},
+		},
+		{
+			name:         "a dispatched request without a manifest stays incomplete",
+			stored:       merged(dispatched, ran),
+			wantStatus:   StatusIncomplete,
+			wantAttempts: []attempt{{1, Dispatched}},
+			wantProblems: []string{"requests/r1/manifest.json: missing"},
+		},
+		{
+			name:         "a decided attempt without a dispatch record stays incomplete",
+			stored:       claim,
+			wantStatus:   StatusIncomplete,
+			wantAttempts: []attempt{{1, AttemptOpen}},
+			wantProblems: []string{"requests/r1/manifest.json: missing"},
+		},
+		{
+			name: "a retry whose new attempt is open stays incomplete",
+			stored: merged(closedBeforeMarker, map[string]string{
+				"attempts/2/policy_decision.json": `{}`,
+			}),
+			wantStatus:   StatusIncomplete,
+			wantAttempts: []attempt{{1, NotDispatched}, {2, AttemptOpen}},
+			wantProblems: []string{"requests/r1/manifest.json: missing"},
+		},
+		{
+			name:         "a manifest with outcome interrupted verifies like any other",
+			stored:       dispatched,
+			manifest:     dispatched,
+			outcome:      OutcomeInterrupted,
+			wantStatus:   StatusOK,
+			wantOutcome:  OutcomeInterrupted,
+			wantAttempts: []attempt{{1, Dispatched}},
+		},
+		{
+			name:         "a dispatch record forged for another request is a mismatch",
+			stored:       merged(claim, map[string]string{ArtifactDispatch: dispatchJSON(t, "r2", 1, NotDispatched)}),
+			wantStatus:   StatusMismatch,
+			wantProblems: []string{`requests/r1/dispatch.json: evidence: dispatch record: request_id is "r2"`},
+		},
+		{
+			name:         "a dispatch record that is not JSON is a mismatch",
+			stored:       merged(claim, map[string]string{ArtifactDispatch: `{"state":`}),
+			wantStatus:   StatusMismatch,
+			wantProblems: []string{"requests/r1/dispatch.json: evidence: dispatch record: "},
+		},
+		{
+			name: "a dispatch record of the wrong attempt is a mismatch",
+			stored: merged(closedBeforeMarker, map[string]string{
+				"attempts/2/dispatch.json": dispatchJSON(t, "r1", 1, NotDispatched),
+			}),
+			wantStatus:   StatusMismatch,
+			wantProblems: []string{"requests/r1/attempts/2/dispatch.json: evidence: dispatch record: attempt is 1, want 2"},
+		},
+		{
+			name:         "a dispatch record with an unknown state is a mismatch",
+			stored:       merged(claim, map[string]string{ArtifactDispatch: strings.Replace(dispatchJSON(t, "r1", 1, NotDispatched), NotDispatched, "skipped", 1)}),
+			wantStatus:   StatusMismatch,
+			wantProblems: []string{`requests/r1/dispatch.json: evidence: dispatch record: state "skipped"`},
+		},
+		{
+			name:         "a not_dispatched.json that says dispatched is a mismatch",
+			stored:       merged(dispatched, map[string]string{ArtifactNotDispatched: dispatchJSON(t, "r1", 1, Dispatched)}),
+			wantStatus:   StatusMismatch,
+			wantProblems: []string{`requests/r1/not_dispatched.json: state is "dispatched"`},
+		},
+		{
+			name:         "an attempt folder with a leading zero is a mismatch",
+			stored:       merged(closedBeforeMarker, map[string]string{"attempts/02/dispatch.json": dispatchJSON(t, "r1", 2, Dispatched)}),
+			wantStatus:   StatusMismatch,
+			wantAttempts: []attempt{{1, NotDispatched}},
+			wantProblems: []string{"requests/r1/attempts/02/dispatch.json: not an attempt's artifact"},
+		},
+		{
+			name:         "an attempt folder numbered 1 is a mismatch",
+			stored:       merged(claim, map[string]string{"attempts/1/dispatch.json": dispatchJSON(t, "r1", 1, NotDispatched)}),
+			wantStatus:   StatusMismatch,
+			wantAttempts: []attempt{{1, AttemptOpen}},
+			wantProblems: []string{"requests/r1/attempts/1/dispatch.json: not an attempt's artifact"},
+		},
+		{
+			name:         "a tool result inside an attempt's folder is a mismatch",
+			stored:       merged(closedBeforeMarker, map[string]string{"attempts/2/tool_result.json": `{}`}),
+			wantStatus:   StatusMismatch,
+			wantAttempts: []attempt{{1, NotDispatched}},
+			wantProblems: []string{"requests/r1/attempts/2/tool_result.json: not an attempt's artifact: an attempt's folder holds only"},
+		},
+		{
+			name: "a second attempt after a dispatched first one is a mismatch, even when listed",
+			stored: merged(dispatched, map[string]string{
+				"attempts/2/dispatch.json": dispatchJSON(t, "r1", 2, Dispatched),
+			}, ran),
+			manifest: merged(dispatched, map[string]string{
+				"attempts/2/dispatch.json": dispatchJSON(t, "r1", 2, Dispatched),
+			}, ran),
+			outcome:      OutcomeCompleted,
+			wantStatus:   StatusMismatch,
+			wantOutcome:  OutcomeCompleted,
+			wantAttempts: []attempt{{1, Dispatched}, {2, Dispatched}},
+			wantProblems: []string{"requests/r1/attempts/2/: attempt 2 opened while attempt 1 is dispatched, not not_dispatched"},
+		},
+		{
+			name: "an attempt after a gap is a mismatch",
+			stored: merged(closedBeforeMarker, map[string]string{
+				"attempts/3/dispatch.json": dispatchJSON(t, "r1", 3, NotDispatched),
+			}),
+			wantStatus:   StatusMismatch,
+			wantAttempts: []attempt{{1, NotDispatched}, {3, NotDispatched}},
+			wantProblems: []string{"requests/r1/attempts/3/: attempt 3 without attempt 2"},
+		},
+	}
+	for _, factory := range verifyBackends {
+		for _, tt := range tests {
+			t.Run(factory.name+"/"+tt.name, func(t *testing.T) {
+				s, spool := factory.new(t), factory.new(t)
+				storeNamed(t, s, "r1", tt.stored)
+				storeNamed(t, spool, "r1", tt.spooled)
+				if tt.manifest != nil {
+					manifestNamed(t, s, "r1", tt.outcome, tt.manifest)
+				}
+				rep, err := Verify(context.Background(), s, "r1", VerifyOptions{Spool: spool})
+				if err != nil {
+					t.Fatalf("Verify = %v", err)
+				}
+				if rep.Status != tt.wantStatus || rep.Outcome != tt.wantOutcome {
+					t.Fatalf("Verify = %+v, want status %q, outcome %q", rep, tt.wantStatus, tt.wantOutcome)
+				}
+				if rep.Tampered() != (tt.wantStatus == StatusMismatch) {
+					t.Errorf("Tampered() = %v for status %q", rep.Tampered(), rep.Status)
+				}
+				var got []attempt
+				for _, a := range rep.Attempts {
+					got = append(got, attempt{a.Number, a.State})
+				}
+				if !slices.Equal(got, tt.wantAttempts) {
+					t.Errorf("Attempts = %v, want %v", got, tt.wantAttempts)
+				}
+				if len(rep.Problems) != len(tt.wantProblems) {
+					t.Fatalf("Problems = %q, want %d matching %q", rep.Problems, len(tt.wantProblems), tt.wantProblems)
+				}
+				for i, want := range tt.wantProblems {
+					if !strings.Contains(rep.Problems[i], want) {
+						t.Errorf("Problems[%d] = %q, want it to contain %q", i, rep.Problems[i], want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestVerifyReadsDispatchRecordsOnce checks that a dispatch record listed
+// in the manifest is fetched once, for both the attempts and the digest
+// check: on S3 every Get is a round trip.
+func TestVerifyReadsDispatchRecordsOnce(t *testing.T) {
+	s := &countingStore{Store: NewMemoryStore(), gets: map[string]int{}}
+	artifacts := map[string]string{ArtifactRequest: `{}`, ArtifactDispatch: dispatchJSON(t, "r1", 1, Dispatched), ArtifactResponse: `{}`}
+	storeNamed(t, s, "r1", artifacts)
+	manifestNamed(t, s, "r1", OutcomeCompleted, artifacts)
+	rep, err := Verify(context.Background(), s, "r1")
+	if err != nil || rep.Status != StatusOK {
+		t.Fatalf("Verify = %+v, %v", rep, err)
+	}
+	for key, n := range s.gets {
+		if n != 1 {
+			t.Errorf("%s read %d times, want once", key, n)
+		}
+	}
+}
+
+// countingStore counts the Gets of each key.
+type countingStore struct {
+	Store
+	gets map[string]int
+}
+
+func (s *countingStore) Get(ctx context.Context, key string) ([]byte, error) {
+	s.gets[key]++
+	return s.Store.Get(ctx, key)
+}
+
+func TestVerifyAttemptsStoreFailureIsAnError(t *testing.T) {
+	s := NewMemoryStore()
+	storeNamed(t, s, "r1", map[string]string{ArtifactRequest: `{}`, ArtifactDispatch: dispatchJSON(t, "r1", 1, NotDispatched)})
+	_, err := Verify(context.Background(), failingStore{s, Key("r1", ArtifactDispatch)}, "r1")
+	if err == nil || !strings.Contains(err.Error(), errStoreDown.Error()) {
+		t.Fatalf("Verify with the dispatch record unreadable = %v, want the store's error", err)
+	}
 }

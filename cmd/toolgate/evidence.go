@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -35,11 +36,13 @@ evidence.url of --config FILE, or the embedded default's file://./toolgate-evide
         tool, decision, rule_id, ok ("-" when absent). TIME is RFC 3339 or a
         duration back from now, such as 24h.
   show REQUEST_ID
-        every artifact of the request, pretty-printed
-  verify (REQUEST_ID | --all) [--pubkey FILE]... [--spool DIR] [--require-signature] [-v]
-        check artifacts against manifests and manifests against signatures.
-        Exit 1 when any request shows tampering, 0 otherwise (unsigned,
-        incomplete and pending requests are reported, not failed).
+        every artifact of the request, pretty-printed, attempts in order
+  verify (REQUEST_ID | --all) [--pubkey FILE]... [--spool DIR] [--require-signature] [-v] [--json]
+        check artifacts against manifests and manifests against signatures,
+        and list each request's attempts. Exit 1 when any request shows
+        tampering, 0 otherwise (unsigned, incomplete, not-dispatched and
+        pending requests are reported, not failed). --json prints every
+        request as one JSON object a line instead.
   pubkey (--key FILE | --key-env VAR)
         print the public key (PEM) and key id of a signing key
   keygen --out FILE
@@ -222,14 +225,7 @@ func evidenceLs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintln(stdout, "received_at\trequest_id\tcaller\ttool\tdecision\trule_id\tok")
 	printed := 0
 	err = evidence.WalkRequests(ctx, store, func(id string, keys []string) error {
-		var req struct {
-			Caller     string    `json:"caller"`
-			ToolID     string    `json:"tool_id"`
-			ReceivedAt time.Time `json:"received_at"`
-			Ctx        struct {
-				RunID string `json:"run_id"`
-			} `json:"ctx"`
-		}
+		var req evidence.RequestRecord
 		reqState, err := readArtifact(ctx, store, keys, evidence.Key(id, evidence.ArtifactRequest), &req, stderr)
 		if err != nil {
 			return err
@@ -238,20 +234,15 @@ func evidenceLs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			(!since.IsZero() && (reqState != artifactRead || req.ReceivedAt.Before(since))) {
 			return nil
 		}
-		var dec struct {
-			Decision string `json:"decision"`
-			RuleID   string `json:"rule_id"`
-		}
-		decState, err := readArtifact(ctx, store, keys, evidence.Key(id, evidence.ArtifactPolicyDecision), &dec, stderr)
+		var dec evidence.DecisionRecord
+		decState, err := readArtifact(ctx, store, keys, lastDecisionKey(id, keys), &dec, stderr)
 		if err != nil {
 			return err
 		}
 		if *decision != "" && dec.Decision != *decision {
 			return nil
 		}
-		var resp struct {
-			OK *bool `json:"ok"`
-		}
+		var resp evidence.ResponseRecord
 		respState, err := readArtifact(ctx, store, keys, evidence.Key(id, evidence.ArtifactResponse), &resp, stderr)
 		if err != nil {
 			return err
@@ -261,8 +252,8 @@ func evidenceLs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			received = req.ReceivedAt.UTC().Format(time.RFC3339)
 		}
 		ok := ""
-		if resp.OK != nil {
-			ok = strconv.FormatBool(*resp.OK)
+		if respState == artifactRead {
+			ok = strconv.FormatBool(resp.OK)
 		}
 		fmt.Fprintln(stdout, strings.Join([]string{
 			reqState.cell(received), cell(id), reqState.cell(req.Caller), reqState.cell(req.ToolID),
@@ -278,6 +269,19 @@ func evidenceLs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 	return err
+}
+
+// lastDecisionKey returns the key of the policy decision of the request's
+// last decided attempt, the one that counts: earlier attempts were closed
+// not_dispatched. Without any, it is the first attempt's key, absent.
+func lastDecisionKey(id string, keys []string) string {
+	key, last := evidence.Key(id, evidence.ArtifactPolicyDecision), 0
+	for _, k := range keys {
+		if n, name, ok := evidence.ParseAttemptKey(id, k); ok && name == evidence.ArtifactPolicyDecision && n > last {
+			key, last = k, n
+		}
+	}
+	return key
 }
 
 // artifactState says what became of reading one artifact for ls.
@@ -347,11 +351,33 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 }
 
 // showOrder is the order in which show prints the known artifacts: the
-// order the gateway writes them in. Others follow in key order.
+// order the gateway writes them in, each attempt's artifacts (see
+// attemptOrder) taking the place of attemptsPlace. Others follow in key
+// order.
 var showOrder = []string{
-	evidence.ArtifactRequest, evidence.ArtifactPolicyDecision, evidence.ArtifactDispatch,
-	evidence.ArtifactNotDispatched, evidence.ArtifactToolResult, evidence.ArtifactResponse,
-	evidence.ArtifactManifest,
+	evidence.ArtifactRequest, attemptsPlace, evidence.ArtifactToolResult,
+	evidence.ArtifactResponse, evidence.ArtifactManifest,
+}
+
+// attemptsPlace stands in showOrder for the attempts' artifacts; it ends
+// in a slash, so no artifact's name can equal it.
+const attemptsPlace = "attempts/"
+
+// attemptOrder is the order of one attempt's artifacts; attempts follow
+// one another by number.
+var attemptOrder = []string{evidence.ArtifactPolicyDecision, evidence.ArtifactDispatch, evidence.ArtifactNotDispatched}
+
+// showRank returns where show prints key of request id: its place in
+// showOrder, then its attempt and its place in attemptOrder.
+func showRank(id, key string) (place, attempt, within int) {
+	n, name, ok := evidence.ParseAttemptKey(id, key)
+	if i := slices.Index(attemptOrder, name); ok && i >= 0 {
+		return slices.Index(showOrder, attemptsPlace), n, i
+	}
+	if i := slices.Index(showOrder, name); ok && n == 1 && i >= 0 {
+		return i, 0, 0
+	}
+	return len(showOrder), 0, 0
 }
 
 func evidenceShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -375,13 +401,11 @@ func evidenceShow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	rank := func(key string) int {
-		if i := slices.Index(showOrder, strings.TrimPrefix(key, evidence.RequestPrefix(id))); i >= 0 {
-			return i
-		}
-		return len(showOrder)
-	}
-	slices.SortStableFunc(keys, func(a, b string) int { return rank(a) - rank(b) })
+	slices.SortStableFunc(keys, func(a, b string) int {
+		pa, na, wa := showRank(id, a)
+		pb, nb, wb := showRank(id, b)
+		return cmp.Or(cmp.Compare(pa, pb), cmp.Compare(na, nb), cmp.Compare(wa, wb))
+	})
 	for i, key := range keys {
 		data, err := store.Get(ctx, key)
 		if err != nil {
@@ -451,7 +475,7 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 // the summary.
 var verdictOrder = []string{
 	"mismatch", "bad-signature", "unknown-key", "unsigned-required",
-	"incomplete", "pending", "unchecked-signature", "unsigned", "ok",
+	"incomplete", "not-dispatched", "pending", "unchecked-signature", "unsigned", "ok",
 }
 
 // progressEvery is how many requests verify --all checks between updates
@@ -469,7 +493,8 @@ func evidenceVerify(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.Var(&pubkeys, "pubkey", "trusted public key `file` (PEM or base64); repeat for several keys")
 	spoolArg := fs.String("spool", "", "spool `folder` of artifacts not yet uploaded (default: the configuration's evidence.spool_dir when it exists and the store comes from the configuration; none: no spool)")
 	requireSig := fs.Bool("require-signature", false, "fail on manifests that are not signed by a trusted key (needs --pubkey)")
-	verbose := fs.Bool("v", false, "print every request, not only those with findings")
+	verbose := fs.Bool("v", false, "print every request, not only those with findings, with its attempts and outcome")
+	asJSON := fs.Bool("json", false, "print every request as one JSON object a line (its report and verdict) instead of text; no summary")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return exitError, err
@@ -482,36 +507,16 @@ func evidenceVerify(ctx context.Context, args []string, stdout, stderr io.Writer
 		return exitError, errors.New("--require-signature needs at least one --pubkey")
 	}
 	var opts evidence.VerifyOptions
-	for _, file := range pubkeys {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			return exitError, fmt.Errorf("--pubkey: %w", err)
-		}
-		pub, err := evidence.ParsePublicKey(data)
-		if err != nil {
-			return exitError, fmt.Errorf("--pubkey %s: %w", file, err)
-		}
-		opts.TrustedKeys = append(opts.TrustedKeys, pub)
+	if opts.TrustedKeys, err = readPublicKeys(pubkeys); err != nil {
+		return exitError, err
 	}
 	store, spoolDir, err := sf.open(ctx)
 	if err != nil {
 		return exitError, err
 	}
 	defer store.Close()
-	switch *spoolArg {
-	case "":
-		// The configuration's spool is used only if it is there: an
-		// auditor on another machine has none.
-		if spoolDir != "" && requireDir(spoolDir) != nil {
-			spoolDir = ""
-		}
-	case "none":
-		spoolDir = ""
-	default:
-		if err := requireDir(*spoolArg); err != nil {
-			return exitError, fmt.Errorf("--spool: %w", err)
-		}
-		spoolDir = *spoolArg
+	if spoolDir, err = chooseSpool(*spoolArg, spoolDir); err != nil {
+		return exitError, err
 	}
 	if spoolDir != "" {
 		// A spool is a folder in the file store's layout.
@@ -525,7 +530,9 @@ func evidenceVerify(ctx context.Context, args []string, stdout, stderr io.Writer
 
 	verdict := func(rep evidence.VerifyReport) string {
 		v := rep.Verdict()
-		if *requireSig && !rep.Tampered() && rep.Status != evidence.StatusIncomplete && rep.Signature != evidence.SignatureValid {
+		// Incomplete and not-dispatched requests have no manifest to sign.
+		unsignable := rep.Status == evidence.StatusIncomplete || rep.Status == evidence.StatusNotDispatched
+		if *requireSig && !rep.Tampered() && !unsignable && rep.Signature != evidence.SignatureValid {
 			return "unsigned-required"
 		}
 		return v
@@ -533,24 +540,23 @@ func evidenceVerify(ctx context.Context, args []string, stdout, stderr io.Writer
 	failing := func(v string) bool {
 		return v == "mismatch" || v == "bad-signature" || v == "unknown-key" || v == "unsigned-required"
 	}
+	report := func(rep evidence.VerifyReport, v string) error {
+		if *asJSON {
+			return printJSONReport(stdout, rep, v)
+		}
+		printReport(stdout, rep, v, *verbose)
+		return nil
+	}
 
 	if !*all {
-		id := pos[0]
-		if _, err := listRequest(ctx, store, id); err != nil {
-			// A request may so far be in the spool alone.
-			if opts.Spool == nil || !errors.Is(err, errNoEvidence) {
-				return exitError, err
-			}
-			if _, err := listRequest(ctx, opts.Spool, id); err != nil {
-				return exitError, err
-			}
-		}
-		rep, err := evidence.Verify(ctx, store, id, opts)
+		rep, err := verifyRequest(ctx, store, pos[0], opts)
 		if err != nil {
 			return exitError, err
 		}
 		v := verdict(rep)
-		printReport(stdout, rep, v)
+		if err := report(rep, v); err != nil {
+			return exitError, err
+		}
 		if failing(v) {
 			return exitFailure, nil
 		}
@@ -567,11 +573,13 @@ func evidenceVerify(ctx context.Context, args []string, stdout, stderr io.Writer
 		v := verdict(rep)
 		counts[v]++
 		total++
-		if *verbose || (v != "ok" && v != "unsigned" && v != "unchecked-signature") {
+		if *verbose || *asJSON || (v != "ok" && v != "unsigned" && v != "unchecked-signature") {
 			if progress != nil {
 				fmt.Fprint(progress, "\r\033[K")
 			}
-			printReport(stdout, rep, v)
+			if err := report(rep, v); err != nil {
+				return err
+			}
 		}
 		if progress != nil && total%progressEvery == 0 {
 			fmt.Fprintf(progress, "\rverified %d requests…", total)
@@ -584,7 +592,9 @@ func evidenceVerify(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return exitError, err
 	}
-	printSummary(stdout, total, counts)
+	if !*asJSON {
+		printSummary(stdout, total, counts)
+	}
 	for _, v := range verdictOrder {
 		if failing(v) && counts[v] > 0 {
 			return exitFailure, nil
@@ -593,8 +603,79 @@ func evidenceVerify(ctx context.Context, args []string, stdout, stderr io.Writer
 	return exitOK, nil
 }
 
-// printReport prints one request's verdict line and its findings.
-func printReport(w io.Writer, rep evidence.VerifyReport, verdict string) {
+// verifyRequest verifies one request, which must have evidence in the
+// store or the spool.
+func verifyRequest(ctx context.Context, store evidence.Store, id string, opts evidence.VerifyOptions) (evidence.VerifyReport, error) {
+	if _, err := listRequest(ctx, store, id); err != nil {
+		// A request may so far be in the spool alone.
+		if opts.Spool == nil || !errors.Is(err, errNoEvidence) {
+			return evidence.VerifyReport{}, err
+		}
+		if _, err := listRequest(ctx, opts.Spool, id); err != nil {
+			return evidence.VerifyReport{}, err
+		}
+	}
+	return evidence.Verify(ctx, store, id, opts)
+}
+
+// readPublicKeys reads the --pubkey files.
+func readPublicKeys(files []string) ([]ed25519.PublicKey, error) {
+	var keys []ed25519.PublicKey
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--pubkey: %w", err)
+		}
+		pub, err := evidence.ParsePublicKey(data)
+		if err != nil {
+			return nil, fmt.Errorf("--pubkey %s: %w", file, err)
+		}
+		keys = append(keys, pub)
+	}
+	return keys, nil
+}
+
+// chooseSpool returns the spool folder verify reads, empty for none, from
+// --spool (arg) and the configuration's spool folder.
+func chooseSpool(arg, configured string) (string, error) {
+	switch arg {
+	case "":
+		// The configuration's spool is used only if it is there: an
+		// auditor on another machine has none.
+		if configured != "" && requireDir(configured) != nil {
+			return "", nil
+		}
+		return configured, nil
+	case "none":
+		return "", nil
+	default:
+		if err := requireDir(arg); err != nil {
+			return "", fmt.Errorf("--spool: %w", err)
+		}
+		return arg, nil
+	}
+}
+
+// jsonReport is a line of verify --json: the library's report and the
+// verdict the command judged it by.
+type jsonReport struct {
+	evidence.VerifyReport
+	Verdict string `json:"verdict"`
+}
+
+// printJSONReport prints one request's report as a line of JSON.
+func printJSONReport(w io.Writer, rep evidence.VerifyReport, verdict string) error {
+	data, err := json.Marshal(jsonReport{rep, verdict})
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", data)
+	return err
+}
+
+// printReport prints one request's verdict line, its findings and, when
+// verbose or when they tell more than "one attempt, run", its attempts.
+func printReport(w io.Writer, rep evidence.VerifyReport, verdict string, verbose bool) {
 	id := cell(rep.RequestID)
 	switch verdict {
 	case "ok":
@@ -609,6 +690,8 @@ func printReport(w io.Writer, rep evidence.VerifyReport, verdict string) {
 		fmt.Fprintf(w, "pending %s: artifacts match; %d not yet uploaded from the spool (signature: %s)\n", id, len(rep.Spooled), rep.Signature)
 	case "incomplete":
 		fmt.Fprintf(w, "incomplete %s: no manifest (in flight, or a crash or failure left it)\n", id)
+	case "not-dispatched":
+		fmt.Fprintf(w, "not-dispatched %s: nothing ran, every attempt was closed not_dispatched; a retry with the same request id may still run it\n", id)
 	default:
 		fmt.Fprintf(w, "%s %s: TAMPERED\n", verdict, id)
 	}
@@ -618,6 +701,52 @@ func printReport(w io.Writer, rep evidence.VerifyReport, verdict string) {
 		}
 		fmt.Fprintf(w, "  %s\n", cell(p))
 	}
+	if verbose || attemptsNotable(rep) {
+		fmt.Fprintf(w, "  %s\n", describeAttempts(rep))
+	}
+}
+
+// attemptsNotable reports whether a request's attempts and outcome tell
+// more than its verdict line: anything but a single attempt that ran to
+// its outcome.
+func attemptsNotable(rep evidence.VerifyReport) bool {
+	switch {
+	case len(rep.Attempts) == 0: // a dispatch record is unreadable; Problems says which
+		return false
+	case rep.Status == evidence.StatusIncomplete || rep.Status == evidence.StatusNotDispatched:
+		return true
+	case rep.Outcome == evidence.OutcomeInterrupted:
+		return true
+	}
+	return len(rep.Attempts) > 1 || rep.Attempts[0].State == evidence.NotDispatched
+}
+
+// describeAttempts renders a request's attempts and outcome on one line:
+// "attempts: 1 not_dispatched (\"connection refused\"), 2 dispatched;
+// outcome completed".
+func describeAttempts(rep evidence.VerifyReport) string {
+	parts := make([]string, 0, len(rep.Attempts))
+	for _, a := range rep.Attempts {
+		state := a.State
+		if state == evidence.AttemptOpen && a.Decided && rep.Outcome != "" {
+			// Finished without a dispatch marker: a deny, which runs
+			// nothing and so is never dispatched.
+			state = "decided"
+		}
+		p := fmt.Sprintf("%d %s", a.Number, state)
+		if a.Reason != "" {
+			p += fmt.Sprintf(" (%q)", a.Reason) // quoted: evidence must not drive the terminal
+		}
+		parts = append(parts, p)
+	}
+	line := "attempts: " + strings.Join(parts, ", ")
+	if len(parts) == 0 {
+		line = "attempts: unreadable"
+	}
+	if rep.Outcome != "" {
+		line += "; outcome " + cell(rep.Outcome)
+	}
+	return line
 }
 
 // printSummary prints the counts per verdict and says plainly what the
@@ -640,6 +769,9 @@ func printSummary(w io.Writer, total int, counts map[string]int) {
 	}
 	if n := counts["unsigned-required"]; n > 0 {
 		fmt.Fprintf(w, "FAILED: %d request(s) lack a signature by a trusted key, which --require-signature demands\n", n)
+	}
+	if n := counts["not-dispatched"]; n > 0 {
+		fmt.Fprintf(w, "note: %d request(s) never ran: every attempt was closed not_dispatched, and a retry with the same request id may still run them\n", n)
 	}
 	if n := counts["unsigned"]; n > 0 {
 		fmt.Fprintf(w, "note: %d request(s) have unsigned manifests: their artifacts match, but nothing shows who wrote them\n", n)

@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/drivers/tpmjs/tpmjstest"
 	"github.com/toolgate/toolgate/evidence"
 )
 
@@ -720,5 +724,322 @@ func TestIsTerminal(t *testing.T) {
 		if isTerminal(out) {
 			t.Errorf("isTerminal(%s) = true, want false", name)
 		}
+	}
+}
+
+// layoutWriter writes evidence in the attempts layout straight into a
+// folder's store, as gateways that retried, crashed or were forged against
+// would have left it.
+type layoutWriter struct {
+	t       *testing.T
+	s       evidence.Store
+	written map[string]map[string][]byte // request id → name → data
+}
+
+func newLayoutWriter(t *testing.T, dir string) *layoutWriter {
+	t.Helper()
+	s, err := evidence.NewFileStore(filepath.Join(dir, "toolgate-evidence"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return &layoutWriter{t: t, s: s, written: map[string]map[string][]byte{}}
+}
+
+// put stores v as JSON under name within request id's folder.
+func (w *layoutWriter) put(id, name string, v any) {
+	w.t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.putRaw(id, name, data)
+}
+
+// putRaw stores data under name within request id's folder.
+func (w *layoutWriter) putRaw(id, name string, data []byte) {
+	w.t.Helper()
+	if err := w.s.Put(context.Background(), evidence.Key(id, name), data); err != nil {
+		w.t.Fatal(err)
+	}
+	if w.written[id] == nil {
+		w.written[id] = map[string][]byte{}
+	}
+	w.written[id][name] = data
+}
+
+// claim stores request.json and attempt n's decision.
+func (w *layoutWriter) claim(id string, attempts int, ruleIDs ...string) {
+	w.t.Helper()
+	at := time.Now().UTC().Truncate(time.Second)
+	w.put(id, evidence.ArtifactRequest, evidence.RequestRecord{RequestID: id, Caller: "agent", ToolID: "workspace.readFile",
+		Args: json.RawMessage(`{"path":"notes.txt"}`), ReceivedAt: at, Gateway: "toolgate/test@a"})
+	for n := 1; n <= attempts; n++ {
+		w.put(id, evidence.AttemptArtifact(n, evidence.ArtifactPolicyDecision), evidence.DecisionRecord{RequestID: id, Attempt: n,
+			Caller: "agent", ToolID: "workspace.readFile", Decision: "allow", RuleID: ruleIDs[n-1], DecidedAt: at})
+	}
+}
+
+// dispatch stores attempt n's dispatch record (or, with name
+// ArtifactNotDispatched, its closing record) for request forID.
+func (w *layoutWriter) dispatch(id string, n int, name, state, forID string) {
+	w.t.Helper()
+	d := evidence.DispatchRecord{RequestID: forID, Attempt: n, State: state, Gateway: "toolgate/test@a", At: time.Now().UTC()}
+	if state == evidence.NotDispatched {
+		d.Reason = "connection refused"
+	}
+	w.put(id, evidence.AttemptArtifact(n, name), d)
+}
+
+// finish stores a result, a response and an unsigned manifest listing
+// everything written for the request.
+func (w *layoutWriter) finish(id string) {
+	w.t.Helper()
+	w.put(id, evidence.ArtifactToolResult, evidence.ToolResultRecord{RunRecord: evidence.RunRecord{RequestID: id, Driver: "workspace"}, Stdout: "hello\n"})
+	w.put(id, evidence.ArtifactResponse, evidence.ResponseRecord{OK: true, ToolResult: &evidence.ResponseToolResult{Stdout: "hello\n"},
+		PolicyCheck: evidence.ResponsePolicyCheck{Decision: "allow"}})
+	m := evidence.Manifest{Version: evidence.ManifestVersion, RequestID: id, EngineRef: "test", Outcome: evidence.OutcomeCompleted, CreatedAt: time.Now().UTC()}
+	for name, data := range w.written[id] {
+		m.Artifacts = append(m.Artifacts, evidence.Digest(evidence.Key(id, name), data))
+	}
+	data, err := evidence.EncodeManifest(m)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if err := w.s.Put(context.Background(), evidence.Key(id, evidence.ArtifactManifest), data); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// TestEvidenceAttempts reads evidence of retried, never-dispatched,
+// interrupted and forged requests with ls, show and verify.
+func TestEvidenceAttempts(t *testing.T) {
+	quickExit(t)
+	dir := t.TempDir()
+	w := newLayoutWriter(t, dir)
+	// Refused by an unreachable executor, then run by a retry under a
+	// policy reloaded in between.
+	w.claim("ev-retried", 2, "rule_v1", "rule_v2")
+	w.dispatch("ev-retried", 1, evidence.ArtifactDispatch, evidence.NotDispatched, "ev-retried")
+	w.dispatch("ev-retried", 2, evidence.ArtifactDispatch, evidence.Dispatched, "ev-retried")
+	w.finish("ev-retried")
+	// Refused, and never retried.
+	w.claim("ev-never", 1, "rule_v1")
+	w.dispatch("ev-never", 1, evidence.ArtifactDispatch, evidence.Dispatched, "ev-never")
+	w.dispatch("ev-never", 1, evidence.ArtifactNotDispatched, evidence.NotDispatched, "ev-never")
+	// Dispatched, then its gateway died.
+	w.claim("ev-inflight", 1, "rule_v1")
+	w.dispatch("ev-inflight", 1, evidence.ArtifactDispatch, evidence.Dispatched, "ev-inflight")
+	// Someone made a dispatched request look never dispatched with a
+	// record copied from another request.
+	w.claim("ev-forged", 1, "rule_v1")
+	w.dispatch("ev-forged", 1, evidence.ArtifactDispatch, evidence.NotDispatched, "other")
+
+	t.Run("verify --all reports each state and fails on the forgery", func(t *testing.T) {
+		out, stderr, code := runTool(t, dir, "evidence", "verify", "--all")
+		want := `mismatch ev-forged: TAMPERED
+  requests/ev-forged/dispatch.json: evidence: dispatch record: request_id is "other", want "ev-forged"
+incomplete ev-inflight: no manifest (in flight, or a crash or failure left it)
+  attempts: 1 dispatched
+not-dispatched ev-never: nothing ran, every attempt was closed not_dispatched; a retry with the same request id may still run it
+  attempts: 1 not_dispatched ("connection refused")
+verified 4 requests: 1 mismatch, 1 incomplete, 1 not-dispatched, 1 unsigned
+TAMPERING: 1 request(s) do not match their manifest or signature
+note: 1 request(s) never ran: every attempt was closed not_dispatched, and a retry with the same request id may still run them
+note: 1 request(s) have unsigned manifests: their artifacts match, but nothing shows who wrote them
+`
+		if code != exitFailure || out != want || stderr != "" {
+			t.Fatalf("exit %d, output:\n%s\nwant:\n%s\nstderr:\n%s", code, out, want, stderr)
+		}
+	})
+
+	t.Run("verify of a retried request lists its attempts", func(t *testing.T) {
+		out, _, code := runTool(t, dir, "evidence", "verify", "ev-retried")
+		want := "unsigned ev-retried: artifacts match, but the manifest is not signed, so nothing shows who wrote it\n" +
+			"  attempts: 1 not_dispatched (\"connection refused\"), 2 dispatched; outcome completed\n"
+		if code != exitOK || out != want {
+			t.Fatalf("exit %d, output:\n%s\nwant:\n%s", code, out, want)
+		}
+	})
+
+	t.Run("verify --json has the status, outcome and attempts of every request", func(t *testing.T) {
+		out, _, code := runTool(t, dir, "evidence", "verify", "--all", "--json")
+		if code != exitFailure {
+			t.Fatalf("exit %d, want %d for the forgery\n%s", code, exitFailure, out)
+		}
+		type line struct {
+			RequestID string             `json:"request_id"`
+			Status    string             `json:"status"`
+			Verdict   string             `json:"verdict"`
+			Outcome   string             `json:"outcome"`
+			Attempts  []evidence.Attempt `json:"attempts"`
+			Problems  []string           `json:"problems"`
+		}
+		var got []string
+		for l := range strings.Lines(out) {
+			var r line
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatalf("line %q: %v", l, err)
+			}
+			var states []string
+			for _, a := range r.Attempts {
+				states = append(states, fmt.Sprintf("%d:%s", a.Number, a.State))
+			}
+			got = append(got, fmt.Sprintf("%s %s/%s outcome=%s attempts=%s problems=%d", r.RequestID, r.Status, r.Verdict, r.Outcome, strings.Join(states, ","), len(r.Problems)))
+		}
+		want := []string{
+			"ev-forged mismatch/mismatch outcome= attempts= problems=1",
+			"ev-inflight incomplete/incomplete outcome= attempts=1:dispatched problems=1",
+			"ev-never not-dispatched/not-dispatched outcome= attempts=1:not_dispatched problems=0",
+			"ev-retried ok/unsigned outcome=completed attempts=1:not_dispatched,2:dispatched problems=0",
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("verify --json =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	})
+
+	t.Run("a required signature is not demanded of a request that never ran", func(t *testing.T) {
+		pub, _, err := ed25519.GenerateKey(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pem bytes.Buffer
+		if err := writePublicKey(&pem, pub); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "gateway.pub"), pem.Bytes(), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, _, code := runTool(t, dir, "evidence", "verify", "ev-never", "--require-signature", "--pubkey", "gateway.pub")
+		if code != exitOK || !strings.HasPrefix(out, "not-dispatched ev-never: ") {
+			t.Fatalf("exit %d, output:\n%s", code, out)
+		}
+		out, _, code = runTool(t, dir, "evidence", "verify", "ev-retried", "--require-signature", "--pubkey", "gateway.pub")
+		if code != exitFailure || !strings.HasPrefix(out, "unsigned-required ev-retried: ") {
+			t.Fatalf("exit %d, output:\n%s", code, out)
+		}
+	})
+
+	t.Run("ls shows the decision of the attempt that ran", func(t *testing.T) {
+		out, stderr, code := runTool(t, dir, "evidence", "ls", "--decision", "allow")
+		var got []string
+		for _, l := range dataLines(t, out) {
+			_, rest, _ := strings.Cut(l, "\t")
+			got = append(got, rest)
+		}
+		want := []string{
+			"ev-forged\tagent\tworkspace.readFile\tallow\trule_v1\t-",
+			"ev-inflight\tagent\tworkspace.readFile\tallow\trule_v1\t-",
+			"ev-never\tagent\tworkspace.readFile\tallow\trule_v1\t-",
+			"ev-retried\tagent\tworkspace.readFile\tallow\trule_v2\ttrue",
+		}
+		if code != exitOK || stderr != "" || !slices.Equal(got, want) {
+			t.Fatalf("exit %d, ls =\n%s\nwant lines ending in\n%s\nstderr:\n%s", code, strings.Join(got, "\n"), strings.Join(want, "\n"), stderr)
+		}
+	})
+
+	t.Run("show prints attempts in order, by number", func(t *testing.T) {
+		many := t.TempDir()
+		mw := newLayoutWriter(t, many)
+		rules := make([]string, 10)
+		for i := range rules {
+			rules[i] = fmt.Sprintf("rule_%d", i+1)
+		}
+		mw.claim("ev-many", 10, rules...)
+		for n := 1; n <= 10; n++ {
+			mw.dispatch("ev-many", n, evidence.ArtifactDispatch, evidence.NotDispatched, "ev-many")
+		}
+		out, stderr, code := runTool(t, many, "evidence", "show", "ev-many")
+		if code != exitOK {
+			t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+		}
+		var headers []string
+		for l := range strings.Lines(out) {
+			if strings.HasPrefix(l, "== ") {
+				headers = append(headers, strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(l), "== requests/ev-many/"), " =="))
+			}
+		}
+		want := []string{"request.json", "policy_decision.json", "dispatch.json"}
+		for n := 2; n <= 10; n++ {
+			want = append(want, fmt.Sprintf("attempts/%d/policy_decision.json", n), fmt.Sprintf("attempts/%d/dispatch.json", n))
+		}
+		if !slices.Equal(headers, want) {
+			t.Fatalf("show headers =\n%s\nwant\n%s", strings.Join(headers, "\n"), strings.Join(want, "\n"))
+		}
+
+		out, _, code = runTool(t, dir, "evidence", "show", "ev-retried")
+		headers = headers[:0]
+		for l := range strings.Lines(out) {
+			if strings.HasPrefix(l, "== ") {
+				headers = append(headers, strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(l), "== requests/ev-retried/"), " =="))
+			}
+		}
+		want = []string{"request.json", "policy_decision.json", "dispatch.json", "attempts/2/policy_decision.json",
+			"attempts/2/dispatch.json", "tool_result.json", "response.json", "manifest.json"}
+		if code != exitOK || !slices.Equal(headers, want) {
+			t.Fatalf("exit %d, show headers =\n%s\nwant\n%s", code, strings.Join(headers, "\n"), strings.Join(want, "\n"))
+		}
+	})
+}
+
+// TestEvidenceVerifyAfterARetry runs the real gateway against an executor
+// that refuses connections, then, restarted, against one that works, and
+// retries with the same request id: verify first says the request never
+// ran, then lists both attempts of the request that ran once.
+func TestEvidenceVerifyAfterARetry(t *testing.T) {
+	quickExit(t)
+	dir := t.TempDir()
+	writePolicy(t, dir, `permit (principal, action, resource);`)
+	executor := tpmjstest.New(t, tpmjstest.NodeV10)
+	config := func(name, url string) {
+		text := `
+instance: gw-retry
+evidence: {url: "file://./toolgate-evidence", spool_dir: none}
+drivers:
+  tpmjs: {type: tpmjs, url: "` + url + `"}
+tools:
+  fake.echo: {driver: tpmjs, package: "` + tpmjstest.Package + `", version: "1.0.0", export: ` + tpmjstest.EchoTool + `}
+`
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	config("down.yaml", "http://127.0.0.1:1") // nothing listens on port 1
+	config("up.yaml", executor.URL)
+	call := func(srv *server) (string, string, int) {
+		return runTool(t, dir, "call", "--addr", srv.addr, "--request-id", "retry-1", "--tool", "fake.echo", "--args", `{"text":"hi"}`)
+	}
+
+	down := startServer(t, dir, "--config", "down.yaml")
+	if out, stderr, code := call(down); code != exitError || !strings.Contains(stderr, "nothing was executed") {
+		t.Fatalf("call with the executor down: exit %d\n%s%s", code, out, stderr)
+	}
+	out, _, code := runTool(t, dir, "evidence", "verify", "retry-1")
+	if code != exitOK || !strings.HasPrefix(out, "not-dispatched retry-1: nothing ran") ||
+		!strings.Contains(out, "\n  attempts: 1 not_dispatched (\"driver tpmjs: ") || !strings.Contains(out, "refused the connection") {
+		t.Fatalf("verify after the refused call: exit %d\n%s", code, out)
+	}
+	if err := down.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-down.done
+
+	up := startServer(t, dir, "--config", "up.yaml")
+	if out, stderr, code := call(up); code != exitOK {
+		t.Fatalf("retry with the executor up: exit %d\n%s%s", code, out, stderr)
+	}
+	out, _, code = runTool(t, dir, "evidence", "verify", "retry-1")
+	if code != exitOK || !strings.HasPrefix(out, "unsigned retry-1: artifacts match") ||
+		!strings.HasSuffix(out, "), 2 dispatched; outcome completed\n") {
+		t.Fatalf("verify after the retry: exit %d\n%s", code, out)
+	}
+	runs := 0
+	for _, r := range executor.Requests() {
+		if r.Method == "POST" {
+			runs++ // the others are its /health and /info probes
+		}
+	}
+	if runs != 1 {
+		t.Fatalf("the executor ran the tool %d times, want once", runs)
 	}
 }
