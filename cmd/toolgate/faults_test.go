@@ -183,7 +183,7 @@ func settled(t *testing.T, finding, dir string, env []string, url string, s evid
 		for line := range strings.Lines(out) {
 			if rest, ok := strings.CutPrefix(line, "incomplete "); ok {
 				id, _, _ := strings.Cut(rest, ":")
-				incomplete = append(incomplete, strings.TrimSpace(line)+"\n    "+describeAttempts(t, s, id))
+				incomplete = append(incomplete, strings.TrimSpace(line)+"\n    "+storedState(t, s, id))
 			}
 		}
 		if len(incomplete) > 0 {
@@ -193,9 +193,9 @@ func settled(t *testing.T, finding, dir string, env []string, url string, s evid
 	})
 }
 
-// describeAttempts says what s holds of request id: its artifacts and
+// storedState says what s holds of request id: its artifacts and
 // attempts, and whether verify should have called it not dispatched.
-func describeAttempts(t *testing.T, s evidence.Store, id string) string {
+func storedState(t *testing.T, s evidence.Store, id string) string {
 	t.Helper()
 	st := inspect(t, s, id)
 	names := make([]string, len(st.keys))
