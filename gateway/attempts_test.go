@@ -333,3 +333,44 @@ func TestSweepRevisitsWhatItFoundTooYoung(t *testing.T) {
 	}
 	wantVerified(t, store, "young-1", 1)
 }
+
+// TestAFailedClaimDoesNotMakeTheRequestOurs: a replica whose claim of an id
+// failed (another replica had it, running) notes the id for recovery, but
+// must not finalise the other replica's request.
+func TestAFailedClaimDoesNotMakeTheRequestOurs(t *testing.T) {
+	shared := evidence.NewMemoryStore()
+	release := make(chan struct{})
+	running := &hookDriver{run: func() { <-release }, out: drivers.Result{Stdout: "done\n"}}
+	a := newEnv(t, envOptions{
+		store:    shared,
+		extra:    map[string]drivers.Driver{"flip": running},
+		policies: map[string]string{"policy.default.cedar": `permit (principal, action, resource);`},
+	})
+	faulty := &faultStore{Store: shared, fails: map[string]int{}, hold: map[string]time.Duration{}}
+	b := permitAllEnv(t, faulty, &flipDriver{})
+	b.gw.instance, b.gw.engineBase = "replica-b", "toolgate/"+Version+"@replica-b"
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.call(context.Background(), "shared-1", "flip.run", nil)
+		done <- err
+	}()
+	waitFor(t, func() bool {
+		_, err := shared.Get(context.Background(), evidence.Key("shared-1", evidence.ArtifactDispatch))
+		return err == nil
+	})
+	faulty.failNext(evidence.ArtifactRequest, 1)
+	_, err := b.call(context.Background(), "shared-1", "flip.run", nil)
+	wantCode(t, err, codes.Unavailable, "nothing was executed")
+	if _, err := b.gw.revisit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shared.Get(context.Background(), evidence.Key("shared-1", evidence.ArtifactManifest)); err == nil {
+		t.Fatal("the replica whose claim failed finalised the request the other replica is running")
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("the running replica's call failed: %v", err)
+	}
+	wantVerified(t, shared, "shared-1", 1)
+}

@@ -475,7 +475,7 @@ func (g *Gateway) closeAbandoned(ctx context.Context, id string, keys []string, 
 // abandoned reports whether a retry may settle request id itself (close
 // its open attempt, or roll its response forward): nothing of it waits in
 // this gateway's spool, no other call of it is in flight here, and this
-// process left it unfinished or this instance owns it. Another instance's
+// instance owns its last attempt. Another instance's
 // request is left to that instance once decided, since the rest of its
 // record may wait in that gateway's spool; before a decision, only once it
 // is older than an open attempt can be.
@@ -487,9 +487,6 @@ func (g *Gateway) abandoned(ctx context.Context, id string, keys []string) bool 
 		if spooled, err := g.spool.List(ctx, evidence.RequestPrefix(id)); err != nil || len(spooled) > 0 {
 			return false
 		}
-	}
-	if left, ok := g.recovery.lookup(id); ok && !left.aged {
-		return true
 	}
 	s, err := g.readStored(ctx, id, keys)
 	switch {

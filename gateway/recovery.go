@@ -296,10 +296,13 @@ func (g *Gateway) recoverRequest(ctx context.Context, id string, keys []string) 
 	if err != nil {
 		return recoveryWait, err
 	}
-	left, noted := g.recovery.lookup(id)
-	if (!noted || left.aged) && instanceOf(s.owner()) != g.instance {
+	// Only the instance that owns the last attempt finalises it, even when
+	// this process noted the request: a claim this process failed to
+	// write may be another replica's request.
+	if instanceOf(s.owner()) != g.instance {
 		return recoveryNone, nil
 	}
+	left, noted := g.recovery.lookup(id)
 	return g.finalise(ctx, s, noted && !left.aged, left)
 }
 
