@@ -175,6 +175,51 @@ func (m *MinIO) Stop(t testing.TB) {
 	m.stop(t)
 }
 
+// Kill ends the server with SIGKILL, as a crash or an OOM kill would: it
+// gets no chance to finish requests or flush anything. Its data stays for
+// Start.
+func (m *MinIO) Kill(t testing.TB) {
+	t.Helper()
+	if m.cmd == nil {
+		t.Fatal("evidencetest: MinIO.Kill: the server is not running")
+	}
+	if err := m.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		t.Fatalf("kill minio: %v", err)
+	}
+	<-m.exited
+	m.cmd, m.exited = nil, nil
+}
+
+// Freeze stops the server with SIGSTOP, as a hung disk or a paused VM
+// would: connections are accepted by the kernel but nothing answers. Thaw
+// resumes it; a frozen server is thawed when the test ends, before it is
+// stopped.
+func (m *MinIO) Freeze(t testing.TB) {
+	t.Helper()
+	m.signal(t, syscall.SIGSTOP, "Freeze")
+	t.Cleanup(func() {
+		if m.cmd != nil {
+			m.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	})
+}
+
+// Thaw resumes a server stopped by Freeze (SIGCONT).
+func (m *MinIO) Thaw(t testing.TB) {
+	t.Helper()
+	m.signal(t, syscall.SIGCONT, "Thaw")
+}
+
+func (m *MinIO) signal(t testing.TB, sig syscall.Signal, what string) {
+	t.Helper()
+	if m.cmd == nil {
+		t.Fatalf("evidencetest: MinIO.%s: the server is not running", what)
+	}
+	if err := m.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("evidencetest: MinIO.%s: %v", what, err)
+	}
+}
+
 // stop stops the server if it is running.
 func (m *MinIO) stop(t testing.TB) {
 	t.Helper()

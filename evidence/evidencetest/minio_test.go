@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -62,5 +63,39 @@ func TestMinIOURLAndEnv(t *testing.T) {
 		if !slices.Contains(env, kv) {
 			t.Errorf("Env() = %q, missing %q", env, kv)
 		}
+	}
+}
+
+// TestMinIOFreezeThawKill: a frozen server does not answer until it is
+// thawed, and a killed one can be started again with its data.
+func TestMinIOFreezeThawKill(t *testing.T) {
+	m := evidencetest.StartMinIO(t)
+	m.CreateBucket(t, "evidence", false)
+	client := &http.Client{Timeout: 500 * time.Millisecond}
+	defer client.CloseIdleConnections()
+	live := func() error {
+		resp, err := client.Get(m.Endpoint + "/minio/health/live")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+
+	m.Freeze(t)
+	if err := live(); err == nil {
+		t.Fatal("a frozen server answered")
+	}
+	m.Thaw(t)
+	if err := live(); err != nil {
+		t.Fatalf("the thawed server does not answer: %v", err)
+	}
+
+	m.Kill(t)
+	if err := live(); err == nil {
+		t.Fatal("the server still answers after Kill")
+	}
+	m.Start(t)
+	if _, err := m.Client().HeadBucket(context.Background(), &s3.HeadBucketInput{Bucket: aws.String("evidence")}); err != nil {
+		t.Fatalf("the bucket is gone after Kill and Start: %v", err)
 	}
 }
