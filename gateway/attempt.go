@@ -153,7 +153,9 @@ func (g *Gateway) dispatch(ctx, pre context.Context, p *prepared, rec *recorder)
 	if err != nil {
 		reason := "the dispatch marker could not be written: " + err.Error()
 		code := codes.Unavailable
-		if errors.Is(err, context.DeadlineExceeded) {
+		// The store's own timeout wraps context.DeadlineExceeded too: only
+		// the clock tells whether it was the caller's deadline.
+		if p.deadlinePassed(g.now()) {
 			reason, code = "the caller's deadline passed before dispatch", codes.DeadlineExceeded
 		}
 		rec.closeAttempt(ctx, reason)
@@ -234,7 +236,7 @@ func (g *Gateway) driverFailed(ctx context.Context, p *prepared, rec *recorder, 
 		log.Warn("driver failed before dispatch; nothing ran", "driver", p.tool.Driver, "err", msg)
 		rec.closeAttempt(ctx, fmt.Sprintf("driver %s: %s", p.tool.Driver, msg))
 		code := codes.Unavailable
-		if errors.Is(err, context.DeadlineExceeded) {
+		if p.deadlinePassed(g.now()) {
 			code = codes.DeadlineExceeded
 		}
 		return rec.failure(code, "driver %s: %s; nothing was executed (retry with the same request_id)", p.tool.Driver, msg)

@@ -23,11 +23,39 @@ type faultStore struct {
 	evidence.Store
 	mu    sync.Mutex
 	fails map[string]int // artifact name → Puts still to fail
-	hold  map[string]time.Duration
+	// getFails is the same for Gets.
+	getFails map[string]int
+	hold     map[string]time.Duration
 }
 
 func newFaultStore() *faultStore {
-	return &faultStore{Store: evidence.NewMemoryStore(), fails: map[string]int{}, hold: map[string]time.Duration{}}
+	return wrapFaults(evidence.NewMemoryStore())
+}
+
+func wrapFaults(s evidence.Store) *faultStore {
+	return &faultStore{Store: s, fails: map[string]int{}, getFails: map[string]int{}, hold: map[string]time.Duration{}}
+}
+
+// refused is the error of an operation a faultStore fails.
+var refused = errors.New("dial tcp 127.0.0.1:9000: connect: connection refused")
+
+// take reports whether the next operation on name fails, counting it.
+func (s *faultStore) take(counts map[string]int, key string) bool {
+	name := key[strings.LastIndexByte(key, '/')+1:]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if counts[name] > 0 {
+		counts[name]--
+		return true
+	}
+	return false
+}
+
+func (s *faultStore) Get(ctx context.Context, key string) ([]byte, error) {
+	if s.take(s.getFails, key) {
+		return nil, refused
+	}
+	return s.Store.Get(ctx, key)
 }
 
 // failNext makes the next n Puts of artifact name fail.
@@ -38,17 +66,12 @@ func (s *faultStore) failNext(name string, n int) {
 }
 
 func (s *faultStore) Put(ctx context.Context, key string, data []byte) error {
-	name := key[strings.LastIndexByte(key, '/')+1:]
+	if s.take(s.fails, key) {
+		return refused
+	}
 	s.mu.Lock()
-	fail := s.fails[name] > 0
-	if fail {
-		s.fails[name]--
-	}
-	hold := s.hold[name]
+	hold := s.hold[key[strings.LastIndexByte(key, '/')+1:]]
 	s.mu.Unlock()
-	if fail {
-		return errors.New("dial tcp 127.0.0.1:9000: connect: connection refused")
-	}
 	time.Sleep(hold)
 	return s.Store.Put(ctx, key, data)
 }
@@ -346,7 +369,7 @@ func TestAFailedClaimDoesNotMakeTheRequestOurs(t *testing.T) {
 		extra:    map[string]drivers.Driver{"flip": running},
 		policies: map[string]string{"policy.default.cedar": `permit (principal, action, resource);`},
 	})
-	faulty := &faultStore{Store: shared, fails: map[string]int{}, hold: map[string]time.Duration{}}
+	faulty := wrapFaults(shared)
 	b := permitAllEnv(t, faulty, &flipDriver{})
 	b.gw.instance, b.gw.engineBase = "replica-b", "toolgate/"+Version+"@replica-b"
 
@@ -359,9 +382,17 @@ func TestAFailedClaimDoesNotMakeTheRequestOurs(t *testing.T) {
 		_, err := shared.Get(context.Background(), evidence.Key("shared-1", evidence.ArtifactDispatch))
 		return err == nil
 	})
+	// The claim fails, and so does the read that would have found the
+	// claim: B cannot tell the id is taken, and notes it for recovery.
 	faulty.failNext(evidence.ArtifactRequest, 1)
+	faulty.mu.Lock()
+	faulty.getFails[evidence.ArtifactRequest] = 1
+	faulty.mu.Unlock()
 	_, err := b.call(context.Background(), "shared-1", "flip.run", nil)
 	wantCode(t, err, codes.Unavailable, "nothing was executed")
+	// Once it can read, B answers a retry as one: in flight, not run.
+	_, err = b.call(context.Background(), "shared-1", "flip.run", nil)
+	wantCode(t, err, codes.Aborted, "in flight")
 	if _, err := b.gw.revisit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -373,4 +404,18 @@ func TestAFailedClaimDoesNotMakeTheRequestOurs(t *testing.T) {
 		t.Fatalf("the running replica's call failed: %v", err)
 	}
 	wantVerified(t, shared, "shared-1", 1)
+}
+
+// TestRecoveryNotesAddUp: a second note of one request (a retry's failed
+// claim beside the owner's proof) never erases what the first one said.
+func TestRecoveryNotesAddUp(t *testing.T) {
+	r := newRecovery()
+	r.leftUnfinished("r1", unfinished{notDispatched: 2, reason: "refused"})
+	r.leftUnfinished("r1", unfinished{})
+	r.leftUnfinished("r1", unfinished{told: "ran, but"})
+	r.leftUnfinished("r1", unfinished{aged: true})
+	got, _ := r.lookup("r1")
+	if want := (unfinished{told: "ran, but", notDispatched: 2, reason: "refused"}); got != want {
+		t.Errorf("note = %+v, want %+v", got, want)
+	}
 }

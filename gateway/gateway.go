@@ -204,6 +204,12 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		return g.resume(ctx, p, rec)
 	}
 	if err != nil {
+		// The claim may exist all the same: a write whose outcome is
+		// unknown, or a store that can no longer write (a full disk) but
+		// still reads. Then the request is answered as a retry is.
+		if _, getErr := g.store.Get(ctx, evidence.Key(c.RequestID, evidence.ArtifactRequest)); getErr == nil {
+			return g.resume(ctx, p, rec)
+		}
 		if resp, ok, err := g.replaySpooled(ctx, p.c, p.hash); ok {
 			return resp, err
 		}

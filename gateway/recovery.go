@@ -123,10 +123,21 @@ func (r *recovery) othersRunning(requestID string, self int) bool {
 }
 
 // leftUnfinished notes a request whose call ended without its manifest,
-// and what recovery must know of it.
+// and what recovery must know of it. A note adds to an earlier one, never
+// erases it: two calls of one id (a retry beside the owner) may both leave
+// it, and what the owner proved must not be lost.
 func (r *recovery) leftUnfinished(requestID string, u unfinished) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if prev, ok := r.left[requestID]; ok {
+		u.aged = u.aged && prev.aged
+		if u.told == "" {
+			u.told = prev.told
+		}
+		if u.notDispatched == 0 {
+			u.notDispatched, u.reason = prev.notDispatched, prev.reason
+		}
+	}
 	r.left[requestID] = u
 }
 
