@@ -927,6 +927,29 @@ func TestFaultFrozenStoreVsCallerDeadline(t *testing.T) {
 	settled(t, finding, dir, m.Env(), url, bucket)
 }
 
+// replicas are two gateways, gw-a and gw-b, sharing one bucket of a real
+// MinIO, each with its own spool.
+type replicas struct {
+	minio  *evidencetest.MinIO
+	url    string
+	dir    string
+	bucket evidence.Store
+	a, b   toolgatev1.ToolGatewayClient
+}
+
+func startReplicas(t *testing.T) replicas {
+	t.Helper()
+	m := evidencetest.StartMinIO(t)
+	m.CreateBucket(t, "shared", false)
+	r := replicas{minio: m, url: m.URL("shared", "toolgate"), dir: t.TempDir()}
+	writePolicy(t, r.dir, faultPolicy)
+	r.bucket = openBucket(t, m, r.url)
+	a := startServerEnv(t, r.dir, m.Env(), "--config", faultGateway(t, r.dir, "gw-a", r.url, "./spool-gw-a", faultOpTimeout, ""))
+	b := startServerEnv(t, r.dir, m.Env(), "--config", faultGateway(t, r.dir, "gw-b", r.url, "./spool-gw-b", faultOpTimeout, ""))
+	r.a, r.b = dial(t, a.addr), dial(t, b.addr)
+	return r
+}
+
 // TestFaultOneRequestIDTwoReplicas: at-most-once through the faults. 64
 // callers send one request_id to two gateways sharing one bucket while the
 // store is frozen, or killed, mid-call. The tool runs at most once; every
@@ -934,15 +957,9 @@ func TestFaultFrozenStoreVsCallerDeadline(t *testing.T) {
 // replicas tell the same story; and if nothing ran, the id is still
 // usable and runs once.
 func TestFaultOneRequestIDTwoReplicas(t *testing.T) {
-	m := evidencetest.StartMinIO(t)
-	m.CreateBucket(t, "shared", false)
-	url := m.URL("shared", "toolgate")
-	dir := t.TempDir()
-	writePolicy(t, dir, faultPolicy)
-	bucket := openBucket(t, m, url)
-	a := startServerEnv(t, dir, m.Env(), "--config", faultGateway(t, dir, "gw-a", url, "./spool-gw-a", faultOpTimeout, ""))
-	b := startServerEnv(t, dir, m.Env(), "--config", faultGateway(t, dir, "gw-b", url, "./spool-gw-b", faultOpTimeout, ""))
-	clients := []toolgatev1.ToolGatewayClient{dial(t, a.addr), dial(t, b.addr)}
+	r := startReplicas(t)
+	m, url, dir, bucket := r.minio, r.url, r.dir, r.bucket
+	clients := []toolgatev1.ToolGatewayClient{r.a, r.b}
 
 	tests := []struct {
 		name            string
@@ -1013,15 +1030,9 @@ func TestFaultOneRequestIDTwoReplicas(t *testing.T) {
 // the tool ran once.
 func TestFaultReplicaClaimFailsWhileOtherRuns(t *testing.T) {
 	const finding = "at-most-once (a replica's claim fails while the other runs the call)"
-	m := evidencetest.StartMinIO(t)
-	m.CreateBucket(t, "shared", false)
-	url := m.URL("shared", "toolgate")
-	dir := t.TempDir()
-	writePolicy(t, dir, faultPolicy)
-	bucket := openBucket(t, m, url)
-	a := startServerEnv(t, dir, m.Env(), "--config", faultGateway(t, dir, "gw-a", url, "./spool-gw-a", faultOpTimeout, ""))
-	b := startServerEnv(t, dir, m.Env(), "--config", faultGateway(t, dir, "gw-b", url, "./spool-gw-b", faultOpTimeout, ""))
-	replicaA, replicaB := dial(t, a.addr), dial(t, b.addr)
+	r := startReplicas(t)
+	m, url, dir, bucket := r.minio, r.url, r.dir, r.bucket
+	replicaA, replicaB := r.a, r.b
 
 	const id = "replica-claim"
 	req := countRequest(t, id, "sleep 2")
