@@ -419,3 +419,29 @@ func TestRecoveryNotesAddUp(t *testing.T) {
 		t.Errorf("note = %+v, want %+v", got, want)
 	}
 }
+
+// TestUnrecordedFailureIsRecordedLater: a driver that broke after dispatch
+// fails the call; when its failure manifest cannot be written either,
+// recovery writes it, saying what the caller was told.
+func TestUnrecordedFailureIsRecordedLater(t *testing.T) {
+	store := newFaultStore()
+	broken := &countingDriver{err: errors.New("connection reset by peer")}
+	e := newEnv(t, envOptions{
+		store:    store,
+		extra:    map[string]drivers.Driver{"broken": broken},
+		policies: map[string]string{"policy.default.cedar": `permit (principal, action, resource);`},
+	})
+	store.failNext(evidence.ArtifactManifest, 1)
+	_, err := e.call(context.Background(), "reset-1", "broken.run", nil)
+	wantCode(t, err, codes.Unavailable, "connection reset by peer")
+	if _, err := e.gw.revisit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m, err := evidence.ParseManifest(e.artifact("reset-1", evidence.ArtifactManifest))
+	if err != nil || m.Outcome != evidence.OutcomeFailed || !strings.Contains(m.Error, "connection reset by peer") {
+		t.Fatalf("manifest = %+v, %v; want failed, quoting what the caller was told", m, err)
+	}
+	if broken.runs.Load() != 1 {
+		t.Errorf("the driver ran %d times, want once", broken.runs.Load())
+	}
+}

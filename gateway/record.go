@@ -370,7 +370,8 @@ func (r *recorder) fail(ctx context.Context, code codes.Code, cause error) error
 	msg, _ := r.redactor.String(cause.Error())
 	if len(r.refs) > 0 {
 		if err := r.writeManifest(ctx, evidence.OutcomeFailed, msg); err != nil {
-			r.g.log.Error("could not write the failure manifest", "request_id", r.requestID, "err", err)
+			r.g.log.Error("could not write the failure manifest; recovery will", "request_id", r.requestID, "err", err)
+			r.g.recovery.leftUnfinished(r.requestID, unfinished{told: msg})
 		}
 	}
 	return r.failure(code, "%s", msg)

@@ -75,7 +75,8 @@ func (o RecoveryOptions) limits(ds map[string]drivers.Driver) recoveryLimits {
 // manifest.
 type unfinished struct {
 	// told, when set, is what the caller of a dispatched request was told
-	// when its response could not be stored: the failed manifest says it.
+	// when neither its response nor its failure could be stored: the
+	// failed manifest recovery writes says it.
 	told string
 	// notDispatched, when set, numbers an attempt this process proved not
 	// dispatched after writing its marker, but could not close: recovery
@@ -346,7 +347,7 @@ func (g *Gateway) finalise(ctx context.Context, s *storedRequest, noted bool, le
 		return recoveryClosed, err
 	case left.told != "":
 		return recoveryInterrupted, g.writeRecoveredManifest(ctx, s, evidence.OutcomeFailed,
-			"the tool ran, but its response could not be stored; the caller was told: "+left.told)
+			"dispatched, and ended without a response on record; the caller was told: "+left.told)
 	case noted || age >= g.recoveryLimits.interruptedAfter:
 		return recoveryInterrupted, g.writeRecoveredManifest(ctx, s, evidence.OutcomeInterrupted,
 			"dispatched, and abandoned before its response was recorded (its gateway stopped or lost its store): "+
