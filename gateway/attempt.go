@@ -69,6 +69,17 @@ func (p *prepared) deadlinePassed(now time.Time) bool {
 	return p.hasDeadline && !now.Before(p.deadline)
 }
 
+// notRunCode is the status of a call that ran nothing because something
+// failed: DEADLINE_EXCEEDED when the caller's deadline has passed by now
+// (the store's own timeouts wrap context.DeadlineExceeded too, so only the
+// clock can tell), UNAVAILABLE otherwise.
+func (p *prepared) notRunCode(now time.Time) codes.Code {
+	if p.deadlinePassed(now) {
+		return codes.DeadlineExceeded
+	}
+	return codes.Unavailable
+}
+
 // attempt runs attempt n of p: decide, record the decision, and for an
 // allowed call mark it dispatched and run it. rec holds what is already
 // stored of the request.
@@ -89,7 +100,7 @@ func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int
 	if err != nil {
 		log.Error("could not record the policy decision; nothing ran", "err", err)
 		rec.closeAttempt(ctx, "the policy decision could not be recorded: "+err.Error())
-		return nil, rec.failure(codes.Unavailable,
+		return nil, rec.failure(p.notRunCode(g.now()),
 			"evidence store unavailable, nothing was executed (retry with the same request_id): %v", err)
 	}
 	rec.decided = true
@@ -152,11 +163,9 @@ func (g *Gateway) dispatch(ctx, pre context.Context, p *prepared, rec *recorder)
 	}
 	if err != nil {
 		reason := "the dispatch marker could not be written: " + err.Error()
-		code := codes.Unavailable
-		// The store's own timeout wraps context.DeadlineExceeded too: only
-		// the clock tells whether it was the caller's deadline.
-		if p.deadlinePassed(g.now()) {
-			reason, code = "the caller's deadline passed before dispatch", codes.DeadlineExceeded
+		code := p.notRunCode(g.now())
+		if code == codes.DeadlineExceeded {
+			reason = "the caller's deadline passed before dispatch"
 		}
 		rec.closeAttempt(ctx, reason)
 		return rec.failure(code, "request_id %q was not dispatched, nothing was executed (retry with the same request_id): %s",
@@ -235,11 +244,7 @@ func (g *Gateway) driverFailed(ctx context.Context, p *prepared, rec *recorder, 
 	if errors.Is(err, drivers.ErrNotDispatched) && (nc == nil || len(nc.calls()) == 0) {
 		log.Warn("driver failed before dispatch; nothing ran", "driver", p.tool.Driver, "err", msg)
 		rec.closeAttempt(ctx, fmt.Sprintf("driver %s: %s", p.tool.Driver, msg))
-		code := codes.Unavailable
-		if p.deadlinePassed(g.now()) {
-			code = codes.DeadlineExceeded
-		}
-		return rec.failure(code, "driver %s: %s; nothing was executed (retry with the same request_id)", p.tool.Driver, msg)
+		return rec.failure(p.notRunCode(g.now()), "driver %s: %s; nothing was executed (retry with the same request_id)", p.tool.Driver, msg)
 	}
 	log.Error("driver failed", "driver", p.tool.Driver, "err", msg)
 	cause := fmt.Errorf("driver %s: %s", p.tool.Driver, msg)

@@ -217,11 +217,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		// attempt it would have opened, so that a retry can run.
 		g.recovery.leftUnfinished(c.RequestID, unfinished{})
 		g.log.Error("evidence store unavailable; nothing ran", "request_id", c.RequestID, "err", err)
-		code := codes.Unavailable
-		if p.deadlinePassed(g.now()) {
-			code = codes.DeadlineExceeded
-		}
-		return nil, rec.failure(code,
+		return nil, rec.failure(p.notRunCode(g.now()),
 			"evidence store unavailable, nothing was executed (retry with the same request_id): %v", err)
 	}
 	// 2. Decide, make the decision durable, dispatch, run, record.
