@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
@@ -164,8 +163,9 @@ type artifact struct {
 	data []byte
 }
 
-// persist writes artifacts create-only, concurrently, and records their
-// digests in the given order.
+// persist writes one artifact create-only and records its digest. Artifacts
+// are written one after another, each durable before the next: that order
+// is what the request's state is read from.
 //
 // Before the decision is durable (r.decided false) a failed write fails the
 // call, so nothing runs without its write-ahead record. After it, an
@@ -173,34 +173,28 @@ type artifact struct {
 // and for an allowed call the tool has run, so its record must not be lost.
 // Once one artifact of a request is spooled the rest follow it there, so the
 // store never holds a later artifact without the earlier ones.
-func (r *recorder) persist(ctx context.Context, arts ...artifact) error {
-	errs := make([]error, len(arts))
+func (r *recorder) persist(ctx context.Context, a artifact) error {
+	key := evidence.Key(r.requestID, a.name)
+	var err error
 	if !r.spooled {
-		var wg sync.WaitGroup
-		for i, a := range arts {
-			wg.Go(func() { errs[i] = r.g.store.Put(ctx, evidence.Key(r.requestID, a.name), a.data) })
-		}
-		wg.Wait()
+		err = r.g.store.Put(ctx, key, a.data)
 	}
-	for i, a := range arts {
-		key := evidence.Key(r.requestID, a.name)
-		if r.spooled || errs[i] != nil {
-			if !r.decided || r.g.spool == nil || errors.Is(errs[i], evidence.ErrExist) {
-				return errs[i]
-			}
-			if err := r.g.spool.Put(ctx, key, a.data); err != nil {
-				return errors.Join(errs[i], fmt.Errorf("spool: %w", err))
-			}
-			if !r.spooled {
-				r.g.log.Warn("evidence store failed; artifacts spooled locally until it is back",
-					"request_id", r.requestID, "artifact", a.name, "err", errs[i])
-				r.spooled = true
-				r.g.kickFlusher()
-			}
+	if r.spooled || err != nil {
+		if !r.decided || r.g.spool == nil || errors.Is(err, evidence.ErrExist) {
+			return err
 		}
-		r.refs = append(r.refs, key)
-		r.digests = append(r.digests, evidence.Digest(key, a.data))
+		if spoolErr := r.g.spool.Put(ctx, key, a.data); spoolErr != nil {
+			return errors.Join(err, fmt.Errorf("spool: %w", spoolErr))
+		}
+		if !r.spooled {
+			r.g.log.Warn("evidence store failed; artifacts spooled locally until it is back",
+				"request_id", r.requestID, "artifact", a.name, "err", err)
+			r.spooled = true
+			r.g.kickFlusher()
+		}
 	}
+	r.refs = append(r.refs, key)
+	r.digests = append(r.digests, evidence.Digest(key, a.data))
 	return nil
 }
 

@@ -101,17 +101,19 @@ func newRecovery() *recovery {
 	return &recovery{inFlight: map[string]int{}, left: map[string]unfinished{}}
 }
 
-// enter notes a call of requestID in flight until the returned func runs.
-func (r *recovery) enter(requestID string) func() {
+// enter notes a call of requestID in flight, until leave.
+func (r *recovery) enter(requestID string) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.inFlight[requestID]++
-	r.mu.Unlock()
-	return func() {
-		r.mu.Lock()
-		if r.inFlight[requestID]--; r.inFlight[requestID] <= 0 {
-			delete(r.inFlight, requestID)
-		}
-		r.mu.Unlock()
+}
+
+// leave ends what enter began.
+func (r *recovery) leave(requestID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.inFlight[requestID]--; r.inFlight[requestID] <= 0 {
+		delete(r.inFlight, requestID)
 	}
 }
 
