@@ -542,13 +542,8 @@ tools:
 // did not start, and once the store is back the same request retried runs
 // exactly once.
 func TestFaultStoreFailsBeforeDispatchRetryRunsOnce(t *testing.T) {
-	m := evidencetest.StartMinIO(t)
-	m.CreateBucket(t, "audit", false)
-	direct := m.URL("audit", "")
+	m, direct, dir, bucket := faultBucket(t, "audit", "")
 	proxy := newFaultProxy(t, m.Endpoint)
-	dir := t.TempDir()
-	writePolicy(t, dir, faultPolicy)
-	bucket := openBucket(t, m, direct)
 	// The store deadline is longer than the frozen-store caller's, so that
 	// the caller leaves while the gateway still waits for the store.
 	const opTimeout = 4 * time.Second
@@ -645,13 +640,8 @@ func TestFaultStoreFailsBeforeDispatchRetryRunsOnce(t *testing.T) {
 // ABORTED if it was dispatched without one, a fresh run if it never was.
 func TestFaultGatewayKilledMidWrite(t *testing.T) {
 	const finding = "finding 2 (gateway killed mid-write)"
-	m := evidencetest.StartMinIO(t)
-	m.CreateBucket(t, "audit", false)
-	url := m.URL("audit", "")
-	dir := t.TempDir()
-	writePolicy(t, dir, faultPolicy)
+	m, url, dir, bucket := faultBucket(t, "audit", "")
 	cfg := faultGateway(t, dir, "gw", url, "./spool-gw", faultOpTimeout, "")
-	bucket := openBucket(t, m, url)
 	gw := startServerEnv(t, dir, m.Env(), "--config", cfg)
 	client := dial(t, gw.addr)
 
@@ -841,18 +831,13 @@ func TestFaultDiskFullSpoolOnSameDisk(t *testing.T) {
 // request whose tool never started runs once when retried (finding 1(c)).
 func TestFaultFrozenStoreVsCallerDeadline(t *testing.T) {
 	const finding = "finding 4 (frozen store vs the caller's deadline)"
-	m := evidencetest.StartMinIO(t)
-	m.CreateBucket(t, "audit", false)
-	url := m.URL("audit", "")
-	dir := t.TempDir()
-	writePolicy(t, dir, faultPolicy)
+	m, url, dir, bucket := faultBucket(t, "audit", "")
 	// The store stays frozen longer than every caller's deadline but
 	// shorter than the store deadline: the callers leave while the gateway
 	// still waits for the store, which then answers.
 	const opTimeout, frozen = 4 * time.Second, 3500 * time.Millisecond
 	gw := startServerEnv(t, dir, m.Env(), "--config", faultGateway(t, dir, "gw", url, "./spool-gw", opTimeout, ""))
 	client := dial(t, gw.addr)
-	bucket := openBucket(t, m, url)
 
 	type call struct {
 		req      *toolgatev1.RunToolRequest
@@ -927,6 +912,18 @@ func TestFaultFrozenStoreVsCallerDeadline(t *testing.T) {
 	settled(t, finding, dir, m.Env(), url, bucket)
 }
 
+// faultBucket starts a MinIO with one bucket, and a test folder holding
+// the fault suite's policy: what every fault test stands on.
+func faultBucket(t *testing.T, bucket, prefix string) (m *evidencetest.MinIO, url, dir string, store evidence.Store) {
+	t.Helper()
+	m = evidencetest.StartMinIO(t)
+	m.CreateBucket(t, bucket, false)
+	url = m.URL(bucket, prefix)
+	dir = t.TempDir()
+	writePolicy(t, dir, faultPolicy)
+	return m, url, dir, openBucket(t, m, url)
+}
+
 // replicas are two gateways, gw-a and gw-b, sharing one bucket of a real
 // MinIO, each with its own spool.
 type replicas struct {
@@ -939,11 +936,9 @@ type replicas struct {
 
 func startReplicas(t *testing.T) replicas {
 	t.Helper()
-	m := evidencetest.StartMinIO(t)
-	m.CreateBucket(t, "shared", false)
-	r := replicas{minio: m, url: m.URL("shared", "toolgate"), dir: t.TempDir()}
-	writePolicy(t, r.dir, faultPolicy)
-	r.bucket = openBucket(t, m, r.url)
+	var r replicas
+	r.minio, r.url, r.dir, r.bucket = faultBucket(t, "shared", "toolgate")
+	m := r.minio
 	a := startServerEnv(t, r.dir, m.Env(), "--config", faultGateway(t, r.dir, "gw-a", r.url, "./spool-gw-a", faultOpTimeout, ""))
 	b := startServerEnv(t, r.dir, m.Env(), "--config", faultGateway(t, r.dir, "gw-b", r.url, "./spool-gw-b", faultOpTimeout, ""))
 	r.a, r.b = dial(t, a.addr), dial(t, b.addr)
