@@ -1,0 +1,383 @@
+package evidence
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/toolgate/toolgate/evidence/tlog"
+)
+
+// The transparency log's keys. Each gateway instance keeps its own log
+// under LogPrefix(instance); see DESIGN.md and the README for the layout.
+const (
+	logRoot       = "log/"
+	bucketIDKey   = logRoot + "bucket-id"
+	leaseDir      = "lease/"
+	batchDir      = "batch/"
+	checkpointDir = "checkpoint/"
+	closedSuffix  = ".closed"
+)
+
+// ErrLogFenced is returned (wrapped) once another process has taken over
+// this instance's log: a newer gateway started with the same instance name.
+var ErrLogFenced = errors.New("evidence: log taken over by a newer process with the same instance name")
+
+// ErrLogBacklog is returned (wrapped) by Ready while more entries wait to
+// be sequenced than LogConfig.MaxPending allows, which happens only when
+// the store keeps refusing the log's writes.
+var ErrLogBacklog = errors.New("evidence: log backlog full")
+
+// LogPrefix returns the prefix under which an instance's log is stored.
+func LogPrefix(instance string) string { return logRoot + instance + "/" }
+
+// seqKey formats a size or an epoch so that keys sort in numeric order.
+func seqKey(dir string, n uint64) string { return fmt.Sprintf("%s%020d", dir, n) }
+
+// LogConfig configures a LogWriter.
+type LogConfig struct {
+	// Instance names the gateway; its log lives under LogPrefix(Instance).
+	Instance string
+	// Origin is the log's name in its checkpoints.
+	Origin string
+	// SignCheckpoint returns the signed checkpoint of a tree size and root.
+	SignCheckpoint func(size uint64, root tlog.Hash) ([]byte, error)
+	// Interval is how often queued entries are sequenced and a checkpoint
+	// published: the most a checkpoint trails an entry.
+	Interval time.Duration
+	// OpTimeout bounds the store operations; catch-up uses it to bound how
+	// long an entry can wait between its artifact's write and its batch.
+	OpTimeout time.Duration
+	// MaxPending is how many entries may wait to be sequenced before Ready
+	// refuses new calls.
+	MaxPending int
+	// Logger receives the log's own problems.
+	Logger *slog.Logger
+}
+
+// lease is one process's claim on an instance's log.
+type lease struct {
+	Epoch     uint64    `json:"epoch"`
+	Origin    string    `json:"origin"`
+	StartedAt time.Time `json:"started_at"`
+}
+
+// batch is the commit point of sequencing: the entries it carries take
+// the indexes from Start on, after a tree whose root was RootBefore. The
+// tiles, bundles and checkpoints are all derived from the batches, so a
+// writer that dies after a batch is stored loses nothing: the next one
+// integrates the batch again, byte for byte.
+type batch struct {
+	Version    int      `json:"v"`
+	Origin     string   `json:"origin"`
+	Epoch      uint64   `json:"epoch"`
+	Start      uint64   `json:"start"`
+	RootBefore []byte   `json:"root_before"`
+	Entries    [][]byte `json:"entries"`
+}
+
+// LogWriter appends entries to one gateway instance's transparency log in
+// a create-only Store. Append only queues; Run sequences the queue in
+// batches every Interval and publishes tiles and a signed checkpoint, so
+// no store round trip is added to a call.
+type LogWriter struct {
+	store  Store
+	cfg    LogConfig
+	prefix string
+	epoch  uint64
+
+	mu      sync.Mutex
+	queue   [][]byte
+	pending int   // entries taken by the sequencer but not yet in a stored batch
+	fenced  error // set once, never cleared
+
+	// Owned by the sequencer (OpenLog, then Run's goroutine).
+	tree      *tlog.Tree
+	unwritten []tlog.Object // derived resources not yet stored
+	published uint64        // size of the newest stored checkpoint
+	next      [][]byte      // entries of the batch being retried
+}
+
+// Origin is the log's name in its checkpoints.
+func (l *LogWriter) Origin() string { return l.cfg.Origin }
+
+// Epoch is this process's lease on the instance's log.
+func (l *LogWriter) Epoch() uint64 { return l.epoch }
+
+// Size is the number of entries sequenced so far. Call it only from the
+// goroutine that runs the log, or after Close.
+func (l *LogWriter) Size() uint64 { return l.tree.Size() }
+
+// Ready reports why new calls must not start: the log was fenced or its
+// backlog is full. A call whose entries the log cannot take must not run,
+// or it would run unlogged.
+func (l *LogWriter) Ready() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fenced != nil {
+		return l.fenced
+	}
+	if n := len(l.queue) + l.pending; n >= l.cfg.MaxPending {
+		return fmt.Errorf("%w: %d entries wait to be sequenced", ErrLogBacklog, n)
+	}
+	return nil
+}
+
+// Append queues an entry for the next batch. It never blocks on the store;
+// Ready says whether a caller should start work that will need entries.
+func (l *LogWriter) Append(entry []byte) {
+	l.mu.Lock()
+	l.queue = append(l.queue, entry)
+	l.mu.Unlock()
+}
+
+// Run sequences queued entries every Interval until ctx ends. A batch the
+// store refuses is retried, with whatever queued meanwhile, at the next
+// tick; only a fence stops the log.
+func (l *LogWriter) Run(ctx context.Context) {
+	tick := time.NewTicker(l.cfg.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := l.Flush(ctx); err != nil {
+				l.cfg.Logger.Warn("transparency log: batch not stored; retrying", "origin", l.cfg.Origin, "err", err)
+			}
+		}
+	}
+}
+
+// Close sequences what is queued and, if everything is stored, marks this
+// process's lease closed, which tells the next process that it need not
+// look for entries this one lost. Call it after Run has returned.
+func (l *LogWriter) Close(ctx context.Context) error {
+	if err := l.Flush(ctx); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	left := len(l.queue) + l.pending
+	l.mu.Unlock()
+	if left > 0 || len(l.unwritten) > 0 {
+		return fmt.Errorf("evidence: log %s: %d entries not sequenced at close", l.cfg.Origin, left)
+	}
+	data, _ := json.Marshal(map[string]uint64{"size": l.tree.Size()})
+	return l.put(ctx, seqKey(l.prefix+leaseDir, l.epoch)+closedSuffix, data)
+}
+
+// Flush stores the queued entries as one batch, then the tiles, bundles
+// and checkpoint they lead to. Run calls it every Interval.
+func (l *LogWriter) Flush(ctx context.Context) error {
+	if err := l.writeUnwritten(ctx); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	if l.fenced != nil {
+		l.mu.Unlock()
+		return l.fenced
+	}
+	l.next = append(l.next, l.queue...)
+	l.queue = nil
+	l.pending = len(l.next)
+	l.mu.Unlock()
+	if len(l.next) == 0 {
+		return nil
+	}
+	if err := l.sequence(ctx); err != nil {
+		return err
+	}
+	return l.writeUnwritten(ctx)
+}
+
+// sequence stores l.next as the batch at the tree's size and integrates
+// it. When the slot is taken, what took it decides: an earlier attempt of
+// this process whose outcome was unknown (its entries are a prefix of
+// l.next, which has grown since) is integrated and the rest retried; a
+// batch of an older lease, a process that has not yet noticed it was
+// replaced, is integrated and l.next retried in the next slot; a batch of
+// a newer lease fences this process.
+func (l *LogWriter) sequence(ctx context.Context) error {
+	for len(l.next) > 0 {
+		start := l.tree.Size()
+		root := l.tree.Root()
+		b := batch{Version: 1, Origin: l.cfg.Origin, Epoch: l.epoch, Start: start, RootBefore: root[:], Entries: l.next}
+		data, err := json.Marshal(b)
+		if err != nil {
+			return fmt.Errorf("evidence: log batch: %w", err)
+		}
+		err = l.store.Put(ctx, seqKey(l.prefix+batchDir, start), data)
+		if err == nil {
+			l.integrate(b)
+			l.sequenced(len(b.Entries))
+			continue
+		}
+		if !errors.Is(err, ErrExist) {
+			return err
+		}
+		theirs, err := l.readBatch(ctx, start)
+		if err != nil {
+			return err
+		}
+		switch {
+		case theirs.Epoch > l.epoch:
+			return l.fence(fmt.Errorf("%w: batch %d was stored by epoch %d", ErrLogFenced, start, theirs.Epoch))
+		case theirs.Epoch == l.epoch && !isPrefix(theirs.Entries, l.next):
+			return l.fence(fmt.Errorf("%w: batch %d of this epoch holds entries this process never sequenced", ErrLogFenced, start))
+		}
+		l.integrate(theirs)
+		if theirs.Epoch == l.epoch {
+			l.sequenced(len(theirs.Entries))
+		}
+	}
+	return nil
+}
+
+// sequenced drops the first n entries of l.next, now in a stored batch.
+func (l *LogWriter) sequenced(n int) {
+	l.mu.Lock()
+	l.next = l.next[n:]
+	l.pending = len(l.next)
+	l.mu.Unlock()
+}
+
+func isPrefix(short, long [][]byte) bool {
+	if len(short) > len(long) {
+		return false
+	}
+	for i := range short {
+		if !bytes.Equal(short[i], long[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func (l *LogWriter) fence(err error) error {
+	l.mu.Lock()
+	if l.fenced == nil {
+		l.fenced = err
+	}
+	l.mu.Unlock()
+	l.cfg.Logger.Error("transparency log: fenced; this gateway refuses new calls", "origin", l.cfg.Origin, "err", err)
+	return err
+}
+
+// integrate appends a stored batch's entries to the tree and queues the
+// resources they complete, then the partials and checkpoint of the new
+// size, in the order a reader must find them: a checkpoint never refers to
+// a tile that is not stored yet.
+func (l *LogWriter) integrate(b batch) {
+	for _, e := range b.Entries {
+		// Entries are built by the gateway and bounded far below
+		// tlog.MaxEntrySize; a batch read back was checked by readBatch.
+		if err := l.tree.Append(e); err != nil {
+			l.cfg.Logger.Error("transparency log: entry not integrated", "origin", l.cfg.Origin, "err", err)
+		}
+	}
+	l.unwritten = append(l.unwritten, l.tree.TakeFull()...)
+	l.unwritten = append(l.unwritten, l.tree.Partials()...)
+	l.unwritten = append(l.unwritten, checkpointStep)
+}
+
+// checkpointStep, in LogWriter.unwritten, stands for the signed checkpoint
+// of the tree's size at the time its turn comes.
+var checkpointStep = tlog.Object{}
+
+// writeUnwritten stores the derived resources in order, signing each
+// checkpoint when its turn comes.
+func (l *LogWriter) writeUnwritten(ctx context.Context) error {
+	for len(l.unwritten) > 0 {
+		o := l.unwritten[0]
+		if o.Path == checkpointStep.Path {
+			if err := l.publishCheckpoint(ctx); err != nil {
+				return err
+			}
+		} else if err := l.put(ctx, l.prefix+o.Path, o.Data); err != nil {
+			return err
+		}
+		l.unwritten = l.unwritten[1:]
+	}
+	return nil
+}
+
+func (l *LogWriter) publishCheckpoint(ctx context.Context) error {
+	size := l.tree.Size()
+	if size == l.published {
+		return nil
+	}
+	cp, err := l.cfg.SignCheckpoint(size, l.tree.Root())
+	if err != nil {
+		return fmt.Errorf("evidence: log checkpoint: %w", err)
+	}
+	if err := l.put(ctx, seqKey(l.prefix+checkpointDir, size), cp); err != nil {
+		return err
+	}
+	l.published = size
+	return nil
+}
+
+// put stores a derived resource. Every resource is a pure function of the
+// batches, so finding it stored with the same bytes is success; with
+// different bytes the log has forked.
+func (l *LogWriter) put(ctx context.Context, key string, data []byte) error {
+	err := l.store.Put(ctx, key, data)
+	if !errors.Is(err, ErrExist) {
+		return err
+	}
+	stored, gerr := l.store.Get(ctx, key)
+	if gerr != nil {
+		return gerr
+	}
+	if !bytes.Equal(stored, data) {
+		return l.fence(fmt.Errorf("%w: %s is stored with different bytes", ErrLogFenced, key))
+	}
+	return nil
+}
+
+func (l *LogWriter) readBatch(ctx context.Context, start uint64) (batch, error) {
+	key := seqKey(l.prefix+batchDir, start)
+	data, err := l.store.Get(ctx, key)
+	if err != nil {
+		return batch{}, err
+	}
+	var b batch
+	if err := json.Unmarshal(data, &b); err != nil {
+		return batch{}, fmt.Errorf("evidence: %s: %w", key, err)
+	}
+	root := l.tree.Root()
+	switch {
+	case b.Version != 1 || b.Origin != l.cfg.Origin || b.Start != start:
+		return batch{}, fmt.Errorf("evidence: %s: not a batch of %s at %d", key, l.cfg.Origin, start)
+	case start == l.tree.Size() && !bytes.Equal(b.RootBefore, root[:]):
+		return batch{}, fmt.Errorf("evidence: %s: does not extend the log's tree", key)
+	}
+	for i, e := range b.Entries {
+		if len(e) > tlog.MaxEntrySize {
+			return batch{}, fmt.Errorf("evidence: %s: entry %d is too large", key, i)
+		}
+	}
+	return b, nil
+}
+
+// parseSeqKey returns the number at the end of a lease, batch or
+// checkpoint key.
+func parseSeqKey(key, dir string) (uint64, bool) {
+	i := strings.LastIndex(key, dir)
+	if i < 0 {
+		return 0, false
+	}
+	s := key[i+len(dir):]
+	if len(s) != 20 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	return n, err == nil
+}
