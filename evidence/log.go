@@ -277,7 +277,7 @@ func (l *LogWriter) fence(err error) error {
 func (l *LogWriter) integrate(b batch) {
 	for _, e := range b.Entries {
 		// Entries are built by the gateway and bounded far below
-		// tlog.MaxEntrySize; a batch read back was checked by readBatch.
+		// tlog.MaxLeafSize; a batch read back was checked by readBatch.
 		if err := l.tree.Append(e); err != nil {
 			l.cfg.Logger.Error("transparency log: entry not integrated", "origin", l.cfg.Origin, "err", err)
 		}
@@ -360,7 +360,7 @@ func (l *LogWriter) readBatch(ctx context.Context, start uint64) (batch, error) 
 		return batch{}, fmt.Errorf("evidence: %s: does not extend the log's tree", key)
 	}
 	for i, e := range b.Entries {
-		if len(e) > tlog.MaxEntrySize {
+		if len(e) > tlog.MaxLeafSize {
 			return batch{}, fmt.Errorf("evidence: %s: entry %d is too large", key, i)
 		}
 	}

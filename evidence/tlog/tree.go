@@ -15,9 +15,9 @@ import (
 // Hash is a node of the log's Merkle tree (RFC 6962, SHA-256).
 type Hash = [32]byte
 
-// MaxEntrySize is the largest entry an entry bundle can carry: its length
+// MaxLeafSize is the largest leaf an entry bundle can carry: its length
 // is written as a big-endian uint16.
-const MaxEntrySize = 1<<16 - 1
+const MaxLeafSize = 1<<16 - 1
 
 // tileWidth is the number of hashes in a full tile, and of entries in a
 // full entry bundle (C2SP tlog-tiles).
@@ -74,8 +74,8 @@ func (t *Tree) Root() Hash {
 
 // Append adds an entry as the next leaf of the tree.
 func (t *Tree) Append(entry []byte) error {
-	if len(entry) > MaxEntrySize {
-		return fmt.Errorf("tlog: entry of %d bytes is larger than the %d-byte limit", len(entry), MaxEntrySize)
+	if len(entry) > MaxLeafSize {
+		return fmt.Errorf("tlog: entry of %d bytes is larger than the %d-byte limit", len(entry), MaxLeafSize)
 	}
 	if t.err != nil {
 		return t.err

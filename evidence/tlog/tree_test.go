@@ -194,7 +194,7 @@ func TestBundles(t *testing.T) {
 			t.Errorf("%s parsed", name)
 		}
 	}
-	if err := tr.Append(make([]byte, MaxEntrySize+1)); err == nil {
+	if err := tr.Append(make([]byte, MaxLeafSize+1)); err == nil {
 		t.Fatal("an entry too large for a bundle was appended")
 	}
 }
