@@ -32,7 +32,16 @@ type Attempt struct {
 // keys in s, reading the dispatch records it needs. Attempts are returned
 // in order; a request always has at least its first. An unreadable
 // dispatch record is an error: the state it would settle cannot be told.
-func ReadAttempts(ctx context.Context, s Store, requestID string, keys []string) ([]Attempt, error) {
+func ReadAttempts(ctx context.Context, s Reader, requestID string, keys []string) ([]Attempt, error) {
+	return readAttempts(ctx, s.Get, requestID, keys)
+}
+
+// getFunc reads one artifact, as Reader.Get does.
+type getFunc func(ctx context.Context, key string) ([]byte, error)
+
+// readAttempts is ReadAttempts reading dispatch records with get, which
+// lets the verifier read them from the store or the spool.
+func readAttempts(ctx context.Context, get getFunc, requestID string, keys []string) ([]Attempt, error) {
 	byNumber := map[int]*Attempt{1: {Number: 1, State: AttemptOpen}}
 	has := map[string]bool{}
 	for _, k := range keys {
@@ -56,7 +65,7 @@ func ReadAttempts(ctx context.Context, s Store, requestID string, keys []string)
 	attempts := make([]Attempt, 0, len(numbers))
 	for _, n := range numbers {
 		a := byNumber[n]
-		if err := settle(ctx, s, requestID, a, has); err != nil {
+		if err := settle(ctx, get, requestID, a, has); err != nil {
 			return nil, err
 		}
 		attempts = append(attempts, *a)
@@ -65,12 +74,12 @@ func ReadAttempts(ctx context.Context, s Store, requestID string, keys []string)
 }
 
 // settle fills in a's state from its dispatch records, when it has any.
-func settle(ctx context.Context, s Store, requestID string, a *Attempt, has map[string]bool) error {
+func settle(ctx context.Context, get getFunc, requestID string, a *Attempt, has map[string]bool) error {
 	dispatchKey := AttemptKey(requestID, a.Number, ArtifactDispatch)
 	if !has[dispatchKey] {
 		return nil
 	}
-	d, err := readDispatch(ctx, s, requestID, a.Number, dispatchKey)
+	d, err := readDispatch(ctx, get, requestID, a.Number, dispatchKey)
 	if err != nil {
 		return err
 	}
@@ -79,7 +88,7 @@ func settle(ctx context.Context, s Store, requestID string, a *Attempt, has map[
 	if d.State != Dispatched || !has[closeKey] {
 		return nil
 	}
-	c, err := readDispatch(ctx, s, requestID, a.Number, closeKey)
+	c, err := readDispatch(ctx, get, requestID, a.Number, closeKey)
 	if err != nil {
 		return err
 	}
@@ -90,8 +99,8 @@ func settle(ctx context.Context, s Store, requestID string, a *Attempt, has map[
 	return nil
 }
 
-func readDispatch(ctx context.Context, s Store, requestID string, attempt int, key string) (DispatchRecord, error) {
-	data, err := s.Get(ctx, key)
+func readDispatch(ctx context.Context, get getFunc, requestID string, attempt int, key string) (DispatchRecord, error) {
+	data, err := get(ctx, key)
 	if err != nil {
 		return DispatchRecord{}, err
 	}

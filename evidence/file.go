@@ -37,7 +37,10 @@ type FileStore struct {
 	root *os.Root
 }
 
-var _ Store = (*FileStore)(nil)
+var (
+	_ Store      = (*FileStore)(nil)
+	_ InfoWalker = (*FileStore)(nil)
+)
 
 // NewFileStore opens the store kept in dir, creating dir (mode 0750) if it
 // does not exist. Close releases it.
@@ -247,6 +250,19 @@ func (s *FileStore) List(ctx context.Context, prefix string) ([]string, error) {
 // order. It holds one directory listing per level of the walk, so memory
 // grows with the widest directory rather than with the store.
 func (s *FileStore) Walk(ctx context.Context, prefix string, fn func(key string) error) error {
+	return s.walk(ctx, prefix, false, func(ki KeyInfo) error { return fn(ki.Key) })
+}
+
+// WalkInfo is Walk with each key's file size and modification time. The
+// time is when Put wrote the file, by this machine's clock; the size is
+// the file's, which for a compressed artifact is less than Get returns. It
+// costs one lstat per key more than Walk.
+func (s *FileStore) WalkInfo(ctx context.Context, prefix string, fn func(KeyInfo) error) error {
+	return s.walk(ctx, prefix, true, fn)
+}
+
+// walk is Walk and WalkInfo: it stats each key only when withInfo is set.
+func (s *FileStore) walk(ctx context.Context, prefix string, withInfo bool, fn func(KeyInfo) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("evidence: walk %q: %w", prefix, err)
 	}
@@ -258,20 +274,29 @@ func (s *FileStore) Walk(ctx context.Context, prefix string, fn func(key string)
 			return nil
 		}
 	}
-	return s.walkDir(ctx, start, prefix, fn)
+	w := fileWalk{s: s, prefix: prefix, withInfo: withInfo, fn: fn}
+	return w.dir(ctx, start)
 }
 
-// walkDir visits dir's entries in the order of the keys below them. Every
-// key below a directory d starts with "d/", so a directory sorts as its
-// name plus a slash: "a.b" comes before the keys of directory "a".
-func (s *FileStore) walkDir(ctx context.Context, dir, prefix string, fn func(key string) error) error {
-	entries, err := fs.ReadDir(s.root.FS(), dir)
+// fileWalk is one walk of a FileStore.
+type fileWalk struct {
+	s        *FileStore
+	prefix   string
+	withInfo bool
+	fn       func(KeyInfo) error
+}
+
+// dir visits dir's entries in the order of the keys below them. Every key
+// below a directory d starts with "d/", so a directory sorts as its name
+// plus a slash: "a.b" comes before the keys of directory "a".
+func (w *fileWalk) dir(ctx context.Context, dir string) error {
+	entries, err := fs.ReadDir(w.s.root.FS(), dir)
 	if err != nil {
 		if isNotExist(err) {
 			// The prefix names a directory that does not exist: no keys.
 			return nil
 		}
-		return fmt.Errorf("evidence: walk %q: %w", prefix, err)
+		return fmt.Errorf("evidence: walk %q: %w", w.prefix, err)
 	}
 	sortName := func(e fs.DirEntry) string {
 		if e.IsDir() {
@@ -282,15 +307,15 @@ func (s *FileStore) walkDir(ctx context.Context, dir, prefix string, fn func(key
 	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(sortName(a), sortName(b)) })
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("evidence: walk %q: %w", prefix, err)
+			return fmt.Errorf("evidence: walk %q: %w", w.prefix, err)
 		}
 		p := e.Name()
 		if dir != "." {
 			p = dir + "/" + p
 		}
 		if e.IsDir() {
-			if strings.HasPrefix(p+"/", prefix) || strings.HasPrefix(prefix, p+"/") {
-				if err := s.walkDir(ctx, p, prefix, fn); err != nil {
+			if strings.HasPrefix(p+"/", w.prefix) || strings.HasPrefix(w.prefix, p+"/") {
+				if err := w.dir(ctx, p); err != nil {
 					return err
 				}
 			}
@@ -298,13 +323,31 @@ func (s *FileStore) walkDir(ctx context.Context, dir, prefix string, fn func(key
 		}
 		// Temporary files fail ValidKey; anything else that does (or that
 		// is not a regular file) was not written by Put.
-		if e.Type().IsRegular() && strings.HasPrefix(p, prefix) && ValidKey(p) == nil {
-			if err := fn(p); err != nil {
-				return err
-			}
+		if !e.Type().IsRegular() || !strings.HasPrefix(p, w.prefix) || ValidKey(p) != nil {
+			continue
+		}
+		if err := w.visit(e, p); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// visit passes the key p, found as entry e, to the walk's fn.
+func (w *fileWalk) visit(e fs.DirEntry, p string) error {
+	if !w.withInfo {
+		return w.fn(KeyInfo{Key: p})
+	}
+	fi, err := e.Info()
+	switch {
+	case isNotExist(err):
+		// Removed since the directory was read, as a flushed spool file
+		// is: a key that is gone is not listed.
+		return nil
+	case err != nil:
+		return fmt.Errorf("evidence: walk %q: %w", w.prefix, err)
+	}
+	return w.fn(KeyInfo{Key: p, Size: fi.Size(), ModTime: fi.ModTime()})
 }
 
 // isNotExist reports whether err means a path is absent, including the

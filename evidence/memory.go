@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 )
 
 // MemoryStore is a Store held in memory, for tests and benchmarks. It
@@ -14,14 +15,26 @@ import (
 // NewMemoryStore.
 type MemoryStore struct {
 	mu   sync.RWMutex
-	data map[string][]byte
+	data map[string]memObject
+	// last is the latest storage time handed out, so that a key stored
+	// later never looks older even if the wall clock steps back.
+	last time.Time
 }
 
-var _ Store = (*MemoryStore)(nil)
+// memObject is one stored artifact and when it was stored.
+type memObject struct {
+	data []byte
+	at   time.Time
+}
+
+var (
+	_ Store      = (*MemoryStore)(nil)
+	_ InfoWalker = (*MemoryStore)(nil)
+)
 
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{data: make(map[string][]byte)}
+	return &MemoryStore{data: make(map[string]memObject)}
 }
 
 // Close does nothing; it lets a MemoryStore stand where a StoreCloser is
@@ -43,7 +56,13 @@ func (s *MemoryStore) Put(ctx context.Context, key string, data []byte) error {
 	if _, ok := s.data[key]; ok {
 		return fmt.Errorf("%w: %q", ErrExist, key)
 	}
-	s.data[key] = stored
+	// Wall clock only, as a file's or an S3 object's time is.
+	at := time.Now().Round(0)
+	if at.Before(s.last) {
+		at = s.last
+	}
+	s.last = at
+	s.data[key] = memObject{data: stored, at: at}
 	return nil
 }
 
@@ -62,7 +81,7 @@ func (s *MemoryStore) Get(ctx context.Context, key string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %q", ErrNotExist, key)
 	}
 	// Stored slices are never modified, so copying outside the lock is safe.
-	return slices.Clone(stored), nil
+	return slices.Clone(stored.data), nil
 }
 
 // Walk calls fn with each key that starts with prefix, in ascending order.
@@ -81,6 +100,19 @@ func (s *MemoryStore) Walk(ctx context.Context, prefix string, fn func(key strin
 		}
 	}
 	return nil
+}
+
+// WalkInfo calls fn with each key that starts with prefix, in ascending
+// order, with its size and the time Put stored it. Like Walk, it works on a
+// snapshot of the keys taken when it starts; a key is reported with the
+// size and time it was stored with, which never change.
+func (s *MemoryStore) WalkInfo(ctx context.Context, prefix string, fn func(KeyInfo) error) error {
+	return s.Walk(ctx, prefix, func(key string) error {
+		s.mu.RLock()
+		obj := s.data[key]
+		s.mu.RUnlock()
+		return fn(KeyInfo{Key: key, Size: int64(len(obj.data)), ModTime: obj.at})
+	})
 }
 
 // List returns the keys that start with prefix, sorted.

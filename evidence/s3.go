@@ -268,7 +268,10 @@ type S3Store struct {
 	timeout   time.Duration
 }
 
-var _ StoreCloser = (*S3Store)(nil)
+var (
+	_ StoreCloser = (*S3Store)(nil)
+	_ InfoWalker  = (*S3Store)(nil)
+)
 
 // NewS3Store returns a store kept in the bucket that opts names. It makes
 // no request: a wrong bucket or missing permission shows on first use.
@@ -482,6 +485,15 @@ func (s *S3Store) List(ctx context.Context, prefix string) ([]string, error) {
 // service that lists out of order is reported as an error rather than
 // trusted.
 func (s *S3Store) Walk(ctx context.Context, prefix string, fn func(key string) error) error {
+	return s.WalkInfo(ctx, prefix, func(ki KeyInfo) error { return fn(ki.Key) })
+}
+
+// WalkInfo is Walk with each object's size and LastModified time, which
+// the listing carries anyway: it costs no request more than Walk. The time
+// is the service's record of when it stored the object, by its own clock
+// and often only to the second; the size is the stored object's, which for
+// a compressed artifact is less than Get returns.
+func (s *S3Store) WalkInfo(ctx context.Context, prefix string, fn func(KeyInfo) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("evidence: walk %q: %w", prefix, err)
 	}
@@ -516,7 +528,8 @@ func (s *S3Store) Walk(ctx context.Context, prefix string, fn func(key string) e
 				return fmt.Errorf("evidence: walk %q: the service listed %q after %q, out of order", prefix, key, last)
 			}
 			last = key
-			if err := fn(key); err != nil {
+			ki := KeyInfo{Key: key, Size: aws.ToInt64(obj.Size), ModTime: aws.ToTime(obj.LastModified)}
+			if err := fn(ki); err != nil {
 				return err
 			}
 		}

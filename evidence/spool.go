@@ -22,7 +22,10 @@ type Spool struct {
 	files *FileStore
 }
 
-var _ Store = (*Spool)(nil)
+var (
+	_ Store      = (*Spool)(nil)
+	_ InfoWalker = (*Spool)(nil)
+)
 
 // OpenSpool opens the spool kept in dir, creating dir if needed.
 func OpenSpool(dir string) (*Spool, error) {
@@ -54,6 +57,12 @@ func (s *Spool) List(ctx context.Context, prefix string) ([]string, error) {
 // Walk visits the spooled keys with the prefix in ascending order.
 func (s *Spool) Walk(ctx context.Context, prefix string, fn func(key string) error) error {
 	return s.files.Walk(ctx, prefix, fn)
+}
+
+// WalkInfo visits the spooled keys with the prefix in ascending order, with
+// each file's size and the time it was spooled.
+func (s *Spool) WalkInfo(ctx context.Context, prefix string, fn func(KeyInfo) error) error {
+	return s.files.WalkInfo(ctx, prefix, fn)
 }
 
 // Flush copies every spooled artifact to dst and removes it from the spool

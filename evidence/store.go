@@ -18,15 +18,12 @@ var ErrExist = errors.New("evidence: artifact already exists")
 // ErrNotExist is returned (wrapped) by Get when the key is not stored.
 var ErrNotExist = errors.New("evidence: artifact does not exist")
 
-// Store is a create-only key/value store for evidence artifacts. Keys are
-// slash-separated relative paths such as "requests/r1/request.json"; Put
-// and Get reject a key that ValidKey rejects with an error wrapping
+// Reader reads a store without changing it: everything verification
+// needs, so that an auditor can be handed a store it cannot write to. Keys
+// are slash-separated relative paths such as "requests/r1/request.json";
+// Get rejects a key that ValidKey rejects with an error wrapping
 // ErrInvalidKey. Implementations are safe for concurrent use.
-type Store interface {
-	// Put stores data under key if and only if key is not yet stored. When
-	// Put returns nil the data is durable. When the key exists it returns an
-	// error wrapping ErrExist and leaves the stored data unchanged.
-	Put(ctx context.Context, key string, data []byte) error
+type Reader interface {
 	// Get returns the data stored under key, or an error wrapping
 	// ErrNotExist.
 	Get(ctx context.Context, key string) ([]byte, error)
@@ -39,6 +36,17 @@ type Store interface {
 	// millions of artifacts can be audited. It stops at and returns the
 	// first error fn returns.
 	Walk(ctx context.Context, prefix string, fn func(key string) error) error
+}
+
+// Store is a create-only key/value store for evidence artifacts: a Reader
+// that can also add keys. Put rejects a key that ValidKey rejects with an
+// error wrapping ErrInvalidKey. Implementations are safe for concurrent use.
+type Store interface {
+	Reader
+	// Put stores data under key if and only if key is not yet stored. When
+	// Put returns nil the data is durable. When the key exists it returns an
+	// error wrapping ErrExist and leaves the stored data unchanged.
+	Put(ctx context.Context, key string, data []byte) error
 }
 
 // checkPut makes the checks every backend makes before a write: the call

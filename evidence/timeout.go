@@ -18,8 +18,10 @@ const DefaultOpTimeout = 15 * time.Second
 // An operation cut off this way returns an error wrapping
 // context.DeadlineExceeded; for Put the outcome is then unknown, as for any
 // other failed write. Walk is not bounded, since an audit of a large bucket
-// legitimately takes long; its caller's context bounds it. Close is passed
-// through.
+// legitimately takes long; its caller's context bounds it, and so is
+// WalkInfo, which the returned store always has: it lists with sizes and
+// times when s is an InfoWalker and as the WalkInfo function does when it is
+// not. Close is passed through.
 func WithOpTimeout(s StoreCloser, d time.Duration) StoreCloser {
 	return &opTimeoutStore{StoreCloser: s, d: d}
 }
@@ -56,6 +58,11 @@ func (s *opTimeoutStore) List(ctx context.Context, prefix string) ([]string, err
 		return nil, s.explain(ctx, "list", prefix, err)
 	}
 	return keys, nil
+}
+
+// WalkInfo forwards to the wrapped store, unbounded like Walk.
+func (s *opTimeoutStore) WalkInfo(ctx context.Context, prefix string, fn func(KeyInfo) error) error {
+	return WalkInfo(ctx, s.StoreCloser, prefix, fn)
 }
 
 // explain names the operation's own deadline when it is what ended the

@@ -66,8 +66,9 @@ type VerifyOptions struct {
 	// Spool, if set, is a local store with the same layout from which a
 	// gateway uploads artifacts to the store later. An artifact (or
 	// manifest) missing from the store but present in the spool is
-	// verified from the spool and makes the request StatusPending.
-	Spool Store
+	// verified from the spool and makes the request StatusPending. The
+	// spool is only read.
+	Spool Reader
 }
 
 // VerifyReport is the result of verifying one request.
@@ -151,7 +152,7 @@ func (r VerifyReport) Verdict() string {
 // At most one VerifyOptions may be given; none means the zero value.
 // Verify returns an error only for an invalid request id or options, or
 // when a store itself fails.
-func Verify(ctx context.Context, s Store, requestID string, opts ...VerifyOptions) (VerifyReport, error) {
+func Verify(ctx context.Context, s Reader, requestID string, opts ...VerifyOptions) (VerifyReport, error) {
 	if len(opts) > 1 {
 		return VerifyReport{}, fmt.Errorf("evidence: verify: %d VerifyOptions given, want at most one", len(opts))
 	}
@@ -183,7 +184,7 @@ func Verify(ctx context.Context, s Store, requestID string, opts ...VerifyOption
 // A key directly under "requests/", outside any request's folder, is
 // reported as a StatusMismatch report whose RequestID is the key's last
 // segment.
-func VerifyAll(ctx context.Context, s Store, opts VerifyOptions, fn func(VerifyReport) error) error {
+func VerifyAll(ctx context.Context, s Reader, opts VerifyOptions, fn func(VerifyReport) error) error {
 	v, err := newVerifier(s, opts)
 	if err != nil {
 		return err
@@ -237,14 +238,14 @@ const requestsRoot = "requests/"
 // Keys directly under "requests/", outside any request's folder, are
 // skipped. WalkRequests stops at and returns the first error of fn or of
 // the store.
-func WalkRequests(ctx context.Context, s Store, fn func(requestID string, keys []string) error) error {
+func WalkRequests(ctx context.Context, s Reader, fn func(requestID string, keys []string) error) error {
 	return walkRequests(ctx, s, fn, func(string) error { return nil })
 }
 
 // walkRequests is WalkRequests calling stray with each key outside a
 // request's folder. Keys of one request are contiguous in the walk because
 // they share the prefix "requests/<id>/".
-func walkRequests(ctx context.Context, s Store, fn func(requestID string, keys []string) error, stray func(key string) error) error {
+func walkRequests(ctx context.Context, s Reader, fn func(requestID string, keys []string) error, stray func(key string) error) error {
 	var current string
 	var keys []string
 	err := s.Walk(ctx, requestsRoot, func(key string) error {
@@ -273,7 +274,7 @@ func walkRequests(ctx context.Context, s Store, fn func(requestID string, keys [
 
 // requestIDs returns the ids of the requests with a folder in s, in
 // ascending order of their prefix.
-func requestIDs(ctx context.Context, s Store) ([]string, error) {
+func requestIDs(ctx context.Context, s Reader) ([]string, error) {
 	var ids []string
 	err := WalkRequests(ctx, s, func(id string, _ []string) error {
 		ids = append(ids, id)
@@ -284,12 +285,12 @@ func requestIDs(ctx context.Context, s Store) ([]string, error) {
 
 // verifier holds what Verify and VerifyAll share across requests.
 type verifier struct {
-	store   Store
-	spool   Store
+	store   Reader
+	spool   Reader
 	trusted map[string]ed25519.PublicKey // by KeyID
 }
 
-func newVerifier(s Store, opts VerifyOptions) (*verifier, error) {
+func newVerifier(s Reader, opts VerifyOptions) (*verifier, error) {
 	v := &verifier{store: s, spool: opts.Spool, trusted: make(map[string]ed25519.PublicKey, len(opts.TrustedKeys))}
 	for i, k := range opts.TrustedKeys {
 		if len(k) != ed25519.PublicKeySize {

@@ -34,7 +34,7 @@ func (r *requestCopies) attempts(ctx context.Context, id string, present []strin
 			keys = append(keys, k)
 		}
 	}
-	attempts, err := ReadAttempts(ctx, attemptReader{r}, id, keys)
+	attempts, err := readAttempts(ctx, r.getRecord, id, keys)
 	if se, isStore := errors.AsType[storeError](err); isStore {
 		return nil, nil, se.err
 	}
@@ -74,14 +74,6 @@ func mergeSorted(a, b []string) []string {
 	return slices.Compact(out)
 }
 
-// attemptReader lets ReadAttempts read a request's dispatch records from
-// the store or, failing that, the spool, keeping what it read for the
-// digest checks. Its errors are all storeErrors, so that a failing store
-// can be told from a malformed record.
-type attemptReader struct {
-	r *requestCopies
-}
-
 // storeError marks a failure of the store or the spool while deriving
 // attempts, as opposed to a record that does not parse.
 type storeError struct{ err error }
@@ -89,9 +81,12 @@ type storeError struct{ err error }
 func (e storeError) Error() string { return e.err.Error() }
 func (e storeError) Unwrap() error { return e.err }
 
-// Get returns the store's copy of key, or else the spool's.
-func (a attemptReader) Get(ctx context.Context, key string) ([]byte, error) {
-	copies, err := a.r.read(ctx, key)
+// getRecord reads a dispatch record for readAttempts: the store's copy of
+// key, or else the spool's, keeping what it read for the digest checks.
+// Its errors are all storeErrors, so that a failing store can be told from
+// a malformed record.
+func (r *requestCopies) getRecord(ctx context.Context, key string) ([]byte, error) {
+	copies, err := r.read(ctx, key)
 	if err != nil {
 		return nil, storeError{err}
 	}
@@ -99,20 +94,6 @@ func (a attemptReader) Get(ctx context.Context, key string) ([]byte, error) {
 		// Listed a moment ago, gone now: nothing create-only removes.
 		return nil, storeError{fmt.Errorf("%s: listed but gone: %w", key, ErrNotExist)}
 	}
-	a.r.cached[key] = copies
+	r.cached[key] = copies
 	return copies[0].data, nil
-}
-
-// Put, List and Walk complete the Store that ReadAttempts takes; it only
-// ever calls Get.
-func (a attemptReader) Put(context.Context, string, []byte) error {
-	return errors.New("evidence: verify: attempts are read, never written")
-}
-
-func (a attemptReader) List(context.Context, string) ([]string, error) {
-	return nil, errors.New("evidence: verify: attempts are derived from keys already listed")
-}
-
-func (a attemptReader) Walk(context.Context, string, func(string) error) error {
-	return errors.New("evidence: verify: attempts are derived from keys already listed")
 }

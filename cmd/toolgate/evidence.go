@@ -305,7 +305,7 @@ func (s artifactState) cell(v string) string {
 // readArtifact decodes key into v if keys lists it. A malformed artifact
 // is reported on stderr and yields artifactUnreadable; only a failing
 // store is an error.
-func readArtifact(ctx context.Context, s evidence.Store, keys []string, key string, v any, stderr io.Writer) (artifactState, error) {
+func readArtifact(ctx context.Context, s evidence.Reader, keys []string, key string, v any, stderr io.Writer) (artifactState, error) {
 	if !slices.Contains(keys, key) {
 		return artifactAbsent, nil
 	}
@@ -429,7 +429,7 @@ func evidenceShow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 var errNoEvidence = errors.New("no evidence stored")
 
 // listRequest returns the keys of a request, or an error when it has none.
-func listRequest(ctx context.Context, s evidence.Store, id string) ([]string, error) {
+func listRequest(ctx context.Context, s evidence.Reader, id string) ([]string, error) {
 	if strings.Contains(id, "/") || evidence.ValidKey(id) != nil {
 		return nil, fmt.Errorf("request id %q is not a valid request id", id)
 	}
@@ -605,7 +605,7 @@ func evidenceVerify(ctx context.Context, args []string, stdout, stderr io.Writer
 
 // verifyRequest verifies one request, which must have evidence in the
 // store or the spool.
-func verifyRequest(ctx context.Context, store evidence.Store, id string, opts evidence.VerifyOptions) (evidence.VerifyReport, error) {
+func verifyRequest(ctx context.Context, store evidence.Reader, id string, opts evidence.VerifyOptions) (evidence.VerifyReport, error) {
 	if _, err := listRequest(ctx, store, id); err != nil {
 		// A request may so far be in the spool alone.
 		if opts.Spool == nil || !errors.Is(err, errNoEvidence) {
