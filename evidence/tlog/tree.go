@@ -54,11 +54,6 @@ func NewTree() *Tree {
 	return &Tree{rng: rangeFactory.NewEmptyRange(0)}
 }
 
-// LeafHash returns the RFC 6962 leaf hash of an entry.
-func LeafHash(entry []byte) Hash {
-	return Hash(rfc6962.DefaultHasher.HashLeaf(entry))
-}
-
 // Size is the number of entries in the tree.
 func (t *Tree) Size() uint64 { return t.rng.End() }
 

@@ -1,0 +1,266 @@
+package tlog
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/transparency-dev/merkle/rfc6962"
+)
+
+// The two kinds of log entry.
+const (
+	// KindClaim is logged once a request's request.json is in the store.
+	KindClaim = "claim"
+	// KindCompletion is logged once a request's manifest.json is in the
+	// store.
+	KindCompletion = "completion"
+)
+
+// EntryVersion is the "v" every entry carries.
+const EntryVersion = 1
+
+// Limits on an entry's fields. With them no entry Marshal accepts can
+// reach MaxEntrySize, far below the 65,535 bytes an entry bundle allows.
+const (
+	MaxRequestIDLen = 128  // bytes of request_id
+	MaxGatewayLen   = 256  // bytes of gateway
+	MaxKeyIDLen     = 64   // bytes of key_id
+	MaxEntrySize    = 2048 // bytes of a marshalled entry; ParseEntry refuses more
+)
+
+// canonicalHashPrefix starts a canonical_request_hash, which is copied
+// verbatim from request.json, where it reads "sha256:<hex>".
+const canonicalHashPrefix = "sha256:"
+
+// Entry is one log entry: a claim (a request was admitted and its
+// request.json stored) or a completion (its manifest.json stored). Which
+// fields belong to which kind is fixed; Marshal refuses a field of the
+// other kind.
+type Entry struct {
+	Kind      string // KindClaim or KindCompletion
+	RequestID string // the request's id, 1..MaxRequestIDLen bytes
+	// CanonicalRequestHash (claim) is request.json's
+	// canonical_request_hash: "sha256:" and 64 lowercase hex digits.
+	CanonicalRequestHash string
+	// RequestSHA256 (claim) is the SHA-256 of the stored request.json
+	// bytes, 64 lowercase hex digits.
+	RequestSHA256 string
+	// ReceivedAt (claim) is when the gateway received the call. It is
+	// written in UTC with RFC 3339 nanosecond precision.
+	ReceivedAt time.Time
+	// Gateway names the gateway that wrote the artifact:
+	// "toolgate/<version>@<instance>".
+	Gateway string
+	// ManifestSHA256 (completion) is the SHA-256 of the stored
+	// manifest.json bytes, 64 lowercase hex digits.
+	ManifestSHA256 string
+	// Outcome (completion) is the manifest's outcome: "completed",
+	// "failed" or "interrupted".
+	Outcome string
+	// KeyID (completion) is the id of the key that signed the manifest;
+	// empty when the manifest is unsigned.
+	KeyID string
+}
+
+// claimJSON and completionJSON fix the field order of each kind: the
+// encoder writes struct fields in declaration order.
+type claimJSON struct {
+	V                    int    `json:"v"`
+	Kind                 string `json:"kind"`
+	RequestID            string `json:"request_id"`
+	CanonicalRequestHash string `json:"canonical_request_hash"`
+	RequestSHA256        string `json:"request_sha256"`
+	ReceivedAt           string `json:"received_at"`
+	Gateway              string `json:"gateway"`
+}
+
+type completionJSON struct {
+	V              int    `json:"v"`
+	Kind           string `json:"kind"`
+	RequestID      string `json:"request_id"`
+	ManifestSHA256 string `json:"manifest_sha256"`
+	Outcome        string `json:"outcome"`
+	KeyID          string `json:"key_id,omitempty"`
+	Gateway        string `json:"gateway"`
+}
+
+// wireEntry receives either kind on parsing.
+type wireEntry struct {
+	V                    int    `json:"v"`
+	Kind                 string `json:"kind"`
+	RequestID            string `json:"request_id"`
+	CanonicalRequestHash string `json:"canonical_request_hash"`
+	RequestSHA256        string `json:"request_sha256"`
+	ReceivedAt           string `json:"received_at"`
+	Gateway              string `json:"gateway"`
+	ManifestSHA256       string `json:"manifest_sha256"`
+	Outcome              string `json:"outcome"`
+	KeyID                string `json:"key_id"`
+}
+
+// Marshal returns the entry's canonical bytes: compact JSON, the fields of
+// its kind in a fixed order, no HTML escaping, no trailing newline. The
+// same entry always marshals to the same bytes, which is what the log
+// commits to.
+func (e Entry) Marshal() ([]byte, error) {
+	if err := e.validate(); err != nil {
+		return nil, err
+	}
+	var v any
+	if e.Kind == KindClaim {
+		v = claimJSON{EntryVersion, e.Kind, e.RequestID, e.CanonicalRequestHash, e.RequestSHA256,
+			e.ReceivedAt.UTC().Format(time.RFC3339Nano), e.Gateway}
+	} else {
+		v = completionJSON{EntryVersion, e.Kind, e.RequestID, e.ManifestSHA256, e.Outcome, e.KeyID, e.Gateway}
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("tlog: entry: %w", err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// ParseEntry parses the bytes of one log entry. It is strict: it accepts
+// only bytes that Marshal of the parsed entry reproduces exactly, so
+// whitespace, reordered, duplicate or unknown fields, other escapes and
+// non-canonical times are all errors wrapping ErrMalformed.
+func ParseEntry(data []byte) (Entry, error) {
+	if len(data) > MaxEntrySize {
+		return Entry{}, fmt.Errorf("%w: entry is %d bytes, more than %d", ErrMalformed, len(data), MaxEntrySize)
+	}
+	var w wireEntry
+	if err := json.Unmarshal(data, &w); err != nil {
+		return Entry{}, fmt.Errorf("%w: entry: %w", ErrMalformed, err)
+	}
+	if w.V != EntryVersion {
+		return Entry{}, fmt.Errorf("%w: entry version %d, want %d", ErrMalformed, w.V, EntryVersion)
+	}
+	e := Entry{Kind: w.Kind, RequestID: w.RequestID, CanonicalRequestHash: w.CanonicalRequestHash,
+		RequestSHA256: w.RequestSHA256, Gateway: w.Gateway, ManifestSHA256: w.ManifestSHA256,
+		Outcome: w.Outcome, KeyID: w.KeyID}
+	if w.ReceivedAt != "" {
+		t, err := time.Parse(time.RFC3339Nano, w.ReceivedAt)
+		if err != nil {
+			return Entry{}, fmt.Errorf("%w: entry received_at: %w", ErrMalformed, err)
+		}
+		e.ReceivedAt = t.UTC()
+	}
+	again, err := e.Marshal()
+	if err != nil {
+		return Entry{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	if !bytes.Equal(again, data) {
+		return Entry{}, fmt.Errorf("%w: entry is not in canonical form", ErrMalformed)
+	}
+	return e, nil
+}
+
+// LeafHash returns the RFC 6962 leaf hash of an entry's bytes,
+// SHA-256(0x00 || entry): the hash the log's tree is built from.
+func LeafHash(entry []byte) [32]byte {
+	return [32]byte(rfc6962.DefaultHasher.HashLeaf(entry))
+}
+
+// validate checks every field Marshal writes and that no field of the
+// other kind is set.
+func (e Entry) validate() error {
+	if err := checkText("request_id", e.RequestID, MaxRequestIDLen); err != nil {
+		return err
+	}
+	if err := checkText("gateway", e.Gateway, MaxGatewayLen); err != nil {
+		return err
+	}
+	switch e.Kind {
+	case KindClaim:
+		return e.validateClaim()
+	case KindCompletion:
+		return e.validateCompletion()
+	}
+	return fmt.Errorf("tlog: entry kind %q is neither %q nor %q", e.Kind, KindClaim, KindCompletion)
+}
+
+func (e Entry) validateClaim() error {
+	if e.ManifestSHA256 != "" || e.Outcome != "" || e.KeyID != "" {
+		return fmt.Errorf("tlog: a claim entry has a completion field set")
+	}
+	hexPart, ok := strings.CutPrefix(e.CanonicalRequestHash, canonicalHashPrefix)
+	if !ok || !isHexDigest(hexPart) {
+		return fmt.Errorf("tlog: entry canonical_request_hash %q is not %q and 64 lowercase hex digits",
+			e.CanonicalRequestHash, canonicalHashPrefix)
+	}
+	if !isHexDigest(e.RequestSHA256) {
+		return fmt.Errorf("tlog: entry request_sha256 %q is not 64 lowercase hex digits", e.RequestSHA256)
+	}
+	// RFC 3339 has four-digit years only; the zero time is a forgotten field.
+	if y := e.ReceivedAt.UTC().Year(); e.ReceivedAt.IsZero() || y < 1 || y > 9999 {
+		return fmt.Errorf("tlog: entry received_at %v is unset or outside years 1..9999", e.ReceivedAt)
+	}
+	return nil
+}
+
+func (e Entry) validateCompletion() error {
+	if e.CanonicalRequestHash != "" || e.RequestSHA256 != "" || !e.ReceivedAt.IsZero() {
+		return fmt.Errorf("tlog: a completion entry has a claim field set")
+	}
+	if !isHexDigest(e.ManifestSHA256) {
+		return fmt.Errorf("tlog: entry manifest_sha256 %q is not 64 lowercase hex digits", e.ManifestSHA256)
+	}
+	switch e.Outcome {
+	case "completed", "failed", "interrupted":
+	default:
+		return fmt.Errorf("tlog: entry outcome %q is not completed, failed or interrupted", e.Outcome)
+	}
+	if e.KeyID != "" && !isKeyID(e.KeyID) {
+		return fmt.Errorf("tlog: entry key_id %q is not 1..%d bytes of [a-z0-9:._-]", e.KeyID, MaxKeyIDLen)
+	}
+	return nil
+}
+
+// checkText checks a free-text field: present, bounded, valid UTF-8 and
+// free of control characters, so it reads the same in every tool.
+func checkText(field, s string, maxLen int) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("tlog: entry %s is empty", field)
+	case len(s) > maxLen:
+		return fmt.Errorf("tlog: entry %s is %d bytes, more than %d", field, len(s), maxLen)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("tlog: entry %s is not valid UTF-8", field)
+	case strings.IndexFunc(s, unicode.IsControl) >= 0:
+		return fmt.Errorf("tlog: entry %s %q contains a control character", field, s)
+	}
+	return nil
+}
+
+// isHexDigest reports whether s is a SHA-256 digest in lowercase hex.
+func isHexDigest(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// isKeyID reports whether s looks like a key id ("ed25519:<hex>").
+func isKeyID(s string) bool {
+	if len(s) > MaxKeyIDLen {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'z') && !strings.ContainsRune(":._-", rune(c)) {
+			return false
+		}
+	}
+	return true
+}
