@@ -47,6 +47,9 @@ type LogConfig struct {
 	Instance string
 	// Origin is the log's name in its checkpoints.
 	Origin string
+	// Gateway names this gateway in the completions it logs:
+	// "toolgate/<version>@<instance>".
+	Gateway string
 	// SignCheckpoint returns the signed checkpoint of a tree size and root.
 	SignCheckpoint func(size uint64, root tlog.Hash) ([]byte, error)
 	// Interval is how often queued entries are sequenced and a checkpoint
@@ -92,10 +95,14 @@ type LogWriter struct {
 	cfg    LogConfig
 	prefix string
 	epoch  uint64
+	// previousOpen: the previous process did not close its lease, so it
+	// may have died with entries queued.
+	previousOpen bool
 
 	mu      sync.Mutex
 	queue   [][]byte
-	pending int   // entries taken by the sequencer but not yet in a stored batch
+	pending int // entries taken by the sequencer but not yet in a stored batch
+	unsure  []uncertainPut
 	fenced  error // set once, never cleared
 
 	// Owned by the sequencer (OpenLog, then Run's goroutine).
@@ -124,7 +131,7 @@ func (l *LogWriter) Ready() error {
 	if l.fenced != nil {
 		return l.fenced
 	}
-	if n := len(l.queue) + l.pending; n >= l.cfg.MaxPending {
+	if n := len(l.queue) + l.pending + len(l.unsure); n >= l.cfg.MaxPending {
 		return fmt.Errorf("%w: %d entries wait to be sequenced", ErrLogBacklog, n)
 	}
 	return nil
@@ -164,7 +171,7 @@ func (l *LogWriter) Close(ctx context.Context) error {
 		return err
 	}
 	l.mu.Lock()
-	left := len(l.queue) + l.pending
+	left := len(l.queue) + l.pending + len(l.unsure)
 	l.mu.Unlock()
 	if left > 0 || len(l.unwritten) > 0 {
 		return fmt.Errorf("evidence: log %s: %d entries not sequenced at close", l.cfg.Origin, left)
@@ -176,6 +183,7 @@ func (l *LogWriter) Close(ctx context.Context) error {
 // Flush stores the queued entries as one batch, then the tiles, bundles
 // and checkpoint they lead to. Run calls it every Interval.
 func (l *LogWriter) Flush(ctx context.Context) error {
+	l.resolveUncertain(ctx)
 	if err := l.writeUnwritten(ctx); err != nil {
 		return err
 	}

@@ -74,6 +74,14 @@ func OpenLog(ctx context.Context, s Store, cfg LogConfig) (*LogWriter, error) {
 	if err := l.restore(ctx); err != nil {
 		return nil, err
 	}
+	if l.previousOpen {
+		found, err := l.catchUp(ctx)
+		if err != nil {
+			return nil, err
+		}
+		l.cfg.Logger.Info("transparency log: caught up with the entries the previous process left unsequenced",
+			"origin", l.cfg.Origin, "epoch", l.epoch-1, "entries", found)
+	}
 	return l, nil
 }
 
@@ -103,11 +111,14 @@ func (l *LogWriter) takeLease(ctx context.Context) error {
 		return fmt.Errorf("evidence: log lease: %w", err)
 	}
 	var last uint64
+	closed := map[uint64]bool{}
 	for _, k := range keys {
-		if n, ok := parseSeqKey(k, leaseDir); ok && n > last {
-			last = n
+		if n, ok := parseSeqKey(strings.TrimSuffix(k, closedSuffix), leaseDir); ok {
+			last = max(last, n)
+			closed[n] = closed[n] || strings.HasSuffix(k, closedSuffix)
 		}
 	}
+	l.previousOpen = last > 0 && !closed[last]
 	for try := uint64(1); try <= maxLeaseTries; try++ {
 		data, err := json.Marshal(lease{Epoch: last + try, Origin: l.cfg.Origin, StartedAt: time.Now().UTC()})
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -33,7 +34,8 @@ func testLogConfig(t *testing.T, s Store) LogConfig {
 		t.Fatal(err)
 	}
 	return LogConfig{
-		Instance: "gw-1", Origin: origin, Interval: time.Hour, OpTimeout: time.Second, MaxPending: 100,
+		Instance: "gw-1", Origin: origin, Gateway: "toolgate/test@gw-1", Interval: time.Hour, OpTimeout: time.Second, MaxPending: 100,
+		Logger: slog.New(slog.DiscardHandler),
 		SignCheckpoint: func(size uint64, root tlog.Hash) ([]byte, error) {
 			text := fmt.Sprintf("%s\n%d\n%s\n", origin, size, base64.StdEncoding.EncodeToString(root[:]))
 			return note.Sign(&note.Note{Text: text}, signer)

@@ -1,0 +1,210 @@
+package evidence
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/toolgate/toolgate/evidence/tlog"
+)
+
+// catchUp logs what the previous process of this instance stored but
+// died before sequencing: the entries still in its queue. It runs only
+// when that process did not close its lease.
+//
+// Which requests to look at is bounded by time, with the store's own
+// clock on both sides. The previous process put each batch in one try
+// bounded by OpTimeout, with everything queued at the time, and queued
+// each entry as soon as its artifact's Put returned, which is at most
+// OpTimeout after the artifact's storage time. So an entry it lost
+// belongs to an artifact stored after its last batch's storage time
+// minus two OpTimeouts and an Interval: only those artifacts are read,
+// and only the batches stored since are read to tell logged from lost.
+func (l *LogWriter) catchUp(ctx context.Context) (int, error) {
+	since, logged, err := l.loggedSince(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("evidence: log catch-up: %w", err)
+	}
+	var found int
+	err = walkRequestInfos(ctx, l.store, func(id string, infos []KeyInfo) error {
+		entries, err := l.lostEntries(ctx, id, infos, since)
+		for _, e := range entries {
+			if !logged[entryKey(e)] {
+				l.Append(e)
+				found++
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return found, fmt.Errorf("evidence: log catch-up: %w", err)
+	}
+	return found, nil
+}
+
+// loggedSince returns the time from which artifacts may have lost their
+// entries, and the entries of the batches stored from then on.
+func (l *LogWriter) loggedSince(ctx context.Context) (time.Time, map[string]bool, error) {
+	var batches []KeyInfo
+	var last time.Time
+	err := WalkInfo(ctx, l.store, l.prefix+batchDir, func(ki KeyInfo) error {
+		batches = append(batches, ki)
+		if ki.ModTime.After(last) {
+			last = ki.ModTime
+		}
+		return nil
+	})
+	if err != nil || last.IsZero() {
+		// No batch, or a store that cannot tell: every artifact is read.
+		since := time.Time{}
+		logged, err := l.batchEntries(ctx, batches, since)
+		return since, logged, err
+	}
+	since := last.Add(-2*l.cfg.OpTimeout - l.cfg.Interval)
+	logged, err := l.batchEntries(ctx, batches, since.Add(-l.cfg.OpTimeout))
+	return since, logged, err
+}
+
+func (l *LogWriter) batchEntries(ctx context.Context, batches []KeyInfo, since time.Time) (map[string]bool, error) {
+	logged := map[string]bool{}
+	for _, ki := range batches {
+		if !ki.ModTime.IsZero() && ki.ModTime.Before(since) {
+			continue
+		}
+		data, err := l.store.Get(ctx, ki.Key)
+		if err != nil {
+			return nil, err
+		}
+		var b batch
+		if err := json.Unmarshal(data, &b); err != nil {
+			return nil, fmt.Errorf("%s: %w", ki.Key, err)
+		}
+		for _, e := range b.Entries {
+			logged[entryKey(e)] = true
+		}
+	}
+	return logged, nil
+}
+
+// entryKey identifies what an entry commits to: its kind, request and the
+// digest of the artifact.
+func entryKey(entry []byte) string {
+	e, err := tlog.ParseEntry(entry)
+	if err != nil {
+		return "unparsable/" + string(entry)
+	}
+	return e.Kind + "/" + e.RequestID + "/" + e.RequestSHA256 + e.ManifestSHA256
+}
+
+// lostEntries returns the entries this instance owed for a request's
+// artifacts stored since a time: its claim if this instance stored
+// request.json, its completion if this instance owned the last attempt,
+// the only one that writes a manifest.
+func (l *LogWriter) lostEntries(ctx context.Context, id string, infos []KeyInfo, since time.Time) ([][]byte, error) {
+	var out [][]byte
+	recent := func(ki KeyInfo) bool { return ki.ModTime.IsZero() || !ki.ModTime.Before(since) }
+	for _, ki := range infos {
+		if !recent(ki) {
+			continue
+		}
+		var e []byte
+		var err error
+		switch ki.Key {
+		case Key(id, ArtifactRequest):
+			e, err = l.ownEntry(ctx, ki.Key, tlog.KindClaim, ki.Key)
+		case Key(id, ArtifactManifest):
+			e, err = l.ownEntry(ctx, ki.Key, tlog.KindCompletion, lastDecisionKey(id, infos))
+		}
+		if err != nil {
+			return out, err
+		}
+		if e != nil {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// ownEntry returns the entry of the artifact at key when the record at
+// ownerKey names this instance as its gateway, else nil.
+func (l *LogWriter) ownEntry(ctx context.Context, key, kind, ownerKey string) ([]byte, error) {
+	owner, err := l.store.Get(ctx, ownerKey)
+	if errors.Is(err, ErrNotExist) {
+		return nil, nil // a layout verification reports, not the log's business
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rec struct {
+		Gateway string `json:"gateway"`
+	}
+	if json.Unmarshal(owner, &rec) != nil || instanceOf(rec.Gateway) != l.cfg.Instance {
+		return nil, nil
+	}
+	data := owner
+	if key != ownerKey {
+		if data, err = l.store.Get(ctx, key); err != nil {
+			return nil, err
+		}
+	}
+	e, err := logEntry(kind, data, l.cfg.Gateway)
+	if err != nil {
+		l.cfg.Logger.Warn("transparency log catch-up: artifact not logged", "key", key, "err", err)
+		return nil, nil
+	}
+	return e, nil
+}
+
+// instanceOf returns the instance of a "toolgate/<version>@<instance>"
+// gateway name.
+func instanceOf(gateway string) string {
+	_, inst, _ := strings.Cut(gateway, "@")
+	return inst
+}
+
+// lastDecisionKey returns the key of the decision of a request's last
+// attempt: attempts/<n>/policy_decision.json with the largest n, else the
+// first attempt's.
+func lastDecisionKey(id string, infos []KeyInfo) string {
+	best, last := 1, Key(id, ArtifactPolicyDecision)
+	for _, ki := range infos {
+		rest, ok := strings.CutPrefix(ki.Key, RequestPrefix(id)+"attempts/")
+		n, name, _ := strings.Cut(rest, "/")
+		num, err := strconv.Atoi(n)
+		if ok && err == nil && name == ArtifactPolicyDecision && num > best {
+			best, last = num, ki.Key
+		}
+	}
+	return last
+}
+
+// walkRequestInfos calls fn with each request's id and listed keys, in
+// order, holding one request's keys at a time.
+func walkRequestInfos(ctx context.Context, r Reader, fn func(id string, infos []KeyInfo) error) error {
+	var id string
+	var infos []KeyInfo
+	err := WalkInfo(ctx, r, "requests/", func(ki KeyInfo) error {
+		rest := strings.TrimPrefix(ki.Key, "requests/")
+		next, _, ok := strings.Cut(rest, "/")
+		if !ok {
+			return nil
+		}
+		if next != id && id != "" {
+			if err := fn(id, infos); err != nil {
+				return err
+			}
+			infos = infos[:0]
+		}
+		id = next
+		infos = append(infos, ki)
+		return nil
+	})
+	if err != nil || id == "" {
+		return err
+	}
+	return fn(id, infos)
+}

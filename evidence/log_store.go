@@ -1,0 +1,146 @@
+package evidence
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/toolgate/toolgate/evidence/tlog"
+)
+
+// WithLog returns a Store that logs what it stores of each request: the
+// claim when a request.json is stored, the completion when a manifest.json
+// is. Every writer of those artifacts (a call, a retry, recovery, the
+// spool's upload) goes through the store, so wrapping the store is what
+// makes every one of them logged, and nothing on a call's path waits for
+// the log. Before storing a claim it asks the log whether it can take it:
+// a call the log cannot record must not start.
+func WithLog(s StoreCloser, l *LogWriter) StoreCloser {
+	return &loggedStore{StoreCloser: s, log: l}
+}
+
+type loggedStore struct {
+	StoreCloser
+	log *LogWriter
+}
+
+// WalkInfo passes listing times through, which the log's catch-up and
+// audits of the store use.
+func (s *loggedStore) WalkInfo(ctx context.Context, prefix string, fn func(KeyInfo) error) error {
+	return WalkInfo(ctx, s.StoreCloser, prefix, fn)
+}
+
+func (s *loggedStore) Put(ctx context.Context, key string, data []byte) error {
+	kind := loggedKind(key)
+	if kind == "" {
+		return s.StoreCloser.Put(ctx, key, data)
+	}
+	if kind == tlog.KindClaim {
+		if err := s.log.Ready(); err != nil {
+			return fmt.Errorf("evidence: put %q: %w", key, err)
+		}
+	}
+	entry, err := logEntry(kind, data, s.log.cfg.Gateway)
+	if err != nil {
+		return fmt.Errorf("evidence: put %q: %w", key, err)
+	}
+	err = s.StoreCloser.Put(ctx, key, data)
+	switch {
+	case err == nil:
+		s.log.Append(entry)
+	case !errors.Is(err, ErrExist):
+		// The write may have landed all the same; the log finds out.
+		s.log.uncertain(key, data, entry)
+	}
+	return err
+}
+
+// loggedKind says which log entry storing key makes, if any.
+func loggedKind(key string) string {
+	rest, ok := strings.CutPrefix(key, "requests/")
+	if !ok {
+		return ""
+	}
+	_, name, ok := strings.Cut(rest, "/")
+	switch {
+	case !ok:
+		return ""
+	case name == ArtifactRequest:
+		return tlog.KindClaim
+	case name == ArtifactManifest:
+		return tlog.KindCompletion
+	}
+	return ""
+}
+
+// logEntry builds the entry that commits to a stored request.json
+// (claim) or manifest.json (completion, written by gateway). It depends
+// on the artifact's bytes alone, so that the live path, catch-up and
+// verification all compute the same entry.
+func logEntry(kind string, data []byte, gateway string) ([]byte, error) {
+	sum := sha256.Sum256(data)
+	digest := hex.EncodeToString(sum[:])
+	var e tlog.Entry
+	switch kind {
+	case tlog.KindClaim:
+		var r RequestRecord
+		if err := json.Unmarshal(data, &r); err != nil {
+			return nil, fmt.Errorf("request record: %w", err)
+		}
+		e = tlog.Entry{Kind: kind, RequestID: r.RequestID, CanonicalRequestHash: r.CanonicalRequestHash,
+			RequestSHA256: digest, ReceivedAt: r.ReceivedAt, Gateway: r.Gateway}
+	case tlog.KindCompletion:
+		m, err := ParseManifest(data)
+		if err != nil {
+			return nil, err
+		}
+		e = tlog.Entry{Kind: kind, RequestID: m.RequestID, ManifestSHA256: digest, Outcome: m.Outcome, Gateway: gateway}
+		if m.Signature != nil {
+			e.KeyID = m.Signature.KeyID
+		}
+	}
+	return e.Marshal()
+}
+
+// uncertainPut is a logged artifact whose write failed in a way that
+// leaves its outcome unknown.
+type uncertainPut struct {
+	key         string
+	data, entry []byte
+}
+
+// uncertain remembers a write of unknown outcome; resolveUncertain logs
+// its entry once the store shows the write landed.
+func (l *LogWriter) uncertain(key string, data, entry []byte) {
+	l.mu.Lock()
+	l.unsure = append(l.unsure, uncertainPut{key, data, entry})
+	l.mu.Unlock()
+}
+
+// resolveUncertain reads back each write of unknown outcome: landed with
+// these bytes, it is logged; absent or holding another writer's bytes, it
+// is dropped; unreadable, it is asked again at the next flush.
+func (l *LogWriter) resolveUncertain(ctx context.Context) {
+	l.mu.Lock()
+	unsure := l.unsure
+	l.unsure = nil
+	l.mu.Unlock()
+	var keep []uncertainPut
+	for _, u := range unsure {
+		stored, err := l.store.Get(ctx, u.key)
+		switch {
+		case err == nil && bytes.Equal(stored, u.data):
+			l.Append(u.entry)
+		case err != nil && !errors.Is(err, ErrNotExist):
+			keep = append(keep, u)
+		}
+	}
+	l.mu.Lock()
+	l.unsure = append(keep, l.unsure...)
+	l.mu.Unlock()
+}

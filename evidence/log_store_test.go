@@ -1,0 +1,175 @@
+package evidence
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/evidence/tlog"
+)
+
+// storeCall stores what a gateway stores for a finished call of request
+// id claimed and run by gateway: request.json, the decision and the
+// manifest, through s.
+func storeCall(t *testing.T, s Store, id, gateway string) {
+	t.Helper()
+	storeClaim(t, s, id, gateway)
+	dec, _ := json.Marshal(DecisionRecord{RequestID: id, Decision: "allow", Gateway: gateway})
+	mustPut(t, s, Key(id, ArtifactPolicyDecision), dec)
+	putManifest(t, s, id, map[string]string{}, nil)
+}
+
+func storeClaim(t *testing.T, s Store, id, gateway string) {
+	t.Helper()
+	req, _ := json.Marshal(RequestRecord{
+		RequestID: id, Caller: "c", ToolID: "t", Args: json.RawMessage(`{}`),
+		ReceivedAt:           time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		CanonicalRequestHash: "sha256:" + strings.Repeat("ab", 32), Gateway: gateway,
+	})
+	mustPut(t, s, Key(id, ArtifactRequest), req)
+}
+
+// loggedCalls returns "kind request_id" for each entry of gw-1's log.
+func loggedCalls(t *testing.T, s Store) []string {
+	t.Helper()
+	var out []string
+	for _, raw := range logEntries(t, s) {
+		e, err := tlog.ParseEntry([]byte(raw))
+		if err != nil {
+			t.Fatalf("entry %q: %v", raw, err)
+		}
+		out = append(out, e.Kind+" "+e.RequestID)
+	}
+	return out
+}
+
+func openLogged(t *testing.T, s StoreCloser, cfg LogConfig) (*LogWriter, StoreCloser) {
+	t.Helper()
+	l, err := OpenLog(context.Background(), s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, WithLog(s, l)
+}
+
+func TestLoggedStoreLogsClaimsAndCompletions(t *testing.T) {
+	ctx := context.Background()
+	mem := NewMemoryStore()
+	cfg := testLogConfig(t, mem)
+	l, s := openLogged(t, mem, cfg)
+	storeCall(t, s, "r1", cfg.Gateway)
+	storeClaim(t, s, "r2", cfg.Gateway)
+	again, _ := mem.Get(ctx, Key("r1", ArtifactRequest))
+	if err := s.Put(ctx, Key("r1", ArtifactRequest), again); !errors.Is(err, ErrExist) {
+		t.Fatalf("a second claim: %v", err)
+	}
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"claim r1", "completion r1", "claim r2"}
+	if got := loggedCalls(t, mem); !slices.Equal(got, want) {
+		t.Fatalf("log = %v, want %v", got, want)
+	}
+}
+
+// A claim the log cannot take is refused before it is stored, so the call
+// never runs unlogged; a completion is always stored, since its call ran.
+func TestLoggedStoreRefusesClaimsOfAFencedLog(t *testing.T) {
+	ctx := context.Background()
+	mem := NewMemoryStore()
+	cfg := testLogConfig(t, mem)
+	old, s := openLogged(t, mem, cfg)
+	storeClaim(t, s, "r1", cfg.Gateway)
+	newer, _ := openLogged(t, mem, cfg)
+	newer.Append([]byte("newer"))
+	if err := newer.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Flush(ctx); !errors.Is(err, ErrLogFenced) {
+		t.Fatalf("not fenced: %v", err)
+	}
+	req, _ := mem.Get(ctx, Key("r1", ArtifactRequest))
+	if err := s.Put(ctx, Key("r2", ArtifactRequest), req); !errors.Is(err, ErrLogFenced) {
+		t.Fatalf("claim through a fenced log: %v", err)
+	}
+	if _, err := mem.Get(ctx, Key("r2", ArtifactRequest)); !errors.Is(err, ErrNotExist) {
+		t.Fatal("the refused claim was stored")
+	}
+	putManifest(t, s, "r1", map[string]string{}, nil)
+}
+
+// A write that timed out but landed is logged once the log reads it back.
+func TestLoggedStoreResolvesWritesOfUnknownOutcome(t *testing.T) {
+	ctx := context.Background()
+	mem := NewMemoryStore()
+	cfg := testLogConfig(t, mem)
+	l, err := OpenLog(ctx, mem, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := WithLog(lyingStore{mem}, l)
+	req, _ := json.Marshal(RequestRecord{RequestID: "r1", CanonicalRequestHash: "sha256:" + strings.Repeat("0", 64),
+		Gateway: cfg.Gateway, ReceivedAt: time.Unix(0, 0).UTC(), Args: json.RawMessage(`{}`)})
+	if err := s.Put(ctx, Key("r1", ArtifactRequest), req); err == nil {
+		t.Fatal("lyingStore reported success")
+	}
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := loggedCalls(t, mem); !slices.Equal(got, []string{"claim r1"}) {
+		t.Fatalf("log = %v", got)
+	}
+}
+
+// lyingStore stores every artifact but says the write timed out.
+type lyingStore struct{ *MemoryStore }
+
+func (s lyingStore) Put(ctx context.Context, key string, data []byte) error {
+	if err := s.MemoryStore.Put(ctx, key, data); err != nil {
+		return err
+	}
+	return context.DeadlineExceeded
+}
+
+// A gateway killed with entries queued loses none of them: the next
+// process of the same instance finds its artifacts and logs them, once,
+// and leaves other instances' requests to their own logs.
+func TestLogCatchesUpAfterACrash(t *testing.T) {
+	ctx := context.Background()
+	mem := NewMemoryStore()
+	cfg := testLogConfig(t, mem)
+	l, s := openLogged(t, mem, cfg)
+	storeCall(t, s, "a", cfg.Gateway)
+	if err := l.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	storeCall(t, s, "b", cfg.Gateway)
+	storeClaim(t, s, "c", cfg.Gateway)
+	storeCall(t, mem, "other", "toolgate/test@gw-2")
+	// The process dies here: no Flush, no Close.
+	next, _ := openLogged(t, mem, cfg)
+	if err := next.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"claim a", "completion a", "claim b", "claim c", "completion b"}
+	got := loggedCalls(t, mem)
+	if !slices.Equal(got[:2], want[:2]) || !sameSet(got[2:], want[2:]) {
+		t.Fatalf("log = %v, want %v (the last three in any order)", got, want)
+	}
+	// A clean restart finds nothing more to log.
+	again, _ := openLogged(t, mem, cfg)
+	if err := again.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(loggedCalls(t, mem)); n != len(want) {
+		t.Fatalf("log has %d entries after a clean restart, want %d", n, len(want))
+	}
+}
+
+func sameSet(a, b []string) bool {
+	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
+}
