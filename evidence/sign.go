@@ -1,6 +1,9 @@
 package evidence
 
 import (
+	"github.com/toolgate/toolgate/evidence/tlog"
+	"golang.org/x/mod/sumdb/note"
+
 	"bytes"
 	"crypto/ed25519"
 	"crypto/hmac"
@@ -75,6 +78,15 @@ func NewSigner(key ed25519.PrivateKey) (*Signer, error) {
 	}
 	pub := derived.Public().(ed25519.PublicKey)
 	return &Signer{key: derived, pub: pub, keyID: KeyID(pub)}, nil
+}
+
+// CheckpointSigner returns a signer of the transparency log's checkpoints
+// named origin, with the same key: a log is signed by the key of the
+// manifests it commits to, so one public key checks both. The two kinds of
+// signed message cannot be confused: a manifest's starts with
+// "toolgate-manifest-v1\n", which tlog.NewSigner refuses as an origin.
+func (s *Signer) CheckpointSigner(origin string) (note.Signer, error) {
+	return tlog.NewSigner(origin, s.key)
 }
 
 // KeyID returns the id of the Signer's key, as KeyID computes it.

@@ -106,6 +106,20 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	}
 	store := evidence.WithOpTimeout(opened, cfg.Evidence.opTimeout())
 	closers = append(closers, store)
+	instance := cfg.Instance
+	if instance == "" {
+		if instance, err = os.Hostname(); err != nil || instance == "" {
+			instance = "localhost"
+		}
+	}
+	if signer != nil {
+		logged, closeLog, err := openTransparencyLog(ctx, cfg, store, signer, instance, log)
+		if err != nil {
+			return fail(err)
+		}
+		store = logged
+		closers = append(closers, closeLog)
+	}
 	var spool *evidence.Spool
 	if dir := cfg.Evidence.SpoolDir; dir != "" && dir != "none" {
 		if spool, err = evidence.OpenSpool(dir); err != nil {
@@ -202,12 +216,6 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		}
 	}
 
-	instance := cfg.Instance
-	if instance == "" {
-		if instance, err = os.Hostname(); err != nil || instance == "" {
-			instance = "localhost"
-		}
-	}
 	g, err := New(Options{
 		Decider:    engine,
 		Store:      store,

@@ -42,7 +42,10 @@ type Config struct {
 	Auth     AuthConfig     `yaml:"auth"`
 	Policies PolicyConfig   `yaml:"policies"`
 	Evidence EvidenceConfig `yaml:"evidence"`
-	Redact   RedactConfig   `yaml:"redact"`
+	// Log tunes the transparency log of the requests, kept whenever
+	// manifests are signed.
+	Log    TransparencyLogConfig `yaml:"log"`
+	Redact RedactConfig          `yaml:"redact"`
 	// Drivers maps a driver name to its settings.
 	Drivers map[string]DriverConfig `yaml:"drivers"`
 	// Tools maps additional tool ids onto a driver and a target. Workspace
@@ -486,6 +489,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: %w", err)
 	}
 	if err := c.Policies.validate(c.Auth.Keys); err != nil {
+		return err
+	}
+	if err := c.Log.validate(); err != nil {
 		return err
 	}
 	if c.Evidence.OpTimeout < 0 {

@@ -1,0 +1,107 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/evidence/tlog"
+)
+
+// Defaults of the log section.
+const (
+	// DefaultCheckpointInterval is how often queued log entries are
+	// sequenced and a checkpoint published.
+	DefaultCheckpointInterval = time.Second
+	// DefaultLogMaxPending bounds the entries waiting to be sequenced
+	// while the store refuses the log's writes; beyond it, new calls are
+	// refused rather than run unlogged. A batch of this many entries
+	// stays well under the store's artifact size limit.
+	DefaultLogMaxPending = 65536
+)
+
+// TransparencyLogConfig tunes the transparency log every signing gateway
+// keeps of its requests (see the README, "Completeness").
+type TransparencyLogConfig struct {
+	// CheckpointInterval is how often queued entries are sequenced and a
+	// signed checkpoint published: the most a checkpoint trails a call.
+	// 0 means 1s.
+	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
+	// MaxPending is how many entries may wait to be sequenced before new
+	// calls are refused. 0 means 65536.
+	MaxPending int `yaml:"max_pending"`
+}
+
+func (c TransparencyLogConfig) validate() error {
+	if c.CheckpointInterval < 0 {
+		return fmt.Errorf("config: log.checkpoint_interval: must not be negative (0: %v)", DefaultCheckpointInterval)
+	}
+	if c.MaxPending < 0 {
+		return fmt.Errorf("config: log.max_pending: must not be negative (0: %d)", DefaultLogMaxPending)
+	}
+	return nil
+}
+
+// openTransparencyLog opens this instance's log in the store and returns
+// the store wrapped so that every claim and manifest stored through it is
+// logged, and the closer that sequences what is left at shutdown.
+func openTransparencyLog(ctx context.Context, cfg Config, store evidence.StoreCloser, signer *evidence.Signer,
+	instance string, log *slog.Logger) (evidence.StoreCloser, io.Closer, error) {
+	origin, err := evidence.LogOrigin(ctx, store, instance)
+	if err != nil {
+		return nil, nil, fmt.Errorf("log: %w", err)
+	}
+	noteSigner, err := signer.CheckpointSigner(origin)
+	if err != nil {
+		return nil, nil, fmt.Errorf("log: %w", err)
+	}
+	lc := evidence.LogConfig{
+		Instance: instance,
+		Origin:   origin,
+		Gateway:  gatewayName(instance),
+		SignCheckpoint: func(size uint64, root tlog.Hash) ([]byte, error) {
+			return tlog.SignCheckpoint(noteSigner, size, root)
+		},
+		Interval:   orDefault(cfg.Log.CheckpointInterval, DefaultCheckpointInterval),
+		OpTimeout:  cfg.Evidence.opTimeout(),
+		MaxPending: orDefault(cfg.Log.MaxPending, DefaultLogMaxPending),
+		Logger:     log,
+	}
+	l, err := evidence.OpenLog(ctx, store, lc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("log: %w", err)
+	}
+	log.Info("transparency log open", "origin", origin, "epoch", l.Epoch(), "size", l.Size(), "key_id", signer.KeyID())
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.Run(runCtx)
+	}()
+	closer := closerFunc(func() error {
+		stop()
+		<-done
+		closeCtx, cancel := context.WithTimeout(context.Background(), 2*lc.OpTimeout)
+		defer cancel()
+		if err := l.Close(closeCtx); err != nil {
+			return fmt.Errorf("log: %w", err)
+		}
+		return nil
+	})
+	return evidence.WithLog(store, l), closer, nil
+}
+
+// gatewayName is how a gateway names itself in evidence:
+// "toolgate/<version>@<instance>".
+func gatewayName(instance string) string { return fmt.Sprintf("toolgate/%s@%s", Version, instance) }
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
