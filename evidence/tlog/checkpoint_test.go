@@ -111,7 +111,7 @@ func TestASignedCheckpointOpensWithItsLogKey(t *testing.T) {
 		t.Fatalf("checkpoint =\n%s\nwant it to start\n%s", data, want)
 	}
 	for _, strict := range []bool{false, true} {
-		p := logPolicy(2, 1)
+		p := logPolicy(2, 1, 1) // a key given twice is one key
 		p.Strict = strict
 		cp, err := OpenCheckpoint(data, p)
 		if err != nil {
@@ -320,5 +320,26 @@ func TestEveryFlippedBitOfACosignedCheckpointIsRefusedWhenStrict(t *testing.T) {
 		if cp, err := OpenCheckpoint(flipped, p); err == nil {
 			t.Fatalf("bit %d flipped: %q opened as %+v", i, flipped, cp)
 		}
+	}
+}
+
+func TestABadSignatureErrorSaysWhoseSignatureItIs(t *testing.T) {
+	w := newWitness(t, 51)
+	good := cosign(t, signedCheckpoint(t, 1, 42, testRoot(1)), w)
+	p := logPolicy(1)
+	p.Witnesses = []note.Verifier{w.verifier}
+	for _, tc := range []struct {
+		name, want string
+		data       []byte
+	}{
+		{"a changed body breaks the log signature first", "the log signature", bytes.Replace(good, []byte("\n42\n"), []byte("\n43\n"), 1)},
+		{"a forged cosignature names its witness", "the cosignature of witness witness-51.example", forgeLastSignature(good)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := OpenCheckpoint(tc.data, p)
+			if !errors.Is(err, ErrBadSignature) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("OpenCheckpoint = %v, want ErrBadSignature saying %q", err, tc.want)
+			}
+		})
 	}
 }
