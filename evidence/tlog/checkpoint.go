@@ -244,9 +244,13 @@ func (p CheckpointPolicy) verifiers(origin string) (logVerifiers, []note.Verifie
 		if err != nil {
 			return logVerifiers{}, nil, err
 		}
-		if _, dup := l.keys[v.KeyHash()]; !dup {
+		switch prev, seen := l.keys[v.KeyHash()]; {
+		case !seen:
 			l.keys[v.KeyHash()] = k
 			l.list = append(l.list, v)
+		case !prev.Equal(k):
+			// Two keys under one 32-bit id: note.Open could not tell them apart.
+			return logVerifiers{}, nil, fmt.Errorf("tlog: log keys %x and %x share the key id %08x under %s", prev, k, v.KeyHash(), origin)
 		}
 	}
 	var ws []note.Verifier
@@ -270,8 +274,10 @@ func openError(origin string, err error) error {
 	switch {
 	case errors.As(err, &unverified):
 		return fmt.Errorf("%w: no trusted log key signed the checkpoint of %s", ErrUnknownKey, origin)
+	case errors.As(err, &invalid) && invalid.Name == origin:
+		return fmt.Errorf("%w: the log signature (key %08x) on the checkpoint of %s does not verify", ErrBadSignature, invalid.Hash, origin)
 	case errors.As(err, &invalid):
-		return fmt.Errorf("%w: the signature of %s (key %08x) on the checkpoint does not verify", ErrBadSignature, invalid.Name, invalid.Hash)
+		return fmt.Errorf("%w: the cosignature of witness %s (key %08x) on the checkpoint of %s does not verify", ErrBadSignature, invalid.Name, invalid.Hash, origin)
 	}
 	return fmt.Errorf("%w: checkpoint: %w", ErrMalformed, err)
 }
