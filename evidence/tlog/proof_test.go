@@ -13,7 +13,7 @@ import (
 // The RFC 6962 tree, written out from §2.1 so the proofs tested here do
 // not come from the code under test.
 
-func nodeHash(l, r [32]byte) [32]byte {
+func refNodeHash(l, r [32]byte) [32]byte {
 	return sha256.Sum256(append(append([]byte{1}, l[:]...), r[:]...))
 }
 
@@ -31,7 +31,7 @@ func mth(leaves [][32]byte) [32]byte {
 		return leaves[0]
 	}
 	k := split(len(leaves))
-	return nodeHash(mth(leaves[:k]), mth(leaves[k:]))
+	return refNodeHash(mth(leaves[:k]), mth(leaves[k:]))
 }
 
 func path(m int, leaves [][32]byte) [][32]byte {
