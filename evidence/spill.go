@@ -23,9 +23,9 @@ const (
 	spillFanIn = 64
 	// spillBufSize is the buffer of each run file read or written.
 	spillBufSize = 32 << 10
-	// spillMaxField bounds a key or a value read back from a run file:
-	// nothing larger is ever added, so a larger length means a damaged
-	// file, which must not make the sorter allocate it.
+	// spillMaxField bounds a key or a value: nothing larger is added, so a
+	// larger length read back from a run file means a damaged file, which
+	// must not make the sorter allocate it.
 	spillMaxField = MaxArtifactSize
 )
 
@@ -44,11 +44,13 @@ type spillSorter struct {
 	dir    string // the sorter's own folder under parent, made at the first spill
 	max    int    // records held in memory at most
 	fanIn  int
-	arena  []byte      // keys and values of the batch, back to back
-	batch  []spillSpan // the batch's records, in the order added
-	runs   []string    // run files, oldest first
-	seq    int         // names run files
-	used   bool        // sorted has been called
+	// maxField is the largest key or value, spillMaxField but in tests.
+	maxField int
+	arena    []byte      // keys and values of the batch, back to back
+	batch    []spillSpan // the batch's records, in the order added
+	runs     []string    // run files, oldest first
+	seq      int         // names run files
+	used     bool        // sorted has been called
 }
 
 // spillSpan locates one record of the batch in the arena.
@@ -63,7 +65,7 @@ func newSpillSorter(dir string, maxInMemory int) (*spillSorter, error) {
 	if dir == "" {
 		return nil, errors.New("evidence: spill: no folder for temporary files")
 	}
-	return &spillSorter{parent: dir, max: maxInMemory, fanIn: spillFanIn}, nil
+	return &spillSorter{parent: dir, max: maxInMemory, fanIn: spillFanIn, maxField: spillMaxField}, nil
 }
 
 // add adds a record. It copies key and value, so the caller may reuse
@@ -72,8 +74,8 @@ func (s *spillSorter) add(key string, value []byte) error {
 	if s.used {
 		return errors.New("evidence: spill: add after sorted")
 	}
-	if len(key) > spillMaxField || len(value) > spillMaxField {
-		return fmt.Errorf("evidence: spill: record larger than %d bytes", spillMaxField)
+	if len(key) > s.maxField || len(value) > s.maxField {
+		return fmt.Errorf("evidence: spill: a key or value is larger than %d bytes", s.maxField)
 	}
 	off := len(s.arena)
 	s.arena = append(append(s.arena, key...), value...)
@@ -261,9 +263,10 @@ func (b *batchSource) value() []byte { return b.s.value(b.s.batch[b.i-1]) }
 
 // runReader reads a run file.
 type runReader struct {
-	f    *os.File
-	r    *bufio.Reader
-	k, v []byte
+	f        *os.File
+	r        *bufio.Reader
+	maxField int
+	k, v     []byte
 }
 
 func (r *runReader) key() []byte   { return r.k }
@@ -281,7 +284,7 @@ func (r *runReader) next() (bool, error) {
 	if err != nil {
 		return false, r.damaged(err)
 	}
-	if klen > spillMaxField || vlen > spillMaxField {
+	if klen > uint64(r.maxField) || vlen > uint64(r.maxField) {
 		return false, r.damaged(fmt.Errorf("record of %d+%d bytes", klen, vlen))
 	}
 	r.k = slices.Grow(r.k[:0], int(klen))[:klen]
@@ -345,7 +348,7 @@ func (s *spillSorter) openMerge(runs []string, tail spillSource) (*spillMerge, e
 			return nil, fmt.Errorf("evidence: spill: %w", err)
 		}
 		m.files = append(m.files, f)
-		srcs = append(srcs, &runReader{f: f, r: bufio.NewReaderSize(f, spillBufSize)})
+		srcs = append(srcs, &runReader{f: f, r: bufio.NewReaderSize(f, spillBufSize), maxField: s.maxField})
 	}
 	if tail != nil {
 		srcs = append(srcs, tail)

@@ -215,6 +215,23 @@ func TestSpillSorterStopsAtTheFirstErrorAndACanceledContext(t *testing.T) {
 	}
 }
 
+func TestSpillSorterRefusesARecordLargerThanItsLimit(t *testing.T) {
+	s, err := newSpillSorter(t.TempDir(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	s.maxField = 4
+	for _, tc := range []struct{ key, value string }{{"12345", ""}, {"k", "12345"}} {
+		if err := s.add(tc.key, []byte(tc.value)); err == nil {
+			t.Errorf("add(%q, %q) with a 4-byte limit succeeded", tc.key, tc.value)
+		}
+	}
+	if err := s.add("1234", []byte("1234")); err != nil {
+		t.Errorf("add of a record at the limit = %v", err)
+	}
+}
+
 func TestNewSpillSorterRejectsBadSettings(t *testing.T) {
 	if _, err := newSpillSorter(t.TempDir(), 0); err == nil {
 		t.Error("newSpillSorter with 0 records in memory succeeded")
