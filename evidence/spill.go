@@ -144,7 +144,7 @@ func (s *spillSorter) newRun() (*runWriter, error) {
 
 // sorted calls fn with every record in order, and stops at and returns the
 // first error of fn. The value passed to fn is valid only until fn
-// returns. sorted may be called once.
+// returns, and fn must not modify it. sorted may be called once.
 func (s *spillSorter) sorted(ctx context.Context, fn func(key string, value []byte) error) error {
 	if s.used {
 		return errors.New("evidence: spill: sorted called twice")
