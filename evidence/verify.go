@@ -108,6 +108,13 @@ type VerifyOptions struct {
 	OnLog func(LogReport) error
 }
 
+// LogPosition locates one entry of a transparency log.
+type LogPosition struct {
+	Kind   string `json:"kind"` // "claim" or "completion"
+	Origin string `json:"origin"`
+	Index  uint64 `json:"index"`
+}
+
 // VerifyReport is the result of verifying one request.
 type VerifyReport struct {
 	RequestID string `json:"request_id"`
@@ -136,6 +143,9 @@ type VerifyReport struct {
 	// Log is LogLogged, LogUnlogged or LogPending when VerifyAll read the
 	// store's transparency logs, empty otherwise.
 	Log string `json:"log,omitempty"`
+	// Logged lists where the logs record the request: each claim and
+	// completion entry, by log origin and index.
+	Logged []LogPosition `json:"logged,omitempty"`
 
 	// The requirements the report was made under (VerifyOptions).
 	signatureRequired, logRequired bool

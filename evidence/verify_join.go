@@ -170,6 +170,7 @@ func missingReport(prefix string, recs []logRecord) VerifyReport {
 	id := strings.TrimSuffix(strings.TrimPrefix(prefix, requestsRoot), "/")
 	rep := VerifyReport{RequestID: id, Status: StatusMissing, Log: LogLogged}
 	for _, r := range recs {
+		rep.Logged = append(rep.Logged, LogPosition{Kind: r.kind, Origin: r.origin, Index: r.index})
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%s: its %s is logged at %s, but nothing of the request is stored", prefix, r.kind, r.where()))
 	}
 	return rep
@@ -180,6 +181,9 @@ func missingReport(prefix string, recs []logRecord) VerifyReport {
 // by the digest of the stored bytes.
 func (j *logJoin) judge(ctx context.Context, rep *VerifyReport, r *requestCopies, recs []logRecord, infos []KeyInfo) error {
 	rep.Log = LogLogged
+	for _, rec := range recs {
+		rep.Logged = append(rep.Logged, LogPosition{Kind: rec.kind, Origin: rec.origin, Index: rec.index})
+	}
 	for _, a := range []struct{ kind, name string }{{tlog.KindClaim, ArtifactRequest}, {tlog.KindCompletion, ArtifactManifest}} {
 		key := Key(rep.RequestID, a.name)
 		stored, err := r.storeCopy(ctx, key)

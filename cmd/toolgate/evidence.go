@@ -662,7 +662,7 @@ func (p *verifyPrinter) log(rep evidence.LogReport) error {
 	}
 	if p.asJSON {
 		data, err := json.Marshal(struct {
-			Log evidence.LogReport `json:"log"`
+			Log evidence.LogReport `json:"transparency_log"`
 		}{rep})
 		if err != nil {
 			return err

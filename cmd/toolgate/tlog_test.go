@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -382,5 +383,84 @@ func TestLogTampersFailVerify(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// TestLogTwoReplicasUnderLoad: two gateways sharing one MinIO bucket, each
+// with its own log, take concurrent calls, some of them the same request
+// ids sent to both. The logs verify and record every request exactly once
+// per state: one claim, one completion.
+func TestLogTwoReplicasUnderLoad(t *testing.T) {
+	m := evidencetest.StartMinIO(t)
+	b := minioLoggedBucket(t, m, "replicas")
+	cfg := signingGateway(t, b.dir, b.url)
+	text, _ := os.ReadFile(filepath.Join(b.dir, cfg))
+	var addrs []string
+	for _, name := range []string{"gw-a", "gw-b"} {
+		own := strings.Replace(string(text), "instance: gw-1", "instance: "+name, 1)
+		if err := os.WriteFile(filepath.Join(b.dir, name+".yaml"), []byte(own), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, startServerEnv(t, b.dir, b.env, "--config", name+".yaml").addr)
+	}
+	const callers, perCaller = 8, 12
+	errs := make(chan error, callers)
+	for c := range callers {
+		go func() {
+			client := dial(t, addrs[c%2])
+			for i := range perCaller {
+				// Even callers share ids with the next odd one, on the other
+				// replica: the same request raced through both gateways.
+				id := fmt.Sprintf("load-%d-%d", c/2, i)
+				if c%2 == 0 || i%3 != 0 {
+					id = fmt.Sprintf("load-%d-%d-%d", c/2, c%2, i)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				_, err := client.RunTool(ctx, shellRequest(t, id, "echo hi"))
+				cancel()
+				if err != nil {
+					errs <- fmt.Errorf("%s: %w", id, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range callers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	var reports []jsonReport
+	eventually(t, 20*time.Second, "both logs caught up", func() error {
+		out, code := b.audit(t, "kept.txt", "--json")
+		if code != exitOK {
+			return fmt.Errorf("exit %d:\n%s", code, out)
+		}
+		reports = reports[:0]
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			var r jsonReport
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				return err
+			}
+			if r.RequestID != "" {
+				reports = append(reports, r)
+			}
+		}
+		return nil
+	})
+	origins := map[string]bool{}
+	for _, r := range reports {
+		kinds := map[string]int{}
+		for _, p := range r.Logged {
+			kinds[p.Kind]++
+			origins[p.Origin] = true
+		}
+		if r.Verdict != "ok" || kinds["claim"] != 1 || kinds["completion"] != 1 {
+			t.Errorf("%s: verdict %s, logged %v", r.RequestID, r.Verdict, r.Logged)
+		}
+	}
+	if want := callers * perCaller * 5 / 6; len(reports) < want || len(origins) != 2 {
+		t.Fatalf("%d requests in %d logs, want at least %d in 2", len(reports), len(origins), want)
 	}
 }
