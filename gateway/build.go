@@ -57,18 +57,12 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 			}
 		}
 	}
-	var signer *evidence.Signer
-	var signingKey signingKeyText
-	if src := cfg.Evidence.SigningKey; src != nil {
-		if signingKey.file, err = src.Read(getenv); err != nil {
-			return nil, nil, fmt.Errorf("config: evidence.signing_key: %w", err)
-		}
-		if signingKey.key, err = evidence.ParsePrivateKey(signingKey.file); err != nil {
-			return nil, nil, fmt.Errorf("config: evidence.signing_key: %w", err)
-		}
-		if signer, err = evidence.NewSigner(signingKey.key); err != nil {
-			return nil, nil, fmt.Errorf("config: evidence.signing_key: %w", err)
-		}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	signer, signingKey, err := loadSigner(cfg, getenv, log)
+	if err != nil {
+		return nil, nil, err
 	}
 
 	tools, err := catalogTools(cfg, getenv)
