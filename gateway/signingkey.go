@@ -27,10 +27,10 @@ const maxKeyFileBytes = 64 << 10
 // configuration says evidence.signing_key: none.
 var ErrUnsigned = errors.New("gateway: evidence.signing_key: none: manifests are not signed")
 
-// ErrNoSigningKeyYet is returned (wrapped) by Config.SigningPublicKey when
-// the key file the gateway creates on its first start does not exist yet.
-// It also matches fs.ErrNotExist.
-var ErrNoSigningKeyYet = fmt.Errorf("gateway: no signing key yet: `toolgate serve` creates it on its first start: %w", fs.ErrNotExist)
+// ErrNoSigningKeyYet is returned (wrapped, beside fs.ErrNotExist) by
+// Config.SigningPublicKey when the key file the gateway creates on its
+// first start does not exist yet.
+var ErrNoSigningKeyYet = errors.New("gateway: no signing key yet: `toolgate serve` creates it on its first start")
 
 // SigningKeySource is evidence.signing_key: the Ed25519 key that signs
 // every manifest. In YAML it is one of
@@ -207,7 +207,7 @@ func readOwnedKeyFile(path string) ([]byte, error) {
 		return nil, fmt.Errorf("%s is a symbolic link: the gateway never follows one to the key it owns; "+
 			"remove the link, or name the key's real path in evidence.signing_key.file", path)
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("%s: %w", path, ErrNoSigningKeyYet)
+		return nil, fmt.Errorf("%s: %w; %w", path, fs.ErrNotExist, ErrNoSigningKeyYet)
 	case err != nil:
 		return nil, err
 	}

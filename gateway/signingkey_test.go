@@ -239,7 +239,9 @@ func TestOwnedSigningKeyAttacksAreRefused(t *testing.T) {
 		{"a public key", func(t *testing.T, path string) {
 			mustWrite(t, path, []byte("MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=\n"), 0o600)
 		}, "private key"},
-		{"a huge file", func(t *testing.T, path string) { mustWrite(t, path, bytes.Repeat([]byte("A"), maxKeyFileBytes+1), 0o600) }, "too large"},
+		{"a huge file", func(t *testing.T, path string) {
+			mustWrite(t, path, bytes.Repeat([]byte("A"), maxKeyFileBytes+1), 0o600)
+		}, "too large"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
