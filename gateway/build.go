@@ -24,8 +24,10 @@ import (
 
 // Build assembles a Gateway from a configuration: it validates it, refuses
 // a layout that puts the gateway's own files within reach of a workspace
-// (Config.CheckLayout), loads the policy sets, opens the evidence store and
-// starts the drivers. getenv reads environment-held keys and secrets
+// (Config.CheckLayout), loads the policy sets, reads the signing key
+// (creating it first when evidence.signing_key says create: true and the
+// file does not exist yet), opens the evidence store and starts the
+// drivers. getenv reads environment-held keys and secrets
 // (os.Getenv in production). The returned closer releases the store and
 // drivers; call it after the server stops.
 func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slog.Logger) (*Gateway, io.Closer, error) {

@@ -331,3 +331,31 @@ func writeKey(t *testing.T, path string, data []byte, mode os.FileMode) {
 		t.Fatal(err)
 	}
 }
+
+// TestHostileSandboxReadsTheCreatedKey (class: reading the key from a
+// tool): the key serve creates beside the workspace is hidden from the
+// sandboxed shell like a configured one, whatever the spelling.
+func TestHostileSandboxReadsTheCreatedKey(t *testing.T) {
+	quickExit(t)
+	dir := t.TempDir()
+	writePolicy(t, dir, `@id("shell_for_all") permit (principal, action, resource in Driver::"workspace");`)
+	d := &sandboxDeployment{dir: dir, srv: startServer(t, dir)}
+	key := string(mustRead(t, filepath.Join(dir, "toolgate-signing.key")))
+	body := strings.Split(key, "\n")[1]
+	for _, command := range []string{
+		"cat ../toolgate-signing.key",
+		"cat " + filepath.Join(dir, "toolgate-signing.key"),
+		"cp ../toolgate-signing.key k && base64 k",
+		"ln -s ../toolgate-signing.key l && cat l",
+	} {
+		t.Run(command, func(t *testing.T) {
+			res := d.shell(t, command, 10000)
+			if res.ToolResult.ExitCode == 0 {
+				t.Errorf("the command succeeded: %s", res.raw)
+			}
+			if strings.Contains(res.raw, body) || strings.Contains(res.raw, body[24:40]) {
+				t.Errorf("the response carries the key:\n%s", res.raw)
+			}
+		})
+	}
+}
