@@ -51,8 +51,11 @@ evidence.url of --config FILE, or the embedded default's file://./toolgate-evide
         demands, or a log is inconsistent; 0 otherwise (unsigned,
         incomplete, not-dispatched, pending and unlogged requests are
         reported, not failed). --json prints one JSON object a line instead.
-  pubkey (--key FILE | --key-env VAR)
-        print the public key (PEM) and key id of a signing key
+  pubkey [--config FILE | --key FILE | --key-env VAR]
+        print the public key (PEM) and key id of a signing key: by default
+        the key evidence.signing_key of the configuration names (--config,
+        or the embedded default's ./toolgate-signing.key, which serve
+        creates on its first start), read from this folder as serve reads it
   keygen --out FILE
         write a new Ed25519 signing key (PEM PKCS #8, mode 0600) and print
         its public key; "openssl genpkey -algorithm ed25519 -out FILE" works too
@@ -931,6 +934,7 @@ func evidencePubkey(args []string, stdout, stderr io.Writer, getenv func(string)
 	fs := newEvidenceFlags("pubkey", stderr)
 	keyFile := fs.String("key", "", "private key `file`: PEM PKCS #8 or the base64 of the 32-byte seed")
 	keyEnv := fs.String("key-env", "", "environment `variable` holding the private key, in either form")
+	configPath := fs.String("config", "", "the key evidence.signing_key of this YAML configuration `file` names (default: the embedded default's)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -938,19 +942,32 @@ func evidencePubkey(args []string, stdout, stderr io.Writer, getenv func(string)
 	if len(pos) > 0 {
 		return fmt.Errorf("unexpected arguments %q", pos)
 	}
+	given := 0
+	for _, v := range []string{*keyFile, *keyEnv, *configPath} {
+		if v != "" {
+			given++
+		}
+	}
+	if given > 1 {
+		fmt.Fprintln(stderr, "usage: toolgate evidence pubkey [--config FILE | --key FILE | --key-env VAR]")
+		return errUsage
+	}
 	var data []byte
 	switch {
-	case (*keyFile == "") == (*keyEnv == ""):
-		fmt.Fprintln(stderr, "usage: toolgate evidence pubkey (--key FILE | --key-env VAR)")
-		return errUsage
 	case *keyFile != "":
 		if data, err = os.ReadFile(*keyFile); err != nil {
 			return fmt.Errorf("--key: %w", err)
 		}
-	default:
+	case *keyEnv != "":
 		if data = []byte(getenv(*keyEnv)); len(data) == 0 {
 			return fmt.Errorf("--key-env: environment variable %s is empty or unset", *keyEnv)
 		}
+	default:
+		pub, err := configuredPublicKey(*configPath, getenv)
+		if err != nil {
+			return err
+		}
+		return writePublicKey(stdout, pub)
 	}
 	key, err := evidence.ParsePrivateKey(data)
 	if err != nil {
@@ -961,6 +978,23 @@ func evidencePubkey(args []string, stdout, stderr io.Writer, getenv func(string)
 		return err
 	}
 	return writePublicKey(stdout, signer.PublicKey())
+}
+
+// configuredPublicKey returns the public key of the key the configuration
+// at path (the embedded default when empty) signs with, without creating
+// it.
+func configuredPublicKey(path string, getenv func(string) string) (ed25519.PublicKey, error) {
+	var cfg gateway.Config
+	var err error
+	if path != "" {
+		cfg, err = gateway.LoadConfig(path)
+	} else {
+		cfg, err = gateway.DefaultConfig()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cfg.SigningPublicKey(getenv)
 }
 
 func evidenceKeygen(args []string, stdout, stderr io.Writer) error {
@@ -978,11 +1012,11 @@ func evidenceKeygen(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	der, err := x509.MarshalPKCS8PrivateKey(key)
+	data, err := evidence.EncodePrivateKey(key)
 	if err != nil {
 		return err
 	}
-	if err := writeNewFile(*out, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})); err != nil {
+	if err := writeNewFile(*out, data); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "wrote the private key to %s (mode 0600); keep it secret, the public key below verifies its signatures\n", *out)
