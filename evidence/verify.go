@@ -178,10 +178,10 @@ func (r VerifyReport) Failed() bool {
 // Verdict folds Status, Signature and Log into the one word an auditor
 // reads first, worst first: "mismatch", "missing", "bad-signature",
 // "unknown-key", "unsigned-required" (with RequireSignature, a manifest
-// not signed by a trusted key), "incomplete", "not-dispatched", "pending",
-// "unlogged", "log-pending", "unchecked-signature", "unsigned", "ok". Only
-// "ok" means verified, signed by a trusted key, and logged when logs were
-// read.
+// not signed by a trusted key), "unlogged" (with RequireLog), "incomplete",
+// "not-dispatched", "pending", "unlogged", "unchecked-signature",
+// "unsigned", "ok". Only "ok" means verified, signed by a trusted key, and
+// logged or on its way into a log (LogPending) when logs were read.
 //
 // "not-dispatched" ranks below "incomplete", which may hide a tool that
 // ran without a record of its outcome, and above "pending", whose manifest
@@ -203,7 +203,7 @@ func (r VerifyReport) Verdict() string {
 		return LogUnlogged
 	case r.Status == StatusIncomplete || r.Status == StatusNotDispatched || r.Status == StatusPending:
 		return r.Status
-	case r.Log == LogUnlogged || r.Log == LogPending:
+	case r.Log == LogUnlogged:
 		return r.Log
 	case r.Signature == SignatureUnchecked:
 		return "unchecked-signature"

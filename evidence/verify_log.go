@@ -106,7 +106,13 @@ func (v *verifier) verifyLog(ctx context.Context, lo *logObjects, bucketID strin
 	lv := &logVerifier{v: v, r: v.store, lo: lo, prefix: LogPrefix(lo.instance), rootsAt: map[uint64]*tlog.Hash{},
 		rep: LogReport{Instance: lo.instance, Origin: "toolgate.log/" + bucketID + "/" + lo.instance, Status: LogOK}}
 	if len(lo.checkpoints) == 0 {
-		lv.rep.problem("%s: no checkpoint", lv.prefix)
+		// A log whose first batch is not yet published is empty. So is one
+		// whose every checkpoint was deleted: the kept checkpoint, if any,
+		// tells the two apart, and its requests show as unlogged.
+		lv.rep.Signature = SignatureUnchecked
+		if kept := v.kept[lv.rep.Origin]; kept != nil && kept.Size > 0 {
+			lv.checkKept(*kept)
+		}
 		return lv.rep, nil
 	}
 	if err := lv.openNewest(ctx); err != nil {

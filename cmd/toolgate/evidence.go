@@ -485,7 +485,7 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 // first, for the summary.
 var verdictOrder = []string{
 	"mismatch", "missing", "bad-signature", "unknown-key", "unsigned-required",
-	"incomplete", "not-dispatched", "pending", "unlogged", "log-pending", "unchecked-signature", "unsigned", "ok",
+	"incomplete", "not-dispatched", "pending", "unlogged", "unchecked-signature", "unsigned", "ok",
 }
 
 // progressEvery is how many requests verify --all checks between updates
@@ -673,7 +673,9 @@ func (p *verifyPrinter) log(rep evidence.LogReport) error {
 		_, err = fmt.Fprintf(p.stdout, "%s\n", data)
 		return err
 	}
-	printLogReport(p.stdout, rep)
+	if p.verbose || rep.Status != evidence.LogOK {
+		printLogReport(p.stdout, rep)
+	}
 	return nil
 }
 
@@ -820,8 +822,6 @@ func printReport(w io.Writer, rep evidence.VerifyReport, verdict string, verbose
 		fmt.Fprintf(w, "not-dispatched %s: nothing ran, every attempt was closed not_dispatched; a retry with the same request id may still run it\n", id)
 	case "unlogged":
 		fmt.Fprintf(w, "unlogged %s: artifacts match, but no transparency log records the request, so its deletion would go unnoticed\n", id)
-	case "log-pending":
-		fmt.Fprintf(w, "log-pending %s: artifacts match; stored within the last minute, its log entry may not be sequenced yet\n", id)
 	default:
 		fmt.Fprintf(w, "%s %s: TAMPERED\n", verdict, id)
 	}
@@ -899,10 +899,15 @@ func printSummary(w io.Writer, total int, counts map[string]int, logs []evidence
 	if n := counts["missing"]; n > 0 {
 		fmt.Fprintf(w, "TAMPERING: %d logged request(s) are gone from the store, in part or whole\n", n)
 	}
+	var entries uint64
 	for _, l := range logs {
+		entries += l.Size
 		if l.Status != evidence.LogOK {
 			fmt.Fprintf(w, "TAMPERING: the log %s is %s\n", cell(l.Origin), l.Status)
 		}
+	}
+	if len(logs) > 0 {
+		fmt.Fprintf(w, "logs: %d checked, %d entries in all\n", len(logs), entries)
 	}
 	for _, line := range []struct {
 		verdict, text string

@@ -93,7 +93,7 @@ func (b *loggedBucket) awaitLogged(t *testing.T, kept string, entries int) {
 	t.Helper()
 	eventually(t, 20*time.Second, "every call logged", func() error {
 		out, code := b.audit(t, kept)
-		if code != exitOK || !strings.Contains(out, fmt.Sprintf(": %d entries", entries)) {
+		if code != exitOK || !strings.Contains(out, fmt.Sprintf("logs: 1 checked, %d entries in all", entries)) {
 			return fmt.Errorf("exit %d:\n%s", code, out)
 		}
 		return nil
