@@ -23,7 +23,7 @@ type auditedBucket struct {
 	kept   []byte // the checkpoint after the first three calls
 }
 
-func newSigner(t *testing.T) *Signer {
+func newSigner(t testing.TB) *Signer {
 	t.Helper()
 	_, priv, _ := ed25519.GenerateKey(nil)
 	s, err := NewSigner(priv)
@@ -33,7 +33,7 @@ func newSigner(t *testing.T) *Signer {
 	return s
 }
 
-func signedLogConfig(t *testing.T, s Store, signer *Signer) LogConfig {
+func signedLogConfig(t testing.TB, s Store, signer *Signer) LogConfig {
 	t.Helper()
 	origin, err := LogOrigin(context.Background(), s, "gw-1")
 	if err != nil {
