@@ -38,7 +38,7 @@ const DefaultLogGrace = time.Minute
 
 // spillRecords is how many log entries verification holds in memory
 // while sorting them by request.
-const spillRecords = 64 << 10
+const spillRecords = 16 << 10
 
 // logRecord is what a log says of one request.
 type logRecord struct {

@@ -39,7 +39,7 @@ func fillLogged(b *testing.B, s *MemoryStore, signer *Signer, n int) {
 		if err := logged.Put(ctx, Key(id, ArtifactManifest), data); err != nil {
 			b.Fatal(err)
 		}
-		if i%10_000 == 9_999 {
+		if i%400 == 399 {
 			if err := l.Flush(ctx); err != nil {
 				b.Fatal(err)
 			}
