@@ -211,6 +211,23 @@ func TestReadmeTour(t *testing.T) {
 	if len(resp.EvidenceRefs) != 6 {
 		t.Errorf("evidence_refs = %v, want six artifacts (request, decision, dispatch marker, result, response, manifest)", resp.EvidenceRefs)
 	}
+
+	// The audit the tour ends with: signed by the key serve created, and
+	// both requests in the log once its next checkpoint is out.
+	pub, stderr, code := runTool(t, dir, "evidence", "pubkey")
+	if code != exitOK {
+		t.Fatalf("pubkey: %s", stderr)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "toolgate.pub"), []byte(pub), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the tour's audit passes", func() error {
+		out, _, code := runTool(t, dir, "evidence", "verify", "--all", "--pubkey", "toolgate.pub", "--require-signature", "--require-log")
+		if want := "verified 2 requests: 2 ok\nlogs: 1 checked, 4 entries in all\n"; code != exitOK || out != want {
+			return fmt.Errorf("exit %d:\n%s\nwant:\n%s", code, out, want)
+		}
+		return nil
+	})
 }
 
 // TestGrpcurl calls the gateway the way an operator without our proto files
