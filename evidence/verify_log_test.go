@@ -274,14 +274,20 @@ func TestVerifyAllHonestStatesAreNotFailures(t *testing.T) {
 	b := newAuditedBucket(t)
 	l, s := openLogged(t, b.mem, b.cfg)
 	storeClaim(t, s, "in-flight", b.cfg.Gateway)
+	// Ran, but the store refused the rest: it waits in the spool, and its
+	// completion is logged only once the manifest reaches the store.
+	storeClaim(t, s, "spooled", b.cfg.Gateway)
+	req, _ := b.mem.Get(ctx, Key("spooled", ArtifactRequest))
+	spool := NewMemoryStore()
+	putManifest(t, spool, "spooled", map[string]string{ArtifactRequest: string(req)}, b.signer)
 	if err := l.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	storeClaim(t, s, "not-yet-sequenced", b.cfg.Gateway)
 	storeClaim(t, s, "ran-nothing", b.cfg.Gateway)
 	mustPut(t, b.mem, Key("ran-nothing", ArtifactDispatch), []byte(dispatchJSON(t, "ran-nothing", 1, NotDispatched)))
-	verdicts, logs := b.audit(t, VerifyOptions{Kept: [][]byte{b.kept}})
-	want := map[string]string{"in-flight": "incomplete", "not-yet-sequenced": "incomplete", "ran-nothing": "not-dispatched"}
+	verdicts, logs := b.audit(t, VerifyOptions{Kept: [][]byte{b.kept}, Spool: spool})
+	want := map[string]string{"in-flight": "incomplete", "not-yet-sequenced": "incomplete", "ran-nothing": "not-dispatched", "spooled": "pending"}
 	for id, v := range want {
 		if verdicts[id] != v {
 			t.Errorf("%s: verdict %s, want %s", id, verdicts[id], v)
