@@ -31,6 +31,10 @@ const (
 // this instance's log: a newer gateway started with the same instance name.
 var ErrLogFenced = errors.New("evidence: log taken over by a newer process with the same instance name")
 
+// errBadBatch marks a stored batch that is not one this log could have
+// written: a fork, or an object planted in the bucket.
+var errBadBatch = errors.New("evidence: log: malformed or foreign batch")
+
 // ErrLogBacklog is returned (wrapped) by Ready while more entries wait to
 // be sequenced than LogConfig.MaxPending allows, which happens only when
 // the store keeps refusing the log's writes.
@@ -232,6 +236,9 @@ func (l *LogWriter) sequence(ctx context.Context) error {
 			return err
 		}
 		theirs, err := l.readBatch(ctx, start)
+		if errors.Is(err, errBadBatch) {
+			return l.fence(fmt.Errorf("%w: %v", ErrLogFenced, err))
+		}
 		if err != nil {
 			return err
 		}
@@ -359,18 +366,18 @@ func (l *LogWriter) readBatch(ctx context.Context, start uint64) (batch, error) 
 	}
 	var b batch
 	if err := json.Unmarshal(data, &b); err != nil {
-		return batch{}, fmt.Errorf("evidence: %s: %w", key, err)
+		return batch{}, fmt.Errorf("%w: %s: %v", errBadBatch, key, err)
 	}
 	root := l.tree.Root()
 	switch {
 	case b.Version != 1 || b.Origin != l.cfg.Origin || b.Start != start:
-		return batch{}, fmt.Errorf("evidence: %s: not a batch of %s at %d", key, l.cfg.Origin, start)
+		return batch{}, fmt.Errorf("%w: %s: not a batch of %s at %d", errBadBatch, key, l.cfg.Origin, start)
 	case start == l.tree.Size() && !bytes.Equal(b.RootBefore, root[:]):
-		return batch{}, fmt.Errorf("evidence: %s: does not extend the log's tree", key)
+		return batch{}, fmt.Errorf("%w: %s: does not extend the log's tree", errBadBatch, key)
 	}
 	for i, e := range b.Entries {
 		if len(e) > tlog.MaxLeafSize {
-			return batch{}, fmt.Errorf("evidence: %s: entry %d is too large", key, i)
+			return batch{}, fmt.Errorf("%w: %s: entry %d is too large", errBadBatch, key, i)
 		}
 	}
 	return b, nil

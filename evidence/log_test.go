@@ -274,3 +274,22 @@ func TestLogOriginAndInstanceNames(t *testing.T) {
 		}
 	}
 }
+
+// A batch planted in the log's next slot, one that does not extend its
+// tree, fences the writer at once instead of wedging it.
+func TestLogPlantedBatchFences(t *testing.T) {
+	ctx := context.Background()
+	s := NewMemoryStore()
+	l, err := OpenLog(ctx, s, testLogConfig(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, s, seqKey(LogPrefix("gw-1")+batchDir, 0), []byte(`{"v":1,"origin":"elsewhere","epoch":9,"start":0}`))
+	appendAll(l, "a")
+	if err := l.Flush(ctx); !errors.Is(err, ErrLogFenced) {
+		t.Fatalf("flush over a planted batch: %v", err)
+	}
+	if err := l.Ready(); !errors.Is(err, ErrLogFenced) {
+		t.Fatalf("Ready: %v", err)
+	}
+}
