@@ -101,8 +101,16 @@ type LogWriter struct {
 	prefix string
 	epoch  uint64
 	// previousOpen: the previous process did not close its lease, so it
-	// may have died with entries queued.
+	// may have died with entries queued, or may still be running.
 	previousOpen bool
+	// recheckAt, when set, is when to look once more for the previous
+	// process's lost entries (see recheck); caught holds what that found
+	// until adoptCaught queues it, and seen, meanwhile, every entry
+	// sequenced.
+	recheckAt time.Time
+	caught    [][]byte
+	caughtAt  time.Time
+	seen      map[string]bool
 
 	mu      sync.Mutex
 	queue   [][]byte
@@ -164,7 +172,35 @@ func (l *LogWriter) Run(ctx context.Context) {
 			if err := l.Flush(ctx); err != nil {
 				l.cfg.Logger.Warn("transparency log: batch not stored; retrying", "origin", l.cfg.Origin, "err", err)
 			}
+			l.recheck(ctx)
 		}
+	}
+}
+
+// recheck runs the catch-up once more when its time has come. A previous
+// process that did not close its lease may still be running, with the
+// same instance name: it keeps logging into free slots until it finds
+// this process's first batch in its way, and the calls it ran in between
+// lose their entries when it is fenced. By one Interval and two
+// OpTimeouts after that first batch it has been fenced, and its
+// artifacts are in the catch-up's window.
+func (l *LogWriter) recheck(ctx context.Context) {
+	l.adoptCaught()
+	if l.recheckAt.IsZero() || time.Now().Before(l.recheckAt) {
+		return
+	}
+	l.seen = map[string]bool{}
+	found, err := l.catchUp(ctx)
+	if err != nil {
+		l.seen = nil
+		l.cfg.Logger.Warn("transparency log: second catch-up failed; retrying", "origin", l.cfg.Origin, "err", err)
+		return
+	}
+	l.recheckAt = time.Time{}
+	l.caught, l.caughtAt = found, time.Now()
+	if len(found) > 0 {
+		l.cfg.Logger.Warn("transparency log: found entries of a process that ran with the same instance name",
+			"origin", l.cfg.Origin, "entries", len(found))
 	}
 }
 
@@ -230,6 +266,10 @@ func (l *LogWriter) sequence(ctx context.Context) error {
 		if err == nil {
 			l.integrate(b)
 			l.sequenced(len(b.Entries))
+			if l.previousOpen {
+				l.previousOpen = false
+				l.recheckAt = time.Now().Add(l.cfg.Interval + 2*l.cfg.OpTimeout)
+			}
 			continue
 		}
 		if !errors.Is(err, ErrExist) {
@@ -292,6 +332,9 @@ func (l *LogWriter) fence(err error) error {
 // a tile that is not stored yet.
 func (l *LogWriter) integrate(b batch) {
 	for _, e := range b.Entries {
+		if l.seen != nil {
+			l.seen[string(e)] = true
+		}
 		// Entries are built by the gateway and bounded far below
 		// tlog.MaxLeafSize; a batch read back was checked by readBatch.
 		if err := l.tree.Append(e); err != nil {

@@ -24,27 +24,50 @@ import (
 // belongs to an artifact stored after its last batch's storage time
 // minus two OpTimeouts and an Interval: only those artifacts are read,
 // and only the batches stored since are read to tell logged from lost.
-func (l *LogWriter) catchUp(ctx context.Context) (int, error) {
+func (l *LogWriter) catchUp(ctx context.Context) ([][]byte, error) {
 	since, logged, err := l.loggedSince(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("evidence: log catch-up: %w", err)
+		return nil, fmt.Errorf("evidence: log catch-up: %w", err)
 	}
-	var found int
+	var found [][]byte
 	skip := func(string) error { return nil }
 	err = walkRequestInfos(ctx, l.store, func(id string, infos []KeyInfo) error {
 		entries, err := l.lostEntries(ctx, id, infos, since)
 		for _, e := range entries {
 			if !logged[entryKey(e)] {
-				l.Append(e)
-				found++
+				found = append(found, e)
 			}
 		}
 		return err
 	}, skip)
 	if err != nil {
-		return found, fmt.Errorf("evidence: log catch-up: %w", err)
+		return nil, fmt.Errorf("evidence: log catch-up: %w", err)
 	}
 	return found, nil
+}
+
+// adoptCaught queues the entries a catch-up found while calls were
+// running, one Interval after it found them, less those the live path
+// logged meanwhile: an artifact the catch-up saw may have been stored by
+// this very process, whose entry follows its Put by microseconds. By one
+// Interval later that entry is queued, or sequenced since l.seen started
+// recording. Live and caught entries of one artifact are byte for byte
+// the same, as logEntry depends on the artifact alone.
+func (l *LogWriter) adoptCaught() {
+	if l.caught == nil || time.Since(l.caughtAt) < l.cfg.Interval {
+		return
+	}
+	l.mu.Lock()
+	for _, e := range l.queue {
+		l.seen[string(e)] = true
+	}
+	for _, e := range l.caught {
+		if !l.seen[string(e)] {
+			l.queue = append(l.queue, e)
+		}
+	}
+	l.mu.Unlock()
+	l.caught, l.seen = nil, nil
 }
 
 // loggedSince returns the time from which artifacts may have lost their

@@ -75,12 +75,16 @@ func OpenLog(ctx context.Context, s Store, cfg LogConfig) (*LogWriter, error) {
 		return nil, err
 	}
 	if l.previousOpen {
+		// Nothing of this process is stored yet, so all it finds is lost.
 		found, err := l.catchUp(ctx)
 		if err != nil {
 			return nil, err
 		}
+		for _, e := range found {
+			l.Append(e)
+		}
 		l.cfg.Logger.Info("transparency log: caught up with the entries the previous process left unsequenced",
-			"origin", l.cfg.Origin, "epoch", l.epoch-1, "entries", found)
+			"origin", l.cfg.Origin, "epoch", l.epoch-1, "entries", len(found))
 	}
 	return l, nil
 }
