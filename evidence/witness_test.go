@@ -2,8 +2,11 @@ package evidence
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -170,6 +173,59 @@ func TestCosignSaysWhatIsWrongWithTheSetup(t *testing.T) {
 			_, err := Cosign(ctx, s, tc.instance, CosignOptions{WitnessURLs: tc.urls})
 			if err == nil || errors.Is(err, ErrWitnessRefused) || !strings.Contains(err.Error(), tc.say) {
 				t.Fatalf("err = %v, want a setup error saying %q", err, tc.say)
+			}
+		})
+	}
+}
+
+// A witness's answer is appended to a checkpoint others will verify, so
+// an answer that is not cosignature lines is refused and nothing stored.
+func TestCosignRefusesAHostileWitnessAnswer(t *testing.T) {
+	ctx := context.Background()
+	signer := testSigner(t, 1)
+	s := NewMemoryStore()
+	l, ls := signedLog(t, s, signer)
+	storeSignedCalls(t, ls, signer, "r1")
+	mustFlush(t, l)
+	sig := "\u2014 witness.example/w1 " + base64.StdEncoding.EncodeToString(make([]byte, 76)) + "\n"
+	tests := []struct {
+		name   string
+		status int
+		ctype  string
+		body   string
+		say    string
+	}{
+		{"an answer that is not signature lines", 200, "", "hello\n", "not a cosignature line"},
+		{"a line without its final newline", 200, "", strings.TrimSuffix(sig, "\n"), "not cosignature lines"},
+		{"a signature in the log's own name", 200, "", "\u2014 " + l.Origin() + " " + base64.StdEncoding.EncodeToString(make([]byte, 68)) + "\n", "not a cosignature line"},
+		{"an extra note smuggled after a signature", 200, "", sig + "\nsecond note\n", "not a cosignature line"},
+		{"no answer at all", 200, "", "", "not cosignature lines"},
+		{"a size that is not a decimal", 409, "text/x.tlog.size", "07\n", "not a tree size"},
+		{"a size that keeps changing", 409, "text/x.tlog.size", "", "kept changing"},
+		{"a server error", 500, "", "boom", "HTTP 500"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := 0
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n++
+				body := tc.body
+				if tc.name == "a size that keeps changing" {
+					body = fmt.Sprintf("%d\n", n%2)
+				}
+				if tc.ctype != "" {
+					w.Header().Set("Content-Type", tc.ctype)
+				}
+				w.WriteHeader(tc.status)
+				fmt.Fprint(w, body)
+			}))
+			defer srv.Close()
+			_, err := Cosign(ctx, s, "gw-1", CosignOptions{WitnessURLs: []string{srv.URL}})
+			if err == nil || !strings.Contains(err.Error(), tc.say) {
+				t.Fatalf("err = %v, want one saying %q", err, tc.say)
+			}
+			if keys := mustList(t, s, LogPrefix("gw-1")+cosignedDir); len(keys) != 0 {
+				t.Fatalf("a hostile answer was stored: %v", keys)
 			}
 		})
 	}
