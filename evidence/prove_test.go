@@ -102,7 +102,7 @@ func TestAProofRoundTripsOfflineOnMemoryAndFileStores(t *testing.T) {
 				}
 				origin, _ := LogOrigin(ctx, s, "gw-1")
 				if rep.RequestID != id || rep.Outcome != OutcomeCompleted || rep.Origin != origin ||
-					rep.CheckpointSize != 300 || rep.KeyID != signer.KeyID() || rep.Manifest.RequestID != id {
+					rep.CheckpointSize != 300 || rep.KeyID != signer.KeyID() || rep.CheckpointKeyID != signer.KeyID() || rep.Manifest.RequestID != id {
 					t.Fatalf("proof %d reports %+v", i, rep)
 				}
 				stored := mustGet(t, s, Key(id, ArtifactManifest))

@@ -31,15 +31,16 @@ type ProofOptions struct {
 // RequestID, with this outcome, is entry Index of the log Origin, whose
 // checkpoint of CheckpointSize entries the log key and Witnesses signed.
 type ProofReport struct {
-	RequestID      string   `json:"request_id"`
-	Outcome        string   `json:"outcome"`
-	Origin         string   `json:"origin"`
-	Index          uint64   `json:"index"`
-	CheckpointSize uint64   `json:"checkpoint_size"`
-	KeyID          string   `json:"key_id"`    // the key that signed the manifest and the checkpoint's log key
-	Gateway        string   `json:"gateway"`   // the gateway that logged the completion
-	Witnesses      []string `json:"witnesses"` // the trusted witnesses that cosigned
-	ManifestSHA256 string   `json:"manifest_sha256"`
+	RequestID       string   `json:"request_id"`
+	Outcome         string   `json:"outcome"`
+	Origin          string   `json:"origin"`
+	Index           uint64   `json:"index"`
+	CheckpointSize  uint64   `json:"checkpoint_size"`
+	KeyID           string   `json:"key_id"`            // the key that signed the manifest
+	CheckpointKeyID string   `json:"checkpoint_key_id"` // the key that signed the checkpoint (KeyID form)
+	Gateway         string   `json:"gateway"`           // the gateway that logged the completion
+	Witnesses       []string `json:"witnesses"`         // the trusted witnesses that cosigned
+	ManifestSHA256  string   `json:"manifest_sha256"`
 	// Manifest is the proven manifest, whose artifact digests the proof
 	// file carries.
 	Manifest Manifest `json:"manifest"`
@@ -84,7 +85,7 @@ func VerifyProof(data []byte, opts ProofOptions) (ProofReport, error) {
 	}
 	return ProofReport{
 		RequestID: e.RequestID, Outcome: e.Outcome, Origin: cp.Origin, Index: p.Index, CheckpointSize: cp.Size,
-		KeyID: m.Signature.KeyID, Gateway: e.Gateway, Witnesses: cp.Witnesses, ManifestSHA256: e.ManifestSHA256, Manifest: m,
+		KeyID: m.Signature.KeyID, CheckpointKeyID: KeyID(cp.LogKey), Gateway: e.Gateway, Witnesses: cp.Witnesses, ManifestSHA256: e.ManifestSHA256, Manifest: m,
 	}, nil
 }
 

@@ -135,8 +135,8 @@ func printProofReport(w io.Writer, file string, rep evidence.ProofReport, err er
 	}
 	fmt.Fprintf(w, "valid %s: request %s, outcome %s\n", cell(file), cell(rep.RequestID), cell(rep.Outcome))
 	fmt.Fprintf(w, "  manifest sha256 %s, signed by trusted key %s\n", rep.ManifestSHA256, rep.KeyID)
-	fmt.Fprintf(w, "  entry %d of log %s (logged by %s), under its signed checkpoint of %d entries\n",
-		rep.Index, cell(rep.Origin), cell(rep.Gateway), rep.CheckpointSize)
+	fmt.Fprintf(w, "  entry %d of log %s (logged by %s), under its checkpoint of %d entries signed by trusted key %s\n",
+		rep.Index, cell(rep.Origin), cell(rep.Gateway), rep.CheckpointSize, rep.CheckpointKeyID)
 	if len(rep.Witnesses) == 0 {
 		fmt.Fprintln(w, "  no witness cosignature checked")
 		return
