@@ -58,6 +58,9 @@ evidence.url of --config FILE, or the embedded default's file://./toolgate-evide
         have each instance's newest checkpoint cosigned by C2SP tlog-witness
         witnesses and store it at log/<instance>/cosigned/<size>. Exit 1 when
         a witness refuses a log as forked or rolled back.
+  vkey --pubkey FILE [--instance NAME]...
+        print each instance log's verifier key (origin+id+key), what a
+        witness is configured with to cosign that log
   pubkey (--key FILE | --key-env VAR)
         print the public key (PEM) and key id of a signing key
   keygen --out FILE
@@ -88,6 +91,8 @@ func evidenceCmd(ctx context.Context, args []string, stdout, stderr io.Writer, g
 		code, err = evidenceVerifyProof(args[1:], stdout, stderr)
 	case "cosign":
 		code, err = evidenceCosign(ctx, args[1:], stdout, stderr)
+	case "vkey":
+		err = evidenceVkey(ctx, args[1:], stdout, stderr)
 	case "pubkey":
 		err = evidencePubkey(args[1:], stdout, stderr, getenv)
 	case "keygen":

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/toolgate/toolgate/evidence"
@@ -218,4 +219,58 @@ func evidenceCosign(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 	}
 	return code, nil
+}
+
+// evidenceVkey prints the signed-note verifier key of each instance's
+// log: what a witness is configured with to cosign it.
+func evidenceVkey(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newEvidenceFlags("vkey", stderr)
+	sf := addStoreFlags(fs)
+	var pubkeys, only stringList
+	fs.Var(&pubkeys, "pubkey", "the gateway's public key `file` (PEM or base64), as pubkey prints it")
+	fs.Var(&only, "instance", "print only this gateway instance's log (`name`); repeat for several (default: every log in the store)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 || len(pubkeys) != 1 {
+		fmt.Fprintln(stderr, "usage: toolgate evidence vkey --pubkey FILE [--instance NAME]... [--evidence URL | --config FILE]")
+		return errUsage
+	}
+	keys, err := readPublicKeys(pubkeys)
+	if err != nil {
+		return err
+	}
+	store, _, err := sf.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	instances, err := evidence.LogInstances(ctx, store)
+	if err != nil {
+		return err
+	}
+	for _, name := range only {
+		if !slices.Contains(instances, name) {
+			return fmt.Errorf("--instance %s: the store holds no log of that instance", cell(name))
+		}
+	}
+	if len(only) > 0 {
+		instances = only
+	}
+	if len(instances) == 0 {
+		return errors.New("the store holds no log with a checkpoint")
+	}
+	for _, inst := range instances {
+		origin, err := evidence.LogOrigin(ctx, store, inst)
+		if err != nil {
+			return err
+		}
+		vkey, err := note.NewEd25519VerifierKey(origin, keys[0])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, vkey)
+	}
+	return nil
 }

@@ -191,7 +191,6 @@ func flipBit(data []byte, i int) []byte {
 // bucket owner who rewrites the log under the same origin and key is
 // refused by the witness: cosign exits 1.
 func TestHostileForkedLogRefusedByWitness(t *testing.T) {
-	ctx := context.Background()
 	d := startProvingDeployment(t)
 	id := d.call(t)
 	d.prove(t, id)
@@ -200,13 +199,16 @@ func TestHostileForkedLogRefusedByWitness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	origin, err := evidence.LogOrigin(ctx, store, "gw-a")
-	if err != nil {
-		t.Fatal(err)
-	}
 	signer := readSigner(t, filepath.Join(d.dir, "signing.pem"))
+	pub := d.publicKey(t)
+	// The operator configures the witness with the log's verifier key.
+	vkey, stderr, code := runTool(t, d.dir, "evidence", "vkey", "--config", "toolgate.yaml", "--pubkey", pub)
+	origin, _, _ := strings.Cut(vkey, "+")
+	if code != exitOK || strings.Count(vkey, "\n") != 1 || !strings.HasPrefix(origin, "toolgate.log/") || !strings.HasSuffix(origin, "/gw-a") {
+		t.Fatalf("vkey: exit %d\n%s%s", code, vkey, stderr)
+	}
 	w := evidencetest.StartWitness(t, "witness.example/w1")
-	w.AddLog(t, origin, signer.PublicKey())
+	w.AddVKey(t, strings.TrimSpace(vkey))
 
 	out, stderr, code := runTool(t, d.dir, "evidence", "cosign", "--config", "toolgate.yaml", "--witness-url", w.URL)
 	if code != exitOK || !strings.Contains(out, "cosigned "+origin) || w.Latest(origin) == 0 {
@@ -216,7 +218,6 @@ func TestHostileForkedLogRefusedByWitness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub := d.publicKey(t)
 	if out, code := verifyProof(t, proof, "--pubkey", pub, "--witness-key", w.VKey); code != exitOK ||
 		!strings.Contains(out, "cosigned by trusted witnesses: witness.example/w1") {
 		t.Fatalf("cosigned proof: exit %d\n%s", code, out)

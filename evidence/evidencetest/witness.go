@@ -78,6 +78,20 @@ func (w *Witness) AddLog(t testing.TB, origin string, pub ed25519.PublicKey) {
 	w.mu.Unlock()
 }
 
+// AddVKey configures the witness to cosign the log whose verifier key
+// ("<origin>+<id>+<key>", as toolgate evidence vkey prints it) is vkey,
+// as an operator configures a real witness.
+func (w *Witness) AddVKey(t testing.TB, vkey string) {
+	t.Helper()
+	v, err := note.NewVerifier(vkey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	w.logs[v.Name()] = v
+	w.mu.Unlock()
+}
+
 // Latest returns the size of the last checkpoint of origin the witness
 // cosigned.
 func (w *Witness) Latest(origin string) uint64 {
