@@ -180,12 +180,15 @@ func logHeads(ctx context.Context, r Reader) ([]logHead, error) {
 // findCompletions returns the completion entries of requestID among the
 // entries of h's log up to its newest checkpoint.
 func findCompletions(ctx context.Context, r Reader, h logHead, requestID string) ([]logged, error) {
-	id, err := json.Marshal(requestID)
-	if err != nil {
+	// Entries are canonical (tlog.Entry.Marshal: no HTML escaping), so a
+	// completion of this request starts so.
+	var id bytes.Buffer
+	enc := json.NewEncoder(&id)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(requestID); err != nil {
 		return nil, err
 	}
-	// Entries are canonical, so a completion of this request starts so.
-	prefix := []byte(`{"v":1,"kind":"completion","request_id":` + string(id) + `,`)
+	prefix := []byte(`{"v":1,"kind":"completion","request_id":` + strings.TrimSuffix(id.String(), "\n") + `,`)
 	read := h.read(r)
 	var out []logged
 	for start := uint64(0); start < h.size; start += layout.EntryBundleWidth {

@@ -90,6 +90,7 @@ func TestAProofRoundTripsOfflineOnMemoryAndFileStores(t *testing.T) {
 			for i := range 150 { // 300 entries: two entry bundles
 				ids = append(ids, fmt.Sprintf("r%03d", i))
 			}
+			ids[99] = `a&b<c>"d"é` // JSON escapes some of these; entries escape only the quotes
 			storeSignedCalls(t, ls, signer, ids[:100]...)
 			mustFlush(t, l)
 			storeSignedCalls(t, ls, signer, ids[100:]...)
