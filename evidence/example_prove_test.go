@@ -54,10 +54,11 @@ func ExampleProve() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	for key, data := range map[string][]byte{evidence.Key("r1", evidence.ArtifactRequest): req, evidence.Key("r1", evidence.ArtifactManifest): manifest} {
-		if err := gateway.Put(ctx, key, data); err != nil {
-			log.Fatal(err)
-		}
+	if err := gateway.Put(ctx, evidence.Key("r1", evidence.ArtifactRequest), req); err != nil { // logs the claim
+		log.Fatal(err)
+	}
+	if err := gateway.Put(ctx, evidence.Key("r1", evidence.ArtifactManifest), manifest); err != nil { // logs the completion
+		log.Fatal(err)
 	}
 	if err := logw.Flush(ctx); err != nil { // the gateway does this every log.checkpoint_interval
 		log.Fatal(err)

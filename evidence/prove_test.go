@@ -7,10 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/evidence/tlog"
 	fnote "github.com/transparency-dev/formats/note"
@@ -22,14 +25,20 @@ import (
 // signer, as a signing gateway does, and returns the logging store.
 func signedLog(t testing.TB, s StoreCloser, signer *Signer) (*LogWriter, StoreCloser) {
 	t.Helper()
-	cfg := testLogConfig(t.(*testing.T), s)
-	cs, err := signer.CheckpointSigner(cfg.Origin)
+	ctx := context.Background()
+	origin, err := LogOrigin(ctx, s, "gw-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.MaxPending = 10_000
-	cfg.SignCheckpoint = func(size uint64, root tlog.Hash) ([]byte, error) { return tlog.SignCheckpoint(cs, size, root) }
-	l, err := OpenLog(context.Background(), s, cfg)
+	cs, err := signer.CheckpointSigner(origin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := OpenLog(ctx, s, LogConfig{
+		Instance: "gw-1", Origin: origin, Gateway: "toolgate/test@gw-1", Interval: time.Hour, OpTimeout: time.Second,
+		MaxPending: 10_000, Logger: slog.New(slog.DiscardHandler),
+		SignCheckpoint: func(size uint64, root tlog.Hash) ([]byte, error) { return tlog.SignCheckpoint(cs, size, root) },
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,4 +432,39 @@ func newTestWitness(t testing.TB, name string) testWitness {
 		t.Fatal(err)
 	}
 	return testWitness{signer: s, verifier: v, vkey: vkey}
+}
+
+// No input but the proof Prove wrote verifies under the gateway's key:
+// whatever the fuzzer derives from it, VerifyProof refuses without
+// panicking, and says so with ErrInvalidProof.
+func FuzzVerifyProof(f *testing.F) {
+	signer := testSigner(f, 1)
+	s := NewMemoryStore()
+	// A fixed bucket id makes the proofs the same in every fuzz worker.
+	mustPut(f, s, bucketIDKey, []byte("0123456789abcdef"))
+	l, ls := signedLog(f, s, signer)
+	for _, id := range []string{"r1", "r2", "r3"} {
+		req, _ := json.Marshal(RequestRecord{RequestID: id, Caller: "c", ToolID: "t", Args: json.RawMessage(`{}`),
+			ReceivedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), CanonicalRequestHash: "sha256:" + strings.Repeat("ab", 32), Gateway: "g"})
+		mustPut(f, ls, Key(id, ArtifactRequest), req)
+		putManifest(f, ls, id, map[string]string{}, signer)
+	}
+	if err := l.Flush(context.Background()); err != nil {
+		f.Fatal(err)
+	}
+	var proofs [][]byte
+	for _, id := range []string{"r1", "r2", "r3"} {
+		proofs = append(proofs, mustProve(f, s, id, ProveOptions{}))
+		f.Add(proofs[len(proofs)-1])
+	}
+	opts := trust(signer)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, err := VerifyProof(data, opts)
+		switch {
+		case err == nil && !slices.ContainsFunc(proofs, func(p []byte) bool { return bytes.Equal(p, data) }):
+			t.Fatalf("accepted a proof that Prove did not write:\n%s", data)
+		case err != nil && !errors.Is(err, ErrInvalidProof):
+			t.Fatalf("a bad proof is not ErrInvalidProof: %v", err)
+		}
+	})
 }
