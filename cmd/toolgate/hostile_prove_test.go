@@ -118,7 +118,7 @@ func verifyProof(t *testing.T, proof []byte, args ...string) (string, int) {
 // with the gateway's public key alone, and no alteration of it does.
 func TestHostileProofTampering(t *testing.T) {
 	d := startProvingDeployment(t)
-	d.call(t)
+	first := d.call(t)
 	id := d.call(t)
 	proof, err := os.ReadFile(d.prove(t, id))
 	if err != nil {
@@ -177,6 +177,59 @@ func TestHostileProofTampering(t *testing.T) {
 	}
 	if _, code := verifyProof(t, proof); code != exitError {
 		t.Fatalf("verify-proof without --pubkey: exit %d, want 2", code)
+	}
+
+	// Deleting a logged request's manifest cannot make it unprovable
+	// quietly: prove reports the deletion as tampering.
+	if err := os.Remove(filepath.Join(d.dir, "toolgate-evidence", "requests", first, "manifest.json")); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code := runTool(t, d.dir, "evidence", "prove", "--config", "toolgate.yaml", "--out", "-", first)
+	if code != exitFailure || !strings.Contains(out, "TAMPERED "+first) || !strings.Contains(out, "evidence was deleted") {
+		t.Fatalf("prove of a request whose manifest was deleted: exit %d, want 1\n%s%s", code, out, stderr)
+	}
+}
+
+func TestEvidenceProofUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "toolgate-evidence"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "p.tlog-proof"), []byte("c2sp.org/tlog-proof@v1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pub, stderr, code := runTool(t, dir, "evidence", "keygen", "--out", filepath.Join(dir, "k.pem"))
+	if code != exitOK {
+		t.Fatalf("keygen: %s", stderr)
+	}
+	key := filepath.Join(dir, "k.pub")
+	if err := os.WriteFile(key, []byte(pub), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"prove without a request", []string{"evidence", "prove"}, "usage: toolgate evidence prove"},
+		{"prove two requests", []string{"evidence", "prove", "r1", "r2"}, "usage: toolgate evidence prove"},
+		{"prove an unknown request", []string{"evidence", "prove", "r1"}, `no evidence and no log entry for request "r1"`},
+		{"prove an invalid request id", []string{"evidence", "prove", "../x"}, `request id "../x"`},
+		{"verify-proof without --pubkey", []string{"evidence", "verify-proof", "p.tlog-proof"}, "usage: toolgate evidence verify-proof"},
+		{"verify-proof of a missing file", []string{"evidence", "verify-proof", "nope", "--pubkey", key}, "open nope"},
+		{"a witness key that is not one", []string{"evidence", "verify-proof", "p.tlog-proof", "--pubkey", key, "--witness-key", "w+1+2"}, "--witness-key"},
+		{"a threshold above the witness keys", []string{"evidence", "verify-proof", "p.tlog-proof", "--pubkey", key, "--witness-threshold", "1"}, "witness threshold 1 is outside 0..0"},
+		{"cosign without a witness", []string{"evidence", "cosign"}, "usage: toolgate evidence cosign"},
+		{"cosign a store without a log", []string{"evidence", "cosign", "--witness-url", "http://127.0.0.1:9"}, "no log with a checkpoint"},
+		{"vkey without a key", []string{"evidence", "vkey"}, "usage: toolgate evidence vkey"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, stderr, code := runTool(t, dir, tt.args...)
+			if code != exitError || !strings.Contains(stderr, tt.want) {
+				t.Fatalf("exit %d, output:\n%s%s\nwant exit %d mentioning %q", code, out, stderr, exitError, tt.want)
+			}
+		})
 	}
 }
 
