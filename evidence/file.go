@@ -250,19 +250,16 @@ func (s *FileStore) List(ctx context.Context, prefix string) ([]string, error) {
 // order. It holds one directory listing per level of the walk, so memory
 // grows with the widest directory rather than with the store.
 func (s *FileStore) Walk(ctx context.Context, prefix string, fn func(key string) error) error {
-	return s.walk(ctx, prefix, false, func(ki KeyInfo) error { return fn(ki.Key) })
+	return s.WalkInfo(ctx, prefix, func(ki KeyInfo) error { return fn(ki.Key) })
 }
 
 // WalkInfo is Walk with each key's file size and modification time. The
 // time is when Put wrote the file, by this machine's clock; the size is
-// the file's, which for a compressed artifact is less than Get returns. It
-// costs one lstat per key more than Walk.
+// the file's, which for a compressed artifact is less than Get returns.
+// Like Walk, it lists each directory as it stood when the walk reached it,
+// and it costs no more than Walk: reading a directory through an os.Root
+// stats every entry anyway.
 func (s *FileStore) WalkInfo(ctx context.Context, prefix string, fn func(KeyInfo) error) error {
-	return s.walk(ctx, prefix, true, fn)
-}
-
-// walk is Walk and WalkInfo: it stats each key only when withInfo is set.
-func (s *FileStore) walk(ctx context.Context, prefix string, withInfo bool, fn func(KeyInfo) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("evidence: walk %q: %w", prefix, err)
 	}
@@ -274,16 +271,15 @@ func (s *FileStore) walk(ctx context.Context, prefix string, withInfo bool, fn f
 			return nil
 		}
 	}
-	w := fileWalk{s: s, prefix: prefix, withInfo: withInfo, fn: fn}
+	w := fileWalk{s: s, prefix: prefix, fn: fn}
 	return w.dir(ctx, start)
 }
 
 // fileWalk is one walk of a FileStore.
 type fileWalk struct {
-	s        *FileStore
-	prefix   string
-	withInfo bool
-	fn       func(KeyInfo) error
+	s      *FileStore
+	prefix string
+	fn     func(KeyInfo) error
 }
 
 // dir visits dir's entries in the order of the keys below them. Every key
@@ -335,16 +331,10 @@ func (w *fileWalk) dir(ctx context.Context, dir string) error {
 
 // visit passes the key p, found as entry e, to the walk's fn.
 func (w *fileWalk) visit(e fs.DirEntry, p string) error {
-	if !w.withInfo {
-		return w.fn(KeyInfo{Key: p})
-	}
+	// Entries read through an os.Root carry the lstat made while reading
+	// the directory, so this asks the file system nothing more.
 	fi, err := e.Info()
-	switch {
-	case isNotExist(err):
-		// Removed since the directory was read, as a flushed spool file
-		// is: a key that is gone is not listed.
-		return nil
-	case err != nil:
+	if err != nil {
 		return fmt.Errorf("evidence: walk %q: %w", w.prefix, err)
 	}
 	return w.fn(KeyInfo{Key: p, Size: fi.Size(), ModTime: fi.ModTime()})

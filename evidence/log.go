@@ -24,6 +24,7 @@ const (
 	batchDir      = "batch/"
 	checkpointDir = "checkpoint/"
 	closedSuffix  = ".closed"
+	cosignedDir   = "cosigned/"
 )
 
 // ErrLogFenced is returned (wrapped) once another process has taken over

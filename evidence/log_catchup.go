@@ -30,6 +30,7 @@ func (l *LogWriter) catchUp(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("evidence: log catch-up: %w", err)
 	}
 	var found int
+	skip := func(string) error { return nil }
 	err = walkRequestInfos(ctx, l.store, func(id string, infos []KeyInfo) error {
 		entries, err := l.lostEntries(ctx, id, infos, since)
 		for _, e := range entries {
@@ -39,7 +40,7 @@ func (l *LogWriter) catchUp(ctx context.Context) (int, error) {
 			}
 		}
 		return err
-	})
+	}, skip)
 	if err != nil {
 		return found, fmt.Errorf("evidence: log catch-up: %w", err)
 	}
@@ -180,31 +181,4 @@ func lastDecisionKey(id string, infos []KeyInfo) string {
 		}
 	}
 	return last
-}
-
-// walkRequestInfos calls fn with each request's id and listed keys, in
-// order, holding one request's keys at a time.
-func walkRequestInfos(ctx context.Context, r Reader, fn func(id string, infos []KeyInfo) error) error {
-	var id string
-	var infos []KeyInfo
-	err := WalkInfo(ctx, r, "requests/", func(ki KeyInfo) error {
-		rest := strings.TrimPrefix(ki.Key, "requests/")
-		next, _, ok := strings.Cut(rest, "/")
-		if !ok {
-			return nil
-		}
-		if next != id && id != "" {
-			if err := fn(id, infos); err != nil {
-				return err
-			}
-			infos = infos[:0]
-		}
-		id = next
-		infos = append(infos, ki)
-		return nil
-	})
-	if err != nil || id == "" {
-		return err
-	}
-	return fn(id, infos)
 }

@@ -16,10 +16,6 @@ import (
 	"github.com/transparency-dev/tessera/api/layout"
 )
 
-// cosignedDir holds an instance's checkpoints with witness cosignatures
-// appended (see Cosign).
-const cosignedDir = "cosigned/"
-
 // Errors of Prove a caller can tell apart with errors.Is.
 var (
 	// ErrUnknownRequest: the store holds neither evidence of the request

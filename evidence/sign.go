@@ -231,6 +231,20 @@ func ParsePrivateKey(data []byte) (ed25519.PrivateKey, error) {
 	return ed, nil
 }
 
+// EncodePrivateKey returns key as ParsePrivateKey's first form: a PEM
+// "PRIVATE KEY" block holding PKCS #8, the file `toolgate evidence keygen`
+// writes and the gateway creates when no key is configured.
+func EncodePrivateKey(key ed25519.PrivateKey) ([]byte, error) {
+	if len(key) != ed25519.PrivateKeySize {
+		return nil, fmt.Errorf("evidence: private key is %d bytes, want %d", len(key), ed25519.PrivateKeySize)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("evidence: private key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
 // ParsePublicKey decodes an Ed25519 public key in either of two forms: a
 // PEM "PUBLIC KEY" block holding PKIX (SubjectPublicKeyInfo), as
 // `openssl pkey -pubout` and `toolgate evidence pubkey` write it, or the

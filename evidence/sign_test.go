@@ -524,3 +524,21 @@ func TestCheckSignature(t *testing.T) {
 		t.Error("CheckSignature accepted an empty public key")
 	}
 }
+
+func TestEncodePrivateKeyRoundTrips(t *testing.T) {
+	key := testKey(9)
+	data, err := EncodePrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(data, []byte("-----BEGIN PRIVATE KEY-----\n")) {
+		t.Fatalf("EncodePrivateKey wrote %q, want a PEM PRIVATE KEY block", data)
+	}
+	got, err := ParsePrivateKey(data)
+	if err != nil || !bytes.Equal(got, key) {
+		t.Fatalf("ParsePrivateKey(EncodePrivateKey(key)) = another key (%v)", err)
+	}
+	if _, err := EncodePrivateKey(key[:10]); err == nil {
+		t.Fatal("a truncated key was encoded")
+	}
+}

@@ -17,11 +17,11 @@ const DefaultOpTimeout = 15 * time.Second
 // goroutines and memory it pins, for as long as the network stack waits.
 // An operation cut off this way returns an error wrapping
 // context.DeadlineExceeded; for Put the outcome is then unknown, as for any
-// other failed write. Walk is not bounded, since an audit of a large bucket
-// legitimately takes long; its caller's context bounds it, and so is
-// WalkInfo, which the returned store always has: it lists with sizes and
-// times when s is an InfoWalker and as the WalkInfo function does when it is
-// not. Close is passed through.
+// other failed write. Walk and WalkInfo are not bounded, since an audit of
+// a large bucket legitimately takes long; their caller's context bounds
+// them. The returned store is always an InfoWalker: it lists sizes and
+// times when s is one, and keys alone, as the WalkInfo function does, when
+// s is not. Close is passed through.
 func WithOpTimeout(s StoreCloser, d time.Duration) StoreCloser {
 	return &opTimeoutStore{StoreCloser: s, d: d}
 }

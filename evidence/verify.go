@@ -2,13 +2,19 @@ package evidence
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/toolgate/toolgate/evidence/tlog"
+	"golang.org/x/mod/sumdb/note"
 )
 
 // Verification statuses reported in VerifyReport.Status. They say whether
@@ -40,6 +46,11 @@ const (
 	// request, attempt or state, or an attempt that follows a gap or an
 	// attempt not closed not_dispatched.
 	StatusMismatch = "mismatch"
+	// StatusMissing: a transparency log records the request's claim or
+	// completion, but the store no longer has the artifact it commits to
+	// (request.json or manifest.json), or nothing of the request at all.
+	// Only VerifyAll, which reads the logs, reports it.
+	StatusMissing = "missing"
 )
 
 // Signature states reported in VerifyReport.Signature.
@@ -61,14 +72,47 @@ const (
 // VerifyOptions adjusts Verify and VerifyAll. The zero value checks digests
 // only: signed manifests are reported as SignatureUnchecked.
 type VerifyOptions struct {
-	// TrustedKeys are the public keys whose signatures are accepted.
+	// TrustedKeys are the public keys whose signatures are accepted, on
+	// manifests and on the logs' checkpoints.
 	TrustedKeys []ed25519.PublicKey
 	// Spool, if set, is a local store with the same layout from which a
 	// gateway uploads artifacts to the store later. An artifact (or
 	// manifest) missing from the store but present in the spool is
-	// verified from the spool and makes the request StatusPending. The
-	// spool is only read.
+	// verified from the spool and makes the request StatusPending.
 	Spool Reader
+	// RequireSignature makes a manifest not signed by a trusted key a
+	// failure (VerifyReport.Failed).
+	RequireSignature bool
+	// RequireLog makes a request no log records (LogUnlogged) a failure.
+	RequireLog bool
+	// Kept are signed checkpoints an auditor kept from an earlier
+	// verification (see ParseCheckpoints), at most one per log counts:
+	// the largest. VerifyAll reports a log that no longer reaches a kept
+	// checkpoint, or has another root at its size, as LogInconsistent,
+	// and a kept log that is gone altogether too.
+	Kept [][]byte
+	// Witnesses are the witnesses' cosignature verifier keys (see
+	// tlog.ParseWitnessKey); WitnessThreshold of them must have cosigned
+	// a checkpoint of each log, or the log is LogUnwitnessed.
+	Witnesses        []note.Verifier
+	WitnessThreshold int
+	// LogGrace is how close to the newest checkpoint, or to now, an
+	// unlogged artifact must have been stored to count as LogPending
+	// rather than LogUnlogged. 0 means DefaultLogGrace.
+	LogGrace time.Duration
+	// TempDir holds the sorted runs of log entries VerifyAll spills to
+	// disk to keep its memory flat; "" means os.TempDir().
+	TempDir string
+	// OnLog, if set, is called by VerifyAll with the report of each log,
+	// before the first request's report.
+	OnLog func(LogReport) error
+}
+
+// LogPosition locates one entry of a transparency log.
+type LogPosition struct {
+	Kind   string `json:"kind"` // "claim" or "completion"
+	Origin string `json:"origin"`
+	Index  uint64 `json:"index"`
 }
 
 // VerifyReport is the result of verifying one request.
@@ -96,21 +140,48 @@ type VerifyReport struct {
 	// Spooled lists the keys verified from the spool because the store
 	// does not have them yet.
 	Spooled []string `json:"spooled,omitempty"`
+	// Log is LogLogged, LogUnlogged or LogPending when VerifyAll read the
+	// store's transparency logs, empty otherwise.
+	Log string `json:"log,omitempty"`
+	// Logged lists where the logs record the request: each claim and
+	// completion entry, by log origin and index.
+	Logged []LogPosition `json:"logged,omitempty"`
+
+	// The requirements the report was made under (VerifyOptions).
+	signatureRequired, logRequired bool
 }
 
 // Tampered reports whether the evidence shows signs of tampering: the
 // artifacts disagree with the manifest or the attempts with the layout
-// (StatusMismatch), or the manifest's signature is bad or made by an
-// untrusted key. Incomplete, not-dispatched, pending, unsigned and
-// unchecked requests are not tampered with as far as can be told.
+// (StatusMismatch), a logged artifact is gone (StatusMissing), or the
+// manifest's signature is bad or made by an untrusted key. Incomplete,
+// not-dispatched, pending, unsigned, unchecked and unlogged requests are
+// not tampered with as far as can be told.
 func (r VerifyReport) Tampered() bool {
-	return r.Status == StatusMismatch || r.Signature == SignatureBad || r.Signature == SignatureUnknownKey
+	return r.Status == StatusMismatch || r.Status == StatusMissing ||
+		r.Signature == SignatureBad || r.Signature == SignatureUnknownKey
 }
 
-// Verdict folds Status and Signature into the one word an auditor reads
-// first, worst first: "mismatch", "bad-signature", "unknown-key",
-// "incomplete", "not-dispatched", "pending", "unchecked-signature",
-// "unsigned", "ok". Only "ok" means verified and signed by a trusted key.
+// Failed reports whether the request fails verification: it was tampered
+// with, or lacks what VerifyOptions required (a trusted signature on its
+// manifest, its entries in a log).
+func (r VerifyReport) Failed() bool {
+	switch r.Verdict() {
+	case StatusMismatch, StatusMissing, "bad-signature", SignatureUnknownKey, "unsigned-required":
+		return true
+	case LogUnlogged:
+		return r.logRequired
+	}
+	return false
+}
+
+// Verdict folds Status, Signature and Log into the one word an auditor
+// reads first, worst first: "mismatch", "missing", "bad-signature",
+// "unknown-key", "unsigned-required" (with RequireSignature, a manifest
+// not signed by a trusted key), "unlogged" (with RequireLog), "incomplete",
+// "not-dispatched", "pending", "unlogged", "unchecked-signature",
+// "unsigned", "ok". Only "ok" means verified, signed by a trusted key, and
+// logged or on its way into a log (LogPending) when logs were read.
 //
 // "not-dispatched" ranks below "incomplete", which may hide a tool that
 // ran without a record of its outcome, and above "pending", whose manifest
@@ -118,15 +189,22 @@ func (r VerifyReport) Tampered() bool {
 // settled (nothing ran), but no manifest, and so no signature, vouches for
 // the dispatch records that say so.
 func (r VerifyReport) Verdict() string {
+	unsignable := r.Status == StatusIncomplete || r.Status == StatusNotDispatched
 	switch {
-	case r.Status == StatusMismatch:
-		return StatusMismatch
+	case r.Status == StatusMismatch || r.Status == StatusMissing:
+		return r.Status
 	case r.Signature == SignatureBad:
 		return "bad-signature"
 	case r.Signature == SignatureUnknownKey:
 		return SignatureUnknownKey
+	case r.signatureRequired && !unsignable && r.Signature != SignatureValid:
+		return "unsigned-required"
+	case r.logRequired && r.Log == LogUnlogged:
+		return LogUnlogged
 	case r.Status == StatusIncomplete || r.Status == StatusNotDispatched || r.Status == StatusPending:
 		return r.Status
+	case r.Log == LogUnlogged:
+		return r.Log
 	case r.Signature == SignatureUnchecked:
 		return "unchecked-signature"
 	case r.Signature == SignatureUnsigned:
@@ -171,7 +249,8 @@ func Verify(ctx context.Context, s Reader, requestID string, opts ...VerifyOptio
 	if err != nil {
 		return VerifyReport{}, fmt.Errorf("evidence: verify %q: %w", requestID, err)
 	}
-	return v.verify(ctx, requestID, present)
+	rep, _, err := v.verifyCopies(ctx, requestID, present)
+	return v.required(rep), err
 }
 
 // VerifyAll verifies every request in s, calling fn with each report in
@@ -189,6 +268,13 @@ func VerifyAll(ctx context.Context, s Reader, opts VerifyOptions, fn func(Verify
 	if err != nil {
 		return err
 	}
+	j, err := v.verifyLogs(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if j != nil {
+		defer j.close()
+	}
 	// Requests that so far exist only in the spool are merged into the
 	// walk in the same order.
 	var spooled []string
@@ -197,32 +283,124 @@ func VerifyAll(ctx context.Context, s Reader, opts VerifyOptions, fn func(Verify
 			return fmt.Errorf("evidence: verify: spool: %w", err)
 		}
 	}
-	emit := func(id string, present []string) error {
+	absent := func(prefix string, recs []logRecord) error { return fn(v.required(missingReport(prefix, recs))) }
+	emit := func(id string, infos []KeyInfo) error {
 		for len(spooled) > 0 && RequestPrefix(spooled[0]) <= RequestPrefix(id) {
 			next := spooled[0]
 			spooled = spooled[1:]
 			if next == id {
 				break
 			}
-			if err := v.emit(ctx, next, nil, fn); err != nil {
+			if err := v.emitJoined(ctx, next, nil, j, absent, fn); err != nil {
 				return err
 			}
 		}
-		return v.emit(ctx, id, present, fn)
+		return v.emitJoined(ctx, id, infos, j, absent, fn)
 	}
 	stray := func(key string) error {
-		return fn(VerifyReport{
+		return fn(v.required(VerifyReport{
 			RequestID: path.Base(key),
 			Status:    StatusMismatch,
 			Problems:  []string{key + ": stored outside any request's folder"},
-		})
+		}))
 	}
-	if err := walkRequests(ctx, s, emit, stray); err != nil {
+	if err := walkRequestInfos(ctx, s, emit, stray); err != nil {
 		return err
 	}
 	for _, id := range spooled {
-		if err := v.emit(ctx, id, nil, fn); err != nil {
+		if err := v.emitJoined(ctx, id, nil, j, absent, fn); err != nil {
 			return err
+		}
+	}
+	if j != nil {
+		return j.finish(absent)
+	}
+	return nil
+}
+
+// emitJoined verifies one request, judges it against what the logs record
+// of it when j is set, and passes the report to fn.
+func (v *verifier) emitJoined(ctx context.Context, id string, infos []KeyInfo, j *logJoin,
+	absent func(string, []logRecord) error, fn func(VerifyReport) error) error {
+	present := make([]string, len(infos))
+	for i, ki := range infos {
+		present[i] = ki.Key
+	}
+	rep, r, err := v.verifyCopies(ctx, id, present)
+	if err != nil {
+		return err
+	}
+	if j != nil {
+		recs, err := j.take(RequestPrefix(id), absent)
+		if err != nil {
+			return err
+		}
+		if err := j.judge(ctx, &rep, r, recs, infos); err != nil {
+			return fmt.Errorf("evidence: verify %q: %w", id, err)
+		}
+	}
+	return fn(v.required(rep))
+}
+
+// verifyLogs verifies every transparency log in the store and sorts their
+// entries for the join with the requests. It returns nil when the store
+// has no logs and the auditor kept no checkpoint: there is nothing to
+// join, and requests carry no log state.
+func (v *verifier) verifyLogs(ctx context.Context, opts VerifyOptions) (*logJoin, error) {
+	if err := v.keptCheckpoints(opts.Kept); err != nil {
+		return nil, err
+	}
+	logs, err := listLogs(ctx, v.store)
+	if err != nil {
+		return nil, fmt.Errorf("evidence: verify: logs: %w", err)
+	}
+	if len(logs) == 0 && len(v.kept) == 0 && !opts.RequireLog {
+		return nil, nil
+	}
+	j, err := newLogJoin(opts.TempDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.verifyEachLog(ctx, logs, j, opts.OnLog); err != nil {
+		j.close()
+		return nil, err
+	}
+	j.newest, j.now, j.grace = newestCheckpointTime(logs), time.Now(), cmp.Or(opts.LogGrace, DefaultLogGrace)
+	j.start(ctx)
+	return j, nil
+}
+
+// verifyEachLog verifies the logs in the store, and reports each kept
+// checkpoint's log that is gone altogether.
+func (v *verifier) verifyEachLog(ctx context.Context, logs []*logObjects, j *logJoin, onLog func(LogReport) error) error {
+	report := func(r LogReport) error {
+		if onLog == nil {
+			return nil
+		}
+		return onLog(r)
+	}
+	bucketID, err := v.store.Get(ctx, bucketIDKey)
+	if err != nil && !errors.Is(err, ErrNotExist) {
+		return fmt.Errorf("evidence: verify: %w", err)
+	}
+	seen := map[string]bool{}
+	for _, lo := range logs {
+		rep, err := v.verifyLog(ctx, lo, string(bucketID), j)
+		if err != nil {
+			return fmt.Errorf("evidence: verify: log %s: %w", lo.instance, err)
+		}
+		seen[rep.Origin] = true
+		if err := report(rep); err != nil {
+			return err
+		}
+	}
+	for _, origin := range slices.Sorted(maps.Keys(v.kept)) {
+		if !seen[origin] {
+			rep := LogReport{Origin: origin, Status: LogInconsistent,
+				Problems: []string{fmt.Sprintf("%s: the log of a kept checkpoint (size %d) is gone from the store", origin, v.kept[origin].Size)}}
+			if err := report(rep); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -243,31 +421,46 @@ func WalkRequests(ctx context.Context, s Reader, fn func(requestID string, keys 
 }
 
 // walkRequests is WalkRequests calling stray with each key outside a
-// request's folder. Keys of one request are contiguous in the walk because
-// they share the prefix "requests/<id>/".
+// request's folder.
 func walkRequests(ctx context.Context, s Reader, fn func(requestID string, keys []string) error, stray func(key string) error) error {
-	var current string
 	var keys []string
-	err := s.Walk(ctx, requestsRoot, func(key string) error {
-		id, _, inFolder := strings.Cut(strings.TrimPrefix(key, requestsRoot), "/")
-		if !inFolder {
-			return stray(key)
+	return walkRequestInfos(ctx, s, func(id string, infos []KeyInfo) error {
+		keys = keys[:0]
+		for _, ki := range infos {
+			keys = append(keys, ki.Key)
 		}
-		if id != current && len(keys) > 0 {
-			if err := fn(current, keys); err != nil {
+		return fn(id, keys)
+	}, stray)
+}
+
+// walkRequestInfos calls fn with each request's id and the listing of its
+// keys, with their storage times when the store tells them, and stray
+// with each key outside a request's folder. Keys of one request are
+// contiguous in the walk because they share the prefix "requests/<id>/";
+// it holds one request's keys at a time and reuses the slice.
+func walkRequestInfos(ctx context.Context, s Reader, fn func(requestID string, infos []KeyInfo) error, stray func(key string) error) error {
+	var current string
+	var infos []KeyInfo
+	err := WalkInfo(ctx, s, requestsRoot, func(ki KeyInfo) error {
+		id, _, inFolder := strings.Cut(strings.TrimPrefix(ki.Key, requestsRoot), "/")
+		if !inFolder {
+			return stray(ki.Key)
+		}
+		if id != current && len(infos) > 0 {
+			if err := fn(current, infos); err != nil {
 				return err
 			}
-			keys = keys[:0]
+			infos = infos[:0]
 		}
 		current = id
-		keys = append(keys, key)
+		infos = append(infos, ki)
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	if len(keys) > 0 {
-		return fn(current, keys)
+	if len(infos) > 0 {
+		return fn(current, infos)
 	}
 	return nil
 }
@@ -285,13 +478,41 @@ func requestIDs(ctx context.Context, s Reader) ([]string, error) {
 
 // verifier holds what Verify and VerifyAll share across requests.
 type verifier struct {
-	store   Reader
-	spool   Reader
-	trusted map[string]ed25519.PublicKey // by KeyID
+	store     Reader
+	spool     Reader
+	trusted   map[string]ed25519.PublicKey // by KeyID
+	witnesses []note.Verifier
+	threshold int
+	kept      map[string]*tlog.Checkpoint // by origin
+	// The requirements every report is judged under.
+	requireSignature, requireLog bool
+}
+
+// required marks a report with the requirements it is judged under.
+func (v *verifier) required(rep VerifyReport) VerifyReport {
+	rep.signatureRequired, rep.logRequired = v.requireSignature, v.requireLog
+	return rep
+}
+
+// trustedList returns the trusted keys, in the order of their ids.
+func (v *verifier) trustedList() []ed25519.PublicKey {
+	var keys []ed25519.PublicKey
+	for _, id := range slices.Sorted(maps.Keys(v.trusted)) {
+		keys = append(keys, v.trusted[id])
+	}
+	return keys
 }
 
 func newVerifier(s Reader, opts VerifyOptions) (*verifier, error) {
-	v := &verifier{store: s, spool: opts.Spool, trusted: make(map[string]ed25519.PublicKey, len(opts.TrustedKeys))}
+	if opts.RequireSignature && len(opts.TrustedKeys) == 0 {
+		return nil, errors.New("evidence: verify: RequireSignature needs TrustedKeys")
+	}
+	if opts.WitnessThreshold < 0 || opts.WitnessThreshold > len(opts.Witnesses) {
+		return nil, fmt.Errorf("evidence: verify: a witness threshold of %d with %d witness keys", opts.WitnessThreshold, len(opts.Witnesses))
+	}
+	v := &verifier{store: s, spool: opts.Spool, trusted: make(map[string]ed25519.PublicKey, len(opts.TrustedKeys)),
+		witnesses: opts.Witnesses, threshold: opts.WitnessThreshold,
+		requireSignature: opts.RequireSignature, requireLog: opts.RequireLog}
 	for i, k := range opts.TrustedKeys {
 		if len(k) != ed25519.PublicKeySize {
 			return nil, fmt.Errorf("evidence: verify: TrustedKeys[%d] is %d bytes, want %d", i, len(k), ed25519.PublicKeySize)
@@ -301,28 +522,27 @@ func newVerifier(s Reader, opts VerifyOptions) (*verifier, error) {
 	return v, nil
 }
 
-// emit verifies one request and passes the report to fn.
-func (v *verifier) emit(ctx context.Context, id string, present []string, fn func(VerifyReport) error) error {
-	rep, err := v.verify(ctx, id, present)
+// verifyCopies checks request id, whose keys in the store are present,
+// and returns the copies of its artifacts it read.
+func (v *verifier) verifyCopies(ctx context.Context, id string, present []string) (VerifyReport, *requestCopies, error) {
+	rep, r, err := v.verify(ctx, id, present)
 	if err != nil {
-		return err
+		return VerifyReport{}, nil, fmt.Errorf("evidence: verify %q: %w", id, err)
 	}
-	return fn(rep)
+	return rep, r, nil
 }
 
 // verify checks request id, whose keys in the store are present.
-func (v *verifier) verify(ctx context.Context, id string, present []string) (VerifyReport, error) {
+func (v *verifier) verify(ctx context.Context, id string, present []string) (VerifyReport, *requestCopies, error) {
 	rep := VerifyReport{RequestID: id}
-	fail := func(err error) (VerifyReport, error) {
-		return VerifyReport{}, fmt.Errorf("evidence: verify %q: %w", id, err)
-	}
+	r := &requestCopies{v: v, cached: map[string][]storedCopy{}}
+	fail := func(err error) (VerifyReport, *requestCopies, error) { return VerifyReport{}, nil, err }
 	if err := validRequestID(id); err != nil {
 		// Only a store holding keys Put would refuse can get here.
 		rep.Status = StatusMismatch
 		rep.Problems = []string{fmt.Sprintf("%s: %v", RequestPrefix(id), err)}
-		return rep, nil
+		return rep, r, nil
 	}
-	r := &requestCopies{v: v, cached: map[string][]storedCopy{}}
 	if v.spool != nil {
 		var err error
 		if r.inSpool, err = v.spool.List(ctx, RequestPrefix(id)); err != nil {
@@ -344,18 +564,18 @@ func (v *verifier) verify(ctx context.Context, id string, present []string) (Ver
 	case len(copies) == 0 && len(attemptProblems) > 0:
 		rep.Status = StatusMismatch
 		rep.Problems = attemptProblems
-		return rep, nil
+		return rep, r, nil
 	case len(copies) == 0 && NeverDispatched(attempts):
 		rep.Status = StatusNotDispatched
-		return rep, nil
+		return rep, r, nil
 	case len(copies) == 0:
 		rep.Status = StatusIncomplete
 		rep.Problems = []string{manifestKey + ": missing"}
-		return rep, nil
+		return rep, r, nil
 	case len(copies) == 2 && !bytes.Equal(copies[0].data, copies[1].data):
 		rep.Status = StatusMismatch
 		rep.Problems = []string{manifestKey + ": the spool's copy differs from the store's"}
-		return rep, nil
+		return rep, r, nil
 	}
 	if copies[0].spooled {
 		rep.Spooled = append(rep.Spooled, manifestKey)
@@ -364,7 +584,7 @@ func (v *verifier) verify(ctx context.Context, id string, present []string) (Ver
 	if err != nil {
 		rep.Status = StatusMismatch
 		rep.Problems = []string{fmt.Sprintf("%s: %v", manifestKey, err)}
-		return rep, nil
+		return rep, r, nil
 	}
 	rep.Outcome = m.Outcome
 	v.checkSignature(m, manifestKey, &rep)
@@ -373,7 +593,7 @@ func (v *verifier) verify(ctx context.Context, id string, present []string) (Ver
 		// say nothing about this request.
 		rep.Status = StatusMismatch
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%s: request_id is %q", manifestKey, m.RequestID))
-		return rep, nil
+		return rep, r, nil
 	}
 	mismatches, err := r.checkArtifacts(ctx, m, present, &rep)
 	if err != nil {
@@ -388,7 +608,7 @@ func (v *verifier) verify(ctx context.Context, id string, present []string) (Ver
 	default:
 		rep.Status = StatusOK
 	}
-	return rep, nil
+	return rep, r, nil
 }
 
 // checkArtifacts compares the request's stored artifacts, present in the
@@ -458,15 +678,29 @@ type storedCopy struct {
 	spooled bool // read from the spool rather than the store
 }
 
+// storeCopy returns the store's copy of key, or nil when the store has
+// none.
+func (r *requestCopies) storeCopy(ctx context.Context, key string) ([]byte, error) {
+	copies, err := r.read(ctx, key)
+	if err != nil || len(copies) == 0 || copies[0].spooled {
+		return nil, err
+	}
+	return copies[0].data, nil
+}
+
 // read returns every copy of key: the store's, then the spool's. The store
 // is asked even for a key its listing lacks, since a listing may lag
 // behind a write; the spool, being local, is asked only for what it
-// listed.
-func (r *requestCopies) read(ctx context.Context, key string) ([]storedCopy, error) {
+// listed. Copies are read once per request.
+func (r *requestCopies) read(ctx context.Context, key string) (copies []storedCopy, err error) {
 	if copies, ok := r.cached[key]; ok {
 		return copies, nil
 	}
-	var copies []storedCopy
+	defer func() {
+		if err == nil {
+			r.cached[key] = copies
+		}
+	}()
 	data, err := r.v.store.Get(ctx, key)
 	switch {
 	case err == nil:

@@ -17,7 +17,7 @@ import (
 )
 
 // verifyBackends are the stores verification is tested on. Verification
-// uses nothing but the Store interface, whose conformance store_test.go
+// uses nothing but the Reader interface, whose conformance store_test.go
 // checks on every backend, so the two quick ones suffice here.
 var verifyBackends = []struct {
 	name string

@@ -36,6 +36,11 @@ func wrapFaults(s evidence.Store) *faultStore {
 	return &faultStore{Store: s, fails: map[string]int{}, getFails: map[string]int{}, hold: map[string]time.Duration{}}
 }
 
+// WalkInfo lists as the wrapped store does, sizes and times included.
+func (f *faultStore) WalkInfo(ctx context.Context, prefix string, fn func(evidence.KeyInfo) error) error {
+	return evidence.WalkInfo(ctx, f.Store, prefix, fn)
+}
+
 // refused is the error of an operation a faultStore fails.
 var refused = errors.New("dial tcp 127.0.0.1:9000: connect: connection refused")
 

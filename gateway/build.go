@@ -24,8 +24,10 @@ import (
 
 // Build assembles a Gateway from a configuration: it validates it, refuses
 // a layout that puts the gateway's own files within reach of a workspace
-// (Config.CheckLayout), loads the policy sets, opens the evidence store and
-// starts the drivers. getenv reads environment-held keys and secrets
+// (Config.CheckLayout), loads the policy sets, reads the signing key
+// (creating it first when evidence.signing_key says create: true and the
+// file does not exist yet), opens the evidence store and starts the
+// drivers. getenv reads environment-held keys and secrets
 // (os.Getenv in production). The returned closer releases the store and
 // drivers; call it after the server stops.
 func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slog.Logger) (*Gateway, io.Closer, error) {
@@ -57,18 +59,12 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 			}
 		}
 	}
-	var signer *evidence.Signer
-	var signingKey signingKeyText
-	if src := cfg.Evidence.SigningKey; src != nil {
-		if signingKey.file, err = src.Read(getenv); err != nil {
-			return nil, nil, fmt.Errorf("config: evidence.signing_key: %w", err)
-		}
-		if signingKey.key, err = evidence.ParsePrivateKey(signingKey.file); err != nil {
-			return nil, nil, fmt.Errorf("config: evidence.signing_key: %w", err)
-		}
-		if signer, err = evidence.NewSigner(signingKey.key); err != nil {
-			return nil, nil, fmt.Errorf("config: evidence.signing_key: %w", err)
-		}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	signer, signingKey, err := loadSigner(cfg, getenv, log)
+	if err != nil {
+		return nil, nil, err
 	}
 
 	tools, err := catalogTools(cfg, getenv)

@@ -139,8 +139,15 @@ type EvidenceConfig struct {
 	// SpoolDir keeps artifacts the store could not take after a call was
 	// decided, until they can be flushed to it. "none" turns spooling off.
 	SpoolDir string `yaml:"spool_dir"`
-	// SigningKey, if set, signs every manifest (Ed25519).
-	SigningKey *SecretSource `yaml:"signing_key"`
+	// SigningKey signs every manifest (Ed25519): {file: FILE}, {env: VAR},
+	// {file: FILE, create: true}, or none for unsigned manifests (see
+	// SigningKeySource). The embedded default is {file:
+	// ./toolgate-signing.key, create: true}, and LoadConfig and
+	// WithDefaults take it when the YAML leaves the key out, so a
+	// configuration read from YAML or the embedded default is signed
+	// unless it says none. Nil is possible only in a
+	// Config built in code, and leaves manifests unsigned.
+	SigningKey *SigningKeySource `yaml:"signing_key"`
 	// OpTimeout bounds each store operation (a put, get or list, its
 	// retries included), so that a store that stops answering cannot hold
 	// a call longer than this. 0 means evidence.DefaultOpTimeout (15s).
@@ -237,8 +244,8 @@ type RedactConfig struct {
 	DisableRules []string `yaml:"disable_rules"`
 	// FingerprintKey keys the HMAC-SHA256 fingerprints of redacted secrets
 	// in manifests. Unset, a key is derived from evidence.signing_key, or
-	// without one drawn at random at start (fingerprints then compare only
-	// within one run).
+	// with signing_key: none drawn at random at start (fingerprints then
+	// compare only within one run).
 	FingerprintKey *SecretSource `yaml:"fingerprint_key"`
 }
 
@@ -428,6 +435,9 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.Evidence.SpoolDir == "" {
 		c.Evidence.SpoolDir = def.Evidence.SpoolDir
 	}
+	if c.Evidence.SigningKey == nil {
+		c.Evidence.SigningKey = def.Evidence.SigningKey
+	}
 	if c.Drivers == nil {
 		c.Drivers = def.Drivers
 	}
@@ -502,6 +512,9 @@ func (c Config) Validate() error {
 	}
 	if c.Evidence.InterruptedAfter < 0 {
 		return errors.New("config: evidence.interrupted_after: must not be negative (0: the longest driver run time plus six op_timeouts)")
+	}
+	if err := c.Evidence.SigningKey.validate(); err != nil {
+		return err
 	}
 	if ol := c.Evidence.ObjectLock; ol != nil {
 		if ol.Mode != "GOVERNANCE" && ol.Mode != "COMPLIANCE" {

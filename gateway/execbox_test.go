@@ -80,7 +80,7 @@ func newSandboxEnvKeys(t *testing.T, transport string, script execboxtest.Script
 	cfg, err := ParseConfig([]byte(`
 instance: test-host
 policies: {dir: ` + filepath.Join(dir, "policies") + `}
-evidence: {url: "mem://", spool_dir: none}
+evidence: {url: "mem://", spool_dir: none, signing_key: {file: ` + filepath.Join(dir, "signing.key") + `, create: true}}
 drivers:
   workspace: {type: workspace, root: ` + ws + `}
   sandbox: ` + driver + `

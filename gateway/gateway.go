@@ -340,6 +340,10 @@ func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, 
 // record passed through the gateway's redactor.
 func (g *Gateway) Logger() *slog.Logger { return g.log }
 
+// Signer returns the signer of the gateway's manifests, or nil when they
+// are unsigned (evidence.signing_key: none, or Options.Signer left nil).
+func (g *Gateway) Signer() *evidence.Signer { return g.signer }
+
 // ShadowFlips counts the calls whose shadow policy set decided otherwise
 // (allow against deny) than the enforcing set, since the gateway started.
 func (g *Gateway) ShadowFlips() int64 { return g.shadowFlips.Load() }

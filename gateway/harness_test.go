@@ -344,6 +344,11 @@ func (f *flakyStore) Put(ctx context.Context, key string, data []byte) error {
 	return f.Store.Put(ctx, key, data)
 }
 
+// WalkInfo lists as the wrapped store does, sizes and times included.
+func (f *flakyStore) WalkInfo(ctx context.Context, prefix string, fn func(evidence.KeyInfo) error) error {
+	return evidence.WalkInfo(ctx, f.Store, prefix, fn)
+}
+
 // hookDriver calls a function when it runs.
 type hookDriver struct {
 	run func()

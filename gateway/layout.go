@@ -60,6 +60,9 @@ func (c Config) gatewayPaths() []gatewayPath {
 // a symlinked alias and "ws/../" spellings are all recognised. Unlike
 // Validate, it reads the file system; Build calls it.
 func (c Config) CheckLayout() error {
+	if err := c.checkKeyPlacement(); err != nil {
+		return err
+	}
 	var protected []gatewayPath
 	for _, p := range c.gatewayPaths() {
 		real, err := resolvedPath(p.path)
@@ -92,6 +95,41 @@ func (c Config) CheckLayout() error {
 			}
 			return fmt.Errorf("config: %s (%s) %s %s (%s): callers of the workspace tools could read or rewrite "+
 				"the gateway's own files; move the workspace and the gateway's files apart", key, root, rel, p.key, p.path)
+		}
+	}
+	return nil
+}
+
+// checkKeyPlacement refuses a private key file (the signing key, the
+// fingerprint key, the TLS key) that is, or lies inside, one of the folders
+// the gateway fills for others to read: the evidence folder, which auditors
+// copy and publish, the spool, whose contents go to the store, the policy
+// folder and the trace folders. Paths are compared as CheckLayout compares
+// them.
+func (c Config) checkKeyPlacement() error {
+	var keys, folders []gatewayPath
+	for _, p := range c.gatewayPaths() {
+		switch {
+		case p.key == "evidence.signing_key.file" || p.key == "redact.fingerprint_key.file" || p.key == "tls.key_file":
+			keys = append(keys, p)
+		case p.key == "evidence.url" || p.key == "evidence.spool_dir" || p.key == "policies.dir" || strings.HasSuffix(p.key, ".trace_dir"):
+			folders = append(folders, p)
+		}
+	}
+	for _, k := range keys {
+		key, err := resolvedPath(k.path)
+		if err != nil {
+			return fmt.Errorf("config: %s %q: %w", k.key, k.path, err)
+		}
+		for _, f := range folders {
+			folder, err := resolvedPath(f.path)
+			if err != nil {
+				return fmt.Errorf("config: %s %q: %w", f.key, f.path, err)
+			}
+			if key == folder || within(key, folder) {
+				return fmt.Errorf("config: %s (%s) lies inside %s (%s): whoever is given that folder would get the key; "+
+					"keep the gateway's keys outside the folders it fills", k.key, key, f.key, folder)
+			}
 		}
 	}
 	return nil

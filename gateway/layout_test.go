@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,9 +47,26 @@ func TestCheckLayoutRefusesNesting(t *testing.T) {
 		{"trace folder in the workspace", func(c *Config) {
 			c.Drivers["tpmjs"] = DriverConfig{Type: "tpmjs", TraceDir: "repo/workspace/trace"}
 		}, []string{"contains drivers.tpmjs.trace_dir"}},
-		{"signing key in the workspace", func(c *Config) { c.Evidence.SigningKey = &SecretSource{File: "repo/workspace/signing.pem"} },
+		{"signing key in the workspace", func(c *Config) { c.Evidence.SigningKey = keyFile("repo/workspace/signing.pem") },
 			[]string{"contains evidence.signing_key.file"}},
-		{"signing key from the environment", func(c *Config) { c.Evidence.SigningKey = &SecretSource{Env: "K"} }, nil},
+		{"signing key from the environment", func(c *Config) { c.Evidence.SigningKey = &SigningKeySource{SecretSource: SecretSource{Env: "K"}} }, nil},
+		{"signing key beside the evidence folder", func(c *Config) { c.Evidence.SigningKey = keyFile("repo/toolgate-signing.key") }, nil},
+		{"signing key inside the evidence folder, published with it", func(c *Config) { c.Evidence.SigningKey = keyFile("repo/evidence/k.pem") },
+			[]string{"evidence.signing_key.file", "lies inside evidence.url", filepath.Join(dir, "repo", "evidence")}},
+		{"signing key inside the evidence folder through an alias", func(c *Config) { c.Evidence.SigningKey = keyFile("alias/evidence/k.pem") },
+			[]string{"evidence.signing_key.file", "lies inside evidence.url"}},
+		{"signing key inside the spool", func(c *Config) { c.Evidence.SigningKey = keyFile("repo/spool/k.pem") },
+			[]string{"evidence.signing_key.file", "lies inside evidence.spool_dir"}},
+		{"signing key inside the policy folder", func(c *Config) { c.Evidence.SigningKey = keyFile("repo/policies/k.pem") },
+			[]string{"evidence.signing_key.file", "lies inside policies.dir"}},
+		{"signing key that is the evidence folder", func(c *Config) { c.Evidence.SigningKey = keyFile("repo/evidence") },
+			[]string{"evidence.signing_key.file", "lies inside evidence.url"}},
+		{"fingerprint key inside the evidence folder", func(c *Config) { c.Redact.FingerprintKey = &SecretSource{File: "repo/evidence/fp"} },
+			[]string{"redact.fingerprint_key.file", "lies inside evidence.url"}},
+		{"TLS key inside a trace folder", func(c *Config) {
+			c.TLS = TLSConfig{CertFile: "repo/cert.pem", KeyFile: "repo/trace/key.pem"}
+			c.Drivers["tpmjs"] = DriverConfig{Type: "tpmjs", TraceDir: "repo/trace"}
+		}, []string{"tls.key_file", "lies inside drivers.tpmjs.trace_dir"}},
 		{"fingerprint key in the workspace", func(c *Config) { c.Redact.FingerprintKey = &SecretSource{File: "repo/workspace/fp"} },
 			[]string{"contains redact.fingerprint_key.file"}},
 		{"configuration file in the workspace", func(c *Config) { c.File = "repo/workspace/toolgate.yaml" },
@@ -82,4 +100,45 @@ func (c *Config) setRoot(root string) {
 	d := c.Drivers["workspace"]
 	d.Root = root
 	c.Drivers["workspace"] = d
+}
+
+// keyFile is a signing key source naming a file.
+func keyFile(path string) *SigningKeySource {
+	return &SigningKeySource{SecretSource: SecretSource{File: path}}
+}
+
+// TestDefaultSigningKeyIsCheckedLikeAConfiguredOne: the key the embedded
+// default creates, ./toolgate-signing.key, is refused inside a workspace
+// or the evidence folder, and never created there.
+func TestDefaultSigningKeyIsCheckedLikeAConfiguredOne(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	elsewhere := t.TempDir()
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"a workspace that is the gateway's folder",
+			"policies: {dir: " + elsewhere + "/policies}\nevidence: {url: file://" + elsewhere + "/ev, spool_dir: none}\ndrivers: {workspace: {type: workspace, root: .}}",
+			"contains evidence.signing_key.file (" + filepath.Join(dir, "toolgate-signing.key") + ")"},
+		{"an evidence folder that is the gateway's folder",
+			"policies: {dir: " + elsewhere + "/policies}\nevidence: {url: file://., spool_dir: none}\ndrivers: {workspace: {type: workspace, root: " + elsewhere + "/ws}}",
+			"evidence.signing_key.file (" + filepath.Join(dir, "toolgate-signing.key") + ") lies inside evidence.url"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := ParseConfig([]byte(tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg, err = cfg.WithDefaults(); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := Build(context.Background(), cfg, func(string) string { return "" }, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Build: %v, want an error containing %q", err, tc.want)
+			}
+			if _, err := os.Lstat(filepath.Join(dir, "toolgate-signing.key")); err == nil {
+				t.Fatal("a key was created in the refused place")
+			}
+		})
+	}
 }

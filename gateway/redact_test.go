@@ -52,7 +52,7 @@ keywords = ["acme_"]
 	cfg, err := ParseConfig([]byte(`
 instance: redact-test
 policies: {dir: ` + filepath.Join(dir, "policies") + `}
-evidence: {url: "mem://", spool_dir: none}
+evidence: {url: "mem://", spool_dir: none, signing_key: {file: ` + filepath.Join(dir, "signing.key") + `, create: true}}
 redact:
   rules_file: ` + rules + `
   disable_rules: [slack-bot-token]

@@ -67,7 +67,7 @@ func buildTPMJSEnv(t *testing.T, exec *tpmjstest.Executor, url, driverYAML strin
 listen: 127.0.0.1:0
 instance: test-host
 policies: {dir: ` + filepath.Join(dir, "policies") + `}
-evidence: {url: "mem://", spool_dir: none}
+evidence: {url: "mem://", spool_dir: none, signing_key: {file: ` + filepath.Join(dir, "signing.key") + `, create: true}}
 drivers:
   workspace: {type: workspace, root: ` + filepath.Join(dir, "ws") + `}
   tpmjs:

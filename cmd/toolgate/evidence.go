@@ -13,7 +13,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +24,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/evidence/tlog"
 	"github.com/toolgate/toolgate/gateway"
 )
 
@@ -38,11 +41,16 @@ evidence.url of --config FILE, or the embedded default's file://./toolgate-evide
   show REQUEST_ID
         every artifact of the request, pretty-printed, attempts in order
   verify (REQUEST_ID | --all) [--pubkey FILE]... [--spool DIR] [--require-signature] [-v] [--json]
+         [--require-log] [--checkpoint FILE] [--witness-key VKEY]... [--witness-threshold N]
         check artifacts against manifests and manifests against signatures,
-        and list each request's attempts. Exit 1 when any request shows
-        tampering, 0 otherwise (unsigned, incomplete, not-dispatched and
-        pending requests are reported, not failed). --json prints every
-        request as one JSON object a line instead.
+        and list each request's attempts. --all also re-derives every
+        instance's transparency log, checks it extends the checkpoints kept
+        in --checkpoint (rewritten with the newest when all verifies), and
+        joins it with the bucket: a logged request that is gone is missing.
+        Exit 1 when a request shows tampering or lacks what --require-*
+        demands, or a log is inconsistent; 0 otherwise (unsigned,
+        incomplete, not-dispatched, pending and unlogged requests are
+        reported, not failed). --json prints one JSON object a line instead.
   prove REQUEST_ID [--out FILE] [--cosigned]
         write a self-contained C2SP tlog-proof of the request's manifest
         (REQUEST_ID.tlog-proof; --out - for standard output): the manifest,
@@ -52,8 +60,8 @@ evidence.url of --config FILE, or the embedded default's file://./toolgate-evide
   verify-proof FILE --pubkey FILE [--witness-key VKEY]... [--witness-threshold N] [--json]
         check a proof offline with nothing but the gateway's public key (and
         the witnesses' keys): exit 0 valid, 1 invalid. Every signature line
-        must be by a key given; by default every witness given must have
-        cosigned.
+        must be by a key given; by default one of the witnesses given must
+        have cosigned.
   cosign --witness-url URL... [--instance NAME]...
         have each instance's newest checkpoint cosigned by C2SP tlog-witness
         witnesses and store it at log/<instance>/cosigned/<size>. Exit 1 when
@@ -61,8 +69,11 @@ evidence.url of --config FILE, or the embedded default's file://./toolgate-evide
   vkey --pubkey FILE [--instance NAME]...
         print each instance log's verifier key (origin+id+key), what a
         witness is configured with to cosign that log
-  pubkey (--key FILE | --key-env VAR)
-        print the public key (PEM) and key id of a signing key
+  pubkey [--config FILE | --key FILE | --key-env VAR]
+        print the public key (PEM) and key id of a signing key: by default
+        the key evidence.signing_key of the configuration names (--config,
+        or the embedded default's ./toolgate-signing.key, which serve
+        creates on its first start), read from this folder as serve reads it
   keygen --out FILE
         write a new Ed25519 signing key (PEM PKCS #8, mode 0600) and print
         its public key; "openssl genpkey -algorithm ed25519 -out FILE" works too
@@ -496,52 +507,106 @@ type stringList []string
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
-// verdictOrder lists the verdicts of evidence.VerifyReport.Verdict, and
-// verify's own "unsigned-required" (--require-signature), worst first, for
-// the summary.
+// verdictOrder lists the verdicts of evidence.VerifyReport.Verdict, worst
+// first, for the summary.
 var verdictOrder = []string{
-	"mismatch", "bad-signature", "unknown-key", "unsigned-required",
-	"incomplete", "not-dispatched", "pending", "unchecked-signature", "unsigned", "ok",
+	"mismatch", "missing", "bad-signature", "unknown-key", "unsigned-required",
+	"incomplete", "not-dispatched", "pending", "unlogged", "unchecked-signature", "unsigned", "ok",
 }
 
 // progressEvery is how many requests verify --all checks between updates
 // of its progress line.
 const progressEvery = 100
 
-// evidenceVerify returns exitFailure when a request shows tampering (or
-// lacks a required signature) and exitOK otherwise; the error is for
-// everything that kept it from checking.
-func evidenceVerify(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+// verifyFlags are evidence verify's flags.
+type verifyFlags struct {
+	store                   *storeFlags
+	all, requireSig, reqLog *bool
+	verbose, asJSON         *bool
+	spool, checkpoint       *string
+	pubkeys, witnessKeys    stringList
+	witnessThreshold        *int
+}
+
+func newVerifyFlags(stderr io.Writer) (*flag.FlagSet, *verifyFlags) {
 	fs := newEvidenceFlags("verify", stderr)
-	sf := addStoreFlags(fs)
-	all := fs.Bool("all", false, "verify every request in the store")
-	var pubkeys stringList
-	fs.Var(&pubkeys, "pubkey", "trusted public key `file` (PEM or base64); repeat for several keys")
-	spoolArg := fs.String("spool", "", "spool `folder` of artifacts not yet uploaded (default: the configuration's evidence.spool_dir when it exists and the store comes from the configuration; none: no spool)")
-	requireSig := fs.Bool("require-signature", false, "fail on manifests that are not signed by a trusted key (needs --pubkey)")
-	verbose := fs.Bool("v", false, "print every request, not only those with findings, with its attempts and outcome")
-	asJSON := fs.Bool("json", false, "print every request as one JSON object a line (its report and verdict) instead of text; no summary")
-	pos, err := parseArgs(fs, args)
+	f := &verifyFlags{store: addStoreFlags(fs)}
+	f.all = fs.Bool("all", false, "verify every request in the store, and the transparency logs with them")
+	fs.Var(&f.pubkeys, "pubkey", "trusted public key `file` (PEM or base64); repeat for several keys")
+	f.spool = fs.String("spool", "", "spool `folder` of artifacts not yet uploaded (default: the configuration's evidence.spool_dir when it exists and the store comes from the configuration; none: no spool)")
+	f.requireSig = fs.Bool("require-signature", false, "fail on manifests that are not signed by a trusted key (needs --pubkey)")
+	f.reqLog = fs.Bool("require-log", false, "with --all, fail on requests no transparency log records")
+	f.checkpoint = fs.String("checkpoint", "", "with --all, `file` of the checkpoints kept from the last verification: the logs must extend them; rewritten with the newest ones when everything verifies")
+	fs.Var(&f.witnessKeys, "witness-key", "with --all, a witness's cosignature verifier `key` (name+hash+base64); repeat for several")
+	f.witnessThreshold = fs.Int("witness-threshold", 0, "with --all, how many --witness-key witnesses must have cosigned a checkpoint of each log (default: 1 when witness keys are given)")
+	f.verbose = fs.Bool("v", false, "print every request, not only those with findings, with its attempts and outcome")
+	f.asJSON = fs.Bool("json", false, "print every log and request as one JSON object a line (its report and verdict) instead of text; no summary")
+	return fs, f
+}
+
+// options turns the flags into the library's options; the kept
+// checkpoints are read from --checkpoint when the file exists.
+func (f *verifyFlags) options() (evidence.VerifyOptions, error) {
+	opts := evidence.VerifyOptions{RequireSignature: *f.requireSig, RequireLog: *f.reqLog}
+	var err error
+	if opts.TrustedKeys, err = readPublicKeys(f.pubkeys); err != nil {
+		return opts, err
+	}
+	if *f.requireSig && len(opts.TrustedKeys) == 0 {
+		return opts, errors.New("--require-signature needs at least one --pubkey")
+	}
+	for _, k := range f.witnessKeys {
+		v, err := tlog.ParseWitnessKey(k)
+		if err != nil {
+			return opts, fmt.Errorf("--witness-key: %w", err)
+		}
+		opts.Witnesses = append(opts.Witnesses, v)
+	}
+	opts.WitnessThreshold = *f.witnessThreshold
+	if opts.WitnessThreshold == 0 && len(opts.Witnesses) > 0 {
+		opts.WitnessThreshold = 1
+	}
+	if *f.checkpoint != "" {
+		data, err := os.ReadFile(*f.checkpoint)
+		switch {
+		case errors.Is(err, fs.ErrNotExist): // the first verification
+		case err != nil:
+			return opts, fmt.Errorf("--checkpoint: %w", err)
+		default:
+			if opts.Kept, err = evidence.ParseCheckpoints(data); err != nil {
+				return opts, fmt.Errorf("--checkpoint %s: %w", *f.checkpoint, err)
+			}
+		}
+	}
+	return opts, nil
+}
+
+// evidenceVerify returns exitFailure when a request shows tampering or
+// lacks what the flags require, or a log is inconsistent, and exitOK
+// otherwise; the error is for everything that kept it from checking.
+func evidenceVerify(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+	flags, f := newVerifyFlags(stderr)
+	pos, err := parseArgs(flags, args)
 	if err != nil {
 		return exitError, err
 	}
-	if (len(pos) == 1) == *all || len(pos) > 1 {
+	if (len(pos) == 1) == *f.all || len(pos) > 1 {
 		fmt.Fprintln(stderr, "usage: toolgate evidence verify [flags] (REQUEST_ID | --all)")
 		return exitError, errUsage
 	}
-	if *requireSig && len(pubkeys) == 0 {
-		return exitError, errors.New("--require-signature needs at least one --pubkey")
+	if !*f.all && (*f.reqLog || *f.checkpoint != "" || len(f.witnessKeys) > 0) {
+		return exitError, errors.New("--require-log, --checkpoint and --witness-key check the logs, which only --all reads")
 	}
-	var opts evidence.VerifyOptions
-	if opts.TrustedKeys, err = readPublicKeys(pubkeys); err != nil {
+	opts, err := f.options()
+	if err != nil {
 		return exitError, err
 	}
-	store, spoolDir, err := sf.open(ctx)
+	store, spoolDir, err := f.store.open(ctx)
 	if err != nil {
 		return exitError, err
 	}
 	defer store.Close()
-	if spoolDir, err = chooseSpool(*spoolArg, spoolDir); err != nil {
+	if spoolDir, err = chooseSpool(*f.spool, spoolDir); err != nil {
 		return exitError, err
 	}
 	if spoolDir != "" {
@@ -553,80 +618,143 @@ func evidenceVerify(ctx context.Context, args []string, stdout, stderr io.Writer
 		defer spool.Close()
 		opts.Spool = spool
 	}
-
-	verdict := func(rep evidence.VerifyReport) string {
-		v := rep.Verdict()
-		// Incomplete and not-dispatched requests have no manifest to sign.
-		unsignable := rep.Status == evidence.StatusIncomplete || rep.Status == evidence.StatusNotDispatched
-		if *requireSig && !rep.Tampered() && !unsignable && rep.Signature != evidence.SignatureValid {
-			return "unsigned-required"
-		}
-		return v
-	}
-	failing := func(v string) bool {
-		return v == "mismatch" || v == "bad-signature" || v == "unknown-key" || v == "unsigned-required"
-	}
-	report := func(rep evidence.VerifyReport, v string) error {
-		if *asJSON {
-			return printJSONReport(stdout, rep, v)
-		}
-		printReport(stdout, rep, v, *verbose)
-		return nil
-	}
-
-	if !*all {
+	p := &verifyPrinter{stdout: stdout, verbose: *f.verbose, asJSON: *f.asJSON, counts: map[string]int{}}
+	if !*f.all {
+		p.printAll = true // one request is always printed
 		rep, err := verifyRequest(ctx, store, pos[0], opts)
 		if err != nil {
 			return exitError, err
 		}
-		v := verdict(rep)
-		if err := report(rep, v); err != nil {
+		if err := p.request(rep); err != nil {
 			return exitError, err
 		}
-		if failing(v) {
-			return exitFailure, nil
-		}
-		return exitOK, nil
+		return p.exitCode(), nil
 	}
-
-	var progress io.Writer
 	if isTerminal(stderr) {
-		progress = stderr
+		p.progress = stderr
 	}
-	counts := map[string]int{}
-	total := 0
-	err = evidence.VerifyAll(ctx, store, opts, func(rep evidence.VerifyReport) error {
-		v := verdict(rep)
-		counts[v]++
-		total++
-		if *verbose || *asJSON || (v != "ok" && v != "unsigned" && v != "unchecked-signature") {
-			if progress != nil {
-				fmt.Fprint(progress, "\r\033[K")
-			}
-			if err := report(rep, v); err != nil {
-				return err
-			}
-		}
-		if progress != nil && total%progressEvery == 0 {
-			fmt.Fprintf(progress, "\rverified %d requests…", total)
-		}
-		return nil
-	})
-	if progress != nil && total >= progressEvery {
-		fmt.Fprint(progress, "\r\033[K")
-	}
-	if err != nil {
+	opts.OnLog = p.log
+	if err := evidence.VerifyAll(ctx, store, opts, p.request); err != nil {
+		p.clearProgress()
 		return exitError, err
 	}
-	if !*asJSON {
-		printSummary(stdout, total, counts)
+	p.clearProgress()
+	if !*f.asJSON {
+		printSummary(stdout, p.total, p.counts, p.logs)
 	}
-	for _, v := range verdictOrder {
-		if failing(v) && counts[v] > 0 {
-			return exitFailure, nil
+	if *f.checkpoint != "" && p.exitCode() == exitOK {
+		if err := writeFileAtomic(*f.checkpoint, evidence.FormatCheckpoints(p.kept)); err != nil {
+			return exitError, fmt.Errorf("--checkpoint: %w", err)
 		}
 	}
-	return exitOK, nil
+	return p.exitCode(), nil
+}
+
+// verifyPrinter prints verify's reports as they come and counts them.
+type verifyPrinter struct {
+	stdout, progress io.Writer
+	verbose, asJSON  bool
+	printAll         bool
+	counts           map[string]int
+	total            int
+	failed           bool
+	logs             []evidence.LogReport
+	kept             [][]byte
+}
+
+func (p *verifyPrinter) request(rep evidence.VerifyReport) error {
+	v := rep.Verdict()
+	p.counts[v]++
+	p.total++
+	p.failed = p.failed || rep.Failed()
+	if p.printAll || p.verbose || p.asJSON || (v != "ok" && v != "unsigned" && v != "unchecked-signature") {
+		p.clearProgress()
+		if p.asJSON {
+			if err := printJSONReport(p.stdout, rep, v); err != nil {
+				return err
+			}
+		} else {
+			printReport(p.stdout, rep, v, p.verbose)
+		}
+	}
+	if p.progress != nil && p.total%progressEvery == 0 {
+		fmt.Fprintf(p.progress, "\rverified %d requests…", p.total)
+	}
+	return nil
+}
+
+func (p *verifyPrinter) log(rep evidence.LogReport) error {
+	p.logs = append(p.logs, rep)
+	p.failed = p.failed || rep.Status != evidence.LogOK
+	if rep.Checkpoint != nil {
+		p.kept = append(p.kept, rep.Checkpoint)
+	}
+	if p.asJSON {
+		data, err := json.Marshal(struct {
+			Log evidence.LogReport `json:"transparency_log"`
+		}{rep})
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(p.stdout, "%s\n", data)
+		return err
+	}
+	if p.verbose || rep.Status != evidence.LogOK {
+		printLogReport(p.stdout, rep)
+	}
+	return nil
+}
+
+func (p *verifyPrinter) clearProgress() {
+	if p.progress != nil && p.total >= progressEvery {
+		fmt.Fprint(p.progress, "\r\033[K")
+	}
+}
+
+func (p *verifyPrinter) exitCode() int {
+	if p.failed {
+		return exitFailure
+	}
+	return exitOK
+}
+
+// printLogReport prints one log's status line and its findings.
+func printLogReport(w io.Writer, rep evidence.LogReport) {
+	switch rep.Status {
+	case evidence.LogOK:
+		fmt.Fprintf(w, "log ok %s: %d entries, checkpoint signature %s", cell(rep.Origin), rep.Size, rep.Signature)
+		if len(rep.Witnesses) > 0 {
+			fmt.Fprintf(w, ", cosigned at size %d by %s", rep.WitnessedSize, cell(strings.Join(rep.Witnesses, ", ")))
+		}
+		fmt.Fprintln(w)
+	default:
+		fmt.Fprintf(w, "%s %s: LOG NOT TRUSTWORTHY\n", rep.Status, cell(rep.Origin))
+	}
+	for _, pr := range rep.Problems {
+		fmt.Fprintf(w, "  %s\n", cell(pr))
+	}
+}
+
+// writeFileAtomic replaces name with data, so that a crash leaves the old
+// kept checkpoints or the new ones, never half of either.
+func writeFileAtomic(name string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(name), ".checkpoint-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), name)
 }
 
 // verifyRequest verifies one request, which must have evidence in the
@@ -718,6 +846,8 @@ func printReport(w io.Writer, rep evidence.VerifyReport, verdict string, verbose
 		fmt.Fprintf(w, "incomplete %s: no manifest (in flight, or a crash or failure left it)\n", id)
 	case "not-dispatched":
 		fmt.Fprintf(w, "not-dispatched %s: nothing ran, every attempt was closed not_dispatched; a retry with the same request id may still run it\n", id)
+	case "unlogged":
+		fmt.Fprintf(w, "unlogged %s: artifacts match, but no transparency log records the request, so its deletion would go unnoticed\n", id)
 	default:
 		fmt.Fprintf(w, "%s %s: TAMPERED\n", verdict, id)
 	}
@@ -777,7 +907,7 @@ func describeAttempts(rep evidence.VerifyReport) string {
 
 // printSummary prints the counts per verdict and says plainly what the
 // quiet verdicts mean.
-func printSummary(w io.Writer, total int, counts map[string]int) {
+func printSummary(w io.Writer, total int, counts map[string]int, logs []evidence.LogReport) {
 	var parts []string
 	for _, v := range verdictOrder {
 		if counts[v] > 0 {
@@ -786,24 +916,37 @@ func printSummary(w io.Writer, total int, counts map[string]int) {
 	}
 	if total == 0 {
 		fmt.Fprintln(w, "verified 0 requests: the store holds no evidence")
-		return
+	} else {
+		fmt.Fprintf(w, "verified %d requests: %s\n", total, strings.Join(parts, ", "))
 	}
-	fmt.Fprintf(w, "verified %d requests: %s\n", total, strings.Join(parts, ", "))
-	tampered := counts["mismatch"] + counts["bad-signature"] + counts["unknown-key"]
-	if tampered > 0 {
+	if tampered := counts["mismatch"] + counts["bad-signature"] + counts["unknown-key"]; tampered > 0 {
 		fmt.Fprintf(w, "TAMPERING: %d request(s) do not match their manifest or signature\n", tampered)
 	}
-	if n := counts["unsigned-required"]; n > 0 {
-		fmt.Fprintf(w, "FAILED: %d request(s) lack a signature by a trusted key, which --require-signature demands\n", n)
+	if n := counts["missing"]; n > 0 {
+		fmt.Fprintf(w, "TAMPERING: %d logged request(s) are gone from the store, in part or whole\n", n)
 	}
-	if n := counts["not-dispatched"]; n > 0 {
-		fmt.Fprintf(w, "note: %d request(s) never ran: every attempt was closed not_dispatched, and a retry with the same request id may still run them\n", n)
+	var entries uint64
+	for _, l := range logs {
+		entries += l.Size
+		if l.Status != evidence.LogOK {
+			fmt.Fprintf(w, "TAMPERING: the log %s is %s\n", cell(l.Origin), l.Status)
+		}
 	}
-	if n := counts["unsigned"]; n > 0 {
-		fmt.Fprintf(w, "note: %d request(s) have unsigned manifests: their artifacts match, but nothing shows who wrote them\n", n)
+	if len(logs) > 0 {
+		fmt.Fprintf(w, "logs: %d checked, %d entries in all\n", len(logs), entries)
 	}
-	if n := counts["unchecked-signature"]; n > 0 {
-		fmt.Fprintf(w, "note: %d signed request(s) were not checked: give the gateway's public key with --pubkey\n", n)
+	for _, line := range []struct {
+		verdict, text string
+	}{
+		{"unsigned-required", "FAILED: %d request(s) lack a signature by a trusted key, which --require-signature demands\n"},
+		{"unlogged", "note: %d request(s) are in no transparency log (--require-log fails them)\n"},
+		{"not-dispatched", "note: %d request(s) never ran: every attempt was closed not_dispatched, and a retry with the same request id may still run them\n"},
+		{"unsigned", "note: %d request(s) have unsigned manifests: their artifacts match, but nothing shows who wrote them\n"},
+		{"unchecked-signature", "note: %d signed request(s) were not checked: give the gateway's public key with --pubkey\n"},
+	} {
+		if n := counts[line.verdict]; n > 0 {
+			fmt.Fprintf(w, line.text, n)
+		}
 	}
 }
 
@@ -822,6 +965,7 @@ func evidencePubkey(args []string, stdout, stderr io.Writer, getenv func(string)
 	fs := newEvidenceFlags("pubkey", stderr)
 	keyFile := fs.String("key", "", "private key `file`: PEM PKCS #8 or the base64 of the 32-byte seed")
 	keyEnv := fs.String("key-env", "", "environment `variable` holding the private key, in either form")
+	configPath := fs.String("config", "", "the key evidence.signing_key of this YAML configuration `file` names (default: the embedded default's)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -829,19 +973,32 @@ func evidencePubkey(args []string, stdout, stderr io.Writer, getenv func(string)
 	if len(pos) > 0 {
 		return fmt.Errorf("unexpected arguments %q", pos)
 	}
+	given := 0
+	for _, v := range []string{*keyFile, *keyEnv, *configPath} {
+		if v != "" {
+			given++
+		}
+	}
+	if given > 1 {
+		fmt.Fprintln(stderr, "usage: toolgate evidence pubkey [--config FILE | --key FILE | --key-env VAR]")
+		return errUsage
+	}
 	var data []byte
 	switch {
-	case (*keyFile == "") == (*keyEnv == ""):
-		fmt.Fprintln(stderr, "usage: toolgate evidence pubkey (--key FILE | --key-env VAR)")
-		return errUsage
 	case *keyFile != "":
 		if data, err = os.ReadFile(*keyFile); err != nil {
 			return fmt.Errorf("--key: %w", err)
 		}
-	default:
+	case *keyEnv != "":
 		if data = []byte(getenv(*keyEnv)); len(data) == 0 {
 			return fmt.Errorf("--key-env: environment variable %s is empty or unset", *keyEnv)
 		}
+	default:
+		pub, err := configuredPublicKey(*configPath, getenv)
+		if err != nil {
+			return err
+		}
+		return writePublicKey(stdout, pub)
 	}
 	key, err := evidence.ParsePrivateKey(data)
 	if err != nil {
@@ -852,6 +1009,23 @@ func evidencePubkey(args []string, stdout, stderr io.Writer, getenv func(string)
 		return err
 	}
 	return writePublicKey(stdout, signer.PublicKey())
+}
+
+// configuredPublicKey returns the public key of the key the configuration
+// at path (the embedded default when empty) signs with, without creating
+// it.
+func configuredPublicKey(path string, getenv func(string) string) (ed25519.PublicKey, error) {
+	var cfg gateway.Config
+	var err error
+	if path != "" {
+		cfg, err = gateway.LoadConfig(path)
+	} else {
+		cfg, err = gateway.DefaultConfig()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cfg.SigningPublicKey(getenv)
 }
 
 func evidenceKeygen(args []string, stdout, stderr io.Writer) error {
@@ -869,11 +1043,11 @@ func evidenceKeygen(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	der, err := x509.MarshalPKCS8PrivateKey(key)
+	data, err := evidence.EncodePrivateKey(key)
 	if err != nil {
 		return err
 	}
-	if err := writeNewFile(*out, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})); err != nil {
+	if err := writeNewFile(*out, data); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "wrote the private key to %s (mode 0600); keep it secret, the public key below verifies its signatures\n", *out)

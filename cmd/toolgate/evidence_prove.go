@@ -73,7 +73,7 @@ func evidenceVerifyProof(args []string, stdout, stderr io.Writer) (int, error) {
 	var pubkeys, witnessKeys stringList
 	fs.Var(&pubkeys, "pubkey", "trusted gateway public key `file` (PEM or base64); repeat for several keys")
 	fs.Var(&witnessKeys, "witness-key", "trusted witness verifier `key` (name+id+base64, as the witness prints it); repeat for several witnesses")
-	threshold := fs.Int("witness-threshold", -1, "how many of the --witness-key witnesses must have cosigned (default: all of them)")
+	threshold := fs.Int("witness-threshold", 0, "how many of the --witness-key witnesses must have cosigned (default: 1 when witness keys are given, as verify)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -91,8 +91,8 @@ func evidenceVerifyProof(args []string, stdout, stderr io.Writer) (int, error) {
 		return exitError, err
 	}
 	opts.WitnessThreshold = *threshold
-	if *threshold < 0 {
-		opts.WitnessThreshold = len(opts.Witnesses)
+	if opts.WitnessThreshold == 0 && len(opts.Witnesses) > 0 {
+		opts.WitnessThreshold = 1
 	}
 	data, err := os.ReadFile(pos[0])
 	if err != nil {

@@ -47,6 +47,8 @@ func recordTour(t *testing.T) string {
 		"--tool", "workspace.readFile", "--args", `{"path": "notes.txt"}`); code != exitOK {
 		t.Fatalf("allowed call: exit %d\n%s%s", code, out, stderr)
 	}
+	// A graceful stop sequences the log's last entries.
+	stopServer(t, srv)
 	return dir
 }
 
@@ -205,18 +207,30 @@ func TestEvidenceTour(t *testing.T) {
 		}
 	})
 
-	t.Run("verify unsigned", func(t *testing.T) {
+	t.Run("verify what the key serve created signed", func(t *testing.T) {
 		out, stderr, code := runTool(t, dir, "evidence", "verify", "--all")
 		if code != exitOK || stderr != "" {
 			t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 		}
-		want := "verified 2 requests: 2 unsigned\n" +
-			"note: 2 request(s) have unsigned manifests: their artifacts match, but nothing shows who wrote them\n"
+		want := "verified 2 requests: 2 unchecked-signature\n" +
+			"logs: 1 checked, 4 entries in all\n" +
+			"note: 2 signed request(s) were not checked: give the gateway's public key with --pubkey\n"
 		if out != want {
 			t.Fatalf("verify --all =\n%s\nwant\n%s", out, want)
 		}
-		out, _, code = runTool(t, dir, "evidence", "verify", "ev-allow")
-		if code != exitOK || out != "unsigned ev-allow: artifacts match, but the manifest is not signed, so nothing shows who wrote it\n" {
+		pub, stderr, code := runTool(t, dir, "evidence", "pubkey")
+		if code != exitOK {
+			t.Fatalf("pubkey with no flags: exit %d\n%s", code, stderr)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "gateway.pub"), []byte(pub), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, _, code = runTool(t, dir, "evidence", "verify", "--all", "--require-signature", "--pubkey", "gateway.pub")
+		if code != exitOK || out != "verified 2 requests: 2 ok\nlogs: 1 checked, 4 entries in all\n" {
+			t.Fatalf("verify --require-signature with the key pubkey printed: exit %d\n%s", code, out)
+		}
+		out, _, code = runTool(t, dir, "evidence", "verify", "ev-allow", "--pubkey", "gateway.pub")
+		if code != exitOK || !strings.HasPrefix(out, "ok ev-allow: artifacts match; signed by trusted key "+strings.TrimPrefix(strings.SplitN(pub, "\n", 2)[0], "# key id: ")) {
 			t.Fatalf("verify ev-allow: exit %d\n%s", code, out)
 		}
 	})
@@ -251,6 +265,13 @@ func TestEvidenceVerifyTampering(t *testing.T) {
 		}
 	}
 	gatewayPub := strings.TrimSuffix(gatewayKey, ".pem") + ".pub"
+	// The manifests are re-signed below with a key of the test's own, which
+	// the transparency log would rightly report as manifests it never
+	// logged: this test is about the checks of manifests and signatures,
+	// the log's have their own suite (tlog_test.go), so the log goes.
+	if err := os.RemoveAll(filepath.Join(dir, "toolgate-evidence", "log")); err != nil {
+		t.Fatal(err)
+	}
 	signStoredManifests(t, dir, readKey(t, gatewayKey), "ev-deny", "ev-allow")
 
 	edit := func(id, artifact string, f func([]byte) []byte) func(t *testing.T, dir string) {
@@ -594,7 +615,7 @@ func TestEvidenceConfig(t *testing.T) {
 		t.Fatalf("ls --config: exit %d\n%s%s", code, out, stderr)
 	}
 	out, _, code = runTool(t, dir, "evidence", "verify", "--config", "audit.yaml", "--all")
-	if code != exitOK || !strings.HasPrefix(out, "verified 2 requests: 2 unsigned\n") {
+	if code != exitOK || !strings.HasPrefix(out, "verified 2 requests: 2 unchecked-signature\n") {
 		t.Fatalf("verify --config: exit %d\n%s", code, out)
 	}
 }
@@ -626,7 +647,8 @@ func TestEvidenceUsageErrors(t *testing.T) {
 		{"bad decision", []string{"evidence", "ls", "--decision", "maybe"}, `--decision "maybe": want allow or deny`},
 		{"bad since", []string{"evidence", "ls", "--since", "yesterday"}, `--since "yesterday"`},
 		{"negative limit", []string{"evidence", "ls", "--limit", "-1"}, "--limit -1: must not be negative"},
-		{"pubkey without a key", []string{"evidence", "pubkey"}, "usage: toolgate evidence pubkey"},
+		{"pubkey before the gateway's first start", []string{"evidence", "pubkey"}, "./toolgate-signing.key: file does not exist; gateway: no signing key yet: `toolgate serve` creates it on its first start"},
+		{"pubkey from two sources", []string{"evidence", "pubkey", "--key", "k.pem", "--config", "c.yaml"}, "usage: toolgate evidence pubkey [--config FILE | --key FILE | --key-env VAR]"},
 		{"pubkey from an empty variable", []string{"evidence", "pubkey", "--key-env", "TOOLGATE_TEST_UNSET_VARIABLE"}, "TOOLGATE_TEST_UNSET_VARIABLE is empty or unset"},
 		{"keygen without --out", []string{"evidence", "keygen"}, "usage: toolgate evidence keygen --out FILE"},
 		{"unknown flag", []string{"evidence", "ls", "--nope"}, "flag provided but not defined: -nope"},
@@ -1029,7 +1051,7 @@ tools:
 		t.Fatalf("retry with the executor up: exit %d\n%s%s", code, out, stderr)
 	}
 	out, _, code = runTool(t, dir, "evidence", "verify", "retry-1")
-	if code != exitOK || !strings.HasPrefix(out, "unsigned retry-1: artifacts match") ||
+	if code != exitOK || !strings.HasPrefix(out, "unchecked-signature retry-1: artifacts match") ||
 		!strings.HasSuffix(out, "), 2 dispatched; outcome completed\n") {
 		t.Fatalf("verify after the retry: exit %d\n%s", code, out)
 	}

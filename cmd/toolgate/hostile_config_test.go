@@ -80,7 +80,7 @@ func TestHostileDangerousConfiguration(t *testing.T) {
 			"contains evidence.signing_key.file (DIR/ws/signing.pem)"},
 		{"fingerprint key inside the workspace", "redact: {fingerprint_key: {file: ./ws/fp.key}}\ndrivers: {workspace: {type: workspace, root: ./ws}}", nil, [2]string{},
 			"contains redact.fingerprint_key.file (DIR/ws/fp.key)"},
-		{"the configuration file inside the workspace", "drivers: {workspace: {type: workspace, root: .}}\npolicies: {dir: ../policies}\nevidence: {url: file://../ev, spool_dir: ../spool}", nil, [2]string{},
+		{"the configuration file inside the workspace", "drivers: {workspace: {type: workspace, root: .}}\npolicies: {dir: ../policies}\nevidence: {url: file://../ev, spool_dir: ../spool, signing_key: {file: ../toolgate-signing.key, create: true}}", nil, [2]string{},
 			"contains the configuration file (DIR/cfg/toolgate.yaml)"},
 		{"a symlinked alias of the policy folder", "drivers: {workspace: {type: workspace, root: ./alias}}", nil, [2]string{"policies", "alias"},
 			"drivers.workspace.root (DIR/policies) is policies.dir (DIR/policies)"},

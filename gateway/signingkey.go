@@ -1,0 +1,332 @@
+package gateway
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/toolgate/toolgate/evidence"
+)
+
+// maxKeyFileBytes bounds what is read of a key file: a PEM Ed25519 key is
+// 119 bytes, and a path that names something huge is a mistake.
+const maxKeyFileBytes = 64 << 10
+
+// ErrUnsigned is returned (wrapped) by Config.SigningPublicKey when the
+// configuration says evidence.signing_key: none.
+var ErrUnsigned = errors.New("gateway: evidence.signing_key: none: manifests are not signed")
+
+// ErrNoSigningKeyYet is returned (wrapped, beside fs.ErrNotExist) by
+// Config.SigningPublicKey when the key file the gateway creates on its
+// first start does not exist yet.
+var ErrNoSigningKeyYet = errors.New("gateway: no signing key yet: `toolgate serve` creates it on its first start")
+
+// SigningKeySource is evidence.signing_key: the Ed25519 key that signs
+// every manifest. In YAML it is one of
+//
+//	signing_key: {file: FILE}               a key file (PEM PKCS #8 or base64 seed)
+//	signing_key: {env: VAR}                 an environment variable holding the key
+//	signing_key: {file: FILE, create: true} a key file the gateway creates if missing
+//	signing_key: none                       no signature: manifests are unsigned
+//
+// Left out, it is the embedded default's {file: ./toolgate-signing.key,
+// create: true}: every configuration read from YAML signs.
+type SigningKeySource struct {
+	SecretSource `yaml:",inline"`
+	// Create makes the gateway create File on its first start when it
+	// does not exist (Ed25519, PEM PKCS #8, mode 0600, created
+	// exclusively). The gateway then owns the file and holds it to more
+	// than a configured key: a regular file, never a symbolic link, owned
+	// by the gateway's user and neither readable nor writable by group or
+	// others.
+	Create bool `yaml:"create"`
+	// None is the explicit opt-out, `signing_key: none`.
+	None bool `yaml:"-"`
+}
+
+// UnmarshalYAML accepts the scalar none or a mapping of file, env and
+// create. Any other scalar is refused without being quoted: whoever wrote
+// one may have pasted the key itself.
+func (s *SigningKeySource) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		if n.Value != "none" {
+			return fmt.Errorf("line %d: evidence.signing_key: want none, {file: FILE} or {env: VAR}; "+
+				"a key never goes in the configuration itself", n.Line)
+		}
+		*s = SigningKeySource{None: true}
+		return nil
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			switch k := n.Content[i].Value; k {
+			case "file", "env", "create":
+			default:
+				return fmt.Errorf("line %d: evidence.signing_key: unknown key %q (want file, env or create)", n.Content[i].Line, k)
+			}
+		}
+		var plain struct {
+			File   string `yaml:"file"`
+			Env    string `yaml:"env"`
+			Create bool   `yaml:"create"`
+		}
+		if err := n.Decode(&plain); err != nil {
+			return err
+		}
+		*s = SigningKeySource{SecretSource: SecretSource{File: plain.File, Env: plain.Env}, Create: plain.Create}
+		return nil
+	default:
+		return fmt.Errorf("line %d: evidence.signing_key: want none, {file: FILE} or {env: VAR}", n.Line)
+	}
+}
+
+// validate checks the source without touching the file system.
+func (s *SigningKeySource) validate() error {
+	switch {
+	case s == nil || s.None:
+		return nil
+	case s.File != "" && s.Env != "":
+		return errors.New("config: evidence.signing_key: give file or env, not both")
+	case s.File == "" && s.Env == "":
+		return errors.New("config: evidence.signing_key: give file or env (or none for unsigned manifests)")
+	case s.Env != "" && !envNamePattern.MatchString(s.Env):
+		return fmt.Errorf("config: evidence.signing_key.env %q: not an environment variable name", s.Env)
+	case s.Create && s.File == "":
+		return errors.New("config: evidence.signing_key.create: needs file (the gateway cannot create an environment variable)")
+	}
+	return nil
+}
+
+// SigningPublicKey returns the public key of the key the configuration
+// signs manifests with, read as `toolgate serve` reads it but never
+// created: ErrUnsigned for signing_key: none, ErrNoSigningKeyYet when the
+// file create: true names does not exist yet. Relative paths are taken from
+// the current folder, as the gateway takes them.
+func (c Config) SigningPublicKey(getenv func(string) string) (ed25519.PublicKey, error) {
+	src := c.Evidence.SigningKey
+	if src == nil || src.None {
+		return nil, ErrUnsigned
+	}
+	if err := src.validate(); err != nil {
+		return nil, err
+	}
+	key, err := readSigningKey(src, getenv)
+	if err != nil {
+		return nil, err
+	}
+	return key.key.Public().(ed25519.PublicKey), nil
+}
+
+// loadSigner reads the configured signing key, creating the file first when
+// create: true names one that does not exist, and logs which key signs. A
+// nil source (a Config built in code without a key) and signing_key: none
+// give a nil signer: unsigned manifests.
+func loadSigner(cfg Config, getenv func(string) string, log *slog.Logger) (*evidence.Signer, signingKeyText, error) {
+	src := cfg.Evidence.SigningKey
+	if src == nil || src.None {
+		if src != nil {
+			log.Warn("evidence.signing_key: none: manifests are unsigned, so nothing shows who wrote the evidence")
+		}
+		return nil, signingKeyText{}, nil
+	}
+	created := false
+	if src.Create {
+		var err error
+		if created, err = createKeyFile(src.File); err != nil {
+			return nil, signingKeyText{}, fmt.Errorf("config: evidence.signing_key.file %s: %w", src.File, err)
+		}
+	}
+	key, err := readSigningKey(src, getenv)
+	if err != nil {
+		return nil, signingKeyText{}, err
+	}
+	signer, err := evidence.NewSigner(key.key)
+	if err != nil {
+		return nil, signingKeyText{}, fmt.Errorf("config: evidence.signing_key: %w", err)
+	}
+	where := []any{"key_file", src.File}
+	if src.Env != "" {
+		where = []any{"key_env", src.Env}
+	}
+	if created {
+		log.Info("created a new evidence signing key: back it up, and give auditors its public key (toolgate evidence pubkey)", where...)
+	}
+	// The public key is public: it goes out as it is, in the standard
+	// base64 of its 32 bytes, which --pubkey accepts as a key file's text.
+	log.Info("manifests are signed", append(where, "key_id", signer.KeyID(),
+		"public_key", base64.StdEncoding.EncodeToString(signer.PublicKey()))...)
+	return signer, key, nil
+}
+
+// readSigningKey reads and parses the key src names. A key the gateway owns
+// (create: true) is read through readOwnedKeyFile.
+func readSigningKey(src *SigningKeySource, getenv func(string) string) (signingKeyText, error) {
+	var text signingKeyText
+	var err error
+	if src.Create {
+		text.file, err = readOwnedKeyFile(src.File)
+	} else {
+		text.file, err = src.Read(getenv)
+	}
+	if err != nil {
+		return signingKeyText{}, fmt.Errorf("config: evidence.signing_key: %w", err)
+	}
+	if text.key, err = evidence.ParsePrivateKey(text.file); err != nil {
+		return signingKeyText{}, fmt.Errorf("config: evidence.signing_key: %s: %w", src.name(), err)
+	}
+	return text, nil
+}
+
+// name says where the key comes from, for messages.
+func (s *SigningKeySource) name() string {
+	if s.Env != "" {
+		return "environment variable " + s.Env
+	}
+	return s.File
+}
+
+// readOwnedKeyFile reads a key file the gateway owns (create: true). It
+// never follows a symbolic link at path, never blocks on a named pipe, and
+// refuses anything but a regular file of the gateway's user that group and
+// others can neither read nor write: whoever could read the key could sign
+// evidence in the gateway's name, and whoever could plant it would know it.
+func readOwnedKeyFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	switch {
+	case errors.Is(err, syscall.ELOOP):
+		return nil, fmt.Errorf("%s is a symbolic link: the gateway never follows one to the key it owns; "+
+			"remove the link, or name the key's real path in evidence.signing_key.file", path)
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("%s: %w; %w", path, fs.ErrNotExist, ErrNoSigningKeyYet)
+	case err != nil:
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is %s, not a key file", path, fileKind(fi.Mode()))
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("%s has mode %04o: group or others may read or change the key, and with it sign evidence "+
+			"in the gateway's name; chmod 600 it if nobody else can have read it, else replace it", path, perm)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return nil, fmt.Errorf("%s belongs to uid %d, not to the gateway's user (uid %d): whoever put it there knows the key", path, st.Uid, os.Geteuid())
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxKeyFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxKeyFileBytes {
+		return nil, fmt.Errorf("%s is larger than %d bytes, too large to be a key file", path, maxKeyFileBytes)
+	}
+	return data, nil
+}
+
+// fileKind names what a file that is not a regular file is.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a folder"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	default:
+		return "not a regular file"
+	}
+}
+
+// createKeyFile creates path holding a new Ed25519 key (PEM PKCS #8, mode
+// 0600) when nothing exists there, and reports whether it did. Whatever
+// exists already, a key or something readOwnedKeyFile then refuses, is left
+// alone.
+//
+// The key is written to a temporary file beside path, synced, and linked
+// into place: link(2) creates path exclusively and never follows a link
+// planted there, and a reader sees either no file or the whole key. Of two
+// gateways starting at once in one folder, one links its key and the other
+// finds the link taken and reads that key.
+func createKeyFile(path string) (bool, error) {
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return false, err
+	}
+	data, err := evidence.EncodePrivateKey(key)
+	if err != nil {
+		return false, err
+	}
+	var suffix [8]byte
+	if _, err := rand.Read(suffix[:]); err != nil {
+		return false, err
+	}
+	dir := filepath.Dir(path)
+	tmp := filepath.Join(dir, "."+filepath.Base(path)+".tmp-"+hex.EncodeToString(suffix[:]))
+	if err := writeSyncedFile(tmp, data); err != nil {
+		return false, err
+	}
+	err = os.Link(tmp, path)
+	if rmErr := os.Remove(tmp); err == nil {
+		err = rmErr
+	}
+	if errors.Is(err, fs.ErrExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, syncDir(dir)
+}
+
+// writeSyncedFile writes data to a new file, mode 0600, and syncs it; the
+// file is removed again if any step fails.
+func writeSyncedFile(name string, data []byte) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	// The umask may have taken bits away; it never adds any, but an
+	// exact mode is what the next start checks.
+	err = f.Chmod(0o600)
+	if err == nil {
+		_, err = f.Write(data)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if closeErr := f.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return errors.Join(err, os.Remove(name))
+	}
+	return nil
+}
+
+// syncDir makes a new name in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	return errors.Join(err, d.Close())
+}
