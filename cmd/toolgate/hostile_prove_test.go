@@ -278,6 +278,12 @@ func TestHostileForkedLogRefusedByWitness(t *testing.T) {
 	if out, code := verifyProof(t, proof, "--pubkey", pub); code != exitFailure {
 		t.Fatalf("a cosigned proof checked without the witness's key: exit %d, want 1 (no line unchecked)\n%s", code, out)
 	}
+	// verify --all reads the cosigned checkpoint cosign stored.
+	out, stderr, code = runTool(t, d.dir, "evidence", "verify", "--all", "--config", "toolgate.yaml", "--pubkey", pub,
+		"--witness-key", w.VKey, "--json")
+	if code != exitOK || !strings.Contains(out, `"witnesses":["witness.example/w1"]`) {
+		t.Fatalf("verify --all with the witness's key: exit %d\n%s%s", code, out, stderr)
+	}
 
 	t.Run("a rewritten log under the same origin and key is refused", func(t *testing.T) {
 		fork := forkedLog(t, store, signer, "gw-a", w.Latest(origin)+3)
