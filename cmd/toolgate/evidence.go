@@ -51,6 +51,24 @@ evidence.url of --config FILE, or the embedded default's file://./toolgate-evide
         demands, or a log is inconsistent; 0 otherwise (unsigned,
         incomplete, not-dispatched, pending and unlogged requests are
         reported, not failed). --json prints one JSON object a line instead.
+  prove REQUEST_ID [--out FILE] [--cosigned]
+        write a self-contained C2SP tlog-proof of the request's manifest
+        (REQUEST_ID.tlog-proof; --out - for standard output): the manifest,
+        its log entry, the inclusion proof and the signed checkpoint.
+        --cosigned uses the newest witness-cosigned checkpoint. Exit 1 when
+        the log shows the manifest was deleted or replaced.
+  verify-proof FILE --pubkey FILE [--witness-key VKEY]... [--witness-threshold N] [--json]
+        check a proof offline with nothing but the gateway's public key (and
+        the witnesses' keys): exit 0 valid, 1 invalid. Every signature line
+        must be by a key given; by default one of the witnesses given must
+        have cosigned.
+  cosign --witness-url URL... [--instance NAME]...
+        have each instance's newest checkpoint cosigned by C2SP tlog-witness
+        witnesses and store it at log/<instance>/cosigned/<size>. Exit 1 when
+        a witness refuses a log as forked or rolled back.
+  vkey --pubkey FILE [--instance NAME]...
+        print each instance log's verifier key (origin+id+key), what a
+        witness is configured with to cosign that log
   pubkey [--config FILE | --key FILE | --key-env VAR]
         print the public key (PEM) and key id of a signing key: by default
         the key evidence.signing_key of the configuration names (--config,
@@ -78,6 +96,14 @@ func evidenceCmd(ctx context.Context, args []string, stdout, stderr io.Writer, g
 		err = evidenceShow(ctx, args[1:], stdout, stderr)
 	case "verify":
 		code, err = evidenceVerify(ctx, args[1:], stdout, stderr)
+	case "prove":
+		code, err = evidenceProve(ctx, args[1:], stdout, stderr)
+	case "verify-proof":
+		code, err = evidenceVerifyProof(args[1:], stdout, stderr)
+	case "cosign":
+		code, err = evidenceCosign(ctx, args[1:], stdout, stderr)
+	case "vkey":
+		err = evidenceVkey(ctx, args[1:], stdout, stderr)
 	case "pubkey":
 		err = evidencePubkey(args[1:], stdout, stderr, getenv)
 	case "keygen":

@@ -232,6 +232,17 @@ func InclusionProof(ctx context.Context, index, size uint64, read ReadFunc) ([]H
 	if err != nil {
 		return nil, fmt.Errorf("tlog: inclusion proof: %w", err)
 	}
+	hashes, err := proofHashes(ctx, nodes, size, read)
+	if err != nil {
+		return nil, fmt.Errorf("tlog: inclusion proof: %w", err)
+	}
+	return hashes, nil
+}
+
+// proofHashes returns the hashes of a proof's nodes in the tree of the
+// given size: the perfect nodes read from the tiles that hold them, and
+// the ephemeral node, if any, rehashed from them.
+func proofHashes(ctx context.Context, nodes proof.Nodes, size uint64, read ReadFunc) ([]Hash, error) {
 	tiles := map[string][]Hash{}
 	hashes := make([][]byte, 0, len(nodes.IDs))
 	for _, id := range nodes.IDs {
@@ -241,9 +252,9 @@ func InclusionProof(ctx context.Context, index, size uint64, read ReadFunc) ([]H
 		}
 		hashes = append(hashes, h[:])
 	}
-	hashes, err = nodes.Rehash(hashes, rfc6962.DefaultHasher.HashChildren)
+	hashes, err := nodes.Rehash(hashes, rfc6962.DefaultHasher.HashChildren)
 	if err != nil {
-		return nil, fmt.Errorf("tlog: inclusion proof: %w", err)
+		return nil, err
 	}
 	out := make([]Hash, len(hashes))
 	for i, h := range hashes {
@@ -262,20 +273,20 @@ func nodeHash(ctx context.Context, read ReadFunc, tiles map[string][]Hash, id co
 	if !ok {
 		data, err := read(ctx, path)
 		if err != nil {
-			return Hash{}, fmt.Errorf("tlog: inclusion proof: %w", err)
+			return Hash{}, err
 		}
 		want := int(width)
 		if want == 0 {
 			want = tileWidth
 		}
 		if row, err = parseTile(data, want); err != nil {
-			return Hash{}, fmt.Errorf("tlog: inclusion proof: %s: %w", path, err)
+			return Hash{}, fmt.Errorf("%s: %w", path, err)
 		}
 		tiles[path] = row
 	}
 	first, n := nodeIndex<<nodeLevel, uint64(1)<<nodeLevel
 	if first+n > uint64(len(row)) {
-		return Hash{}, fmt.Errorf("tlog: inclusion proof: %s has no node %d at height %d", path, nodeIndex, nodeLevel)
+		return Hash{}, fmt.Errorf("%s has no node %d at height %d", path, nodeIndex, nodeLevel)
 	}
 	return subtreeRoot(row[first : first+n]), nil
 }
