@@ -1,17 +1,22 @@
 package evidence
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/evidence/evidencetest"
 	"github.com/toolgate/toolgate/evidence/tlog"
+	"golang.org/x/mod/sumdb/note"
 )
 
 // auditedBucket is a store written through a logged gateway's store, and
@@ -303,4 +308,60 @@ func (s *MemoryStore) remove(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.data, key)
+}
+
+// Witnesses: a log cosigned by enough trusted witnesses verifies; too few
+// cosignatures leave it unwitnessed; and a cosigned checkpoint the log
+// does not extend, as after a rewrite, is a fork.
+func TestVerifyAllWithWitnesses(t *testing.T) {
+	ctx := context.Background()
+	b := newAuditedBucket(t)
+	w1, w2 := evidencetest.StartWitness(t, "w1.example"), evidencetest.StartWitness(t, "w2.example")
+	w1.AddLog(t, b.cfg.Origin, b.signer.PublicKey())
+	if _, err := Cosign(ctx, b.mem, "gw-1", CosignOptions{WitnessURLs: []string{w1.URL}}); err != nil {
+		t.Fatal(err)
+	}
+	v1, _ := tlog.ParseWitnessKey(w1.VKey)
+	v2, _ := tlog.ParseWitnessKey(w2.VKey)
+
+	_, logs := b.audit(t, VerifyOptions{Witnesses: []note.Verifier{v1}, WitnessThreshold: 1})
+	if len(logs) != 1 || logs[0].Status != LogOK || !slices.Equal(logs[0].Witnesses, []string{"w1.example"}) {
+		t.Fatalf("cosigned by w1, threshold 1: %+v", logs)
+	}
+	_, logs = b.audit(t, VerifyOptions{Witnesses: []note.Verifier{v1, v2}, WitnessThreshold: 2})
+	if len(logs) != 1 || logs[0].Status != LogUnwitnessed {
+		t.Fatalf("cosigned by w1 only, threshold 2: %+v", logs)
+	}
+
+	// A witness that never saw this log cosigns a checkpoint of another
+	// root at the same size: the log as stored does not extend it.
+	keys, _ := b.mem.List(ctx, LogPrefix("gw-1")+cosignedDir)
+	_, size, _, _ := checkpointBody(b.newestCheckpoint(t))
+	fork, _ := b.cfg.SignCheckpoint(size, tlog.Hash{9})
+	w3 := evidencetest.StartWitness(t, "w3.example")
+	w3.AddLog(t, b.cfg.Origin, b.signer.PublicKey())
+	forked := cosignDirectly(t, w3, fork)
+	b.replace(t, keys[len(keys)-1], forked)
+	v3, _ := tlog.ParseWitnessKey(w3.VKey)
+	_, logs = b.audit(t, VerifyOptions{Witnesses: []note.Verifier{v3}, WitnessThreshold: 1})
+	if len(logs) != 1 || logs[0].Status != LogInconsistent || !strings.Contains(fmt.Sprint(logs[0].Problems), "forked") {
+		t.Fatalf("a cosigned fork: %+v", logs)
+	}
+}
+
+// cosignDirectly has a witness cosign a checkpoint, as add-checkpoint with
+// no earlier size does, and returns the checkpoint with its cosignature.
+func cosignDirectly(t *testing.T, w *evidencetest.Witness, cp []byte) []byte {
+	t.Helper()
+	body := append([]byte("old 0\n\n"), cp...)
+	resp, err := http.Post(w.URL+"/add-checkpoint", "text/plain", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("witness answered %d: %s", resp.StatusCode, lines)
+	}
+	return append(bytes.Clone(cp), lines...)
 }
