@@ -114,7 +114,8 @@ type LogWriter struct {
 
 	mu      sync.Mutex
 	queue   [][]byte
-	pending int // entries taken by the sequencer but not yet in a stored batch
+	stored  []storedArtifact // artifacts whose entries Flush builds
+	pending int              // entries taken by the sequencer but not yet in a stored batch
 	unsure  []uncertainPut
 	fenced  error // set once, never cleared
 
@@ -144,7 +145,7 @@ func (l *LogWriter) Ready() error {
 	if l.fenced != nil {
 		return l.fenced
 	}
-	if n := len(l.queue) + l.pending + len(l.unsure); n >= l.cfg.MaxPending {
+	if n := len(l.queue) + len(l.stored) + l.pending + len(l.unsure); n >= l.cfg.MaxPending {
 		return fmt.Errorf("%w: %d entries wait to be sequenced", ErrLogBacklog, n)
 	}
 	return nil
@@ -156,6 +157,39 @@ func (l *LogWriter) Append(entry []byte) {
 	l.mu.Lock()
 	l.queue = append(l.queue, entry)
 	l.mu.Unlock()
+}
+
+// storedArtifact is a logged artifact, stored, whose entry is yet to be
+// built.
+type storedArtifact struct {
+	kind string
+	data []byte
+}
+
+// appendArtifact queues the entry of a stored artifact. Building it is
+// left to Flush, so that a call pays no more than this append.
+func (l *LogWriter) appendArtifact(kind string, data []byte) {
+	l.mu.Lock()
+	l.stored = append(l.stored, storedArtifact{kind, data})
+	l.mu.Unlock()
+}
+
+// buildEntries turns the stored artifacts queued so far into entries at
+// the end of the queue. The gateway writes every artifact it logs, so one
+// without an entry is a bug to shout about, not to stop the log for.
+func (l *LogWriter) buildEntries() {
+	l.mu.Lock()
+	stored := l.stored
+	l.stored = nil
+	l.mu.Unlock()
+	for _, a := range stored {
+		e, err := logEntry(a.kind, a.data, l.cfg.Gateway)
+		if err != nil {
+			l.cfg.Logger.Error("transparency log: stored artifact without an entry", "kind", a.kind, "err", err)
+			continue
+		}
+		l.Append(e)
+	}
 }
 
 // Run sequences queued entries every Interval until ctx ends. A batch the
@@ -212,7 +246,7 @@ func (l *LogWriter) Close(ctx context.Context) error {
 		return err
 	}
 	l.mu.Lock()
-	left := len(l.queue) + l.pending + len(l.unsure)
+	left := len(l.queue) + len(l.stored) + l.pending + len(l.unsure)
 	l.mu.Unlock()
 	if left > 0 || len(l.unwritten) > 0 {
 		return fmt.Errorf("evidence: log %s: %d entries not sequenced at close", l.cfg.Origin, left)
@@ -225,6 +259,7 @@ func (l *LogWriter) Close(ctx context.Context) error {
 // and checkpoint they lead to. Run calls it every Interval.
 func (l *LogWriter) Flush(ctx context.Context) error {
 	l.resolveUncertain(ctx)
+	l.buildEntries()
 	if err := l.writeUnwritten(ctx); err != nil {
 		return err
 	}

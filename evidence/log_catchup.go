@@ -57,6 +57,7 @@ func (l *LogWriter) adoptCaught() {
 	if l.caught == nil || time.Since(l.caughtAt) < l.cfg.Interval {
 		return
 	}
+	l.buildEntries()
 	l.mu.Lock()
 	for _, e := range l.queue {
 		l.seen[string(e)] = true

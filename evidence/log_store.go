@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/toolgate/toolgate/evidence/tlog"
 )
@@ -45,17 +46,14 @@ func (s *loggedStore) Put(ctx context.Context, key string, data []byte) error {
 			return fmt.Errorf("evidence: put %q: %w", key, err)
 		}
 	}
-	entry, err := logEntry(kind, data, s.log.cfg.Gateway)
-	if err != nil {
-		return fmt.Errorf("evidence: put %q: %w", key, err)
-	}
-	err = s.StoreCloser.Put(ctx, key, data)
+	err := s.StoreCloser.Put(ctx, key, data)
 	switch {
 	case err == nil:
-		s.log.Append(entry)
+		// The entry is built by the sequencer, off the call's path.
+		s.log.appendArtifact(kind, bytes.Clone(data))
 	case !errors.Is(err, ErrExist):
 		// The write may have landed all the same; the log finds out.
-		s.log.uncertain(key, data, entry)
+		s.log.uncertain(key, kind, bytes.Clone(data))
 	}
 	return err
 }
@@ -81,28 +79,40 @@ func loggedKind(key string) string {
 // logEntry builds the entry that commits to a stored request.json
 // (claim) or manifest.json (completion, written by gateway). It depends
 // on the artifact's bytes alone, so that the live path, catch-up and
-// verification all compute the same entry.
+// verification all compute the same entry. It reads only the fields the
+// entry takes.
 func logEntry(kind string, data []byte, gateway string) ([]byte, error) {
 	sum := sha256.Sum256(data)
 	digest := hex.EncodeToString(sum[:])
 	var e tlog.Entry
 	switch kind {
 	case tlog.KindClaim:
-		var r RequestRecord
+		var r struct {
+			RequestID            string    `json:"request_id"`
+			ReceivedAt           time.Time `json:"received_at"`
+			CanonicalRequestHash string    `json:"canonical_request_hash"`
+			Gateway              string    `json:"gateway"`
+		}
 		if err := json.Unmarshal(data, &r); err != nil {
 			return nil, fmt.Errorf("request record: %w", err)
 		}
 		e = tlog.Entry{Kind: kind, RequestID: r.RequestID, CanonicalRequestHash: r.CanonicalRequestHash,
 			RequestSHA256: digest, ReceivedAt: r.ReceivedAt, Gateway: r.Gateway}
 	case tlog.KindCompletion:
-		m, err := ParseManifest(data)
-		if err != nil {
-			return nil, err
+		var m struct {
+			RequestID string     `json:"request_id"`
+			Outcome   string     `json:"outcome"`
+			Signature *Signature `json:"signature"`
+		}
+		if err := json.Unmarshal(data, &m); err != nil {
+			return nil, fmt.Errorf("manifest: %w", err)
 		}
 		e = tlog.Entry{Kind: kind, RequestID: m.RequestID, ManifestSHA256: digest, Outcome: m.Outcome, Gateway: gateway}
 		if m.Signature != nil {
 			e.KeyID = m.Signature.KeyID
 		}
+	default:
+		return nil, fmt.Errorf("no log entry of kind %q", kind)
 	}
 	return e.Marshal()
 }
@@ -110,15 +120,15 @@ func logEntry(kind string, data []byte, gateway string) ([]byte, error) {
 // uncertainPut is a logged artifact whose write failed in a way that
 // leaves its outcome unknown.
 type uncertainPut struct {
-	key         string
-	data, entry []byte
+	key, kind string
+	data      []byte
 }
 
 // uncertain remembers a write of unknown outcome; resolveUncertain logs
 // its entry once the store shows the write landed.
-func (l *LogWriter) uncertain(key string, data, entry []byte) {
+func (l *LogWriter) uncertain(key, kind string, data []byte) {
 	l.mu.Lock()
-	l.unsure = append(l.unsure, uncertainPut{key, data, entry})
+	l.unsure = append(l.unsure, uncertainPut{key, kind, data})
 	l.mu.Unlock()
 }
 
@@ -135,7 +145,7 @@ func (l *LogWriter) resolveUncertain(ctx context.Context) {
 		stored, err := l.store.Get(ctx, u.key)
 		switch {
 		case err == nil && bytes.Equal(stored, u.data):
-			l.Append(u.entry)
+			l.appendArtifact(u.kind, u.data)
 		case err != nil && !errors.Is(err, ErrNotExist):
 			keep = append(keep, u)
 		}
