@@ -280,7 +280,7 @@ func createKeyFile(path string) (bool, error) {
 	}
 	dir := filepath.Dir(path)
 	tmp := filepath.Join(dir, "."+filepath.Base(path)+".tmp-"+hex.EncodeToString(suffix[:]))
-	if err := writeSyncedFile(tmp, data); err != nil {
+	if err := CreatePrivateFile(tmp, data); err != nil {
 		return false, err
 	}
 	err = os.Link(tmp, path)
@@ -296,9 +296,10 @@ func createKeyFile(path string) (bool, error) {
 	return true, syncDir(dir)
 }
 
-// writeSyncedFile writes data to a new file, mode 0600, and syncs it; the
-// file is removed again if any step fails.
-func writeSyncedFile(name string, data []byte) error {
+// CreatePrivateFile writes data to name, which must not exist yet (not
+// even as a symbolic link), with mode 0600 whatever the umask, and syncs
+// it; the file is removed again if any step fails. Keys are written so.
+func CreatePrivateFile(name string, data []byte) error {
 	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err

@@ -1054,27 +1054,14 @@ func evidenceKeygen(args []string, stdout, stderr io.Writer) error {
 	return writePublicKey(stdout, pub)
 }
 
-// writeNewFile writes data to a file that must not exist yet, readable by
-// its owner only, and removes it again if the write fails.
+// writeNewFile writes a key to a file that must not exist yet, readable
+// by its owner only.
 func writeNewFile(name string, data []byte) error {
-	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	err := gateway.CreatePrivateFile(name, data)
 	if errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("%s already exists; refusing to overwrite a key", name)
 	}
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if closeErr := f.Close(); err == nil {
-		err = closeErr
-	}
-	if err != nil {
-		return errors.Join(err, os.Remove(name))
-	}
-	return nil
+	return err
 }
 
 // writePublicKey prints a comment line with the key id, then the key as a

@@ -303,15 +303,7 @@ func TestHostileForkedLogRefusedByWitness(t *testing.T) {
 
 func readSigner(t *testing.T, file string) *evidence.Signer {
 	t.Helper()
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := evidence.ParsePrivateKey(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := evidence.NewSigner(key)
+	s, err := evidence.NewSigner(readKey(t, file))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -120,13 +120,7 @@ func fillBucket(t *testing.T, b *loggedBucket) {
 	runCalls(t, s.addr, "call", 4)
 	b.awaitLogged(t, "kept.txt", 8)
 	stopServer(t, s)
-	pem, err := os.ReadFile(filepath.Join(b.dir, "signing.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.key, err = evidence.ParsePrivateKey(pem); err != nil {
-		t.Fatal(err)
-	}
+	b.key = readKey(t, filepath.Join(b.dir, "signing.pem"))
 }
 
 // fileLoggedBucket is a file store in a fresh working folder.
@@ -340,11 +334,7 @@ func otherKey(t *testing.T, dir string) ed25519.PrivateKey {
 			t.Fatal(stderr)
 		}
 	}
-	pem, _ := os.ReadFile(filepath.Join(dir, "other.pem"))
-	key, err := evidence.ParsePrivateKey(pem)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := readKey(t, filepath.Join(dir, "other.pem"))
 	out, _, _ := runTool(t, dir, "evidence", "pubkey", "--key", "other.pem")
 	os.WriteFile(filepath.Join(dir, "other.pub"), []byte(out), 0o600)
 	return key
