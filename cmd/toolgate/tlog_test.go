@@ -16,6 +16,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/toolgate/toolgate/drivers/tpmjs/tpmjstest"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/evidencetest"
 	"github.com/toolgate/toolgate/evidence/tlog"
@@ -497,4 +498,44 @@ func TestHostileSameInstanceNameTwice(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestLogHonestStatesPassVerify: with every requirement on, a request in
+// flight and one that ran nothing (its executor down) are reported as
+// they are, never as tampering, on the file store and on a real MinIO.
+// (A request waiting in the spool is covered by the evidence package's
+// tests and, over MinIO, by the fault suite.)
+func TestLogHonestStatesPassVerify(t *testing.T) {
+	m := evidencetest.StartMinIO(t)
+	for _, st := range []struct {
+		name string
+		open func(t *testing.T) *loggedBucket
+	}{
+		{"file", fileLoggedBucket},
+		{"minio", func(t *testing.T) *loggedBucket { return minioLoggedBucket(t, m, "honest") }},
+	} {
+		t.Run(st.name, func(t *testing.T) {
+			b := st.open(t)
+			cfg := signingGateway(t, b.dir, b.url)
+			text, _ := os.ReadFile(filepath.Join(b.dir, cfg))
+			withDown := strings.Replace(string(text), "drivers:\n", "drivers:\n  tpmjs: {type: tpmjs, url: \"http://127.0.0.1:1\"}\n", 1) +
+				"tools:\n  fake.echo: {driver: tpmjs, package: \"" + tpmjstest.Package + "\", version: \"1.0.0\", export: " + tpmjstest.EchoTool + "}\n"
+			if err := os.WriteFile(filepath.Join(b.dir, cfg), []byte(withDown), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s := startServerEnv(t, b.dir, b.env, "--config", cfg)
+			if _, stderr, code := runToolEnv(t, b.dir, b.env, "call", "--addr", s.addr, "--request-id", "ran-nothing",
+				"--tool", "fake.echo", "--args", `{"text":"hi"}`); code != exitError || !strings.Contains(stderr, "nothing was executed") {
+				t.Fatalf("call with the executor down: exit %d\n%s", code, stderr)
+			}
+			go dial(t, s.addr).RunTool(context.Background(), shellRequest(t, "in-flight", "sleep 4"))
+			eventually(t, 10*time.Second, "both honest states reported", func() error {
+				out, code := b.audit(t, "kept.txt", "-v")
+				if code != exitOK || !strings.Contains(out, "incomplete in-flight") || !strings.Contains(out, "not-dispatched ran-nothing") {
+					return fmt.Errorf("exit %d:\n%s", code, out)
+				}
+				return nil
+			})
+		})
+	}
 }
