@@ -124,7 +124,7 @@ func BenchmarkRunTool(b *testing.B) {
 		{"memory", func(*testing.B) evidence.Store { return evidence.NewMemoryStore() }},
 		// The transparency log's own cost per call: building the claim's
 		// and the completion's entries (sequencing runs once a second).
-		{"memory-logged", func(b *testing.B) evidence.Store { return withBenchLog(b, evidence.NewMemoryStore()) }},
+		{"logged-memory", func(b *testing.B) evidence.Store { return withBenchLog(b, evidence.NewMemoryStore()) }},
 		{"file", func(b *testing.B) evidence.Store {
 			s, err := evidence.NewFileStore(b.TempDir())
 			if err != nil {
