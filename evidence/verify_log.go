@@ -57,15 +57,17 @@ func (r *LogReport) problem(format string, args ...any) {
 }
 
 // logObjects are the keys of one instance's log that verification reads
-// by name: its checkpoints and cosigned checkpoints.
+// by name: its newest checkpoint and its cosigned checkpoints. A log has a
+// checkpoint a second while busy, too many to hold; the cosigned ones are
+// as many as its witnessing runs.
 type logObjects struct {
-	instance    string
-	checkpoints []KeyInfo // sorted by size
-	cosigned    []KeyInfo
+	instance string
+	newest   KeyInfo // Key "" when the log has no checkpoint
+	cosigned []KeyInfo
 }
 
 // listLogs walks the "log/" prefix once and returns each instance's
-// checkpoints, and the bucket id.
+// newest checkpoint and cosigned checkpoints.
 func listLogs(ctx context.Context, r Reader) ([]*logObjects, error) {
 	var logs []*logObjects
 	err := WalkInfo(ctx, r, logRoot, func(ki KeyInfo) error {
@@ -79,7 +81,7 @@ func listLogs(ctx context.Context, r Reader) ([]*logObjects, error) {
 		lo := logs[len(logs)-1]
 		switch {
 		case strings.HasPrefix(rest, checkpointDir):
-			lo.checkpoints = append(lo.checkpoints, ki)
+			lo.newest = ki // the walk is in key order: sizes ascend
 		case strings.HasPrefix(rest, cosignedDir):
 			lo.cosigned = append(lo.cosigned, ki)
 		}
@@ -105,7 +107,7 @@ type logVerifier struct {
 func (v *verifier) verifyLog(ctx context.Context, lo *logObjects, bucketID string, j *logJoin) (LogReport, error) {
 	lv := &logVerifier{v: v, r: v.store, lo: lo, prefix: LogPrefix(lo.instance), rootsAt: map[uint64]*tlog.Hash{},
 		rep: LogReport{Instance: lo.instance, Origin: "toolgate.log/" + bucketID + "/" + lo.instance, Status: LogOK}}
-	if len(lo.checkpoints) == 0 {
+	if lo.newest.Key == "" {
 		// A log whose first batch is not yet published is empty. So is one
 		// whose every checkpoint was deleted: the kept checkpoint, if any,
 		// tells the two apart, and its requests show as unlogged.
@@ -142,7 +144,7 @@ func (v *verifier) verifyLog(ctx context.Context, lo *logObjects, bucketID strin
 // openNewest verifies the newest checkpoint's signature and reads its
 // size and root.
 func (lv *logVerifier) openNewest(ctx context.Context) error {
-	newest := lv.lo.checkpoints[len(lv.lo.checkpoints)-1].Key
+	newest := lv.lo.newest.Key
 	data, err := lv.r.Get(ctx, newest)
 	if err != nil {
 		return err
@@ -339,10 +341,8 @@ func (v *verifier) keptCheckpoints(notes [][]byte) error {
 func newestCheckpointTime(logs []*logObjects) time.Time {
 	var t time.Time
 	for _, lo := range logs {
-		for _, ki := range lo.checkpoints {
-			if ki.ModTime.After(t) {
-				t = ki.ModTime
-			}
+		if lo.newest.ModTime.After(t) {
+			t = lo.newest.ModTime
 		}
 	}
 	return t
