@@ -52,7 +52,7 @@ func openTransparencyLog(ctx context.Context, cfg Config, store evidence.StoreCl
 	instance string, log *slog.Logger) (evidence.StoreCloser, io.Closer, error) {
 	origin, err := evidence.LogOrigin(ctx, store, instance)
 	if err != nil {
-		return nil, nil, fmt.Errorf("log: %w", err)
+		return nil, nil, fmt.Errorf("log: opening the transparency log needs the evidence store at start: %w", err)
 	}
 	noteSigner, err := signer.CheckpointSigner(origin)
 	if err != nil {
