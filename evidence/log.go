@@ -198,18 +198,36 @@ func (l *LogWriter) buildEntries() {
 func (l *LogWriter) Run(ctx context.Context) {
 	tick := time.NewTicker(l.cfg.Interval)
 	defer tick.Stop()
+	var failingSince, warned time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			if err := l.Flush(ctx); err != nil {
-				l.cfg.Logger.Warn("transparency log: batch not stored; retrying", "origin", l.cfg.Origin, "err", err)
+			err := l.Flush(ctx)
+			switch {
+			case err == nil && !failingSince.IsZero():
+				l.cfg.Logger.Info("transparency log: batches stored again", "origin", l.cfg.Origin, "after", time.Since(failingSince).Round(time.Second))
+				failingSince = time.Time{}
+			case err != nil:
+				if failingSince.IsZero() {
+					failingSince = time.Now()
+				}
+				// Once, then every logWarnEvery: an outage of the store
+				// must not flood the log with a line a second.
+				if time.Since(warned) >= logWarnEvery {
+					warned = time.Now()
+					l.cfg.Logger.Warn("transparency log: batch not stored; retrying", "origin", l.cfg.Origin, "err", err)
+				}
 			}
 			l.recheck(ctx)
 		}
 	}
 }
+
+// logWarnEvery is how often Run repeats its warning while the store keeps
+// refusing the log's batches.
+const logWarnEvery = 30 * time.Second
 
 // recheck runs the catch-up once more when its time has come. A previous
 // process that did not close its lease may still be running, with the
