@@ -276,6 +276,7 @@ func approvalVerdict(d Decision, set *policySet, reasons []cedar.DiagnosticReaso
 			eligible = p
 		}
 		if !self || p.selfApproval {
+			d.Allow = true
 			return decidedBy(d, p)
 		}
 	}

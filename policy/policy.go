@@ -268,15 +268,14 @@ func evaluationFailed(d Decision, set *policySet, errs []cedar.DiagnosticError) 
 func decidedBy(d Decision, p *loadedPolicy) Decision {
 	d.RuleID = p.ruleID
 	d.Reason = p.reason
-	if d.Reason == "" {
-		verb := "forbidden"
-		switch {
-		case d.Allow:
-			verb = "permitted"
-		case d.ApprovalRequired:
-			verb = "held for approval by " + p.approval
-		}
-		d.Reason = fmt.Sprintf("%s by policy %s", verb, p.ruleID)
+	switch {
+	case d.Reason != "":
+	case d.ApprovalRequired:
+		d.Reason = fmt.Sprintf("policy %s requires approval by a member of %s", p.ruleID, p.approval)
+	case d.Allow:
+		d.Reason = "permitted by policy " + p.ruleID
+	default:
+		d.Reason = "forbidden by policy " + p.ruleID
 	}
 	return d
 }

@@ -143,7 +143,7 @@ func TestRunTestsErrors(t *testing.T) {
 			{"request": {"caller": "a", "tool": "workspace.x"}, "expect": {"decision": "allow"}},
 			{"name": "d", "request": {"caller": "a", "tool": "workspace.x"}, "expect": {"decision": "permit"}},
 			{"name": "d", "request": {"caller": "a", "tool": "other.x"}, "expect": {"decision": "deny"}}
-		]}`}, []string{"tests[0]: name is required", `tests[1] "d": expect.decision "permit" must be "allow" or "deny"`,
+		]}`}, []string{"tests[0]: name is required", `tests[1] "d": expect.decision "permit" must be "allow", "deny" or "approval_required"`,
 			`tests[2] "d": name is already used`, `tests[2] "d": request: driver is required`}},
 		{"every broken file is reported", map[string]string{"a.test.json": "[", "b.test.json": "{}", "c.test.json": okTest},
 			[]string{"a.test.json:1:2: unexpected end of JSON input", `b.test.json: "tests" holds no test`}},
