@@ -254,3 +254,58 @@ func determiningIDs(x Explanation) []string {
 	}
 	return out
 }
+
+// TestRunTestsAssertsApprovals: a test file asserts approval_required, its
+// group, and approver decisions; a wrong group is a failing case.
+func TestRunTestsAssertsApprovals(t *testing.T) {
+	rep, err := RunTests(context.Background(), approvalDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Failed() != 0 || rep.Passed() != 4 {
+		t.Fatalf("%d passed, %d failed: %+v", rep.Passed(), rep.Failed(), rep.Results)
+	}
+
+	src := `{"tests": [{"name": "wrong group", "request": {"caller": "alice", "tool": "workspace.shell"},
+		"expect": {"decision": "approval_required", "approvers": "security"}}]}`
+	cases, err := ParseTestFile("f.test.json", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := runCase(context.Background(), mustLoad(t, approvalDir), "f.test.json", cases[0])
+	if res.Passed() || !strings.Contains(strings.Join(res.Mismatches, "\n"), "approvers: want security, got \"ops\"") {
+		t.Fatalf("a wrong approval group passed or was misreported: %q", res.Mismatches)
+	}
+}
+
+func TestParseTestFileRefusesImpossibleApprovalCases(t *testing.T) {
+	tests := []struct{ name, request, decision, want string }{
+		{"an approver expected to need approval",
+			`{"caller": "b", "action": "Approve", "tool": "workspace.shell", "approval": {"requester": "a", "group": "ops"}}`,
+			"approval_required", `is impossible for action "Approve"`},
+		{"an Approve request without its pending call",
+			`{"caller": "b", "action": "Approve", "tool": "workspace.shell"}`,
+			"allow", "approval (requester and group) is required"},
+		{"an Approve request without a requester",
+			`{"caller": "b", "action": "Approve", "tool": "workspace.shell", "approval": {"group": "ops"}}`,
+			"allow", "approval: caller is required"},
+		{"an Approve request with a malformed group",
+			`{"caller": "b", "action": "Approve", "tool": "workspace.shell", "approval": {"requester": "a", "group": "Ops"}}`,
+			"allow", `approval.group "Ops" must be`},
+		{"an approval block on a RunTool request",
+			`{"caller": "b", "tool": "workspace.shell", "approval": {"requester": "a", "group": "ops"}}`,
+			"allow", `approval is only for action "Approve"`},
+		{"an unknown decision word",
+			`{"caller": "b", "tool": "workspace.shell"}`,
+			"pending", `must be "allow", "deny" or "approval_required"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := `{"tests": [{"name": "n", "request": ` + tt.request + `, "expect": {"decision": "` + tt.decision + `"}}]}`
+			_, err := ParseTestFile("f.test.json", []byte(src))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("ParseTestFile = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
