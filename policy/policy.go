@@ -19,6 +19,12 @@
 //
 // Decisions fail closed: anything other than a clean permit, including an
 // error while evaluating any rule, is a deny.
+//
+// A permit marked @approval("<group>") holds a call back instead of allowing
+// it: Decide then reports ApprovalRequired (never Allow) when such permits
+// are the only ones that match. Whether a person may approve the held-back
+// call is a Cedar decision as well, on Action::"Approve", made by
+// DecideApproval; see approval.go for the rules.
 package policy
 
 import (
@@ -50,7 +56,8 @@ const (
 	RulePolicyRefNotSelectable = "policy_ref_not_selectable"
 )
 
-// The two actions a request may ask for.
+// The two actions a Request may ask for; ActionApprove is asked only
+// through an ApprovalRequest.
 const (
 	// ActionRunTool is a call made by an orchestrator through RunTool.
 	ActionRunTool = "RunTool"

@@ -16,7 +16,7 @@ import (
 
 const policyUsage = `usage:
   toolgate policy validate DIR    parse and schema-validate a policy folder ("check" is an alias)
-  toolgate policy authorize [flags]  decide one request without running it
+  toolgate policy authorize [flags]  decide one request (or, with --action Approve, one approver) without running it
   toolgate policy test DIR        run the *.test.json files of a policy folder
   toolgate policy schema          print the built-in Cedar schema every policy is validated against
 `
