@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 
 	cedar "github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
@@ -116,11 +117,7 @@ func namesApprove(p *cedar.Policy) bool {
 	case xast.ScopeTypeEq:
 		return s.Entity == approve
 	case xast.ScopeTypeInSet:
-		for _, e := range s.Entities {
-			if e == approve {
-				return true
-			}
-		}
+		return slices.Contains(s.Entities, approve)
 	}
 	return false
 }
@@ -242,7 +239,7 @@ func (e *Engine) DecideApproval(ctx context.Context, a ApprovalRequest) (d Decis
 	if err != nil {
 		return failed(d, err.Error())
 	}
-	if !approvalGroup.MatchString(a.Group) || !contains(a.ApproverAttrs.Groups, a.Group) {
+	if !approvalGroup.MatchString(a.Group) || !slices.Contains(a.ApproverAttrs.Groups, a.Group) {
 		d.RuleID = RuleNotInApprovalGroup
 		d.Reason = fmt.Sprintf("caller %q is not a member of the approval group %q", a.Approver, a.Group)
 		return d
@@ -290,13 +287,4 @@ func approvalVerdict(d Decision, set *policySet, reasons []cedar.DiagnosticReaso
 			a.Approver, eligible.ruleID, AnnotationSelfApproval, SelfApprovalAllowed)
 	}
 	return d
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
