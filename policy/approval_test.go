@@ -309,3 +309,15 @@ func TestParseTestFileRefusesImpossibleApprovalCases(t *testing.T) {
 		})
 	}
 }
+
+func TestLiveDecidesApproversWithTheSetsInForce(t *testing.T) {
+	l, err := NewLive(approvalDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := ApprovalRequest{Approver: "bob", ApproverAttrs: CallerAttributes{Groups: []string{"ops"}}, Requester: "alice",
+		Group: "ops", ToolID: "workspace.shell", Driver: "workspace", RequestID: "r", Args: map[string]any{"cmd": "ls"}}
+	if d := l.DecideApproval(context.Background(), a); !d.Allow || d.RuleID != "ops_approve_shell" {
+		t.Fatalf("Live.DecideApproval = %+v, want allow by ops_approve_shell", d)
+	}
+}
