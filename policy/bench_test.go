@@ -42,3 +42,33 @@ func BenchmarkDecide(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecideApproval measures one approver decision and one decision
+// held for approval, on a set of 10 approval rules and 10 Approve permits.
+func BenchmarkDecideApproval(b *testing.B) {
+	var src strings.Builder
+	for i := range 10 {
+		fmt.Fprintf(&src, "@id(\"hold%d\") @approval(\"ops\")\npermit (principal, action == Action::\"RunTool\", resource == Tool::\"tool%d\");\n", i, i)
+		fmt.Fprintf(&src, "@id(\"approve%d\")\npermit (principal, action == Action::\"Approve\", resource == Tool::\"tool%d\")\nwhen { principal.groups.contains(context.group) };\n", i, i)
+	}
+	e := mustLoad(b, policyDir(b, map[string]string{DefaultRef + ".cedar": src.String()}))
+	ctx := context.Background()
+	args := map[string]any{"path": "docs/readme.md", "limit": 10}
+	b.Run("held", func(b *testing.B) {
+		req := Request{Caller: "alice", Action: ActionRunTool, RequestID: "req-1", ToolID: "tool9", Driver: "d", Args: args}
+		for b.Loop() {
+			if d := e.Decide(ctx, req); !d.ApprovalRequired || d.RuleID != "hold9" {
+				b.Fatalf("Decide = %+v, want approval_required by hold9", d)
+			}
+		}
+	})
+	b.Run("approver", func(b *testing.B) {
+		a := ApprovalRequest{Approver: "bob", ApproverAttrs: CallerAttributes{Groups: []string{"ops"}}, Requester: "alice",
+			Group: "ops", ToolID: "tool9", Driver: "d", RequestID: "req-1", Args: args}
+		for b.Loop() {
+			if d := e.DecideApproval(ctx, a); !d.Allow || d.RuleID != "approve9" {
+				b.Fatalf("DecideApproval = %+v, want allow by approve9", d)
+			}
+		}
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"iter"
 
 	cedar "github.com/cedar-policy/cedar-go"
+	"github.com/cedar-policy/cedar-go/types"
 )
 
 // Explanation is a decision together with every policy that matched the
@@ -29,6 +30,8 @@ type PolicyInfo struct {
 	Effect string
 	// Reason is the policy's @reason annotation, possibly "".
 	Reason string
+	// Approval is the policy's @approval group, "" for an unmarked policy.
+	Approval string
 	// Position is "<file>:<line>:<column>" of the policy in its set.
 	Position string
 	// Determining is true when the policy is one of those that decided:
@@ -42,18 +45,35 @@ type PolicyInfo struct {
 // matched it. It evaluates each candidate policy once more on its own, which
 // costs more than Decide does; it is meant for dry runs and policy tests, not
 // for the gateway's hot path.
-func (e *Engine) Explain(ctx context.Context, req Request) (x Explanation) {
-	x.Decision = e.Decide(ctx, req)
-	set, ok := e.sets[x.PolicyRef]
-	if !ok || ctx.Err() != nil {
-		return x
-	}
+func (e *Engine) Explain(ctx context.Context, req Request) Explanation {
+	x := Explanation{Decision: e.Decide(ctx, req)}
 	creq, entities, err := cedarRequest(req)
 	if err != nil {
 		return x
 	}
+	return e.listMatched(ctx, x, creq, entities)
+}
+
+// ExplainApproval judges a exactly as DecideApproval does and also lists
+// every policy that matched the Approve request. Like Explain, it is meant
+// for dry runs and policy tests.
+func (e *Engine) ExplainApproval(ctx context.Context, a ApprovalRequest) Explanation {
+	x := Explanation{Decision: e.DecideApproval(ctx, a)}
+	creq, entities, err := approvalRequest(a)
+	if err != nil {
+		return x
+	}
+	return e.listMatched(ctx, x, creq, entities)
+}
+
+// listMatched fills x.Matched with the policies of x's set that match creq.
+func (e *Engine) listMatched(ctx context.Context, x Explanation, creq cedar.Request, entities types.EntityMap) Explanation {
+	set, ok := e.sets[x.PolicyRef]
+	if !ok || ctx.Err() != nil {
+		return x
+	}
 	defer func() {
-		// Decide already survived this request; should the per-policy
+		// The decision already survived this request; should the per-policy
 		// evaluation still fail, the decision stands without the list.
 		if r := recover(); r != nil {
 			x.Matched = nil
@@ -70,17 +90,38 @@ func (e *Engine) Explain(ctx context.Context, req Request) (x Explanation) {
 			RuleID:   lp.ruleID,
 			Effect:   "permit",
 			Reason:   lp.reason,
+			Approval: lp.approval,
 			Position: fmt.Sprintf("%s:%d:%d", set.file, pos.Line, pos.Column),
 		}
 		if p.Effect() == cedar.Forbid {
 			info.Effect = "forbid"
 		}
-		if x.RuleID != RulePolicyError {
-			info.Determining = (p.Effect() == cedar.Forbid) == !x.Allow
-		}
+		info.Determining = determining(x.Decision, creq, lp)
 		x.Matched = append(x.Matched, info)
 	}
 	return x
+}
+
+// determining reports whether the matching policy p is one of those that
+// decided d: a forbid of a deny; a permit without @approval of an allow (for
+// an approver, one that may authorise approvers); a marked permit of an
+// approval_required decision. Nothing determines a decision the gateway
+// made itself (policy_error, a refused approver).
+func determining(d Decision, creq cedar.Request, p *loadedPolicy) bool {
+	self, _ := creq.Context.Get("selfApproval")
+	switch {
+	case d.RuleID == RulePolicyError || d.RuleID == RuleNotInApprovalGroup || d.RuleID == RuleSelfApprovalDenied:
+		return false
+	case p.policy.Effect() == cedar.Forbid:
+		return !d.Allow && !d.ApprovalRequired
+	case d.ApprovalRequired:
+		return true
+	case !d.Allow:
+		return false
+	case creq.Action.ID == ActionApprove:
+		return p.grantsApprove && (self != types.Boolean(true) || p.selfApproval)
+	}
+	return p.approval == ""
 }
 
 // onePolicy is a cedar.PolicyIterator over a single policy.

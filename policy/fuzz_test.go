@@ -234,6 +234,12 @@ func FuzzLoad(f *testing.F) {
 		`permit (principal, action, resource) when { context.requestID == "x" };`,
 		`@id("x") permit (principal, action, resource); @id("x") forbid (principal, action, resource);`,
 		`@approval("ops") permit (principal, action, resource);`,
+		`@approval("ops") permit (principal, action, resource); permit (principal == Caller::"bob", action, resource);`,
+		`@approval("Ops") permit (principal, action, resource);`,
+		`@approval("ops") forbid (principal, action, resource);`,
+		`@approval("a") @approval("b") permit (principal, action, resource);`,
+		`@self_approval("allowed") permit (principal, action == Action::"Approve", resource) when { context.selfApproval };`,
+		`permit (principal, action, resource); permit (principal, action in [Action::"Approve"], resource) when { context.args has n && context.args.n > 1 };`,
 		"permit (principal, action, resource) when { \"\xff\" };",
 		`permit (principal, action, resource) when { 99999999999999999999 == 1 };`,
 	} {
@@ -270,6 +276,31 @@ func FuzzLoad(f *testing.F) {
 			}
 			if d.RuleID == RulePolicyError && strings.Contains(d.Reason, "internal failure") {
 				t.Fatalf("Decide = %+v: evaluator crashed", d)
+			}
+			if d.ApprovalRequired && (d.Allow || !approvalGroup.MatchString(d.Approvers)) {
+				t.Fatalf("Decide = %+v: approval required with an allow or without a valid group", d)
+			}
+		}
+		for _, a := range []ApprovalRequest{
+			{Approver: "bob", ApproverAttrs: CallerAttributes{Groups: []string{"ops"}}, Requester: "alice", Group: "ops",
+				ToolID: "workspace.shell", Driver: "workspace", RequestID: "r", PolicyRef: "fuzz", Args: map[string]any{"n": json.Number("2")}},
+			{Approver: "bob", ApproverAttrs: CallerAttributes{Groups: []string{"ops"}}, Requester: "bob", Group: "ops",
+				ToolID: "workspace.shell", Driver: "workspace", RequestID: "r", PolicyRef: "fuzz"},
+		} {
+			d := e.DecideApproval(context.Background(), a)
+			if d.ApprovalRequired || d.RuleID == "" || d.Reason == "" || strings.Contains(d.Reason, "internal failure") {
+				t.Fatalf("DecideApproval = %+v", d)
+			}
+			p := func() *loadedPolicy {
+				for i := range e.sets["fuzz"].policies {
+					if lp := &e.sets["fuzz"].policies[i]; lp.ruleID == d.RuleID {
+						return lp
+					}
+				}
+				return nil
+			}()
+			if d.Allow && (p == nil || !p.grantsApprove || (a.Approver == a.Requester && !p.selfApproval)) {
+				t.Fatalf("DecideApproval = %+v: allowed by a policy that may not authorise this approver", d)
 			}
 		}
 	})

@@ -55,6 +55,11 @@ func (l *Live) Explain(ctx context.Context, req Request) Explanation {
 	return l.current.Load().Explain(ctx, req)
 }
 
+// DecideApproval decides an approver with the policy sets in force.
+func (l *Live) DecideApproval(ctx context.Context, a ApprovalRequest) Decision {
+	return l.current.Load().DecideApproval(ctx, a)
+}
+
 // Reload loads the folder again if its files changed since the last load
 // (or if force is set) and swaps the new sets in. It reports whether it
 // swapped. On an error the running sets stay in force.

@@ -91,8 +91,8 @@ func load(fsys fs.FS, dir string) (*Engine, error) {
 	return e, nil
 }
 
-// Annotations a policy may carry. Every other annotation is a load error:
-// an annotation the gateway does not implement (an approval marker, say)
+// Annotations a policy may carry (beside those of approval.go). Every other
+// annotation is a load error: an annotation the gateway does not implement
 // must not be ignored while the permit it marks allows at once.
 const (
 	// AnnotationID names the rule: rule_id in the evidence.
@@ -103,7 +103,20 @@ const (
 
 // KnownAnnotations returns the annotation keys a policy may carry, in the
 // order messages list them.
-func KnownAnnotations() []string { return []string{AnnotationID, AnnotationReason} }
+func KnownAnnotations() []string {
+	return []string{AnnotationID, AnnotationReason, AnnotationApproval, AnnotationSelfApproval}
+}
+
+// isReservedRuleID reports whether id names a decision the gateway makes
+// itself, which no policy may pose as.
+func isReservedRuleID(id string) bool {
+	switch id {
+	case RuleDefaultDeny, RulePolicyError, RuleUnknownPolicyRef, RulePolicyRefNotSelectable,
+		RuleNotInApprovalGroup, RuleSelfApprovalDenied:
+		return true
+	}
+	return false
+}
 
 func sortedAnnotationKeys(ann cedar.Annotations) []types.AnnotationKey {
 	keys := make([]types.AnnotationKey, 0, len(ann))
@@ -159,6 +172,25 @@ func checkModel(v *validate.Validator) error {
 			}
 		}
 	}
+	for _, self := range []bool{false, true} {
+		a := ApprovalRequest{Approver: "caller", Requester: "requester", RequestID: "r", Group: "ops"}
+		if self {
+			a.Requester = a.Approver
+		}
+		cctx, err := ApprovalContext(a)
+		if err != nil {
+			return err
+		}
+		err = v.Request(cedar.Request{
+			Principal: caller,
+			Action:    types.NewEntityUID("Action", ActionApprove),
+			Resource:  tool,
+			Context:   cctx,
+		})
+		if err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -203,7 +235,7 @@ func compileSet(path, file string, src []byte, sc *schemaCheck) (set *policySet,
 			switch {
 			case ruleID == "":
 				errs = append(errs, fmt.Errorf("%s: @id must not be empty", at))
-			case ruleID == RuleDefaultDeny || ruleID == RulePolicyError || ruleID == RuleUnknownPolicyRef || ruleID == RulePolicyRefNotSelectable:
+			case isReservedRuleID(ruleID):
 				errs = append(errs, fmt.Errorf("%s: @id(%q) is reserved for decisions the gateway makes itself", at, ruleID))
 			}
 			if prev, dup := firstUse[ruleID]; dup {
@@ -219,11 +251,17 @@ func compileSet(path, file string, src []byte, sc *schemaCheck) (set *policySet,
 					at, label, key, strings.Join(KnownAnnotations(), ", @")))
 			}
 		}
-		for _, msg := range sc.policy(p) {
+		for _, msg := range append(approvalAnnotationProblems(p), sc.policy(p)...) {
 			errs = append(errs, fmt.Errorf("%s: policy %s: %s", at, label, msg))
 		}
 
-		set.policies[i] = loadedPolicy{id: id, policy: p, ruleID: ruleID, reason: string(ann[AnnotationReason])}
+		_, marked := ann[AnnotationApproval]
+		set.policies[i] = loadedPolicy{
+			id: id, policy: p, ruleID: ruleID, reason: string(ann[AnnotationReason]),
+			approval:      string(ann[AnnotationApproval]),
+			grantsApprove: p.Effect() == cedar.Permit && !marked && namesApprove(p),
+			selfApproval:  string(ann[AnnotationSelfApproval]) == SelfApprovalAllowed,
+		}
 		set.byID[id] = &set.policies[i]
 		ast := (*xast.Policy)(p.AST())
 		if eq, ok := ast.Resource.(xast.ScopeTypeEq); ok {

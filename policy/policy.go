@@ -19,6 +19,12 @@
 //
 // Decisions fail closed: anything other than a clean permit, including an
 // error while evaluating any rule, is a deny.
+//
+// A permit marked @approval("<group>") holds a call back instead of allowing
+// it: Decide then reports ApprovalRequired (never Allow) when such permits
+// are the only ones that match. Whether a person may approve the held-back
+// call is a Cedar decision as well, on Action::"Approve", made by
+// DecideApproval; see approval.go for the rules.
 package policy
 
 import (
@@ -50,7 +56,8 @@ const (
 	RulePolicyRefNotSelectable = "policy_ref_not_selectable"
 )
 
-// The two actions a request may ask for.
+// The two actions a Request may ask for; ActionApprove is asked only
+// through an ApprovalRequest.
 const (
 	// ActionRunTool is a call made by an orchestrator through RunTool.
 	ActionRunTool = "RunTool"
@@ -136,9 +143,20 @@ func toolEntity(uid, driver types.EntityUID, driverName string, t ToolAttributes
 	}
 }
 
-// Decision is the outcome of Decide.
+// Decision is the outcome of Decide and DecideApproval. Exactly one of
+// three things holds: Allow (the call may run), ApprovalRequired (it may run
+// once a member of Approvers approves it) or neither (a deny). Allow is
+// false when approval is required, so code that only reads Allow treats a
+// held-back call as not allowed.
 type Decision struct {
 	Allow bool
+	// ApprovalRequired is true when every matching permit is marked
+	// @approval and nothing denied; RuleID and Reason are then those of the
+	// first such permit in file order.
+	ApprovalRequired bool
+	// Approvers is the @approval group of that permit when ApprovalRequired,
+	// else "".
+	Approvers string
 	// RuleID is the deciding policy's @id annotation, or
 	// "<file>:<policy id>" (for example "policy.default.cedar:policy2") for a
 	// policy without one, or one of RuleDefaultDeny, RulePolicyError and
@@ -173,9 +191,11 @@ func (e *Engine) Refs() []string {
 }
 
 // Decide judges req by the policy set it names. The call is allowed only when
-// at least one permit matches, no forbid matches and no policy of the set
-// fails to evaluate; every other outcome, including a malformed request, a
-// cancelled ctx and an internal failure, is a deny whose RuleID says why.
+// a permit without @approval matches, no forbid matches and no policy of the
+// set fails to evaluate. When the only matching permits are marked
+// @approval, and nothing denies, the decision is ApprovalRequired (still not
+// Allow). Every other outcome, including a malformed request, a cancelled
+// ctx and an internal failure, is a deny whose RuleID says why.
 //
 // When several policies decide (several permits, or several forbids), the
 // first one in file order is reported.
@@ -209,34 +229,60 @@ func (e *Engine) Decide(ctx context.Context, req Request) (d Decision) {
 	decision, diag := cedar.Authorize(set.candidates(creq.Principal, creq.Resource), entities, creq)
 
 	if len(diag.Errors) > 0 {
-		// Cedar skips a policy whose evaluation errors. For a forbid that
-		// would turn a deny into an allow, so any error denies.
-		msgs := make([]string, 0, len(diag.Errors))
-		for _, de := range diag.Errors {
-			p := set.byID[de.PolicyID]
-			msgs = append(msgs, fmt.Sprintf("%s: rule %s: %s", positionText(de.Position), p.ruleID, de.Message))
-		}
-		d = failed(d, "a policy failed to evaluate, so the call is denied: "+strings.Join(msgs, "; "))
-		d.Errors = msgs
-		return d
+		return evaluationFailed(d, set, diag.Errors)
 	}
 	if len(diag.Reasons) == 0 {
 		d.RuleID = RuleDefaultDeny
 		d.Reason = fmt.Sprintf("no permit policy in %s matched caller %q calling tool %q", set.file, req.Caller, req.ToolID)
 		return d
 	}
-	// The candidates are visited in file order, so the first reason is the
-	// first deciding policy in the file.
+	if decision != cedar.Allow {
+		// The reasons are the matching forbids, in file order because the
+		// candidates are visited in file order.
+		return decidedBy(d, set.byID[diag.Reasons[0].PolicyID])
+	}
+	// For an allow, Cedar lists every matching permit, in file order. The
+	// first one without @approval allows at once; when every one is marked,
+	// the first marked one holds the call back for approval.
+	for _, r := range diag.Reasons {
+		if p := set.byID[r.PolicyID]; p.approval == "" {
+			d.Allow = true
+			return decidedBy(d, p)
+		}
+	}
 	p := set.byID[diag.Reasons[0].PolicyID]
-	d.Allow = decision == cedar.Allow
+	d.ApprovalRequired = true
+	d.Approvers = p.approval
+	return decidedBy(d, p)
+}
+
+// evaluationFailed turns d into the deny of a set some policy of which
+// failed to evaluate. Cedar skips such a policy; for a forbid that would
+// turn a deny into an allow, so any error denies.
+func evaluationFailed(d Decision, set *policySet, errs []cedar.DiagnosticError) Decision {
+	msgs := make([]string, 0, len(errs))
+	for _, de := range errs {
+		p := set.byID[de.PolicyID]
+		msgs = append(msgs, fmt.Sprintf("%s: rule %s: %s", positionText(de.Position), p.ruleID, de.Message))
+	}
+	d = failed(d, "a policy failed to evaluate, so the call is denied: "+strings.Join(msgs, "; "))
+	d.Errors = msgs
+	return d
+}
+
+// decidedBy reports p as the policy that decided d, whose Allow and
+// ApprovalRequired are already set.
+func decidedBy(d Decision, p *loadedPolicy) Decision {
 	d.RuleID = p.ruleID
 	d.Reason = p.reason
-	if d.Reason == "" {
-		verb := "forbidden"
-		if d.Allow {
-			verb = "permitted"
-		}
-		d.Reason = fmt.Sprintf("%s by policy %s", verb, p.ruleID)
+	switch {
+	case d.Reason != "":
+	case d.ApprovalRequired:
+		d.Reason = fmt.Sprintf("policy %s requires approval by a member of %s", p.ruleID, p.approval)
+	case d.Allow:
+		d.Reason = "permitted by policy " + p.ruleID
+	default:
+		d.Reason = "forbidden by policy " + p.ruleID
 	}
 	return d
 }
@@ -271,6 +317,8 @@ func cedarRequest(req Request) (cedar.Request, types.EntityMap, error) {
 // failed turns d into a policy_error deny carrying msg.
 func failed(d Decision, msg string) Decision {
 	d.Allow = false
+	d.ApprovalRequired = false
+	d.Approvers = ""
 	d.RuleID = RulePolicyError
 	d.Reason = msg
 	d.Errors = []string{msg}
@@ -327,6 +375,13 @@ type loadedPolicy struct {
 	policy *cedar.Policy
 	ruleID string
 	reason string // the @reason annotation, possibly ""
+	// approval is the @approval group, "" for a policy without the mark.
+	approval string
+	// grantsApprove: a permit without @approval whose scope names
+	// Action::"Approve", the only kind that may authorise an approver.
+	grantsApprove bool
+	// selfApproval: the permit carries @self_approval("allowed").
+	selfApproval bool
 }
 
 // candidates returns, in file order, the policies that may apply to a

@@ -563,9 +563,9 @@ func TestLoadErrors(t *testing.T) {
 			wantErr: []string{"^\\S*p\\.cedar:1:1: policy \"no_pkg\": attribute `pakage` on entity type `Tool` not found"},
 		},
 		{
-			name:    "an annotation the gateway does not implement",
-			files:   map[string]string{"p.cedar": "@id(\"shell\")\n@approval(\"ops\")\npermit (principal, action, resource == Tool::\"workspace.shell\");"},
-			wantErr: []string{"^\\S*p\\.cedar:1:1: policy \"shell\": unknown annotation @approval \\(a policy may carry @id, @reason\\)"},
+			name:    "a misspelt approval annotation, which would otherwise allow at once",
+			files:   map[string]string{"p.cedar": "@id(\"shell\")\n@approve(\"ops\")\npermit (principal, action, resource == Tool::\"workspace.shell\");"},
+			wantErr: []string{"^\\S*p\\.cedar:1:1: policy \"shell\": unknown annotation @approve \\(a policy may carry @id, @reason, @approval, @self_approval\\)"},
 		},
 		{
 			name: "folder schema that retypes an attribute",
@@ -676,8 +676,8 @@ func TestLoadAcceptsSchemaAdditions(t *testing.T) {
 			"entity Caller { groups: Set<String>, roles: Set<String>, team?: String };",
 			`@id("t") permit (principal, action, resource) when { principal has team && principal.team == "ops" };`},
 		{"a new entity type and action",
-			"entity Team;\naction \"Approve\" appliesTo { principal: [Caller], resource: [Tool] };",
-			`@id("a") permit (principal, action == Action::"Approve", resource);`},
+			"entity Team;\naction \"Review\" appliesTo { principal: [Caller], resource: [Tool] };",
+			`@id("a") permit (principal, action == Action::"Review", resource);`},
 		{"the built-in schema repeated", builtinSchemaText(), `@id("r") permit (principal, action == Action::"RunTool", resource);`},
 	}
 	for _, tt := range tests {

@@ -33,10 +33,14 @@ type RequestSpec struct {
 	// Driver is the driver serving the tool; it may be left out for
 	// "workspace.*" tools, which the workspace driver serves.
 	Driver string `json:"driver,omitempty"`
-	// Action is ActionRunTool or ActionCallTool. Left out, it is what the
-	// gateway uses: CallTool for a nested call (one with a
-	// parent_request_id), RunTool otherwise.
+	// Action is ActionRunTool, ActionCallTool or ActionApprove. Left out, it
+	// is what the gateway uses: CallTool for a nested call (one with a
+	// parent_request_id), RunTool otherwise. For ActionApprove, Caller is
+	// the approver and Approval is required; Tool, Driver, Args, Ctx and
+	// ToolAttributes describe the pending call.
 	Action string `json:"action,omitempty"`
+	// Approval describes the pending call an Approve request decides.
+	Approval *SpecApproval `json:"approval,omitempty"`
 	// Args are the tool arguments; numbers must have been decoded with
 	// UseNumber, as the gateway decodes them.
 	Args map[string]any `json:"args,omitempty"`
@@ -63,6 +67,57 @@ type SpecToolAttributes struct {
 	Tags    []string `json:"tags,omitempty"`
 }
 
+// SpecApproval is the pending call of an Approve RequestSpec.
+type SpecApproval struct {
+	// Requester is the pending call's caller. Required.
+	Requester string `json:"requester"`
+	// Group is the approval rule's @approval group. Required.
+	Group string `json:"group"`
+}
+
+// IsApproval reports whether s asks DecideApproval rather than Decide.
+func (s RequestSpec) IsApproval() bool { return s.Action == ActionApprove }
+
+// ApprovalRequest returns the ApprovalRequest the gateway builds when
+// s.Caller decides the pending call s describes, or an error naming the
+// field that is missing or wrong.
+func (s RequestSpec) ApprovalRequest() (ApprovalRequest, error) {
+	if !s.IsApproval() {
+		return ApprovalRequest{}, fmt.Errorf("action %q is not %q", s.Action, ActionApprove)
+	}
+	if s.Approval == nil {
+		return ApprovalRequest{}, fmt.Errorf("approval (requester and group) is required for action %q", ActionApprove)
+	}
+	call := s
+	call.Action, call.Approval = "", nil
+	if call.Ctx.ParentRequestID != "" {
+		call.Action = ActionCallTool
+	}
+	call.Caller = s.Approval.Requester
+	req, err := call.Request()
+	if err != nil {
+		return ApprovalRequest{}, fmt.Errorf("approval: %w", err)
+	}
+	switch {
+	case s.Caller == "":
+		return ApprovalRequest{}, errors.New("caller (the approver) is required")
+	case !approvalGroup.MatchString(s.Approval.Group):
+		return ApprovalRequest{}, fmt.Errorf("approval.group %q must be 1 to 64 characters of a-z, 0-9, '.', '_' and '-'", s.Approval.Group)
+	}
+	return ApprovalRequest{
+		Approver:      s.Caller,
+		ApproverAttrs: CallerAttributes{Groups: s.Groups, Roles: s.Roles},
+		ToolID:        req.ToolID,
+		Driver:        req.Driver,
+		Tool:          req.Tool,
+		Requester:     req.Caller,
+		RequestID:     req.RequestID,
+		PolicyRef:     req.PolicyRef,
+		Group:         s.Approval.Group,
+		Args:          req.Args,
+	}, nil
+}
+
 // WorkspaceDriver is the driver that serves every "workspace.*" tool.
 const WorkspaceDriver = "workspace"
 
@@ -73,6 +128,12 @@ const specRequestID = "dry-run"
 // Request returns the Request the gateway builds for s, or an error naming
 // the field that is missing or wrong.
 func (s RequestSpec) Request() (Request, error) {
+	switch {
+	case s.IsApproval():
+		return Request{}, fmt.Errorf("action %q is decided by ApprovalRequest, not Request", ActionApprove)
+	case s.Approval != nil:
+		return Request{}, fmt.Errorf("approval is only for action %q", ActionApprove)
+	}
 	req := Request{
 		Caller:          s.Caller,
 		CallerAttrs:     CallerAttributes{Groups: s.Groups, Roles: s.Roles},
@@ -127,12 +188,16 @@ type TestCase struct {
 	Expect  Expectation `json:"expect"`
 }
 
-// Expectation is what a TestCase expects Decide to return.
+// Expectation is what a TestCase expects Decide (or, for an Approve
+// request, DecideApproval) to return.
 type Expectation struct {
-	// Decision is "allow" or "deny". Required.
+	// Decision is "allow", "deny" or "approval_required" (Decision.Word).
+	// Required. An Approve request is never "approval_required".
 	Decision string `json:"decision"`
 	// RuleID, when set, must equal the decision's rule id.
 	RuleID string `json:"rule_id,omitempty"`
+	// Approvers, when set, must equal the decision's @approval group.
+	Approvers string `json:"approvers,omitempty"`
 }
 
 // TestResult is the outcome of one TestCase.
@@ -222,13 +287,12 @@ func RunTests(ctx context.Context, dir string) (Report, error) {
 // forms a valid Request.
 func runCase(ctx context.Context, e *Engine, file string, tc TestCase) TestResult {
 	res := TestResult{File: file, Case: tc}
-	req, err := tc.Request.Request()
-	if err != nil {
+	var err error
+	if res.Got, err = decide(ctx, e, tc.Request); err != nil {
 		res.Mismatches = []string{err.Error()}
 		return res
 	}
-	res.Got = e.Decide(ctx, req)
-	got := decisionWord(res.Got.Allow)
+	got := res.Got.Word()
 	why := fmt.Sprintf("(rule_id %s: %s)", res.Got.RuleID, res.Got.Reason)
 	if got != tc.Expect.Decision {
 		res.Mismatches = append(res.Mismatches, fmt.Sprintf("decision: want %s, got %s %s", tc.Expect.Decision, got, why))
@@ -236,19 +300,43 @@ func runCase(ctx context.Context, e *Engine, file string, tc TestCase) TestResul
 	if tc.Expect.RuleID != "" && tc.Expect.RuleID != res.Got.RuleID {
 		res.Mismatches = append(res.Mismatches, fmt.Sprintf("rule_id: want %s, got %s %s", tc.Expect.RuleID, res.Got.RuleID, why))
 	}
+	if tc.Expect.Approvers != "" && tc.Expect.Approvers != res.Got.Approvers {
+		res.Mismatches = append(res.Mismatches, fmt.Sprintf("approvers: want %s, got %q %s", tc.Expect.Approvers, res.Got.Approvers, why))
+	}
 	return res
 }
 
-func decisionWord(allow bool) string {
-	if allow {
-		return "allow"
+// decide asks the engine what the gateway would for spec: DecideApproval
+// for an Approve request, Decide otherwise.
+func decide(ctx context.Context, e *Engine, spec RequestSpec) (Decision, error) {
+	if spec.IsApproval() {
+		a, err := spec.ApprovalRequest()
+		if err != nil {
+			return Decision{}, err
+		}
+		return e.DecideApproval(ctx, a), nil
 	}
-	return "deny"
+	req, err := spec.Request()
+	if err != nil {
+		return Decision{}, err
+	}
+	return e.Decide(ctx, req), nil
+}
+
+// checkSpec reports whether spec forms a valid request of either kind.
+func checkSpec(spec RequestSpec) error {
+	if spec.IsApproval() {
+		_, err := spec.ApprovalRequest()
+		return err
+	}
+	_, err := spec.Request()
+	return err
 }
 
 // ParseTestFile decodes the test file at path (used only in messages)
 // strictly: unknown fields, a missing or duplicate name, an expected decision
-// other than "allow" or "deny", a request that does not form a valid Request
+// other than "allow", "deny" or "approval_required" (and "approval_required"
+// for an Approve request), a request that does not form a valid Request
 // and a file without tests are all errors. Each problem is reported on its own
 // line starting with "<path>: " and naming the case, or with
 // "<path>:<line>:<column>: " for malformed JSON. Numbers in args are kept as
@@ -283,10 +371,13 @@ func ParseTestFile(path string, src []byte) ([]TestCase, error) {
 			errs = append(errs, fmt.Errorf("%s: name is already used by an earlier test", label))
 		}
 		seen[tc.Name] = true
-		if tc.Expect.Decision != "allow" && tc.Expect.Decision != "deny" {
-			errs = append(errs, fmt.Errorf(`%s: expect.decision %q must be "allow" or "deny"`, label, tc.Expect.Decision))
+		switch d := tc.Expect.Decision; {
+		case d == WordApprovalRequired && tc.Request.IsApproval():
+			errs = append(errs, fmt.Errorf(`%s: expect.decision %q is impossible for action %q: an approver is allowed or denied`, label, d, ActionApprove))
+		case d != WordAllow && d != WordDeny && d != WordApprovalRequired:
+			errs = append(errs, fmt.Errorf(`%s: expect.decision %q must be "allow", "deny" or "approval_required"`, label, d))
 		}
-		if _, err := tc.Request.Request(); err != nil {
+		if err := checkSpec(tc.Request); err != nil {
 			errs = append(errs, fmt.Errorf("%s: request: %w", label, err))
 		}
 		cases = append(cases, tc)

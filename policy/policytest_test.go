@@ -143,7 +143,7 @@ func TestRunTestsErrors(t *testing.T) {
 			{"request": {"caller": "a", "tool": "workspace.x"}, "expect": {"decision": "allow"}},
 			{"name": "d", "request": {"caller": "a", "tool": "workspace.x"}, "expect": {"decision": "permit"}},
 			{"name": "d", "request": {"caller": "a", "tool": "other.x"}, "expect": {"decision": "deny"}}
-		]}`}, []string{"tests[0]: name is required", `tests[1] "d": expect.decision "permit" must be "allow" or "deny"`,
+		]}`}, []string{"tests[0]: name is required", `tests[1] "d": expect.decision "permit" must be "allow", "deny" or "approval_required"`,
 			`tests[2] "d": name is already used`, `tests[2] "d": request: driver is required`}},
 		{"every broken file is reported", map[string]string{"a.test.json": "[", "b.test.json": "{}", "c.test.json": okTest},
 			[]string{"a.test.json:1:2: unexpected end of JSON input", `b.test.json: "tests" holds no test`}},
@@ -181,6 +181,9 @@ func FuzzParseTestFile(f *testing.F) {
 	f.Add([]byte(`{"tests": [{"name": "n", "request": {"caller": "a", "tool": "t.x", "driver": "t", "tool_attributes": {"tags": ["a"]}, "ctx": {"parent_request_id": "p"}}, "expect": {"decision": "deny"}}]}`))
 	f.Add([]byte(`{"tests": [{"name": "n"}], "x": 1}`))
 	f.Add([]byte(`{"tests": null}`))
+	f.Add([]byte(`{"tests": [{"name": "n", "request": {"caller": "a", "tool": "workspace.shell"}, "expect": {"decision": "approval_required", "approvers": "ops"}}]}`))
+	f.Add([]byte(`{"tests": [{"name": "n", "request": {"caller": "b", "groups": ["ops"], "action": "Approve", "approval": {"requester": "a", "group": "ops"}, "tool": "workspace.shell"}, "expect": {"decision": "deny", "rule_id": "default_deny"}}]}`))
+	f.Add([]byte(`{"tests": [{"name": "n", "request": {"caller": "b", "action": "Approve", "approval": {"requester": "a", "group": "Ops"}, "tool": "workspace.shell"}, "expect": {"decision": "approval_required"}}]}`))
 	e := mustLoad(f, shippedDir)
 	f.Fuzz(func(t *testing.T, src []byte) {
 		cases, err := ParseTestFile("f.test.json", src)
@@ -199,23 +202,26 @@ func FuzzParseTestFile(f *testing.F) {
 				t.Fatalf("accepted an empty or duplicate name %q", tc.Name)
 			}
 			seen[tc.Name] = true
-			if tc.Expect.Decision != "allow" && tc.Expect.Decision != "deny" {
-				t.Fatalf("accepted decision %q", tc.Expect.Decision)
+			switch d := tc.Expect.Decision; {
+			case d == WordApprovalRequired && tc.Request.IsApproval():
+				t.Fatalf("accepted decision %q for an approver", d)
+			case d != WordAllow && d != WordDeny && d != WordApprovalRequired:
+				t.Fatalf("accepted decision %q", d)
 			}
-			req, err := tc.Request.Request()
-			if err != nil {
+			if err := checkSpec(tc.Request); err != nil {
 				t.Fatalf("accepted a case whose request is invalid: %v", err)
 			}
 			res := runCase(context.Background(), e, "f.test.json", tc)
 			if res.Got.RuleID == "" {
 				t.Fatalf("case %q got no rule id", tc.Name)
 			}
-			wantPass := decisionWord(res.Got.Allow) == tc.Expect.Decision && (tc.Expect.RuleID == "" || tc.Expect.RuleID == res.Got.RuleID)
+			wantPass := res.Got.Word() == tc.Expect.Decision && (tc.Expect.RuleID == "" || tc.Expect.RuleID == res.Got.RuleID) &&
+				(tc.Expect.Approvers == "" || tc.Expect.Approvers == res.Got.Approvers)
 			if res.Passed() != wantPass {
 				t.Fatalf("case %q: passed %v, want %v (%q)", tc.Name, res.Passed(), wantPass, res.Mismatches)
 			}
-			if req.Driver == "" || (req.Action != ActionRunTool && req.Action != ActionCallTool) {
-				t.Fatalf("request %+v lacks a driver or a valid action", req)
+			if res.Got.Allow && (res.Got.ApprovalRequired || res.Got.RuleID == RuleDefaultDeny) {
+				t.Fatalf("case %q: allowed with %+v", tc.Name, res.Got)
 			}
 		}
 	})

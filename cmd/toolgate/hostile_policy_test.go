@@ -155,9 +155,9 @@ func TestHostilePolicyValidation(t *testing.T) {
 		{"a forbid with a mistyped attribute", map[string]string{
 			"policy.default.cedar": permitShell + "@id(\"no_evil\")\nforbid (principal, action, resource) when { resource.pakage like \"evil*\" };\n",
 		}, []string{"policy.default.cedar:2:1:", "attribute `pakage` on entity type `Tool` not found"}},
-		{"a permit marked for an approval the gateway does not implement", map[string]string{
-			"policy.default.cedar": "@id(\"shell\")\n@approval(\"ops\")\npermit (principal, action, resource == Tool::\"workspace.shell\");\n",
-		}, []string{"policy.default.cedar:1:1:", "unknown annotation @approval"}},
+		{"a permit marked with a misspelt approval annotation", map[string]string{
+			"policy.default.cedar": "@id(\"shell\")\n@approve(\"ops\")\npermit (principal, action, resource == Tool::\"workspace.shell\");\n",
+		}, []string{"policy.default.cedar:1:1:", "unknown annotation @approve"}},
 		{"a folder schema that drops an attribute", map[string]string{
 			"policy.default.cedar": permitShell,
 			"toolgate.cedarschema": "entity Caller { groups: Set<String> };\n",

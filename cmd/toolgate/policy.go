@@ -16,7 +16,7 @@ import (
 
 const policyUsage = `usage:
   toolgate policy validate DIR    parse and schema-validate a policy folder ("check" is an alias)
-  toolgate policy authorize [flags]  decide one request without running it
+  toolgate policy authorize [flags]  decide one request (or, with --action Approve, one approver) without running it
   toolgate policy test DIR        run the *.test.json files of a policy folder
   toolgate policy schema          print the built-in Cedar schema every policy is validated against
 `
@@ -69,7 +69,9 @@ func policyValidate(args []string, stdout, stderr io.Writer) int {
 }
 
 // policyAuthorize decides one request as the gateway would, without running
-// anything. Exit 0 on allow, 1 on deny, 2 on a usage or load error.
+// anything: a call, or with --action Approve an approver of a pending call.
+// Exit 0 on allow, 1 on deny and on approval_required (the call does not
+// run yet), 2 on a usage or load error.
 func policyAuthorize(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("toolgate policy authorize", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -78,7 +80,10 @@ func policyAuthorize(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.StringVar(&spec.Caller, "caller", "", "caller `name` (required), as authentication would set it")
 	fs.StringVar(&spec.Tool, "tool", "", "tool `id` (required), e.g. workspace.readFile")
 	fs.StringVar(&spec.Driver, "driver", "", "`driver` serving the tool (required unless the tool id starts with workspace.)")
-	fs.StringVar(&spec.Action, "action", "", "RunTool or CallTool (default CallTool with --parent-request-id, else RunTool)")
+	fs.StringVar(&spec.Action, "action", "", "RunTool, CallTool or Approve (default CallTool with --parent-request-id, else RunTool)")
+	var pending policy.SpecApproval
+	fs.StringVar(&pending.Requester, "requester", "", "with --action Approve: the pending call's caller (--caller is the approver)")
+	fs.StringVar(&pending.Group, "group", "", "with --action Approve: the approval rule's @approval `group`")
 	argsJSON := fs.String("args", "{}", "tool arguments as a JSON `object`")
 	fs.StringVar(&spec.Ctx.RequestID, "request-id", "", "ctx request `id` (default dry-run)")
 	fs.StringVar(&spec.Ctx.PolicyRef, "policy-ref", "", "ctx.policy_ref (default policy.default)")
@@ -113,10 +118,10 @@ func policyAuthorize(ctx context.Context, args []string, stdout, stderr io.Write
 	if attrs.Package != "" || attrs.Export != "" || attrs.Version != "" || len(attrs.Tags) > 0 {
 		spec.ToolAttributes = &attrs
 	}
-	req, err := spec.Request()
-	if err == nil {
-		req, err = canonicalWorkspaceArgs(req)
+	if pending != (policy.SpecApproval{}) {
+		spec.Approval = &pending
 	}
+	explain, err := dryRun(spec)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -125,7 +130,7 @@ func policyAuthorize(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintln(stderr, err)
 		return exitError
 	}
-	x := engine.Explain(ctx, req)
+	x := explain(ctx, engine)
 	if *asJSON {
 		err = writeExplanationJSON(stdout, x)
 	} else {
@@ -140,10 +145,37 @@ func policyAuthorize(ctx context.Context, args []string, stdout, stderr io.Write
 	return exitOK
 }
 
+// dryRun checks spec and returns the question it asks of an engine: a
+// decision on a call or, for --action Approve, on an approver. Workspace
+// arguments are normalised first, as the gateway does before deciding.
+func dryRun(spec policy.RequestSpec) (func(context.Context, *policy.Engine) policy.Explanation, error) {
+	if !spec.IsApproval() {
+		req, err := spec.Request()
+		if err == nil {
+			req, err = canonicalWorkspaceArgs(req)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, e *policy.Engine) policy.Explanation { return e.Explain(ctx, req) }, nil
+	}
+	a, err := spec.ApprovalRequest()
+	if err != nil {
+		return nil, err
+	}
+	canon, err := canonicalWorkspaceArgs(policy.Request{ToolID: a.ToolID, Driver: a.Driver, Args: a.Args})
+	if err != nil {
+		return nil, err
+	}
+	a.Args = canon.Args
+	return func(ctx context.Context, e *policy.Engine) policy.Explanation { return e.ExplainApproval(ctx, a) }, nil
+}
+
 // explanationJSON is the --json form of a policy.Explanation; its field
 // names follow the gateway's policy_decision evidence.
 type explanationJSON struct {
 	Decision        string        `json:"decision"`
+	Approvers       string        `json:"approvers,omitempty"`
 	RuleID          string        `json:"rule_id"`
 	Reason          string        `json:"reason"`
 	PolicyRef       string        `json:"policy_ref"`
@@ -156,13 +188,15 @@ type matchedJSON struct {
 	RuleID      string `json:"rule_id"`
 	Effect      string `json:"effect"`
 	Reason      string `json:"reason"`
+	Approval    string `json:"approval,omitempty"`
 	Position    string `json:"position"`
 	Determining bool   `json:"determining"`
 }
 
 func writeExplanationJSON(w io.Writer, x policy.Explanation) error {
 	out := explanationJSON{
-		Decision:        decisionWord(x.Allow),
+		Decision:        x.Word(),
+		Approvers:       x.Approvers,
 		RuleID:          x.RuleID,
 		Reason:          x.Reason,
 		PolicyRef:       x.PolicyRef,
@@ -186,7 +220,10 @@ func writeExplanationJSON(w io.Writer, x policy.Explanation) error {
 
 func writeExplanation(w io.Writer, x policy.Explanation) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "decision:   %s\n", decisionWord(x.Allow))
+	fmt.Fprintf(&b, "decision:   %s\n", x.Word())
+	if x.ApprovalRequired {
+		fmt.Fprintf(&b, "approvers:  a member of %s must approve this exact call\n", x.Approvers)
+	}
 	fmt.Fprintf(&b, "rule_id:    %s\n", x.RuleID)
 	fmt.Fprintf(&b, "reason:     %s\n", x.Reason)
 	fmt.Fprintf(&b, "policy_ref: %s", x.PolicyRef)
@@ -206,6 +243,9 @@ func writeExplanation(w io.Writer, x policy.Explanation) error {
 				mark = "*"
 			}
 			fmt.Fprintf(&b, "  %s %s %s at %s", mark, m.Effect, m.RuleID, m.Position)
+			if m.Approval != "" {
+				fmt.Fprintf(&b, " @approval(%s)", m.Approval)
+			}
 			if m.Reason != "" {
 				fmt.Fprintf(&b, ": %s", m.Reason)
 			}
@@ -217,13 +257,6 @@ func writeExplanation(w io.Writer, x policy.Explanation) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-func decisionWord(allow bool) string {
-	if allow {
-		return "allow"
-	}
-	return "deny"
 }
 
 // policyTest runs a folder's policy tests. Exit 0 when all pass, 1 when one

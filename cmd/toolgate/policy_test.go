@@ -40,7 +40,8 @@ func TestPolicyValidate(t *testing.T) {
 		}},
 		{"missing folder", []string{"validate", filepath.Join(broken, "nope")}, exitFailure, []string{"nope"}},
 		{"no folder", []string{"validate"}, exitError, []string{"usage: toolgate policy validate DIR"}},
-		{"the built-in schema", []string{"schema"}, exitOK, []string{"entity Tool in [Driver] {", `action "RunTool", "CallTool" appliesTo {`}},
+		{"the built-in schema", []string{"schema"}, exitOK, []string{"entity Tool in [Driver] {", `action "RunTool", "CallTool" appliesTo {`,
+			`action "Approve" appliesTo {`, "type ApproveContext = {", "selfApproval: Bool,", "requester: String,"}},
 		{"a folder schema may only add", []string{"validate", policyFolder(t, map[string]string{
 			"policy.default.cedar": `@id("r") permit (principal, action, resource);`,
 			"toolgate.cedarschema": "entity Caller { groups: Set<String> };",
