@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -449,4 +450,49 @@ func TestUnrecordedFailureIsRecordedLater(t *testing.T) {
 	if broken.runs.Load() != 1 {
 		t.Errorf("the driver ran %d times, want once", broken.runs.Load())
 	}
+}
+
+// TestAClaimThatLandsAfterTheSweepLookedIsStillClosed: a claim whose
+// write timed out may land at the store after a sweep has listed the
+// request and found nothing (a frozen store that takes the write late).
+// Recovery must not forget the request on that first look, or its attempt
+// stays open until the next start.
+func TestAClaimThatLandsAfterTheSweepLookedIsStillClosed(t *testing.T) {
+	mem := evidence.NewMemoryStore()
+	faulty := wrapFaults(mem)
+	e := permitAllEnv(t, faulty, &flipDriver{})
+	faulty.failNext(evidence.ArtifactRequest, 1)
+	faulty.mu.Lock()
+	faulty.getFails[evidence.ArtifactRequest] = 1
+	faulty.mu.Unlock()
+	_, err := e.call(context.Background(), "late-claim", "flip.run", nil)
+	wantCode(t, err, codes.Unavailable, "nothing was executed")
+
+	// The sweep looks before the write lands: nothing to close yet.
+	if _, err := e.gw.revisit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Then the write the store took lands.
+	req := fmt.Sprintf(`{"request_id":"late-claim","caller":"anonymous","tool_id":"flip.run","args":{},"ctx":{"run_id":"","step_id":"","policy_ref":""},"received_at":%q,"canonical_request_hash":"sha256:%s","gateway":%q}`,
+		time.Now().UTC().Format(time.RFC3339Nano), strings.Repeat("0", 64), e.gw.engineBase)
+	if err := mem.Put(context.Background(), evidence.Key("late-claim", evidence.ArtifactRequest), []byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	stats, err := e.gw.revisit(context.Background())
+	if err != nil || stats.Closed != 1 {
+		t.Fatalf("the sweep after the claim landed: %+v, %v; want the open attempt closed", stats, err)
+	}
+	attempts, err := evidence.ReadAttempts(context.Background(), mem, "late-claim", mustList(t, mem, evidence.RequestPrefix("late-claim")))
+	if err != nil || !evidence.NeverDispatched(attempts) {
+		t.Fatalf("attempts %+v, %v: want the first closed not dispatched", attempts, err)
+	}
+}
+
+func mustList(t *testing.T, s evidence.Store, prefix string) []string {
+	t.Helper()
+	keys, err := s.List(context.Background(), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
 }

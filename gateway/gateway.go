@@ -216,7 +216,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		}
 		// The write may have landed all the same: recovery closes the
 		// attempt it would have opened, so that a retry can run.
-		g.recovery.leftUnfinished(c.RequestID, unfinished{})
+		g.recovery.leftUnfinished(c.RequestID, unfinished{claimUnsure: g.now()})
 		g.log.Error("evidence store unavailable; nothing ran", "request_id", c.RequestID, "err", err)
 		return nil, rec.failure(p.notRunCode(g.now()),
 			"evidence store unavailable, nothing was executed (retry with the same request_id): %v", err)

@@ -86,6 +86,11 @@ type unfinished struct {
 	// aged is set for a request found unfinished by a sweep rather than
 	// left so by this process: it is revisited, but judged by its age.
 	aged bool
+	// claimUnsure, when set, is when this process's write of the claim
+	// failed with an outcome it could not tell: the claim may still land
+	// after a sweep's listing missed it (a store that took the write and
+	// answered too late), so its absence is not final until openAfter.
+	claimUnsure time.Time
 }
 
 // recovery keeps the request ids this process is running and those it
@@ -139,6 +144,9 @@ func (r *recovery) leftUnfinished(requestID string, u unfinished) {
 		}
 		if u.notDispatched == 0 {
 			u.notDispatched, u.reason = prev.notDispatched, prev.reason
+		}
+		if u.claimUnsure.IsZero() {
+			u.claimUnsure = prev.claimUnsure
 		}
 	}
 	r.left[requestID] = u
@@ -304,6 +312,10 @@ func (g *Gateway) recoverRequest(ctx context.Context, id string, keys []string) 
 		}
 	}
 	if !slices.Contains(keys, evidence.Key(id, evidence.ArtifactRequest)) {
+		if left, noted := g.recovery.lookup(id); noted && !left.claimUnsure.IsZero() &&
+			g.now().Sub(left.claimUnsure) < g.recoveryLimits.openAfter {
+			return recoveryWait, nil // the claim may be on its way still
+		}
 		return recoveryNone, nil // never claimed
 	}
 	s, err := g.readStored(ctx, id, keys)
