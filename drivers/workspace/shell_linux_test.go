@@ -349,9 +349,13 @@ func TestSandboxLimits(t *testing.T) {
 		check     func(t *testing.T, root string)
 	}{
 		{
-			name:      "a fork bomb runs into the process cap",
-			cfg:       Config{MaxProcesses: 32},
-			command:   `b() { b | b & }; b; wait`,
+			name: "a fork bomb runs into the process cap",
+			cfg:  Config{MaxProcesses: 32},
+			// Each b waits for the pipeline it starts, so the shell cannot
+			// exit before forks are refused; a backgrounded bomb (b | b &)
+			// could finish its first pipeline, and the call, before its
+			// children reached the cap.
+			command:   `b() { b | b; }; b`,
 			timeout:   3000,
 			wantLimit: "max_processes 32",
 		},
