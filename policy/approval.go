@@ -218,22 +218,14 @@ func approvalRequest(a ApprovalRequest) (cedar.Request, types.EntityMap, error) 
 // RuleID and Reason are the authorising permit's; ApprovalRequired is
 // always false.
 func (e *Engine) DecideApproval(ctx context.Context, a ApprovalRequest) (d Decision) {
-	ref := effectiveRef(a.PolicyRef)
-	d = Decision{PolicyRef: ref}
 	defer func() {
 		if r := recover(); r != nil {
 			d = failed(d, fmt.Sprintf("internal failure while deciding an approval: %v", r))
 		}
 	}()
-	set, ok := e.sets[ref]
+	set, d, ok := e.begin(ctx, a.PolicyRef)
 	if !ok {
-		d.RuleID = RuleUnknownPolicyRef
-		d.Reason = fmt.Sprintf("no policy set named %q is loaded", ref)
 		return d
-	}
-	d.PolicySetDigest = set.digest
-	if err := ctx.Err(); err != nil {
-		return failed(d, fmt.Sprintf("decision abandoned: %v", err))
 	}
 	creq, entities, err := approvalRequest(a)
 	if err != nil {

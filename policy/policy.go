@@ -200,8 +200,6 @@ func (e *Engine) Refs() []string {
 // When several policies decide (several permits, or several forbids), the
 // first one in file order is reported.
 func (e *Engine) Decide(ctx context.Context, req Request) (d Decision) {
-	ref := effectiveRef(req.PolicyRef)
-	d = Decision{PolicyRef: ref}
 	defer func() {
 		// Cedar is a third-party evaluator; whatever goes wrong inside it
 		// must end as a deny, never as a crashed gateway.
@@ -209,17 +207,9 @@ func (e *Engine) Decide(ctx context.Context, req Request) (d Decision) {
 			d = failed(d, fmt.Sprintf("internal failure while deciding: %v", r))
 		}
 	}()
-
-	set, ok := e.sets[ref]
+	set, d, ok := e.begin(ctx, req.PolicyRef)
 	if !ok {
-		d.RuleID = RuleUnknownPolicyRef
-		d.Reason = fmt.Sprintf("no policy set named %q is loaded", ref)
 		return d
-	}
-	d.PolicySetDigest = set.digest
-
-	if err := ctx.Err(); err != nil {
-		return failed(d, fmt.Sprintf("decision abandoned: %v", err))
 	}
 	creq, entities, err := cedarRequest(req)
 	if err != nil {
@@ -285,6 +275,24 @@ func decidedBy(d Decision, p *loadedPolicy) Decision {
 		d.Reason = "forbidden by policy " + p.ruleID
 	}
 	return d
+}
+
+// begin starts a decision under policyRef: it looks up the set, records
+// its digest, and checks that the decision is still wanted. When ok is
+// false, d is already the final deny.
+func (e *Engine) begin(ctx context.Context, policyRef string) (set *policySet, d Decision, ok bool) {
+	ref := effectiveRef(policyRef)
+	d = Decision{PolicyRef: ref}
+	if set, ok = e.sets[ref]; !ok {
+		d.RuleID = RuleUnknownPolicyRef
+		d.Reason = fmt.Sprintf("no policy set named %q is loaded", ref)
+		return nil, d, false
+	}
+	d.PolicySetDigest = set.digest
+	if err := ctx.Err(); err != nil {
+		return nil, failed(d, fmt.Sprintf("decision abandoned: %v", err)), false
+	}
+	return set, d, true
 }
 
 // cedarRequest builds the Cedar request and entities Decide evaluates, or
