@@ -194,20 +194,7 @@ func approvalRequest(a ApprovalRequest) (cedar.Request, types.EntityMap, error) 
 	if err != nil {
 		return cedar.Request{}, nil, fmt.Errorf("tool arguments cannot be expressed in Cedar: %w", err)
 	}
-	principal := types.NewEntityUID("Caller", types.String(a.Approver))
-	resource := types.NewEntityUID("Tool", types.String(a.ToolID))
-	driver := types.NewEntityUID("Driver", types.String(a.Driver))
-	entities := types.EntityMap{
-		principal: callerEntity(principal, a.ApproverAttrs),
-		driver:    {UID: driver},
-		resource:  toolEntity(resource, driver, a.Driver, a.Tool),
-	}
-	creq := cedar.Request{
-		Principal: principal,
-		Action:    types.NewEntityUID("Action", ActionApprove),
-		Resource:  resource,
-		Context:   cctx,
-	}
+	creq, entities := toolRequest(a.Approver, a.ApproverAttrs, ActionApprove, a.ToolID, a.Driver, a.Tool, cctx)
 	return creq, entities, nil
 }
 

@@ -305,21 +305,29 @@ func cedarRequest(req Request) (cedar.Request, types.EntityMap, error) {
 	if err != nil {
 		return cedar.Request{}, nil, fmt.Errorf("tool arguments cannot be expressed in Cedar: %w", err)
 	}
-	principal := types.NewEntityUID("Caller", types.String(req.Caller))
-	resource := types.NewEntityUID("Tool", types.String(req.ToolID))
-	driver := types.NewEntityUID("Driver", types.String(req.Driver))
+	creq, entities := toolRequest(req.Caller, req.CallerAttrs, req.Action, req.ToolID, req.Driver, req.Tool, cctx)
+	return creq, entities, nil
+}
+
+// toolRequest builds the Cedar request of caller doing action on a tool,
+// and the entities it names: the caller, the tool and its driver.
+func toolRequest(caller string, attrs CallerAttributes, action, toolID, driverName string, tool ToolAttributes,
+	cctx types.Record) (cedar.Request, types.EntityMap) {
+	principal := types.NewEntityUID("Caller", types.String(caller))
+	resource := types.NewEntityUID("Tool", types.String(toolID))
+	driver := types.NewEntityUID("Driver", types.String(driverName))
 	entities := types.EntityMap{
-		principal: callerEntity(principal, req.CallerAttrs),
+		principal: callerEntity(principal, attrs),
 		driver:    {UID: driver},
-		resource:  toolEntity(resource, driver, req.Driver, req.Tool),
+		resource:  toolEntity(resource, driver, driverName, tool),
 	}
 	creq := cedar.Request{
 		Principal: principal,
-		Action:    types.NewEntityUID("Action", types.String(req.Action)),
+		Action:    types.NewEntityUID("Action", types.String(action)),
 		Resource:  resource,
 		Context:   cctx,
 	}
-	return creq, entities, nil
+	return creq, entities
 }
 
 // failed turns d into a policy_error deny carrying msg.
