@@ -221,18 +221,27 @@ func rejectDuplicateNames(data []byte) error {
 		case '[':
 			stack = append(stack, object{})
 		case '}', ']':
+			if len(stack) == 0 {
+				return errors.New("malformed JSON: a closing bracket opens nothing")
+			}
 			stack = stack[:len(stack)-1]
 		case ',':
+			if len(stack) == 0 {
+				return errors.New("malformed JSON: a comma outside any object or array")
+			}
 			if top := &stack[len(stack)-1]; top.isObject {
 				top.wantName = true
 			}
 		case '"':
 			end := i + 1
-			for data[end] != '"' {
+			for end < len(data) && data[end] != '"' {
 				if data[end] == '\\' {
 					end++
 				}
 				end++
+			}
+			if end >= len(data) {
+				return errors.New("malformed JSON: an unterminated string")
 			}
 			if len(stack) == 0 || !stack[len(stack)-1].wantName {
 				i = end
