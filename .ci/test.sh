@@ -50,6 +50,11 @@ if [ -n "$(git status --porcelain -- proto)" ]; then
   exit 1
 fi
 
+step "buf breaking: the API stays compatible with its released baseline"
+# .ci/proto-baseline holds gateway.proto as released; a change that would
+# break an existing client fails here. Move the baseline only with a release.
+(cd proto && buf breaking --against ../.ci/proto-baseline)
+
 step "go test -race"
 go test -race -count=1 ./...
 

@@ -30,6 +30,11 @@ const (
 	ArtifactToolResult    = "tool_result.json"
 	ArtifactResponse      = "response.json"
 	ArtifactManifest      = "manifest.json"
+	// ArtifactApprovalRequest and ArtifactApproval belong to a request, not
+	// to an attempt: what a held-back call asks a human to approve, and the
+	// one decision on it (see ApprovalRequestRecord and ApprovalRecord).
+	ArtifactApprovalRequest = "approval_request.json"
+	ArtifactApproval        = "approval.json"
 )
 
 // Key returns the key of the named artifact of a request:

@@ -51,7 +51,7 @@ type DecisionRecord struct {
 	Action          string    `json:"action"`
 	ToolID          string    `json:"tool_id"`
 	Driver          string    `json:"driver"`
-	Decision        string    `json:"decision"` // "allow" or "deny"
+	Decision        string    `json:"decision"` // "allow", "deny" or "approval_required"
 	RuleID          string    `json:"rule_id"`
 	Reason          string    `json:"reason"`
 	PolicyRef       string    `json:"policy_ref"`
@@ -63,6 +63,102 @@ type DecisionRecord struct {
 	Gateway string `json:"gateway,omitempty"`
 	// Shadow is the decision of the shadow policy set, never enforced.
 	Shadow *ShadowDecision `json:"shadow,omitempty"`
+	// Approval links the decision to the request's approval: on the
+	// attempt that asked for it (decision "approval_required"), on the
+	// attempt that used it (decision "allow"), and on the final deny an
+	// approver's deny or an expiry made.
+	Approval *DecisionApproval `json:"approval,omitempty"`
+}
+
+// DecisionApproval is the approval a decision asked for, used or ended by.
+type DecisionApproval struct {
+	ApprovalID string `json:"approval_id"`
+	// Approvers is the @approval group that may approve.
+	Approvers string `json:"approvers"`
+	// Outcome is ApprovalPending on the attempt that asked; ApprovalApprove,
+	// ApprovalDeny or ApprovalExpired on the attempts after it.
+	Outcome string `json:"outcome"`
+	// ApprovalSHA256 is the hex SHA-256 of the stored approval.json, and
+	// Approver who decided; both empty while pending.
+	ApprovalSHA256 string `json:"approval_sha256,omitempty"`
+	Approver       string `json:"approver,omitempty"`
+	// PolicySetChanged is set when the approval was granted under another
+	// policy set digest than the one that used it.
+	PolicySetChanged bool `json:"policy_set_changed,omitempty"`
+}
+
+// Approval outcomes, in ApprovalRecord.Decision and DecisionApproval.Outcome.
+const (
+	ApprovalPending = "pending"
+	ApprovalApprove = "approve"
+	ApprovalDeny    = "deny"
+	ApprovalExpired = "expired"
+)
+
+// ApprovalRequestRecord is approval_request.json, written create-only when
+// policy holds a call back for a human: what is asked, bound to the exact
+// call (its canonical hash) and the policy set that asked.
+type ApprovalRequestRecord struct {
+	RequestID  string `json:"request_id"`
+	ApprovalID string `json:"approval_id"`
+	// Attempt is the attempt whose decision asked for approval.
+	Attempt         int    `json:"attempt"`
+	Caller          string `json:"caller"`
+	Action          string `json:"action"`
+	ToolID          string `json:"tool_id"`
+	Driver          string `json:"driver"`
+	ParentRequestID string `json:"parent_request_id,omitempty"`
+	// CanonicalRequestHash is request.json's: the call approved.
+	CanonicalRequestHash string `json:"canonical_request_hash"`
+	PolicyRef            string `json:"policy_ref"`
+	PolicySetDigest      string `json:"policy_set_digest"`
+	// RuleID and Reason are the approval rule's; Approvers its @approval
+	// group.
+	RuleID      string    `json:"rule_id"`
+	Reason      string    `json:"reason"`
+	Approvers   string    `json:"approvers"`
+	RequestedAt time.Time `json:"requested_at"`
+	// ExpiresAt ends both deciding and using the approval: a call not
+	// approved and run by then is denied.
+	ExpiresAt time.Time `json:"expires_at"`
+	// NestedRequestID is set on a parent whose sandboxed guest's call
+	// waits for the approval; the approval itself is that nested
+	// request's.
+	NestedRequestID string `json:"nested_request_id,omitempty"`
+	Gateway         string `json:"gateway"`
+}
+
+// ApprovalRecord is approval.json, the one decision on an approval
+// request: written create-only, so that approving, denying and expiring,
+// on any replica, race for a single slot.
+type ApprovalRecord struct {
+	RequestID  string `json:"request_id"`
+	ApprovalID string `json:"approval_id"`
+	// Decision is ApprovalApprove, ApprovalDeny or ApprovalExpired.
+	Decision string `json:"decision"`
+	// Approver is the deciding caller; the gateway's engine ref for an
+	// expiry.
+	Approver  string    `json:"approver"`
+	Reason    string    `json:"reason"`
+	DecidedAt time.Time `json:"decided_at"`
+	// What the decision is bound to: approval_request.json's hash, policy
+	// set digest and rule, and the SHA-256 of its stored bytes.
+	CanonicalRequestHash  string `json:"canonical_request_hash"`
+	PolicySetDigest       string `json:"policy_set_digest"`
+	RuleID                string `json:"rule_id"`
+	ApprovalRequestSHA256 string `json:"approval_request_sha256"`
+	// Authorization is the Action::"Approve" decision that let Approver
+	// decide; absent for an expiry.
+	Authorization *ApproverDecision `json:"authorization,omitempty"`
+	Gateway       string            `json:"gateway"`
+}
+
+// ApproverDecision is the policy decision that authorised an approver.
+type ApproverDecision struct {
+	PolicyRef       string `json:"policy_ref"`
+	PolicySetDigest string `json:"policy_set_digest"`
+	RuleID          string `json:"rule_id"`
+	Reason          string `json:"reason"`
 }
 
 // ShadowDecision is a shadow policy set's decision on a call.
@@ -167,6 +263,19 @@ type ResponseRecord struct {
 	EngineRef          string              `json:"engine_ref"`
 	RunID              string              `json:"run_id,omitempty"`
 	StepID             string              `json:"step_id,omitempty"`
+	// PendingApproval is set on a reply that waits for a human approval;
+	// such a reply is never stored as response.json, which is final.
+	PendingApproval *ResponsePendingApproval `json:"pending_approval,omitempty"`
+}
+
+// ResponsePendingApproval is a reply's pending_approval.
+type ResponsePendingApproval struct {
+	ApprovalID  string    `json:"approval_id"`
+	Reason      string    `json:"reason"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	RuleID      string    `json:"rule_id"`
+	Approvers   string    `json:"approvers"`
+	RequestHash string    `json:"request_hash"`
 }
 
 // ResponseToolResult is a response's tool_result.

@@ -233,6 +233,7 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 			InterruptedAfter: cfg.Evidence.InterruptedAfter,
 			OpTimeout:        cfg.Evidence.opTimeout(),
 		},
+		Approvals: ApprovalOptions{TTL: cfg.Approvals.ttl()},
 	})
 	if err != nil {
 		return fail(err)

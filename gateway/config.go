@@ -46,6 +46,8 @@ type Config struct {
 	// manifests are signed.
 	Log    TransparencyLogConfig `yaml:"log"`
 	Redact RedactConfig          `yaml:"redact"`
+	// Approvals configures calls that policy holds for a human's approval.
+	Approvals ApprovalsConfig `yaml:"approvals"`
 	// Drivers maps a driver name to its settings.
 	Drivers map[string]DriverConfig `yaml:"drivers"`
 	// Tools maps additional tool ids onto a driver and a target. Workspace
@@ -502,6 +504,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.Log.validate(); err != nil {
+		return err
+	}
+	if err := c.Approvals.validate(); err != nil {
 		return err
 	}
 	if c.Evidence.OpTimeout < 0 {

@@ -32,9 +32,14 @@ const (
 	RuleUnknownTool = "unknown_tool"
 )
 
-// Decider makes policy decisions. *policy.Engine implements it.
+// Decider makes policy decisions. *policy.Engine and *policy.Live
+// implement it.
 type Decider interface {
+	// Decide judges a tool call.
 	Decide(ctx context.Context, req policy.Request) policy.Decision
+	// DecideApproval judges whether an approver may decide a held-back
+	// call (Action::"Approve").
+	DecideApproval(ctx context.Context, a policy.ApprovalRequest) policy.Decision
 }
 
 // Options are a Gateway's collaborators. All but Logger and Now are required.
@@ -72,6 +77,8 @@ type Options struct {
 	Limits LimitsConfig
 	// Recovery tunes how requests left unfinished are finalised.
 	Recovery RecoveryOptions
+	// Approvals tunes calls held for a human's approval.
+	Approvals ApprovalOptions
 }
 
 // Gateway runs RunTool calls. It is safe for concurrent use.

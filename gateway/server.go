@@ -52,6 +52,8 @@ func (g *Gateway) NewServer(opts ...grpc.ServerOption) (*grpc.Server, *health.Se
 type toolGatewayServer interface {
 	RunTool(context.Context, *toolgatev1.RunToolRequest) (*toolgatev1.RunToolResponse, error)
 	ListTools(context.Context, *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error)
+	DecideApproval(context.Context, *toolgatev1.DecideApprovalRequest) (*toolgatev1.DecideApprovalResponse, error)
+	ListApprovals(context.Context, *toolgatev1.ListApprovalsRequest) (*toolgatev1.ListApprovalsResponse, error)
 }
 
 // toolGatewayDesc is the generated descriptor with our own RunTool handler.
@@ -63,7 +65,9 @@ var toolGatewayDesc = grpc.ServiceDesc{
 	HandlerType: (*toolGatewayServer)(nil),
 	Methods: []grpc.MethodDesc{
 		{MethodName: "RunTool", Handler: runToolHandler},
-		{MethodName: "ListTools", Handler: listToolsHandler},
+		{MethodName: "ListTools", Handler: unaryHandler(toolgatev1.ToolGateway_ListTools_FullMethodName, toolGatewayServer.ListTools)},
+		{MethodName: "DecideApproval", Handler: unaryHandler(toolgatev1.ToolGateway_DecideApproval_FullMethodName, toolGatewayServer.DecideApproval)},
+		{MethodName: "ListApprovals", Handler: unaryHandler(toolgatev1.ToolGateway_ListApprovals_FullMethodName, toolGatewayServer.ListApprovals)},
 	},
 	Metadata: toolgatev1.ToolGateway_ServiceDesc.Metadata,
 }
@@ -90,19 +94,26 @@ func runToolHandler(srv any, ctx context.Context, dec func(any) error, intercept
 	})
 }
 
-func listToolsHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-	req := new(toolgatev1.ListToolsRequest)
-	if err := dec(req); err != nil {
-		return nil, err
+// unaryHandler is the handler of a method whose request grpc-go decodes
+// itself.
+func unaryHandler[Req any, PReq interface {
+	*Req
+	proto.Message
+}, Resp any](fullMethod string, call func(toolGatewayServer, context.Context, PReq) (Resp, error)) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+		req := PReq(new(Req))
+		if err := dec(req); err != nil {
+			return nil, err
+		}
+		s := srv.(toolGatewayServer)
+		if interceptor == nil {
+			return call(s, ctx, req)
+		}
+		info := &grpc.UnaryServerInfo{Server: srv, FullMethod: fullMethod}
+		return interceptor(ctx, req, info, func(ctx context.Context, req any) (any, error) {
+			return call(s, ctx, req.(PReq))
+		})
 	}
-	s := srv.(toolGatewayServer)
-	if interceptor == nil {
-		return s.ListTools(ctx, req)
-	}
-	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: toolgatev1.ToolGateway_ListTools_FullMethodName}
-	return interceptor(ctx, req, info, func(ctx context.Context, req any) (any, error) {
-		return s.ListTools(ctx, req.(*toolgatev1.ListToolsRequest))
-	})
 }
 
 // rawMessage receives a request's undecoded bytes.
