@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
@@ -104,6 +106,8 @@ type approvalEnvOptions struct {
 	wrap func(i int, s evidence.Store) evidence.Store
 	// interval, if set, is the recovery sweep's interval.
 	interval time.Duration
+	// noAuth turns authentication off: every caller is anonymous.
+	noAuth bool
 }
 
 func newApprovalEnv(t *testing.T, o approvalEnvOptions) *approvalEnv {
@@ -132,7 +136,11 @@ func newApprovalEnv(t *testing.T, o approvalEnvOptions) *approvalEnv {
 		t.Cleanup(func() { fs.Close() })
 		e.store = fs
 	}
-	auth, err := NewAuthenticator(approvalKeys, func(name string) string {
+	keys := approvalKeys
+	if o.noAuth {
+		keys = nil
+	}
+	auth, err := NewAuthenticator(keys, func(name string) string {
 		return strings.ToLower(strings.TrimPrefix(name, "KEY_")) + "-key"
 	})
 	if err != nil {
@@ -330,5 +338,247 @@ func TestApprovalRequiredCallWaitsThenRunsOnceAfterApproval(t *testing.T) {
 	e.wantVerifiedOK("held-1")
 	if got, want := e.notes.types(), []string{"approval.pending pending", "approval.decided approved"}; !slices.Equal(got, want) {
 		t.Errorf("notified %v, want %v", got, want)
+	}
+}
+
+// pendingID calls and returns the approval id of the pending reply.
+func (e *approvalEnv) pendingID(caller, id string, args map[string]any) string {
+	e.t.Helper()
+	return e.mustPend(caller, id, args).GetPendingApproval().GetApprovalId()
+}
+
+// wantFinalDeny expects a final deny by ruleID whose reason contains
+// reason, and that the tool never ran.
+func (e *approvalEnv) wantFinalDeny(resp *toolgatev1.RunToolResponse, ruleID, reason string) {
+	e.t.Helper()
+	pc := resp.GetPolicyCheck()
+	if resp.GetOk() || resp.GetToolResult() != nil || resp.GetPendingApproval() != nil || pc.GetDecision() != "deny" ||
+		pc.GetRuleId() != ruleID || !strings.Contains(pc.GetReason(), reason) {
+		e.t.Fatalf("reply %v; want a final deny by %s saying %q", resp, ruleID, reason)
+	}
+	if n := e.driver.runs.Load(); n != 0 {
+		e.t.Fatalf("the tool ran %d times", n)
+	}
+}
+
+// TestDeniedApprovalEndsTheRequestDenied: an approver's deny ends the
+// request at once with a final deny by the approval rule, in the
+// approver's words; every retry replays it and nothing runs.
+func TestDeniedApprovalEndsTheRequestDenied(t *testing.T) {
+	e := newApprovalEnv(t, approvalEnvOptions{})
+	apr := e.pendingID("alice", "deny-1", map[string]any{"n": 2})
+	denied := e.mustDecide("carol", apr, "deny", "not during the freeze")
+	if denied.GetState() != "denied" || denied.GetDecidedBy() != "carol" {
+		t.Fatalf("approval = %v", denied)
+	}
+	if !slices.Contains(e.keys("deny-1"), evidence.Key("deny-1", evidence.ArtifactManifest)) {
+		t.Fatal("the deny did not end the request at once")
+	}
+	first := e.mustRun("alice", "deny-1", map[string]any{"n": 2})
+	e.wantFinalDeny(first, "counter_needs_ops", "not during the freeze")
+	if again := e.mustRun("alice", "deny-1", map[string]any{"n": 2}); !proto.Equal(first, again) {
+		t.Errorf("retry after the deny got %v, want %v", again, first)
+	}
+	var final evidence.DecisionRecord
+	e.record(evidence.AttemptKey("deny-1", 2, evidence.ArtifactPolicyDecision), &final)
+	if final.Decision != "deny" || final.Approval == nil || final.Approval.Outcome != evidence.ApprovalDeny || final.Approval.Approver != "carol" {
+		t.Errorf("final decision = %+v", final)
+	}
+	e.wantVerifiedOK("deny-1")
+}
+
+// TestExpiredApprovalEndsTheRequestDenied: past approvals.ttl a call is
+// denied, whether it was never decided, or approved but not used in time;
+// a decision that comes too late is refused.
+func TestExpiredApprovalEndsTheRequestDenied(t *testing.T) {
+	t.Run("never decided, then retried", func(t *testing.T) {
+		e := newApprovalEnv(t, approvalEnvOptions{})
+		apr := e.pendingID("alice", "exp-1", nil)
+		e.clock.advance(time.Hour)
+		e.wantFinalDeny(e.mustRun("alice", "exp-1", nil), "counter_needs_ops", "approval "+apr+" expired at ")
+		var v evidence.ApprovalRecord
+		e.record(evidence.Key("exp-1", evidence.ArtifactApproval), &v)
+		if v.Decision != evidence.ApprovalExpired || v.Authorization != nil {
+			t.Errorf("approval.json = %+v", v)
+		}
+		_, err := e.decide(0, "bob", apr, "approve", "")
+		wantCode(t, err, codes.FailedPrecondition, "expired")
+		e.wantVerifiedOK("exp-1")
+	})
+	t.Run("a decision after expiry is refused and ends the request", func(t *testing.T) {
+		e := newApprovalEnv(t, approvalEnvOptions{})
+		apr := e.pendingID("alice", "exp-2", nil)
+		e.clock.advance(time.Hour + time.Second)
+		_, err := e.decide(0, "bob", apr, "approve", "too late")
+		wantCode(t, err, codes.FailedPrecondition, "expired")
+		e.wantFinalDeny(e.mustRun("alice", "exp-2", nil), "counter_needs_ops", "expired at ")
+		e.wantVerifiedOK("exp-2")
+	})
+	t.Run("approved but not used in time", func(t *testing.T) {
+		e := newApprovalEnv(t, approvalEnvOptions{})
+		apr := e.pendingID("alice", "exp-3", nil)
+		e.mustDecide("bob", apr, "approve", "")
+		e.clock.advance(time.Hour)
+		e.wantFinalDeny(e.mustRun("alice", "exp-3", nil), "counter_needs_ops", "not used before it expired")
+		e.wantVerifiedOK("exp-3")
+	})
+}
+
+// sweep runs replica i's recovery (start-up walk, then a sweep every
+// interval) until the test ends.
+func (e *approvalEnv) sweep(i int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.gws[i].RunRecovery(ctx)
+	}()
+	e.t.Cleanup(func() { cancel(); <-done })
+}
+
+// TestExpirySweepEndsHeldRequestsOnItsOwn: nobody retries; the recovery
+// sweep ends the expired request denied, on the replica that held it and
+// on one that only found it in its start-up walk, and not a moment before.
+func TestExpirySweepEndsHeldRequestsOnItsOwn(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		holder, sweeper  int
+		startBeforeAsked bool
+	}{
+		{"by the replica that held it", 0, 0, true},
+		{"by a replica that found it in its start-up walk", 0, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newApprovalEnv(t, approvalEnvOptions{replicas: 2, interval: 5 * time.Millisecond})
+			if tc.startBeforeAsked {
+				e.sweep(tc.sweeper)
+			}
+			if resp, err := e.run(tc.holder, "alice", "swept", nil); err != nil || resp.GetPendingApproval() == nil {
+				t.Fatalf("%v %v", resp, err)
+			}
+			if !tc.startBeforeAsked {
+				e.sweep(tc.sweeper)
+			}
+			manifest := evidence.Key("swept", evidence.ArtifactManifest)
+			time.Sleep(30 * time.Millisecond) // several sweeps before the expiry
+			if slices.Contains(e.keys("swept"), manifest) {
+				t.Fatal("the request was ended before its approval expired")
+			}
+			e.clock.advance(time.Hour)
+			waitFor(t, func() bool { return slices.Contains(e.keys("swept"), manifest) })
+			e.wantFinalDeny(e.mustRun("alice", "swept", nil), "counter_needs_ops", "expired at ")
+			e.wantVerifiedOK("swept")
+		})
+	}
+}
+
+// selfApprovalPolicy adds a permit that lets leads approve their own calls.
+const selfApprovalPolicy = approvalPolicy + `
+@id("leads_may_approve_their_own") @self_approval("allowed")
+permit (principal, action == Action::"Approve", resource == Tool::"counting.run")
+when { principal.groups.contains(context.group) && principal.groups.contains("dev") };
+`
+
+// TestWhoMayDecideAnApproval: only authenticated members of the approval
+// group whom policy authorises may decide, and the requester only when a
+// permit says so explicitly. A refused decision writes nothing: the call
+// stays pending.
+func TestWhoMayDecideAnApproval(t *testing.T) {
+	e := newApprovalEnv(t, approvalEnvOptions{})
+	apr := e.pendingID("carol", "who-1", nil)
+	stored := e.keys("who-1")
+	for _, tc := range []struct {
+		name, caller, rule string
+	}{
+		{"the requester approving her own call is refused", "carol", policy.RuleSelfApprovalDenied},
+		{"a caller outside the approval group is refused", "mallory", policy.RuleNotInApprovalGroup},
+		{"another requester outside the group is refused", "alice", policy.RuleNotInApprovalGroup},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.decide(0, tc.caller, apr, "approve", "fine by me")
+			wantCode(t, err, codes.PermissionDenied, tc.rule)
+			if got := e.keys("who-1"); !slices.Equal(got, stored) {
+				t.Errorf("a refused decision stored something: %v", got)
+			}
+			e.mustPend("carol", "who-1", nil)
+		})
+	}
+	t.Run("a caller without credentials is not let in", func(t *testing.T) {
+		_, err := e.decide(0, "", apr, "approve", "")
+		wantCode(t, err, codes.Unauthenticated, "authorization")
+	})
+	t.Run("self-approval is allowed where a permit says @self_approval(\"allowed\")", func(t *testing.T) {
+		e.reload(selfApprovalPolicy)
+		if a := e.mustDecide("carol", apr, "approve", "mine, and I lead"); a.GetState() != "approved" || a.GetDecidedBy() != "carol" {
+			t.Fatalf("approval = %v", a)
+		}
+		if resp := e.mustRun("carol", "who-1", nil); !resp.GetOk() || e.driver.runs.Load() != 1 {
+			t.Fatalf("after self-approval: %v, %d runs", resp, e.driver.runs.Load())
+		}
+		var v evidence.ApprovalRecord
+		e.record(evidence.Key("who-1", evidence.ArtifactApproval), &v)
+		if v.Authorization == nil || v.Authorization.RuleID != "leads_may_approve_their_own" {
+			t.Errorf("approval.json authorization = %+v", v.Authorization)
+		}
+		e.wantVerifiedOK("who-1")
+	})
+}
+
+// TestAnonymousCallersCannotDecideApprovals: with authentication off the
+// call is held all the same, but nobody can approve it: an approval must
+// name who gave it.
+func TestAnonymousCallersCannotDecideApprovals(t *testing.T) {
+	e := newApprovalEnv(t, approvalEnvOptions{noAuth: true})
+	apr := e.pendingID("", "anon-1", nil)
+	_, err := e.decide(0, "", apr, "approve", "")
+	wantCode(t, err, codes.PermissionDenied, "approvals need an authenticated caller")
+	_, err = e.clients[0].ListApprovals(as(""), &toolgatev1.ListApprovalsRequest{})
+	wantCode(t, err, codes.PermissionDenied, "approvals need an authenticated caller")
+	e.mustPend("", "anon-1", nil)
+}
+
+// TestTwoReplicasConsumeOneApprovalOnce: replicas on one store race to use
+// one approval; the tool runs exactly once and everyone else gets ABORTED
+// or the stored answer.
+func TestTwoReplicasConsumeOneApprovalOnce(t *testing.T) {
+	for _, retries := range []int{2, 32} {
+		t.Run(fmt.Sprintf("%d concurrent retries", retries), func(t *testing.T) {
+			e := newApprovalEnv(t, approvalEnvOptions{replicas: 2})
+			e.driver.delay = 50 * time.Millisecond
+			apr := e.pendingID("alice", "race-1", nil)
+			if _, err := e.decide(1, "bob", apr, "approve", ""); err != nil {
+				t.Fatal(err)
+			}
+			start := make(chan struct{})
+			replies := make([]*toolgatev1.RunToolResponse, retries)
+			errs := make([]error, retries)
+			var wg sync.WaitGroup
+			for i := range retries {
+				wg.Go(func() {
+					<-start
+					replies[i], errs[i] = e.run(i%2, "alice", "race-1", nil)
+				})
+			}
+			close(start)
+			wg.Wait()
+			if n := e.driver.runs.Load(); n != 1 {
+				t.Fatalf("the approved call ran %d times", n)
+			}
+			final := e.mustRun("alice", "race-1", nil)
+			for i := range retries {
+				if errs[i] != nil {
+					wantCode(t, errs[i], codes.Aborted, "request_id")
+				} else if !proto.Equal(replies[i], final) {
+					t.Errorf("retry %d got %v, the stored answer is %v", i, replies[i], final)
+				}
+			}
+			if replay, err := e.run(1, "alice", "race-1", nil); err != nil || !proto.Equal(replay, final) {
+				t.Errorf("the other replica replays %v, %v", replay, err)
+			}
+			if e.driver.runs.Load() != 1 {
+				t.Fatal("a replay ran the tool")
+			}
+			e.wantVerifiedOK("race-1")
+		})
 	}
 }

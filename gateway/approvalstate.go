@@ -129,9 +129,14 @@ func (g *Gateway) decideHeld(ctx context.Context, h *heldApproval, v evidence.Ap
 	v.RequestID, v.ApprovalID = a.RequestID, a.ApprovalID
 	v.CanonicalRequestHash, v.PolicySetDigest, v.RuleID = a.CanonicalRequestHash, a.PolicySetDigest, a.RuleID
 	v.ApprovalRequestSHA256, v.Gateway = h.requestSHA256, g.engineBase
-	data, err := g.encodeRecord(evidence.ArtifactApproval, v)
+	// Only the approver's reason is free text; the rest comes from A
+	// (redacted when it was stored) and from policy. The record is not
+	// passed through the JSON redactor as a whole: it would take the
+	// "authorization" object for a credential and blank it out.
+	v.Reason, _ = g.redactor.String(v.Reason)
+	data, err := marshalJSON(v)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("encode %s: %w", evidence.ArtifactApproval, err)
 	}
 	err = g.store.Put(ctx, evidence.Key(a.RequestID, evidence.ArtifactApproval), data)
 	if errors.Is(err, evidence.ErrExist) {
@@ -185,13 +190,21 @@ func (g *Gateway) askApproval(ctx, pre context.Context, p *prepared, rec *record
 	}
 	g.recovery.watchApproval(p.c.RequestID, stored.ExpiresAt)
 	g.notify(ctx, EventApprovalPending, p.c.RequestID)
-	if err := rec.putDispatch(pre, evidence.NotDispatched, "awaiting approval "+id); err != nil {
-		// The approval stands; the attempt is still open. Close it here or
-		// leave it to recovery; a retry answers pending once it is closed.
-		rec.closeAttempt(ctx, "awaiting approval "+id)
-		return nil, rec.failure(p.notRunCode(g.now()),
-			"request_id %q awaits approval %s, but its record could not be completed; nothing was executed "+
-				"(retry with the same request_id): %v", p.c.RequestID, id, err)
+	reason := "awaiting approval " + id
+	if err := rec.putDispatch(pre, evidence.NotDispatched, reason); err != nil {
+		// The approval stands; the attempt must be closed before a retry
+		// can answer pending. Try once more, else leave it to recovery.
+		key, closeErr := g.closeAttempt(ctx, p.c.RequestID, n, false, rec.redact, reason)
+		if closeErr != nil {
+			log.Error("could not close an attempt held for approval; recovery will", "approval_id", id, "err", closeErr)
+			g.recovery.leftUnfinished(p.c.RequestID, unfinished{})
+			return nil, rec.failure(p.notRunCode(g.now()),
+				"request_id %q awaits approval %s, but its record could not be completed; nothing was executed "+
+					"(retry with the same request_id): %v", p.c.RequestID, id, err)
+		}
+		if key != "" {
+			rec.refs = append(rec.refs, key)
+		}
 	}
 	log.Info("held for approval", "rule_id", d.RuleID, "approval_id", id, "approvers", d.Approvers)
 	return pendingReply(p, stored, rec.refs), nil
