@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
@@ -87,7 +88,7 @@ func (n *recordingNotifier) types() []string {
 // listener) sharing a policy folder, a store, a clock and a counting
 // driver serving counting.run.
 type approvalEnv struct {
-	t         *testing.T
+	t         testing.TB
 	policyDir string
 	live      *policy.Live
 	store     evidence.Store
@@ -110,7 +111,7 @@ type approvalEnvOptions struct {
 	noAuth bool
 }
 
-func newApprovalEnv(t *testing.T, o approvalEnvOptions) *approvalEnv {
+func newApprovalEnv(t testing.TB, o approvalEnvOptions) *approvalEnv {
 	t.Helper()
 	dir := t.TempDir()
 	e := &approvalEnv{
@@ -200,7 +201,11 @@ func as(caller string) context.Context {
 // run calls counting.run on replica i as caller.
 func (e *approvalEnv) run(i int, caller, id string, args map[string]any) (*toolgatev1.RunToolResponse, error) {
 	e.t.Helper()
-	return e.clients[i].RunTool(as(caller), &toolgatev1.RunToolRequest{RequestId: id, ToolId: "counting.run", Args: mustStruct(e.t, args)})
+	s, err := structpb.NewStruct(args)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return e.clients[i].RunTool(as(caller), &toolgatev1.RunToolRequest{RequestId: id, ToolId: "counting.run", Args: s})
 }
 
 func (e *approvalEnv) mustRun(caller, id string, args map[string]any) *toolgatev1.RunToolResponse {
@@ -865,4 +870,47 @@ func TestListToolsShowsToolsThatNeedApproval(t *testing.T) {
 	if len(resp.GetTools()) != 1 || resp.GetTools()[0].GetToolId() != "counting.run" {
 		t.Errorf("listed %v, want counting.run", resp.GetTools())
 	}
+}
+
+// TestShadowThatWouldHoldACallCountsAsAFlip: a candidate set that would
+// hold for approval what the enforcing set allows decides otherwise, and
+// is recorded and counted so; only the enforcing set decides.
+func TestShadowThatWouldHoldACallCountsAsAFlip(t *testing.T) {
+	e := newEnv(t, envOptions{
+		policies: map[string]string{
+			"policy.default.cedar": permitWorkspace,
+			"policy.candidate.cedar": `@id("read_needs_ops") @approval("ops") @reason("candidate")
+permit (principal, action, resource in Driver::"workspace");`,
+		},
+		shadows: map[string]string{"policy.default": "policy.candidate"},
+	})
+	resp := e.mustCall("shadow-held", "workspace.readFile", map[string]any{"path": "none.txt"})
+	if resp.GetPendingApproval() != nil || resp.GetPolicyCheck().GetDecision() != "allow" {
+		t.Fatalf("the shadow set held the call: %v", resp)
+	}
+	shadow, _ := decodeJSON(t, e.artifact("shadow-held", evidence.ArtifactPolicyDecision))["shadow"].(map[string]any)
+	if shadow["decision"] != "approval_required" || shadow["differs"] != true || e.gw.ShadowFlips() != 1 {
+		t.Errorf("shadow record = %v, flips %d", shadow, e.gw.ShadowFlips())
+	}
+}
+
+// BenchmarkApprovalPending measures, over gRPC on a file store, a call
+// being held (claim, decision, index, approval request, close) and a retry
+// while it is pending (reads only).
+func BenchmarkApprovalPending(b *testing.B) {
+	e := newApprovalEnv(b, approvalEnvOptions{})
+	b.Run("held", func(b *testing.B) {
+		for i := range b.N {
+			if resp, err := e.run(0, "alice", fmt.Sprintf("bench-held-%d", i), nil); err != nil || resp.GetPendingApproval() == nil {
+				b.Fatal(resp, err)
+			}
+		}
+	})
+	b.Run("retry-while-pending", func(b *testing.B) {
+		for range b.N {
+			if resp, err := e.run(0, "alice", "bench-held-0", nil); err != nil || resp.GetPendingApproval() == nil {
+				b.Fatal(resp, err)
+			}
+		}
+	})
 }
