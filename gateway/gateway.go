@@ -361,7 +361,8 @@ func (g *Gateway) Logger() *slog.Logger { return g.log }
 func (g *Gateway) Signer() *evidence.Signer { return g.signer }
 
 // ShadowFlips counts the calls whose shadow policy set decided otherwise
-// (allow against deny) than the enforcing set, since the gateway started.
+// (allow, deny or approval_required) than the enforcing set, since the
+// gateway started.
 func (g *Gateway) ShadowFlips() int64 { return g.shadowFlips.Load() }
 
 // runDriver turns a driver panic into an error: a bug in one driver must not
