@@ -179,3 +179,17 @@ type Bounded interface {
 	// included.
 	MaxRunTime() time.Duration
 }
+
+// Sealed is implemented by a driver whose runs can affect nothing outside
+// the run except through Call.Tools: guest code in a sandbox that holds no
+// network, no files and no secrets of the host, whose every effect on the
+// world is a nested tool call the gateway makes (and gates, and records).
+// For such a run, "nothing was dispatched" follows from "no nested call was
+// dispatched", so the gateway may discard the run and run it again; for a
+// run that is not sealed it may never do so. A driver that cannot vouch for
+// what its downstream can reach (a shell, a package's code, a runner whose
+// guest has network access) must not implement it.
+type Sealed interface {
+	// Sealed reports whether every run of the driver is sealed.
+	Sealed() bool
+}
