@@ -1,0 +1,341 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/drivers/execbox"
+	"github.com/toolgate/toolgate/drivers/execbox/execboxtest"
+	"github.com/toolgate/toolgate/drivers/tpmjs"
+	"github.com/toolgate/toolgate/drivers/workspace"
+	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/policy"
+	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
+	"github.com/toolgate/toolgate/redact"
+)
+
+// guestPolicy lets callers run sandboxed code whose guest may call
+// free.run at once and gated.run once an ops member approved the call.
+const guestPolicy = `
+@id("run_code") permit (principal, action == Action::"RunTool", resource in Driver::"sandbox");
+
+@id("guest_free") permit (principal, action == Action::"CallTool", resource == Tool::"free.run")
+when { context has parentRequestId };
+
+@id("guest_needs_ops") @approval("ops") @reason("counts irreversibly")
+permit (principal, action == Action::"CallTool", resource == Tool::"gated.run")
+when { context has parentRequestId };
+
+@id("ops_may_approve")
+permit (principal, action == Action::"Approve", resource == Tool::"gated.run")
+when { principal.groups.contains(context.group) };
+`
+
+// guestEnv is a gateway on a loopback listener whose code.run is an
+// execbox driver in front of a scripted runner, whose guest may call
+// free.run and gated.run, two counting drivers.
+type guestEnv struct {
+	t      *testing.T
+	gw     *Gateway
+	store  evidence.Store
+	clock  *fakeClock
+	client toolgatev1.ToolGatewayClient
+	runner *execboxtest.Runner
+	free   *countingDriver
+	gated  *countingDriver
+}
+
+// newGuestEnv builds a guestEnv. sandbox, when set, serves code.run
+// instead of the execbox driver.
+func newGuestEnv(t *testing.T, script execboxtest.Script, sandbox drivers.Driver) *guestEnv {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "policy.default.cedar"), []byte(guestPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	engine, err := policy.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := evidence.NewFileStore(filepath.Join(dir, "evidence"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	e := &guestEnv{t: t, store: store, free: &countingDriver{}, gated: &countingDriver{},
+		clock: &fakeClock{t: time.Now()}}
+	if sandbox == nil {
+		e.runner = execboxtest.NewWS(t, script)
+		if sandbox, err = execbox.New(execbox.Config{URL: e.runner.URL, Timeout: 10 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	auth, err := NewAuthenticator(approvalKeys, func(name string) string {
+		return strings.ToLower(strings.TrimPrefix(name, "KEY_")) + "-key"
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	red, err := redact.New(redact.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.gw, err = New(Options{
+		Decider: engine, Store: store, Redactor: red, Auth: auth, Instance: "test-host", Now: e.clock.Now,
+		Drivers: map[string]drivers.Driver{"sandbox": sandbox, "free": e.free, "gated": e.gated},
+		Tools: map[string]Tool{"code.run": {Driver: "sandbox", Target: "run"},
+			"free.run": {Driver: "free", Target: "run"}, "gated.run": {Driver: "gated", Target: "run"}},
+		Approvals: ApprovalOptions{TTL: time.Hour},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.client = toolgatev1.NewToolGatewayClient(serve(t, e.gw))
+	return e
+}
+
+// run calls code.run as alice.
+func (e *guestEnv) run(id string) *toolgatev1.RunToolResponse {
+	e.t.Helper()
+	resp, err := e.client.RunTool(as("alice"), &toolgatev1.RunToolRequest{
+		RequestId: id, ToolId: "code.run", Args: mustStruct(e.t, map[string]any{"code": "return await gated.run({n: 1})"}),
+	})
+	if err != nil {
+		e.t.Fatalf("RunTool %s: %v", id, err)
+	}
+	return resp
+}
+
+// decide decides approval id as bob, over the RPC.
+func (e *guestEnv) decide(id, decision, reason string) {
+	e.t.Helper()
+	if _, err := e.client.DecideApproval(as("bob"), &toolgatev1.DecideApprovalRequest{
+		ApprovalId: id, Decision: decision, Reason: reason,
+	}); err != nil {
+		e.t.Fatalf("DecideApproval %s %s: %v", decision, id, err)
+	}
+}
+
+func (e *guestEnv) keys(id string) []string {
+	e.t.Helper()
+	keys, err := e.store.List(context.Background(), evidence.RequestPrefix(id))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return keys
+}
+
+func (e *guestEnv) has(id, name string) bool {
+	e.t.Helper()
+	return slices.Contains(e.keys(id), evidence.Key(id, name))
+}
+
+// toolCalls returns, for each runner session, the call ids the host
+// answered, in order.
+func (e *guestEnv) toolCalls() [][]string {
+	var out [][]string
+	for _, session := range e.runner.Sessions() {
+		var ids []string
+		for _, m := range session {
+			if m.Type() == "tool_result" {
+				ids = append(ids, m["callId"].(string))
+			}
+		}
+		out = append(out, ids)
+	}
+	return out
+}
+
+// guestAnswer returns the error message the runner received for callID.
+func (e *guestEnv) guestAnswer(callID string) string {
+	for _, session := range e.runner.Sessions() {
+		for _, m := range session {
+			if m.Type() == "tool_result" && m["callId"] == callID {
+				failed, _ := m["error"].(map[string]any)
+				msg, _ := failed["message"].(string)
+				return msg
+			}
+		}
+	}
+	return ""
+}
+
+// wantVerified checks a request's evidence with evidence.Verify.
+func (e *guestEnv) wantVerified(id, status string) {
+	e.t.Helper()
+	rep, err := evidence.Verify(context.Background(), e.store, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if rep.Status != status {
+		e.t.Errorf("verify %s: %s %v, want %s", id, rep.Status, rep.Problems, status)
+	}
+}
+
+// wantPending checks that reply is a pending reply for a guest's call.
+func wantPending(t *testing.T, reply *toolgatev1.RunToolResponse) *toolgatev1.PendingApproval {
+	t.Helper()
+	pa := reply.GetPendingApproval()
+	if pa == nil || reply.GetOk() || reply.GetToolResult() != nil || reply.GetPolicyCheck().GetDecision() != "deny" ||
+		!approvalIDPattern.MatchString(pa.GetApprovalId()) || pa.GetRuleId() != "guest_needs_ops" || pa.GetApprovers() != "ops" {
+		t.Fatalf("reply is not a pending approval of the guest's call that reads as not run: %v", reply)
+	}
+	return pa
+}
+
+// gatedScript is a guest that calls gated.run and returns its result.
+var gatedScript = execboxtest.Script{
+	execboxtest.FreshCallIDs(), execboxtest.Started(),
+	execboxtest.CallTool("c1", "gated", "run", map[string]any{"n": 1}),
+	execboxtest.DoneFromResult("c1"),
+}
+
+// TestGuestCallWaitsForApprovalThenRunsOnce: the guest's call that needs
+// approval is answered at once; the parent is pending with the guest's
+// approval; nothing ran. Once approved, the retried parent runs its guest
+// again (the runner gives the call a new id) and the call runs once; a
+// further retry replays.
+func TestGuestCallWaitsForApprovalThenRunsOnce(t *testing.T) {
+	e := newGuestEnv(t, gatedScript, nil)
+	first := e.run("par-1")
+	pa := wantPending(t, first)
+	if e.gated.runs.Load() != 0 {
+		t.Fatalf("the gated tool ran %d times before its approval", e.gated.runs.Load())
+	}
+	calls := e.toolCalls()
+	if len(calls) != 1 || len(calls[0]) != 1 {
+		t.Fatalf("runner sessions' tool calls = %v, want one call", calls)
+	}
+	nid := nestedRequestID("par-1", calls[0][0])
+	msg := e.guestAnswer(calls[0][0])
+	for _, want := range []string{"gated.run", pa.GetApprovalId(), "guest_needs_ops", "nothing ran",
+		"the parent request par-1 is paused: retry par-1 with the same request_id once it is approved"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the guest was told %q, which does not say %q", msg, want)
+		}
+	}
+	e.checkPausedEvidence("par-1", nid, pa)
+	if !slices.Equal(first.GetEvidenceRefs(), e.keys("par-1")) {
+		t.Errorf("evidence_refs %v, want the stored keys %v", first.GetEvidenceRefs(), e.keys("par-1"))
+	}
+
+	stored := e.keys("par-1")
+	again := e.run("par-1")
+	if !proto.Equal(first, again) || !slices.Equal(e.keys("par-1"), stored) || len(e.runner.Sessions()) != 1 {
+		t.Fatalf("a retry while pending: %v (sessions %d); want the same reply, nothing run or stored", again, len(e.runner.Sessions()))
+	}
+
+	e.decide(pa.GetApprovalId(), "approve", "one count is fine")
+	ran := e.run("par-1")
+	if !ran.GetOk() || ran.GetPendingApproval() != nil || e.gated.runs.Load() != 1 {
+		t.Fatalf("after approval: %v, %d runs of the gated tool; want the parent done and one run", ran, e.gated.runs.Load())
+	}
+	calls = e.toolCalls()
+	if len(calls) != 2 || len(calls[1]) != 1 || calls[1][0] == calls[0][0] {
+		t.Fatalf("tool calls per session = %v, want the re-run's call under a new call id", calls)
+	}
+	result := decodeJSON(t, e.artifactOf("par-1", evidence.ArtifactToolResult))
+	made, _ := result["evidence"].(map[string]any)["nested_calls"].([]any)
+	if len(made) != 1 || made[0].(map[string]any)["request_id"] != nid || made[0].(map[string]any)["call_id"] != calls[1][0] {
+		t.Errorf("the re-run's nested calls %v, want call %s made as the approved request %s", made, calls[1][0], nid)
+	}
+	var used evidence.DecisionRecord
+	e.record(evidence.AttemptKey(nid, 2, evidence.ArtifactPolicyDecision), &used)
+	if used.Decision != "allow" || used.Approval == nil || used.Approval.Outcome != evidence.ApprovalApprove || used.Approval.Approver != "bob" {
+		t.Errorf("the guest's call was not run on its approval: %+v", used)
+	}
+
+	replay := e.run("par-1")
+	if !proto.Equal(ran, replay) || e.gated.runs.Load() != 1 || len(e.runner.Sessions()) != 2 {
+		t.Errorf("a second retry did not replay: %v (%d runs, %d sessions)", replay, e.gated.runs.Load(), len(e.runner.Sessions()))
+	}
+	e.wantVerified("par-1", "ok")
+	e.wantVerified(nid, "ok")
+}
+
+// checkPausedEvidence checks what a parent paused for its guest's
+// approval has stored: its dispatched attempt closed not dispatched, and
+// approval_request.json naming the nested request and its approval.
+func (e *guestEnv) checkPausedEvidence(id, nid string, pa *toolgatev1.PendingApproval) {
+	e.t.Helper()
+	var a, nested evidence.ApprovalRequestRecord
+	e.record(evidence.Key(id, evidence.ArtifactApprovalRequest), &a)
+	e.record(evidence.Key(nid, evidence.ArtifactApprovalRequest), &nested)
+	if a.NestedRequestID != nid || a.ApprovalID != pa.GetApprovalId() || nested.ApprovalID != a.ApprovalID ||
+		a.RuleID != nested.RuleID || !a.ExpiresAt.Equal(nested.ExpiresAt) || nested.ParentRequestID != id ||
+		pa.GetRequestHash() != nested.CanonicalRequestHash || a.Attempt != 1 {
+		e.t.Errorf("the parent's approval_request.json %+v does not name its guest's %+v (reply %v)", a, nested, pa)
+	}
+	var d evidence.DecisionRecord
+	e.record(evidence.Key(id, evidence.ArtifactPolicyDecision), &d)
+	var closed evidence.DispatchRecord
+	e.record(evidence.AttemptKey(id, 1, evidence.ArtifactNotDispatched), &closed)
+	if d.Decision != "allow" || !e.has(id, evidence.ArtifactDispatch) || closed.Reason !=
+		"rerun allowed: guest call "+nid+" awaits approval "+a.ApprovalID+"; no nested call was dispatched" {
+		e.t.Errorf("the paused attempt: decision %+v, close %+v", d, closed)
+	}
+	if e.has(id, evidence.ArtifactToolResult) || e.has(id, evidence.ArtifactResponse) || e.has(id, evidence.ArtifactManifest) {
+		e.t.Errorf("the paused parent stored a result: %v", e.keys(id))
+	}
+}
+
+func (e *guestEnv) artifactOf(id, name string) []byte {
+	e.t.Helper()
+	b, err := e.store.Get(context.Background(), evidence.Key(id, name))
+	if err != nil {
+		e.t.Fatalf("%s of %s: %v", name, id, err)
+	}
+	return b
+}
+
+func (e *guestEnv) record(key string, v any) {
+	e.t.Helper()
+	raw, err := e.store.Get(context.Background(), key)
+	if err != nil {
+		e.t.Fatalf("%s: %v", key, err)
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		e.t.Fatalf("%s: %v", key, err)
+	}
+}
+
+// TestOnlySandboxesAreSealed: a parent's run may be discarded and run
+// again only when its driver is sealed. The workspace runs commands and
+// writes files, a TPMJS executor runs a package's code with the network:
+// neither may ever be.
+func TestOnlySandboxesAreSealed(t *testing.T) {
+	tests := []struct {
+		name   string
+		driver any
+		sealed bool
+	}{
+		{"workspace is not sealed", (*workspace.Driver)(nil), false},
+		{"tpmjs is not sealed", (*tpmjs.Driver)(nil), false},
+		{"a Go driver that calls tools is not sealed", &sandboxDriver{}, false},
+		{"execbox is sealed", (*execbox.Driver)(nil), true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ok := tc.driver.(drivers.Sealed)
+			if ok != tc.sealed {
+				t.Errorf("%T implements drivers.Sealed: %v, want %v", tc.driver, ok, tc.sealed)
+			}
+		})
+	}
+	d, err := execbox.New(execbox.Config{URL: "ws://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Sealed() {
+		t.Error("an execbox driver says its runs are not sealed")
+	}
+}
