@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -337,5 +338,180 @@ func TestOnlySandboxesAreSealed(t *testing.T) {
 	}
 	if !d.Sealed() {
 		t.Error("an execbox driver says its runs are not sealed")
+	}
+}
+
+// TestGuestApprovalDeniedOrExpiredEndsTheParent: when the guest's call is
+// denied, or its approval expires undecided, the parent's retry ends the
+// parent denied by the approval's rule; its guest is not run again, and a
+// further retry replays.
+func TestGuestApprovalDeniedOrExpiredEndsTheParent(t *testing.T) {
+	tests := []struct {
+		name        string
+		end         func(e *guestEnv, approvalID string)
+		wantReason  string
+		wantOutcome string
+	}{
+		{"an approver denies it", func(e *guestEnv, id string) { e.decide(id, "deny", "not during the freeze") },
+			"not during the freeze", evidence.ApprovalDeny},
+		{"nobody decides before it expires", func(e *guestEnv, _ string) { e.clock.advance(2 * time.Hour) },
+			"expired at", evidence.ApprovalExpired},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newGuestEnv(t, gatedScript, nil)
+			pa := wantPending(t, e.run("par-d"))
+			tc.end(e, pa.GetApprovalId())
+			denied := e.run("par-d")
+			pc := denied.GetPolicyCheck()
+			if denied.GetOk() || denied.GetPendingApproval() != nil || denied.GetToolResult() != nil || pc.GetDecision() != "deny" ||
+				pc.GetRuleId() != "guest_needs_ops" || !strings.Contains(pc.GetReason(), tc.wantReason) {
+				t.Fatalf("the parent's retry: %v; want a final deny by guest_needs_ops saying %q", denied, tc.wantReason)
+			}
+			if e.gated.runs.Load() != 0 || len(e.runner.Sessions()) != 1 {
+				t.Fatalf("%d runs of the gated tool, %d runner sessions; want the guest never run again", e.gated.runs.Load(), len(e.runner.Sessions()))
+			}
+			var d evidence.DecisionRecord
+			e.record(evidence.AttemptKey("par-d", 2, evidence.ArtifactPolicyDecision), &d)
+			if d.Decision != "deny" || d.Approval == nil || d.Approval.Outcome != tc.wantOutcome || d.Approval.ApprovalID != pa.GetApprovalId() {
+				t.Errorf("the parent's final decision %+v %+v", d, d.Approval)
+			}
+			if replay := e.run("par-d"); !proto.Equal(denied, replay) {
+				t.Errorf("a further retry: %v, want the deny replayed", replay)
+			}
+			nid := nestedRequestID("par-d", e.toolCalls()[0][0])
+			waitFor(t, func() bool { return e.has(nid, evidence.ArtifactManifest) })
+			e.wantVerified("par-d", "ok")
+			e.wantVerified(nid, "ok")
+		})
+	}
+}
+
+// TestGuestCallsStopWhileOneWaits: a guest that goes on calling tools
+// after one of its calls must wait for approval gets nothing: the calls
+// are refused without being claimed, so the paused run still had no
+// effect. Its re-run after the approval makes both calls.
+func TestGuestCallsStopWhileOneWaits(t *testing.T) {
+	e := newGuestEnv(t, execboxtest.Script{
+		execboxtest.FreshCallIDs(), execboxtest.Started(),
+		execboxtest.CallTool("c1", "gated", "run", map[string]any{"n": 1}), execboxtest.AwaitResult("c1"),
+		execboxtest.CallTool("c2", "free", "run", nil), execboxtest.DoneFromResult("c2"),
+	}, nil)
+	pa := wantPending(t, e.run("par-s"))
+	calls := e.toolCalls()[0]
+	if e.free.runs.Load() != 0 || e.has(nestedRequestID("par-s", calls[1]), evidence.ArtifactRequest) {
+		t.Fatalf("a call after the one that waits was made (%d runs)", e.free.runs.Load())
+	}
+	if msg := e.guestAnswer(calls[1]); !strings.Contains(msg, "not called") || !strings.Contains(msg, pa.GetApprovalId()) {
+		t.Errorf("the refused call was answered %q", msg)
+	}
+	e.decide(pa.GetApprovalId(), "approve", "fine")
+	if ran := e.run("par-s"); !ran.GetOk() || e.gated.runs.Load() != 1 || e.free.runs.Load() != 1 {
+		t.Fatalf("the re-run: %v, gated %d, free %d; want both calls made once", ran, e.gated.runs.Load(), e.free.runs.Load())
+	}
+}
+
+// TestGuestCallThatCannotWait: a parent whose run may have had an effect
+// is never run again. Its guest is told why its call cannot wait; the
+// parent completes with what the guest made of it; approving the call
+// afterwards changes nothing, and every retry replays.
+func TestGuestCallThatCannotWait(t *testing.T) {
+	free := execboxtest.CallTool("c0", "free", "run", nil)
+	tests := []struct {
+		name    string
+		script  execboxtest.Script
+		freeFor time.Duration
+		wantWhy string
+	}{
+		{"an earlier call of the guest was dispatched", execboxtest.Script{
+			execboxtest.FreshCallIDs(), execboxtest.Started(), free, execboxtest.AwaitResult("c0"),
+			execboxtest.CallTool("c1", "gated", "run", map[string]any{"n": 1}), execboxtest.DoneFromResult("c1"),
+		}, 0, "of this run was dispatched"},
+		{"another call of the guest was in flight", execboxtest.Script{
+			execboxtest.FreshCallIDs(), execboxtest.Started(), free, execboxtest.Sleep(100 * time.Millisecond),
+			execboxtest.CallTool("c1", "gated", "run", map[string]any{"n": 1}), execboxtest.AwaitResult("c0"),
+			execboxtest.DoneFromResult("c1"),
+		}, time.Second, "another guest call was in flight"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newGuestEnv(t, tc.script, nil)
+			e.free.delay = tc.freeFor
+			first := e.run("par-n")
+			if first.GetPendingApproval() != nil || first.GetToolResult().GetExitCode() != 3 || e.has("par-n", evidence.ArtifactApprovalRequest) {
+				t.Fatalf("the parent: %v; want it completed with its guest's tool_error", first)
+			}
+			calls := e.toolCalls()[0]
+			gated := calls[slices.IndexFunc(calls, func(c string) bool { return strings.HasPrefix(c, "c1-") })]
+			if msg := e.guestAnswer(gated); !strings.Contains(msg, "the parent request par-n cannot wait for it") || !strings.Contains(msg, tc.wantWhy) {
+				t.Errorf("the guest was told %q; want why its parent cannot wait: %q", msg, tc.wantWhy)
+			}
+			var nested evidence.ApprovalRequestRecord
+			e.record(evidence.Key(nestedRequestID("par-n", gated), evidence.ArtifactApprovalRequest), &nested)
+			e.decide(nested.ApprovalID, "approve", "too late")
+			if again := e.run("par-n"); !proto.Equal(first, again) || e.gated.runs.Load() != 0 || len(e.runner.Sessions()) != 1 {
+				t.Errorf("a retry after the approval: %v (gated %d, sessions %d); want a replay", again, e.gated.runs.Load(), len(e.runner.Sessions()))
+			}
+			e.wantVerified("par-n", "ok")
+		})
+	}
+}
+
+// countedSandbox counts the runs of a sandbox that is not sealed.
+type countedSandbox struct {
+	*sandboxDriver
+	runs atomic.Int64
+}
+
+func (d *countedSandbox) Run(ctx context.Context, c drivers.Call) (drivers.Result, error) {
+	d.runs.Add(1)
+	return d.sandboxDriver.Run(ctx, c)
+}
+
+// TestUnsealedParentIsNeverRunAgain: a driver that is not sealed (its code
+// could have written files or reached the network) completes as usual
+// when its guest's call needs approval, and is never run again.
+func TestUnsealedParentIsNeverRunAgain(t *testing.T) {
+	sb := &countedSandbox{sandboxDriver: &sandboxDriver{calls: []nestedStep{{"c1", "gated.run", map[string]any{"n": 1}}}}}
+	e := newGuestEnv(t, nil, sb)
+	first := e.run("par-u")
+	if !first.GetOk() || first.GetPendingApproval() != nil || e.has("par-u", evidence.ArtifactApprovalRequest) {
+		t.Fatalf("the unsealed parent: %v; want it completed", first)
+	}
+	told := first.GetToolResult().GetData().GetListValue().GetValues()[0].GetStructValue().GetFields()["message"].GetStringValue()
+	if !strings.Contains(told, "cannot wait for it: its driver sandbox is not sealed") {
+		t.Errorf("the guest was told %q", told)
+	}
+	var nested evidence.ApprovalRequestRecord
+	e.record(evidence.Key("par-u:c1", evidence.ArtifactApprovalRequest), &nested)
+	e.decide(nested.ApprovalID, "approve", "too late")
+	if again := e.run("par-u"); !proto.Equal(first, again) || sb.runs.Load() != 1 || e.gated.runs.Load() != 0 {
+		t.Errorf("a retry after the approval: %v (runs %d, gated %d); want a replay", again, sb.runs.Load(), e.gated.runs.Load())
+	}
+}
+
+// TestApprovedGuestCallIsUsedOnce: an approval covers one call. When the
+// re-run's guest makes the approved call twice, the second is a new call
+// that needs its own approval, which the parent, already running on an
+// approval, cannot wait for.
+func TestApprovedGuestCallIsUsedOnce(t *testing.T) {
+	twice := execboxtest.Script{
+		execboxtest.FreshCallIDs(), execboxtest.Started(),
+		execboxtest.CallTool("c1", "gated", "run", map[string]any{"n": 1}), execboxtest.AwaitResult("c1"),
+		execboxtest.CallTool("c2", "gated", "run", map[string]any{"n": 1}), execboxtest.DoneFromResult("c2"),
+	}
+	e := newGuestEnv(t, twice, nil)
+	pa := wantPending(t, e.run("par-t"))
+	e.decide(pa.GetApprovalId(), "approve", "once")
+	ran := e.run("par-t")
+	if ran.GetToolResult().GetExitCode() != 3 || e.gated.runs.Load() != 1 {
+		t.Fatalf("the re-run: %v, %d runs of the gated tool; want one run and the second call refused", ran, e.gated.runs.Load())
+	}
+	second := e.toolCalls()[1][1]
+	if msg := e.guestAnswer(second); !strings.Contains(msg, "cannot wait for it: it already runs after an approval") {
+		t.Errorf("the second call was answered %q", msg)
+	}
+	if !e.has(nestedRequestID("par-t", second), evidence.ArtifactApprovalRequest) {
+		t.Error("the second call did not ask for an approval of its own")
 	}
 }
