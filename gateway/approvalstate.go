@@ -129,9 +129,14 @@ func (g *Gateway) decideHeld(ctx context.Context, h *heldApproval, v evidence.Ap
 	v.RequestID, v.ApprovalID = a.RequestID, a.ApprovalID
 	v.CanonicalRequestHash, v.PolicySetDigest, v.RuleID = a.CanonicalRequestHash, a.PolicySetDigest, a.RuleID
 	v.ApprovalRequestSHA256, v.Gateway = h.requestSHA256, g.engineBase
-	data, err := g.encodeRecord(evidence.ArtifactApproval, v)
+	// Only the approver's reason is free text; the rest comes from A
+	// (redacted when it was stored) and from policy. The record is not
+	// passed through the JSON redactor as a whole: it would take the
+	// "authorization" object for a credential and blank it out.
+	v.Reason, _ = g.redactor.String(v.Reason)
+	data, err := marshalJSON(v)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("encode %s: %w", evidence.ArtifactApproval, err)
 	}
 	err = g.store.Put(ctx, evidence.Key(a.RequestID, evidence.ArtifactApproval), data)
 	if errors.Is(err, evidence.ErrExist) {
@@ -145,13 +150,12 @@ func (g *Gateway) decideHeld(ctx context.Context, h *heldApproval, v evidence.Ap
 }
 
 // expire writes V=expired for an approval past its expiry, unless another
-// decision got there first.
-func (g *Gateway) expire(ctx context.Context, h *heldApproval, now time.Time) error {
-	_, err := g.decideHeld(ctx, h, evidence.ApprovalRecord{
+// decision got there first; written says which.
+func (g *Gateway) expire(ctx context.Context, h *heldApproval, now time.Time) (written bool, err error) {
+	return g.decideHeld(ctx, h, evidence.ApprovalRecord{
 		Decision: evidence.ApprovalExpired, Approver: g.engineBase, DecidedAt: now.UTC(),
 		Reason: fmt.Sprintf("approval %s expired at %s", h.request.ApprovalID, h.request.ExpiresAt.UTC().Format(time.RFC3339)),
 	})
-	return err
 }
 
 // askApproval records attempt n as held for a human's approval: its
@@ -161,7 +165,7 @@ func (g *Gateway) expire(ctx context.Context, h *heldApproval, now time.Time) er
 func (g *Gateway) askApproval(ctx, pre context.Context, p *prepared, rec *recorder, n int, d policy.Decision, shadow *evidence.ShadowDecision, log *slog.Logger) (*toolgatev1.RunToolResponse, error) {
 	id, err := newApprovalID()
 	if err != nil {
-		return nil, rec.failure(codes.Internal, "%v; nothing was executed", err)
+		return nil, rec.abandon(ctx, codes.Internal, err)
 	}
 	record := g.decisionRecord(p, n, d, shadow)
 	record.Approval = &evidence.DecisionApproval{ApprovalID: id, Approvers: d.Approvers, Outcome: evidence.ApprovalPending}
@@ -185,13 +189,21 @@ func (g *Gateway) askApproval(ctx, pre context.Context, p *prepared, rec *record
 	}
 	g.recovery.watchApproval(p.c.RequestID, stored.ExpiresAt)
 	g.notify(ctx, EventApprovalPending, p.c.RequestID)
-	if err := rec.putDispatch(pre, evidence.NotDispatched, "awaiting approval "+id); err != nil {
-		// The approval stands; the attempt is still open. Close it here or
-		// leave it to recovery; a retry answers pending once it is closed.
-		rec.closeAttempt(ctx, "awaiting approval "+id)
-		return nil, rec.failure(p.notRunCode(g.now()),
-			"request_id %q awaits approval %s, but its record could not be completed; nothing was executed "+
-				"(retry with the same request_id): %v", p.c.RequestID, id, err)
+	reason := "awaiting approval " + id
+	if err := rec.putDispatch(pre, evidence.NotDispatched, reason); err != nil {
+		// The approval stands; the attempt must be closed before a retry
+		// can answer pending. Try once more, else leave it to recovery.
+		key, closeErr := g.closeAttempt(ctx, p.c.RequestID, n, false, rec.redact, reason)
+		if closeErr != nil {
+			log.Error("could not close an attempt held for approval; recovery will", "approval_id", id, "err", closeErr)
+			g.recovery.leftUnfinished(p.c.RequestID, unfinished{})
+			return nil, rec.failure(p.notRunCode(g.now()),
+				"request_id %q awaits approval %s, but its record could not be completed; nothing was executed "+
+					"(retry with the same request_id): %v", p.c.RequestID, id, err)
+		}
+		if key != "" {
+			rec.refs = append(rec.refs, key)
+		}
 	}
 	log.Info("held for approval", "rule_id", d.RuleID, "approval_id", id, "approvers", d.Approvers)
 	return pendingReply(p, stored, rec.refs), nil
@@ -282,6 +294,10 @@ func (g *Gateway) approvalGate(ctx context.Context, p *prepared, rec *recorder, 
 	if err != nil {
 		return nil, rec.failure(codes.Unavailable, "the approval of request_id %q cannot be read, nothing was executed: %v", id, err)
 	}
+	if h.request.CanonicalRequestHash != p.hash {
+		return nil, rec.failure(codes.DataLoss, "the approval of request_id %q is bound to another request; "+
+			"the evidence may have been altered (toolgate evidence verify checks it); nothing was executed", id)
+	}
 	if h.request.NestedRequestID != "" {
 		return g.guestApprovalGate(ctx, p, rec, h, keys, next)
 	}
@@ -290,9 +306,13 @@ func (g *Gateway) approvalGate(ctx context.Context, p *prepared, rec *recorder, 
 		if now.Before(h.request.ExpiresAt) {
 			return pendingReply(p, h.request, keys), nil
 		}
-		if err := g.expire(ctx, h, now); err != nil {
+		written, err := g.expire(ctx, h, now)
+		if err != nil {
 			return nil, rec.failure(codes.Unavailable, "the expiry of approval %s cannot be recorded, nothing was executed: %v",
 				h.request.ApprovalID, err)
+		}
+		if written {
+			g.notify(ctx, EventApprovalDecided, id)
 		}
 		if keys, err = g.store.List(ctx, evidence.RequestPrefix(id)); err != nil {
 			return nil, rec.failure(codes.Unavailable, "evidence store unavailable: %v", err)
@@ -384,8 +404,13 @@ func (g *Gateway) finaliseHeld(ctx context.Context, id string) bool {
 	if errors.Is(err, evidence.ErrNotExist) {
 		return true
 	}
-	if err != nil || (!h.final() && g.now().Before(h.request.ExpiresAt)) {
+	switch {
+	case err != nil || (!h.final() && g.now().Before(h.request.ExpiresAt)):
 		return false // unreadable for now, or still open to approval
+	case h.request.NestedRequestID != "":
+		// A parent waits on its guest's call, whose own request holds the
+		// approval and ends by it; the parent is never run from here.
+		return true
 	}
 	var p *prepared
 	raw, err := g.store.Get(ctx, evidence.Key(id, evidence.ArtifactRequest))
