@@ -162,7 +162,6 @@ func (g *Gateway) pauseForGuest(ctx context.Context, p *prepared, rec *recorder,
 		return nil, rec.failure(codes.Unavailable, "guest call %s of request_id %q needs approval %s, which could not be recorded; "+
 			"nothing the guest asked for ran (retry with the same request_id): %v", w.requestID, id, approval, err)
 	}
-	g.recovery.watchApproval(id, stored.ExpiresAt)
 	reason := fmt.Sprintf("rerun allowed: guest call %s awaits approval %s; no nested call was dispatched", w.requestID, approval)
 	if err := rec.closeAttempt(ctx, reason); err != nil {
 		return nil, rec.failure(codes.Unavailable, "request_id %q waits for approval %s of its guest call %s, but its record "+
@@ -214,9 +213,13 @@ func (g *Gateway) guestApprovalGate(ctx context.Context, p *prepared, rec *recor
 		if now.Before(nested.request.ExpiresAt) {
 			return guestPendingReply(p, h.request, nested.request.CanonicalRequestHash, keys), nil
 		}
-		if err := g.expire(ctx, nested, now); err != nil {
+		written, err := g.expire(ctx, nested, now)
+		if err != nil {
 			return nil, rec.failure(codes.Unavailable, "the expiry of approval %s cannot be recorded, nothing was executed: %v",
 				nested.request.ApprovalID, err)
+		}
+		if written {
+			g.notify(ctx, EventApprovalDecided, nid)
 		}
 	}
 	if nested.final() || !now.Before(nested.request.ExpiresAt) {
