@@ -75,7 +75,8 @@ type NestedResult struct {
 	// tool that ran failed (then Code and Message say how).
 	Result any
 	// Code and Message explain a failure: Code is one of the execbox error
-	// codes ("tool_error" for a denied or failed tool, "internal_error"
+	// codes ("tool_error" for a denied or failed tool, or one whose call
+	// waits for a human's approval, "internal_error"
 	// for an unknown tool or a gateway failure, "validation_error" for
 	// input the gateway refused).
 	Code, Message string

@@ -12,9 +12,9 @@ import (
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
-// A guest's call that needs approval (see DESIGN.md, "Nested calls that
-// need approval"): the guest is answered at once, and its parent is not
-// held open for a human. When the parent's run can be shown to have had no
+// A guest's call that needs approval: the guest is answered at once, with
+// tool_error naming the approval, and its parent is not held open for a
+// human. When the parent's run can be shown to have had no
 // effect (its driver is drivers.Sealed and no nested call of the run was
 // dispatched), the run is discarded, the parent is recorded as waiting for
 // the guest's approval and closed not dispatched; a retry of the parent

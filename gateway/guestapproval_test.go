@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/toolgate/toolgate/drivers"
@@ -55,9 +57,15 @@ type guestEnv struct {
 	gated  *countingDriver
 }
 
-// newGuestEnv builds a guestEnv. sandbox, when set, serves code.run
-// instead of the execbox driver.
-func newGuestEnv(t *testing.T, script execboxtest.Script, sandbox drivers.Driver) *guestEnv {
+// newGuestEnv builds a guestEnv whose runner plays script.
+func newGuestEnv(t *testing.T, script execboxtest.Script) *guestEnv {
+	t.Helper()
+	return newGuestEnvWith(t, script, nil, nil)
+}
+
+// newGuestEnvWith is newGuestEnv with sandbox, when set, serving code.run
+// instead of the execbox driver, and wrap, when set, wrapping the store.
+func newGuestEnvWith(t *testing.T, script execboxtest.Script, sandbox drivers.Driver, wrap func(evidence.Store) evidence.Store) *guestEnv {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "policy.default.cedar"), []byte(guestPolicy), 0o600); err != nil {
@@ -90,8 +98,11 @@ func newGuestEnv(t *testing.T, script execboxtest.Script, sandbox drivers.Driver
 	if err != nil {
 		t.Fatal(err)
 	}
+	if wrap != nil {
+		e.store = wrap(store)
+	}
 	e.gw, err = New(Options{
-		Decider: engine, Store: store, Redactor: red, Auth: auth, Instance: "test-host", Now: e.clock.Now,
+		Decider: engine, Store: e.store, Redactor: red, Auth: auth, Instance: "test-host", Now: e.clock.Now,
 		Drivers: map[string]drivers.Driver{"sandbox": sandbox, "free": e.free, "gated": e.gated},
 		Tools: map[string]Tool{"code.run": {Driver: "sandbox", Target: "run"},
 			"free.run": {Driver: "free", Target: "run"}, "gated.run": {Driver: "gated", Target: "run"}},
@@ -206,7 +217,7 @@ var gatedScript = execboxtest.Script{
 // again (the runner gives the call a new id) and the call runs once; a
 // further retry replays.
 func TestGuestCallWaitsForApprovalThenRunsOnce(t *testing.T) {
-	e := newGuestEnv(t, gatedScript, nil)
+	e := newGuestEnv(t, gatedScript)
 	first := e.run("par-1")
 	pa := wantPending(t, first)
 	if e.gated.runs.Load() != 0 {
@@ -359,7 +370,7 @@ func TestGuestApprovalDeniedOrExpiredEndsTheParent(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newGuestEnv(t, gatedScript, nil)
+			e := newGuestEnv(t, gatedScript)
 			pa := wantPending(t, e.run("par-d"))
 			tc.end(e, pa.GetApprovalId())
 			denied := e.run("par-d")
@@ -396,7 +407,7 @@ func TestGuestCallsStopWhileOneWaits(t *testing.T) {
 		execboxtest.FreshCallIDs(), execboxtest.Started(),
 		execboxtest.CallTool("c1", "gated", "run", map[string]any{"n": 1}), execboxtest.AwaitResult("c1"),
 		execboxtest.CallTool("c2", "free", "run", nil), execboxtest.DoneFromResult("c2"),
-	}, nil)
+	})
 	pa := wantPending(t, e.run("par-s"))
 	calls := e.toolCalls()[0]
 	if e.free.runs.Load() != 0 || e.has(nestedRequestID("par-s", calls[1]), evidence.ArtifactRequest) {
@@ -435,7 +446,7 @@ func TestGuestCallThatCannotWait(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newGuestEnv(t, tc.script, nil)
+			e := newGuestEnv(t, tc.script)
 			e.free.delay = tc.freeFor
 			first := e.run("par-n")
 			if first.GetPendingApproval() != nil || first.GetToolResult().GetExitCode() != 3 || e.has("par-n", evidence.ArtifactApprovalRequest) {
@@ -473,7 +484,7 @@ func (d *countedSandbox) Run(ctx context.Context, c drivers.Call) (drivers.Resul
 // when its guest's call needs approval, and is never run again.
 func TestUnsealedParentIsNeverRunAgain(t *testing.T) {
 	sb := &countedSandbox{sandboxDriver: &sandboxDriver{calls: []nestedStep{{"c1", "gated.run", map[string]any{"n": 1}}}}}
-	e := newGuestEnv(t, nil, sb)
+	e := newGuestEnvWith(t, nil, sb, nil)
 	first := e.run("par-u")
 	if !first.GetOk() || first.GetPendingApproval() != nil || e.has("par-u", evidence.ArtifactApprovalRequest) {
 		t.Fatalf("the unsealed parent: %v; want it completed", first)
@@ -500,7 +511,7 @@ func TestApprovedGuestCallIsUsedOnce(t *testing.T) {
 		execboxtest.CallTool("c1", "gated", "run", map[string]any{"n": 1}), execboxtest.AwaitResult("c1"),
 		execboxtest.CallTool("c2", "gated", "run", map[string]any{"n": 1}), execboxtest.DoneFromResult("c2"),
 	}
-	e := newGuestEnv(t, twice, nil)
+	e := newGuestEnv(t, twice)
 	pa := wantPending(t, e.run("par-t"))
 	e.decide(pa.GetApprovalId(), "approve", "once")
 	ran := e.run("par-t")
@@ -513,5 +524,52 @@ func TestApprovedGuestCallIsUsedOnce(t *testing.T) {
 	}
 	if !e.has(nestedRequestID("par-t", second), evidence.ArtifactApprovalRequest) {
 		t.Error("the second call did not ask for an approval of its own")
+	}
+}
+
+// failOnce fails the first Put of one key, as a store that dropped the
+// connection does.
+type failOnce struct {
+	evidence.Store
+	key    string
+	failed atomic.Bool
+}
+
+func (f *failOnce) Put(ctx context.Context, key string, data []byte) error {
+	if key == f.key && f.failed.CompareAndSwap(false, true) {
+		return errors.New("dial tcp 127.0.0.1:9000: connect: connection refused")
+	}
+	return f.Store.Put(ctx, key, data)
+}
+
+// WalkInfo lists as the wrapped store does.
+func (f *failOnce) WalkInfo(ctx context.Context, prefix string, fn func(evidence.KeyInfo) error) error {
+	return evidence.WalkInfo(ctx, f.Store, prefix, fn)
+}
+
+// TestGuestWaitThatCannotBeRecorded: when the parent's wait cannot be
+// recorded, the caller is told that nothing the guest asked for ran and to
+// retry; the retry waits for the guest's approval, and the approved call
+// still runs once.
+func TestGuestWaitThatCannotBeRecorded(t *testing.T) {
+	for _, artifact := range []string{evidence.ArtifactApprovalRequest, evidence.ArtifactNotDispatched} {
+		t.Run("the store refuses "+artifact, func(t *testing.T) {
+			e := newGuestEnvWith(t, gatedScript, nil, func(s evidence.Store) evidence.Store {
+				return &failOnce{Store: s, key: evidence.Key("par-f", artifact)}
+			})
+			_, err := e.client.RunTool(as("alice"), &toolgatev1.RunToolRequest{
+				RequestId: "par-f", ToolId: "code.run", Args: mustStruct(t, map[string]any{"code": "return await gated.run({n: 1})"}),
+			})
+			wantCode(t, err, codes.Unavailable, "nothing the guest asked for ran (retry with the same request_id)")
+			if e.gated.runs.Load() != 0 || e.has("par-f", evidence.ArtifactManifest) {
+				t.Fatalf("after the failure: %d runs, keys %v", e.gated.runs.Load(), e.keys("par-f"))
+			}
+			pa := wantPending(t, e.run("par-f"))
+			e.decide(pa.GetApprovalId(), "approve", "go")
+			if ran := e.run("par-f"); !ran.GetOk() || e.gated.runs.Load() != 1 {
+				t.Fatalf("after approval: %v, %d runs; want one", ran, e.gated.runs.Load())
+			}
+			e.wantVerified("par-f", "ok")
+		})
 	}
 }
