@@ -100,6 +100,9 @@ func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int
 	if p.held == nil || !p.held.final() {
 		decision, shadow = g.decide(ctx, p.caller, p.c, p.tool, p.known, p.args)
 	}
+	if p.guestCall != nil {
+		decision = guestRerunDecision(decision, p.guestCall)
+	}
 	if decision.ApprovalRequired && p.held == nil {
 		return g.askApproval(ctx, pre, p, rec, n, decision, shadow, log)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -250,4 +251,19 @@ func (g *Gateway) readGuestApproval(ctx context.Context, parent string, h *heldA
 			evidence.ArtifactApprovalRequest, nid, nested.request.ApprovalID, nested.request.ParentRequestID, h.request.ApprovalID, parent)
 	}
 	return nested, nil
+}
+
+// guestRerunDecision is the decision of a parent run again after its
+// guest's call was approved: d, unless policy now holds the parent itself
+// for approval. A request waits for one approval at most, so that parent
+// ends denied, as an approved call whose rule changed does.
+func guestRerunDecision(d policy.Decision, approved *approvedGuestCall) policy.Decision {
+	if !d.ApprovalRequired {
+		return d
+	}
+	return policy.Decision{
+		RuleID: RuleApprovalStale, PolicyRef: d.PolicyRef, PolicySetDigest: d.PolicySetDigest,
+		Reason: fmt.Sprintf("the guest's call %s was approved, but policy now requires the approval of rule %s for the call "+
+			"that runs the guest; use a new request_id", approved.requestID, d.RuleID),
+	}
 }

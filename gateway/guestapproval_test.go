@@ -47,7 +47,9 @@ when { principal.groups.contains(context.group) };
 // execbox driver in front of a scripted runner, whose guest may call
 // free.run and gated.run, two counting drivers.
 type guestEnv struct {
-	t      *testing.T
+	t         *testing.T
+	live      *policy.Live
+	policyDir string
 	gw     *Gateway
 	store  evidence.Store
 	clock  *fakeClock
@@ -71,7 +73,7 @@ func newGuestEnvWith(t *testing.T, script execboxtest.Script, sandbox drivers.Dr
 	if err := os.WriteFile(filepath.Join(dir, "policy.default.cedar"), []byte(guestPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	engine, err := policy.Load(dir)
+	live, err := policy.NewLive(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +82,7 @@ func newGuestEnvWith(t *testing.T, script execboxtest.Script, sandbox drivers.Dr
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	e := &guestEnv{t: t, store: store, free: &countingDriver{}, gated: &countingDriver{},
+	e := &guestEnv{t: t, store: store, live: live, policyDir: dir, free: &countingDriver{}, gated: &countingDriver{},
 		clock: &fakeClock{t: time.Now()}}
 	if sandbox == nil {
 		e.runner = execboxtest.NewWS(t, script)
@@ -102,7 +104,7 @@ func newGuestEnvWith(t *testing.T, script execboxtest.Script, sandbox drivers.Dr
 		e.store = wrap(store)
 	}
 	e.gw, err = New(Options{
-		Decider: engine, Store: e.store, Redactor: red, Auth: auth, Instance: "test-host", Now: e.clock.Now,
+		Decider: live, Store: e.store, Redactor: red, Auth: auth, Instance: "test-host", Now: e.clock.Now,
 		Drivers: map[string]drivers.Driver{"sandbox": sandbox, "free": e.free, "gated": e.gated},
 		Tools: map[string]Tool{"code.run": {Driver: "sandbox", Target: "run"},
 			"free.run": {Driver: "free", Target: "run"}, "gated.run": {Driver: "gated", Target: "run"}},
@@ -572,4 +574,33 @@ func TestGuestWaitThatCannotBeRecorded(t *testing.T) {
 			e.wantVerified("par-f", "ok")
 		})
 	}
+}
+
+// TestGuestRerunThatNowNeedsItsOwnApproval: when policy changes between
+// the approval of a guest's call and the parent's retry so that the
+// parent itself needs approval, the parent ends denied (approval_stale)
+// rather than asking a second time; its guest is not run again.
+func TestGuestRerunThatNowNeedsItsOwnApproval(t *testing.T) {
+	e := newGuestEnv(t, gatedScript)
+	pa := wantPending(t, e.run("par-p"))
+	e.decide(pa.GetApprovalId(), "approve", "go")
+	held := strings.Replace(guestPolicy, `@id("run_code")`, `@id("run_code") @approval("ops")`, 1)
+	if err := os.WriteFile(filepath.Join(e.policyDir, "policy.default.cedar"), []byte(held), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.live.Reload(true); err != nil {
+		t.Fatal(err)
+	}
+	denied := e.run("par-p")
+	if pc := denied.GetPolicyCheck(); denied.GetOk() || denied.GetPendingApproval() != nil || pc.GetRuleId() != RuleApprovalStale ||
+		!strings.Contains(pc.GetReason(), "run_code") {
+		t.Fatalf("the retry: %v; want a final deny, %s", denied, RuleApprovalStale)
+	}
+	if e.gated.runs.Load() != 0 || len(e.runner.Sessions()) != 1 {
+		t.Errorf("%d runs, %d sessions; want the guest not run again", e.gated.runs.Load(), len(e.runner.Sessions()))
+	}
+	if replay := e.run("par-p"); !proto.Equal(denied, replay) {
+		t.Errorf("a further retry: %v, want the deny replayed", replay)
+	}
+	e.wantVerified("par-p", "ok")
 }
