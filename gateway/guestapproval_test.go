@@ -50,13 +50,13 @@ type guestEnv struct {
 	t         *testing.T
 	live      *policy.Live
 	policyDir string
-	gw     *Gateway
-	store  evidence.Store
-	clock  *fakeClock
-	client toolgatev1.ToolGatewayClient
-	runner *execboxtest.Runner
-	free   *countingDriver
-	gated  *countingDriver
+	gw        *Gateway
+	store     evidence.Store
+	clock     *fakeClock
+	client    toolgatev1.ToolGatewayClient
+	runner    *execboxtest.Runner
+	free      *countingDriver
+	gated     *countingDriver
 }
 
 // newGuestEnv builds a guestEnv whose runner plays script.
