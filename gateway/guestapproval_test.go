@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/toolgate/toolgate/drivers"
@@ -59,16 +61,28 @@ type guestEnv struct {
 	gated     *countingDriver
 }
 
-// newGuestEnv builds a guestEnv whose runner plays script.
+// newGuestEnv builds a guestEnv whose WebSocket runner plays script.
 func newGuestEnv(t *testing.T, script execboxtest.Script) *guestEnv {
 	t.Helper()
-	return newGuestEnvWith(t, script, nil, nil)
+	return newGuestEnvWith(t, guestOptions{script: script})
 }
 
-// newGuestEnvWith is newGuestEnv with sandbox, when set, serving code.run
-// instead of the execbox driver, and wrap, when set, wrapping the store.
-func newGuestEnvWith(t *testing.T, script execboxtest.Script, sandbox drivers.Driver, wrap func(evidence.Store) evidence.Store) *guestEnv {
+// guestOptions are the options of newGuestEnvWith.
+type guestOptions struct {
+	script execboxtest.Script
+	// stdio: the runner is a process speaking stdio, not a WebSocket
+	// server.
+	stdio bool
+	// sandbox, when set, serves code.run instead of the execbox driver.
+	sandbox drivers.Driver
+	// wrap, when set, wraps the store.
+	wrap func(evidence.Store) evidence.Store
+}
+
+// newGuestEnvWith builds a guestEnv as o says.
+func newGuestEnvWith(t *testing.T, o guestOptions) *guestEnv {
 	t.Helper()
+	sandbox, wrap := o.sandbox, o.wrap
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "policy.default.cedar"), []byte(guestPolicy), 0o600); err != nil {
 		t.Fatal(err)
@@ -85,8 +99,15 @@ func newGuestEnvWith(t *testing.T, script execboxtest.Script, sandbox drivers.Dr
 	e := &guestEnv{t: t, store: store, live: live, policyDir: dir, free: &countingDriver{}, gated: &countingDriver{},
 		clock: &fakeClock{t: time.Now()}}
 	if sandbox == nil {
-		e.runner = execboxtest.NewWS(t, script)
-		if sandbox, err = execbox.New(execbox.Config{URL: e.runner.URL, Timeout: 10 * time.Second}); err != nil {
+		cfg := execbox.Config{Timeout: 10 * time.Second}
+		if o.stdio {
+			e.runner = execboxtest.NewStdio(t, o.script)
+			cfg.Command = e.runner.Command
+		} else {
+			e.runner = execboxtest.NewWS(t, o.script)
+			cfg.URL = e.runner.URL
+		}
+		if sandbox, err = execbox.New(cfg); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -219,7 +240,14 @@ var gatedScript = execboxtest.Script{
 // again (the runner gives the call a new id) and the call runs once; a
 // further retry replays.
 func TestGuestCallWaitsForApprovalThenRunsOnce(t *testing.T) {
-	e := newGuestEnv(t, gatedScript)
+	for _, transport := range []string{"ws", "stdio"} {
+		t.Run(transport, func(t *testing.T) {
+			guestWaitsThenRunsOnce(t, newGuestEnvWith(t, guestOptions{script: gatedScript, stdio: transport == "stdio"}))
+		})
+	}
+}
+
+func guestWaitsThenRunsOnce(t *testing.T, e *guestEnv) {
 	first := e.run("par-1")
 	pa := wantPending(t, first)
 	if e.gated.runs.Load() != 0 {
@@ -486,7 +514,7 @@ func (d *countedSandbox) Run(ctx context.Context, c drivers.Call) (drivers.Resul
 // when its guest's call needs approval, and is never run again.
 func TestUnsealedParentIsNeverRunAgain(t *testing.T) {
 	sb := &countedSandbox{sandboxDriver: &sandboxDriver{calls: []nestedStep{{"c1", "gated.run", map[string]any{"n": 1}}}}}
-	e := newGuestEnvWith(t, nil, sb, nil)
+	e := newGuestEnvWith(t, guestOptions{sandbox: sb})
 	first := e.run("par-u")
 	if !first.GetOk() || first.GetPendingApproval() != nil || e.has("par-u", evidence.ArtifactApprovalRequest) {
 		t.Fatalf("the unsealed parent: %v; want it completed", first)
@@ -556,9 +584,9 @@ func (f *failOnce) WalkInfo(ctx context.Context, prefix string, fn func(evidence
 func TestGuestWaitThatCannotBeRecorded(t *testing.T) {
 	for _, artifact := range []string{evidence.ArtifactApprovalRequest, evidence.ArtifactNotDispatched} {
 		t.Run("the store refuses "+artifact, func(t *testing.T) {
-			e := newGuestEnvWith(t, gatedScript, nil, func(s evidence.Store) evidence.Store {
+			e := newGuestEnvWith(t, guestOptions{script: gatedScript, wrap: func(s evidence.Store) evidence.Store {
 				return &failOnce{Store: s, key: evidence.Key("par-f", artifact)}
-			})
+			}})
 			_, err := e.client.RunTool(as("alice"), &toolgatev1.RunToolRequest{
 				RequestId: "par-f", ToolId: "code.run", Args: mustStruct(t, map[string]any{"code": "return await gated.run({n: 1})"}),
 			})
@@ -603,4 +631,34 @@ func TestGuestRerunThatNowNeedsItsOwnApproval(t *testing.T) {
 		t.Errorf("a further retry: %v, want the deny replayed", replay)
 	}
 	e.wantVerified("par-p", "ok")
+}
+
+// TestRacingRetriesOfAnApprovedParent: retries of the parent racing after
+// the approval run its guest's call once: one opens the next attempt, any
+// other is told the request is being retried, or replays.
+func TestRacingRetriesOfAnApprovedParent(t *testing.T) {
+	e := newGuestEnv(t, gatedScript)
+	pa := wantPending(t, e.run("par-r"))
+	e.decide(pa.GetApprovalId(), "approve", "go")
+	const racers = 4
+	errs := make(chan error, racers)
+	for range racers {
+		go func() {
+			resp, err := e.client.RunTool(as("alice"), &toolgatev1.RunToolRequest{
+				RequestId: "par-r", ToolId: "code.run", Args: mustStruct(t, map[string]any{"code": "return await gated.run({n: 1})"}),
+			})
+			if err == nil && !resp.GetOk() {
+				err = fmt.Errorf("reply %v", resp)
+			}
+			errs <- err
+		}()
+	}
+	for range racers {
+		if err := <-errs; err != nil && status.Code(err) != codes.Aborted {
+			t.Errorf("a racing retry: %v; want the run or ABORTED", err)
+		}
+	}
+	if e.gated.runs.Load() != 1 || len(e.runner.Sessions()) != 2 {
+		t.Errorf("%d runs of the gated tool, %d runner sessions; want one re-run making the call once", e.gated.runs.Load(), len(e.runner.Sessions()))
+	}
 }
