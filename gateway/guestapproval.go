@@ -15,14 +15,14 @@ import (
 
 // A guest's call that needs approval: the guest is answered at once, with
 // tool_error naming the approval, and its parent is not held open for a
-// human. When the parent's run can be shown to have had no
-// effect (its driver is drivers.Sealed and no nested call of the run was
-// dispatched), the run is discarded, the parent is recorded as waiting for
-// the guest's approval and closed not dispatched; a retry of the parent
-// after the approval runs it again, and the call of the new run that is
-// the approved call (by canonical hash: a runner's call ids are new on
-// every run) uses the approved request, so it runs once. Otherwise the
-// parent completes with what its guest made of the refusal.
+// human. When the parent's run can be shown to have had no effect (its
+// driver is drivers.Sealed and no nested call of the run was dispatched),
+// the run is discarded, and the parent is recorded as waiting for the
+// guest's approval and closed not dispatched. A retry of the parent after
+// the approval runs its guest again; the call of the new run that is the
+// approved call (by canonical hash: a runner's call ids are new on every
+// run) uses the approved request, so it runs once. Otherwise the parent
+// completes with what its guest made of the refusal.
 
 // begin starts a call: it returns the call that waits for approval when
 // there is one, and the call must not be made; otherwise the call counts
