@@ -75,7 +75,8 @@ type NestedResult struct {
 	// tool that ran failed (then Code and Message say how).
 	Result any
 	// Code and Message explain a failure: Code is one of the execbox error
-	// codes ("tool_error" for a denied or failed tool, "internal_error"
+	// codes ("tool_error" for a denied or failed tool, or one whose call
+	// waits for a human's approval, "internal_error"
 	// for an unknown tool or a gateway failure, "validation_error" for
 	// input the gateway refused).
 	Code, Message string
@@ -178,4 +179,18 @@ type Bounded interface {
 	// MaxRunTime is the longest one Run can take, kills and clean-up
 	// included.
 	MaxRunTime() time.Duration
+}
+
+// Sealed is implemented by a driver whose runs can affect nothing outside
+// the run except through Call.Tools: guest code in a sandbox that holds no
+// network, no files and no secrets of the host, whose every effect on the
+// world is a nested tool call the gateway makes (and gates, and records).
+// For such a run, "nothing was dispatched" follows from "no nested call was
+// dispatched", so the gateway may discard the run and run it again; for a
+// run that is not sealed it may never do so. A driver that cannot vouch for
+// what its downstream can reach (a shell, a package's code, a runner whose
+// guest has network access) must not implement it.
+type Sealed interface {
+	// Sealed reports whether every run of the driver is sealed.
+	Sealed() bool
 }

@@ -216,6 +216,12 @@ func (g *Gateway) putApprovalRequest(ctx context.Context, rec *recorder, a evide
 	if err := g.store.Put(ctx, approvalIndexKey(a.ApprovalID), []byte(a.RequestID)); err != nil {
 		return a, fmt.Errorf("approval index: %w", err)
 	}
+	return g.storeApprovalRequest(ctx, rec, a)
+}
+
+// storeApprovalRequest writes A create-only and straight to the store,
+// and returns it as stored (redacted).
+func (g *Gateway) storeApprovalRequest(ctx context.Context, rec *recorder, a evidence.ApprovalRequestRecord) (evidence.ApprovalRequestRecord, error) {
 	data, err := rec.redact(evidence.ArtifactApprovalRequest, a)
 	if err != nil {
 		return a, err
@@ -293,9 +299,7 @@ func (g *Gateway) approvalGate(ctx context.Context, p *prepared, rec *recorder, 
 			"the evidence may have been altered (toolgate evidence verify checks it); nothing was executed", id)
 	}
 	if h.request.NestedRequestID != "" {
-		// The approval is the nested request's: the parent runs again and
-		// its guest's call meets that approval.
-		return g.nextAttempt(ctx, p, rec, keys, next)
+		return g.guestApprovalGate(ctx, p, rec, h, keys, next)
 	}
 	now := g.now()
 	if h.verdict == nil {

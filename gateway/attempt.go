@@ -44,6 +44,9 @@ type prepared struct {
 	// held, set by a retry of a request held for approval once it is
 	// decided, is the approval the next attempt uses or ends by.
 	held *heldApproval
+	// guestCall, set by a retry of a parent whose guest's call was
+	// approved, is that call: the next run's guest may make it once.
+	guestCall *approvedGuestCall
 }
 
 // newRecorder returns a recorder for one attempt at p.
@@ -96,6 +99,9 @@ func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int
 	var shadow *evidence.ShadowDecision
 	if p.held == nil || !p.held.final() {
 		decision, shadow = g.decide(ctx, p.caller, p.c, p.tool, p.known, p.args)
+	}
+	if p.guestCall != nil {
+		decision = guestRerunDecision(decision, p.guestCall)
 	}
 	if decision.ApprovalRequired && p.held == nil {
 		return g.askApproval(ctx, pre, p, rec, n, decision, shadow, log)
@@ -200,7 +206,8 @@ func (g *Gateway) runDispatched(ctx context.Context, p *prepared, rec *recorder,
 	if p.c.ParentRequestID == "" {
 		// Only a top-level call may call tools back: a sandbox started by
 		// guest code gets none, so nesting stops at one level.
-		nc = &nestedCaller{g: g, caller: p.caller, parent: p.c, parentDriver: p.tool.Driver}
+		nc = &nestedCaller{g: g, caller: p.caller, parent: p.c, parentDriver: p.tool.Driver,
+			cannotWait: g.whyCannotWait(p), approved: p.guestCall}
 		nested = nc
 	}
 	ranAt := g.now()
@@ -216,6 +223,10 @@ func (g *Gateway) runDispatched(ctx context.Context, p *prepared, rec *recorder,
 	}
 	if err != nil {
 		return nil, g.driverFailed(ctx, p, rec, nc, ranAt, err, log)
+	}
+	if w := nc.pausedFor(); w != nil {
+		// The run had no effect; its result is discarded.
+		return g.pauseForGuest(ctx, p, rec, w, log)
 	}
 	if result, err = rec.redactOutput(result); err != nil {
 		return nil, rec.fail(ctx, codes.Internal, err)

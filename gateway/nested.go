@@ -51,10 +51,44 @@ type nestedCaller struct {
 	// sandboxes would nest without bound.
 	parentDriver string
 
+	// cannotWait, when set, says why this run may not be paused for a
+	// guest's call that needs approval (see guestWait).
+	cannotWait string
+	// approved, set on the run that follows the approval of a guest's
+	// call, names that call: the first call of this run with its canonical
+	// hash uses its request id, and so its approval.
+	approved *approvedGuestCall
+
 	// made lists the calls run so far, in the order they ended: the
 	// gateway's own account, kept whatever the driver reports.
 	mu   sync.Mutex
 	made []evidence.NestedCallRecord
+	// inFlight counts the calls begun and not yet ended.
+	inFlight int
+	// blocked, once set, says why the run may no longer be paused: a call
+	// of it was (or may have been) dispatched, or was in flight when
+	// another one had to wait for approval.
+	blocked string
+	// waiting is the first call of this run that waits for approval; from
+	// then on no call of the run is made.
+	waiting *guestWait
+	// approvedUsed is set once a call took the approved request id.
+	approvedUsed bool
+}
+
+// guestWait is a guest's call that waits for a human's approval.
+type guestWait struct {
+	requestID, toolID string
+	approval          *toolgatev1.PendingApproval
+	// paused reports what the guest was told: that its parent is paused
+	// until the approval is decided.
+	paused bool
+}
+
+// approvedGuestCall is a guest's call whose approval was granted: its
+// canonical hash and its request id.
+type approvedGuestCall struct {
+	hash, requestID string
 }
 
 // maxRelatedRefs bounds the nested calls a failure's status details point
@@ -100,6 +134,13 @@ func (n *nestedCaller) callTool(ctx context.Context, callID, toolID string, inpu
 	fail := func(code, format string, args ...any) (drivers.NestedResult, bool) {
 		return drivers.NestedResult{RequestID: id, Code: code, Message: fmt.Sprintf(format, args...)}, recorded
 	}
+	if w := n.begin(); w != nil {
+		// Nothing more of this run may have an effect: it is to be run
+		// again once the approval is decided, or it could not wait.
+		return fail(nestedToolError, "tool %s not called: the parent request %s stopped making tool calls when guest call %s "+
+			"had to wait for approval %s; nothing ran", toolID, n.parent.RequestID, w.requestID, w.approval.GetApprovalId())
+	}
+	defer n.end()
 	// The parent's session ends a call's context when the execution runs
 	// out of time; a call that had not started by then never does: no
 	// claim, no decision, no evidence.
@@ -125,9 +166,16 @@ func (n *nestedCaller) callTool(ctx context.Context, callID, toolID string, inpu
 		return fail(nestedValidationError, "input for tool %s: %v", toolID, err)
 	}
 	c.ParentRequestID = n.parent.RequestID
+	if approved := n.useApproved(ctx, c); approved != "" {
+		id, c.RequestID = approved, approved
+	}
 	resp, err := n.g.run(ctx, n.caller, c)
 	recorded = err == nil || hasEvidence(err)
 	if err != nil {
+		if recorded {
+			// A failure after the claim may follow a dispatch.
+			n.block("guest call %s of this run may have run (%s)", id, status.Code(err))
+		}
 		code := nestedInternalError
 		if status.Code(err) == codes.InvalidArgument {
 			// An argument with no canonical form: the guest's input.
@@ -135,9 +183,13 @@ func (n *nestedCaller) callTool(ctx context.Context, callID, toolID string, inpu
 		}
 		return fail(code, "nested call %s: %s", id, status.Convert(err).Message())
 	}
+	if pa := resp.GetPendingApproval(); pa != nil {
+		return fail(nestedToolError, "%s", n.await(id, toolID, pa))
+	}
 	if pc := resp.GetPolicyCheck(); pc.GetDecision() != "allow" {
 		return fail(nestedToolError, "tool %s denied by policy (rule %s): %s", toolID, pc.GetRuleId(), pc.GetReason())
 	}
+	n.block("guest call %s of this run was dispatched", id)
 	tr := resp.GetToolResult()
 	result, err := nestedResult(tr)
 	if err != nil {

@@ -317,8 +317,9 @@ func (r *recorder) putDispatch(ctx context.Context, state, reason string) error 
 
 // closeAttempt closes the recorder's attempt as not dispatched (see
 // Gateway.closeAttempt). When the close cannot be written, recovery
-// writes it later: nothing of this attempt is in flight any more.
-func (r *recorder) closeAttempt(ctx context.Context, reason string) {
+// writes it later: nothing of this attempt is in flight any more. The
+// error says whether the close was written now.
+func (r *recorder) closeAttempt(ctx context.Context, reason string) error {
 	key, err := r.g.closeAttempt(ctx, r.requestID, r.attempt, r.dispatched, r.redact, reason)
 	if err != nil {
 		r.g.log.Error("could not close an attempt that was not dispatched; recovery will",
@@ -328,11 +329,12 @@ func (r *recorder) closeAttempt(ctx context.Context, reason string) {
 			left = unfinished{notDispatched: r.attempt, reason: reason}
 		}
 		r.g.recovery.leftUnfinished(r.requestID, left)
-		return
+		return err
 	}
 	if key != "" {
 		r.refs = append(r.refs, key)
 	}
+	return nil
 }
 
 // recordBrokenRun keeps what is known of a run whose driver failed: the

@@ -33,6 +33,15 @@
 // deaths in the pool back off from 100 ms up to 5 s, so a broken command
 // does not become a fork loop. Close kills the waiting processes.
 //
+// # Sealed
+//
+// The driver is [drivers.Sealed]: guest code has no way out of the runner
+// but the tool calls the host answers, so a run whose nested calls were
+// none of them dispatched had no effect. The gateway relies on that to
+// discard such a run when a guest's call waits for a human's approval, and
+// to run the guest again once it is approved. A runner that gives guest
+// code network access, files or secrets of its own breaks the promise.
+//
 // # Arguments
 //
 // A catalog tool bound to this driver takes these arguments; any other

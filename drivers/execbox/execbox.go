@@ -127,7 +127,10 @@ type Driver struct {
 	closed bool
 }
 
-var _ drivers.Driver = (*Driver)(nil)
+var (
+	_ drivers.Driver = (*Driver)(nil)
+	_ drivers.Sealed = (*Driver)(nil)
+)
 
 // New checks cfg and returns a Driver. A WebSocket runner is not contacted;
 // with Config.Pool, runner processes start in the background at once.
@@ -278,6 +281,15 @@ func (d *Driver) transportName() string {
 	}
 	return "stdio"
 }
+
+// Sealed reports true: guest code reaches the world only through the tool
+// calls the host answers through Call.Tools. An execbox runner receives
+// code, options and provider metadata, never a host closure or a secret
+// (the runner specification's core model), and a runner process starts
+// with none of the gateway's environment. A runner deployed with network
+// access for its guests breaks this, and must not be used with a gateway
+// that holds calls for approval (see drivers.Sealed).
+func (d *Driver) Sealed() bool { return true }
 
 // Close stops the pooled runner processes. Executions in progress finish
 // on their own transports; later calls of Run fail.

@@ -37,6 +37,8 @@ package execboxtest
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -73,6 +75,7 @@ const (
 	opOversized       = "oversized"
 	opRepeat          = "repeat"
 	opExitBeforeFirst = "exit_before_execute_once"
+	opFreshCallIDs    = "fresh_call_ids"
 )
 
 // Step is one action of a Script. Build steps with the functions of this
@@ -163,6 +166,14 @@ func Repeat(n int, steps ...Step) Step { return Step{op: opRepeat, count: n, ste
 // runner while it waits. It does nothing elsewhere.
 func ExitBeforeExecuteOnce() Step { return Step{op: opExitBeforeFirst} }
 
+// FreshCallIDs makes every later call id of the session unique to it: each
+// gets the suffix "-" and 16 random hex digits, new for every session, as a
+// real runner's call ids (UUIDs) are new on every execution. A host that
+// runs the same script twice therefore sees different call ids; it learns
+// them from the tool_call messages, as a host does. AwaitResult and
+// DoneFromResult name the call ids of the script, as CallTool does.
+func FreshCallIDs() Step { return Step{op: opFreshCallIDs} }
+
 // stepWire is the form of a Step in a script file.
 type stepWire struct {
 	Op       string        `json:"op"`
@@ -247,6 +258,8 @@ type Session struct {
 	closed    bool
 	crashed   bool
 	logs      []string
+	// fresh is appended to every call id once FreshCallIDs played.
+	fresh string
 }
 
 // newSession starts reading c.
@@ -423,7 +436,9 @@ func (s *Session) play(steps []Step, suffix string) bool {
 
 // step plays one step and reports whether the script may go on.
 func (s *Session) step(st Step, suffix string) bool {
-	callID := st.callID + suffix
+	s.mu.Lock()
+	callID := st.callID + suffix + s.fresh
+	s.mu.Unlock()
 	switch st.op {
 	case opStarted:
 		s.Send(map[string]any{"type": "started", "id": s.id()})
@@ -484,6 +499,12 @@ func (s *Session) step(st Step, suffix string) bool {
 			}
 		}
 	case opExitBeforeFirst:
+	case opFreshCallIDs:
+		var b [8]byte
+		rand.Read(b[:])
+		s.mu.Lock()
+		s.fresh = "-" + hex.EncodeToString(b[:])
+		s.mu.Unlock()
 	default:
 		// Only a damaged script file has other steps; stop there.
 		return false

@@ -67,7 +67,7 @@ func next(t *testing.T, c *websocket.Conn, d time.Duration) map[string]any {
 // runner process.
 func TestScriptRoundTrip(t *testing.T) {
 	script := Script{
-		ExitBeforeExecuteOnce(), Started(), CallTool("c", "p", "t", map[string]any{"n": json.Number("1")}),
+		ExitBeforeExecuteOnce(), FreshCallIDs(), Started(), CallTool("c", "p", "t", map[string]any{"n": json.Number("1")}),
 		CallToolWithoutInput("d", "p", "t"), AwaitResult("c"), Log("l"), Sleep(time.Millisecond),
 		IgnoreCancel(2 * time.Millisecond), Raw(`{"x":1}`), Oversized(10),
 		Repeat(2, CallTool("r", "p", "t", "in"), AwaitResult("r")), Fail("code", "message"), Done("r"),
@@ -111,6 +111,29 @@ func TestWSSession(t *testing.T) {
 	sessions := r.Sessions()
 	if len(sessions) != 1 || len(sessions[0]) != 3 || sessions[0][2].Type() != "tool_result" {
 		t.Errorf("sessions = %v, want one with execute, execute, tool_result", sessions)
+	}
+}
+
+// TestFreshCallIDs checks that FreshCallIDs gives the same script's call
+// a new id in every session, as a real runner's UUIDs are, and that the
+// script's own AwaitResult still finds the answer under it.
+func TestFreshCallIDs(t *testing.T) {
+	r := NewWS(t, Script{FreshCallIDs(), CallTool("c1", "tools", "echo", nil), DoneFromResult("c1")})
+	seen := map[string]bool{}
+	for i := range 2 {
+		c := dial(t, r.URL)
+		send(t, c, execute("e1"))
+		call := next(t, c, 5*time.Second)
+		id, _ := call["callId"].(string)
+		if !strings.HasPrefix(id, "c1-") || len(id) != len("c1-")+16 || seen[id] {
+			t.Fatalf("session %d: tool_call %v, want c1- and 16 hex digits new to this session (seen %v)", i, call, seen)
+		}
+		seen[id] = true
+		send(t, c, map[string]any{"type": "tool_result", "callId": id, "ok": true, "result": i})
+		if m := next(t, c, 5*time.Second); m["type"] != "done" || m["result"] != float64(i) {
+			t.Fatalf("session %d ended with %v, want done with the answer to %s", i, m, id)
+		}
+		c.Close(websocket.StatusNormalClosure, "")
 	}
 }
 
