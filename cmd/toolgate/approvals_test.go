@@ -37,6 +37,13 @@ type fakeGateway struct {
 	auth      []string // the authorization header of every call
 }
 
+// setErr makes every approval RPC fail with err (nil: answer again).
+func (f *fakeGateway) setErr(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.err = err
+}
+
 func (f *fakeGateway) record(ctx context.Context) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	f.auth = append(f.auth, strings.Join(md.Get("authorization"), ","))
@@ -225,7 +232,7 @@ func TestApprovalsExitCodesFollowTheGatewaysAnswer(t *testing.T) {
 				codes.PermissionDenied: "approver_not_in_group: bob is not a member of ops", codes.FailedPrecondition: "approval already denied",
 				codes.NotFound: "no approval " + aprOne,
 			}[tc.code]
-			f.err = status.Error(tc.code, cmpOr(msg, "refused\x1b[2J"))
+			f.setErr(status.Error(tc.code, cmpOr(msg, "refused\x1b[2J")))
 			for _, args := range [][]string{
 				{"approvals", "approve", aprOne, "--reason", "ok", "--addr", addr},
 				{"approvals", "deny", aprOne, "--reason", "no", "--addr", addr},
@@ -418,5 +425,16 @@ func TestCallExitsThreeWhenTheCallAwaitsApproval(t *testing.T) {
 	}
 	if _, stderr, _ := runCLI(t, nil, "call", "-h"); !strings.Contains(stderr, "3 when policy holds the call for a human's approval") {
 		t.Errorf("call -h does not explain exit 3:\n%s", stderr)
+	}
+}
+
+func TestServeWarnsWhenApprovalsHaveNoApprovers(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, `@id("shell_needs_ops") @approval("ops") @reason("runs arbitrary commands")
+permit (principal, action == Action::"RunTool", resource == Tool::"workspace.shell");
+`)
+	srv := startServer(t, dir)
+	if !strings.Contains(srv.log.String(), "approvals need authenticated approvers; calls held for approval will expire") {
+		t.Fatalf("no warning at start:\n%s", srv.log.String())
 	}
 }
