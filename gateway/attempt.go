@@ -41,6 +41,9 @@ type prepared struct {
 	callerCtx   context.Context
 	deadline    time.Time
 	hasDeadline bool
+	// held, set by a retry of a request held for approval once it is
+	// decided, is the approval the next attempt uses or ends by.
+	held *heldApproval
 }
 
 // newRecorder returns a recorder for one attempt at p.
@@ -89,21 +92,24 @@ func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int
 	pre, cancel := p.beforeDispatch(ctx)
 	defer cancel()
 
-	decision, shadow := g.decide(ctx, p.caller, p.c, p.tool, p.known, p.args)
+	var decision policy.Decision
+	var shadow *evidence.ShadowDecision
+	if p.held == nil || !p.held.final() {
+		decision, shadow = g.decide(ctx, p.caller, p.c, p.tool, p.known, p.args)
+	}
+	if decision.ApprovalRequired && p.held == nil {
+		return g.askApproval(ctx, pre, p, rec, n, decision, shadow, log)
+	}
+	record := g.decisionRecord(p, n, decision, shadow)
+	if p.held != nil {
+		decision, record.Approval = judgeHeld(p.held, decision, record.DecidedAt)
+		record.Decision, record.RuleID, record.Reason = decision.Word(), decision.RuleID, decision.Reason
+		record.PolicyRef, record.PolicySetDigest = decision.PolicyRef, decision.PolicySetDigest
+	}
 	rec.policySetDigest = decision.PolicySetDigest
-	err := rec.put(pre, evidence.AttemptArtifact(n, evidence.ArtifactPolicyDecision), g.decisionRecord(p, n, decision, shadow))
-	if n > 1 && errors.Is(err, evidence.ErrExist) {
-		// Another retry opened this attempt first: it is the one that runs.
-		return nil, rec.failure(codes.Aborted,
-			"request_id %q is being retried by another call right now; this one does not run it", p.c.RequestID)
+	if err := g.putDecision(ctx, pre, p, rec, n, record, log); err != nil {
+		return nil, err
 	}
-	if err != nil {
-		log.Error("could not record the policy decision; nothing ran", "err", err)
-		rec.closeAttempt(ctx, "the policy decision could not be recorded: "+err.Error())
-		return nil, rec.failure(p.notRunCode(g.now()),
-			"evidence store unavailable, nothing was executed (retry with the same request_id): %v", err)
-	}
-	rec.decided = true
 	resp := &toolgatev1.RunToolResponse{
 		PolicyCheck: &toolgatev1.PolicyCheck{
 			Decision: decisionWord(decision.Allow), Reason: decision.Reason, RuleId: decision.RuleID,
@@ -132,7 +138,7 @@ func (g *Gateway) decisionRecord(p *prepared, n int, d policy.Decision, shadow *
 		ParentRequestID: p.c.ParentRequestID,
 		ToolID:          p.c.ToolID,
 		Driver:          p.tool.Driver,
-		Decision:        decisionWord(d.Allow),
+		Decision:        d.Word(),
 		RuleID:          d.RuleID,
 		Reason:          d.Reason,
 		PolicyRef:       d.PolicyRef,

@@ -110,6 +110,10 @@ type Gateway struct {
 	recoveryLimits recoveryLimits
 	log            *slog.Logger
 	now            func() time.Time
+	// approvalTTL is how long an approval may be decided and used;
+	// notifier, if set, is told of approvals asked for and decided.
+	approvalTTL time.Duration
+	notifier    Notifier
 }
 
 // New checks opts and returns a Gateway.
@@ -160,6 +164,11 @@ func New(opts Options) (*Gateway, error) {
 		recoveryLimits: opts.Recovery.limits(opts.Drivers),
 		log:            redactingLogger(opts.Logger, opts.Redactor),
 		now:            opts.Now,
+		approvalTTL:    opts.Approvals.TTL,
+		notifier:       opts.Approvals.Notifier,
+	}
+	if g.approvalTTL <= 0 {
+		g.approvalTTL = DefaultApprovalTTL
 	}
 	if g.now == nil {
 		g.now = time.Now
@@ -331,13 +340,13 @@ func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, 
 	req.PolicyRef = shadowRef
 	sd := g.decider.Decide(ctx, req)
 	sr := &evidence.ShadowDecision{
-		PolicyRef: sd.PolicyRef, Decision: decisionWord(sd.Allow), RuleID: sd.RuleID, Reason: sd.Reason,
-		PolicySetDigest: sd.PolicySetDigest, Differs: sd.Allow != d.Allow,
+		PolicyRef: sd.PolicyRef, Decision: sd.Word(), RuleID: sd.RuleID, Reason: sd.Reason,
+		PolicySetDigest: sd.PolicySetDigest, Differs: sd.Word() != d.Word(),
 	}
 	if sr.Differs {
 		g.shadowFlips.Add(1)
 		g.log.Info("shadow policy would decide otherwise", "request_id", c.RequestID, "tool_id", c.ToolID,
-			"policy_ref", d.PolicyRef, "decision", decisionWord(d.Allow), "rule_id", d.RuleID,
+			"policy_ref", d.PolicyRef, "decision", d.Word(), "rule_id", d.RuleID,
 			"shadow_ref", sd.PolicyRef, "shadow_decision", sr.Decision, "shadow_rule_id", sd.RuleID)
 	}
 	return d, sr
@@ -405,6 +414,9 @@ func (g *Gateway) resume(ctx context.Context, p *prepared, rec *recorder) (*tool
 	}
 	switch last.State {
 	case evidence.NotDispatched:
+		if slices.Contains(keys, evidence.Key(id, evidence.ArtifactApprovalRequest)) {
+			return g.approvalGate(ctx, p, rec, keys, last.Number+1)
+		}
 		return g.nextAttempt(ctx, p, rec, keys, last.Number+1)
 	case evidence.Dispatched:
 		if left, ok := g.recovery.lookup(id); ok && left.told != "" {

@@ -65,7 +65,8 @@ func (g *Gateway) ListTools(ctx context.Context, req *toolgatev1.ListToolsReques
 			Caller: caller, CallerAttrs: attrs, Action: policy.ActionRunTool, ToolID: id, Driver: t.Driver,
 			Tool: t.attributes(), PolicyRef: policyRef, Args: map[string]any{},
 		})
-		if !d.Allow {
+		if !d.Allow && !d.ApprovalRequired {
+			// A call that needs approval could still be allowed.
 			continue
 		}
 		resp.Tools = append(resp.Tools, &toolgatev1.ToolInfo{

@@ -36,6 +36,12 @@ func MarshalResponse(r *toolgatev1.RunToolResponse) ([]byte, error) {
 		RunID:              r.GetRunId(),
 		StepID:             r.GetStepId(),
 	}
+	if pa := r.GetPendingApproval(); pa != nil {
+		out.PendingApproval = &evidence.ResponsePendingApproval{
+			ApprovalID: pa.GetApprovalId(), Reason: pa.GetReason(), ExpiresAt: pa.GetExpiresAt().AsTime().UTC(),
+			RuleID: pa.GetRuleId(), Approvers: pa.GetApprovers(), RequestHash: pa.GetRequestHash(),
+		}
+	}
 	if tr := r.GetToolResult(); tr != nil {
 		out.ToolResult = &evidence.ResponseToolResult{ExitCode: tr.GetExitCode(), Stdout: tr.GetStdout(), Stderr: tr.GetStderr()}
 		if tr.GetData() != nil {

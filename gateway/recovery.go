@@ -100,10 +100,43 @@ type recovery struct {
 	mu       sync.Mutex
 	inFlight map[string]int
 	left     map[string]unfinished
+	// approvals maps the requests held for approval that this process
+	// asked for or found at start-up to when their approval expires: the
+	// sweep ends them denied once it has, without walking the store.
+	approvals map[string]time.Time
 }
 
 func newRecovery() *recovery {
-	return &recovery{inFlight: map[string]int{}, left: map[string]unfinished{}}
+	return &recovery{inFlight: map[string]int{}, left: map[string]unfinished{}, approvals: map[string]time.Time{}}
+}
+
+// watchApproval notes a request held for approval until expires.
+func (r *recovery) watchApproval(requestID string, expires time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.approvals[requestID] = expires
+}
+
+// unwatchApproval forgets a request whose approval has ended.
+func (r *recovery) unwatchApproval(requestID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.approvals, requestID)
+}
+
+// expiredApprovals returns the watched requests whose approval expired by
+// now, sorted.
+func (r *recovery) expiredApprovals(now time.Time) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ids []string
+	for id, expires := range r.approvals {
+		if !now.Before(expires) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // enter notes a call of requestID in flight, until leave.
@@ -190,6 +223,8 @@ type RecoveryStats struct {
 	// Waiting: requests left for a later pass (too young, in flight, or
 	// with artifacts still in the spool).
 	Waiting int
+	// Expired: requests whose approval expired were ended denied.
+	Expired int
 }
 
 // Recover walks the store once and finalises this instance's requests that
@@ -205,9 +240,42 @@ func (g *Gateway) Recover(ctx context.Context) (RecoveryStats, error) {
 		if slices.Contains(keys, evidence.Key(id, evidence.ArtifactManifest)) {
 			return nil
 		}
+		g.watchHeld(ctx, id, keys)
 		return g.recoverOne(ctx, id, keys, &stats)
 	})
+	stats.Expired = g.sweepApprovals(ctx)
 	return stats, err
+}
+
+// watchHeld notes request id for the expiry sweep when it is held for
+// approval.
+func (g *Gateway) watchHeld(ctx context.Context, id string, keys []string) {
+	if !slices.Contains(keys, evidence.Key(id, evidence.ArtifactApprovalRequest)) {
+		return
+	}
+	h, err := g.readHeld(ctx, id, keys)
+	if err != nil {
+		g.log.Warn("a request held for approval cannot be read; its expiry is left to a retry", "request_id", id, "err", err)
+		return
+	}
+	expires := h.request.ExpiresAt
+	if h.final() {
+		expires = time.Time{} // denied, not yet ended: due now
+	}
+	g.recovery.watchApproval(id, expires)
+}
+
+// sweepApprovals ends denied the watched requests whose approval expired
+// (or was denied and not yet ended), and reports how many it ended.
+func (g *Gateway) sweepApprovals(ctx context.Context) int {
+	ended := 0
+	for _, id := range g.recovery.expiredApprovals(g.now()) {
+		if g.finaliseHeld(ctx, id) {
+			g.recovery.unwatchApproval(id)
+			ended++
+		}
+	}
+	return ended
 }
 
 // RunRecovery runs Recover once, then revisits the requests left unfinished
@@ -224,6 +292,7 @@ func (g *Gateway) RunRecovery(ctx context.Context) {
 		case <-t.C:
 		}
 		stats, err := g.revisit(ctx)
+		stats.Expired = g.sweepApprovals(ctx)
 		if stats != (RecoveryStats{}) || err != nil {
 			g.logRecovery("recovery sweep", stats, err)
 		}
@@ -232,7 +301,7 @@ func (g *Gateway) RunRecovery(ctx context.Context) {
 
 func (g *Gateway) logRecovery(msg string, s RecoveryStats, err error) {
 	attrs := []any{"examined", s.Examined, "rolled_forward", s.RolledForward, "closed", s.Closed,
-		"interrupted", s.Interrupted, "waiting", s.Waiting}
+		"interrupted", s.Interrupted, "waiting", s.Waiting, "expired", s.Expired}
 	if err != nil {
 		g.log.Error(msg, append(attrs, "err", err)...)
 		return
