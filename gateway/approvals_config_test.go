@@ -137,7 +137,7 @@ func buildWithApprovals(t *testing.T, policy, extraYAML string, env map[string]s
 	return g, log.String(), err
 }
 
-const approvalPolicy = `@id("shell_needs_ops") @approval("ops")
+const heldShellPolicy = `@id("shell_needs_ops") @approval("ops")
 permit (principal, action == Action::"RunTool", resource == Tool::"workspace.shell");
 `
 
@@ -149,8 +149,8 @@ func TestBuildWarnsWhenApprovalsHaveNoApprovers(t *testing.T) {
 		extra  string
 		warned bool
 	}{
-		{"approval rules without auth keys", approvalPolicy, "", true},
-		{"approval rules with auth keys", approvalPolicy, "auth: {keys: [{caller: bob, sha256: " + digest + ", groups: [ops]}]}\n", false},
+		{"approval rules without auth keys", heldShellPolicy, "", true},
+		{"approval rules with auth keys", heldShellPolicy, "auth: {keys: [{caller: bob, sha256: " + digest + ", groups: [ops]}]}\n", false},
 		{"no approval rules without auth keys", "permit (principal, action, resource);", "", false},
 	}
 	for _, tc := range tests {
@@ -170,14 +170,14 @@ func TestBuildWarnsWhenApprovalsHaveNoApprovers(t *testing.T) {
 func TestBuildWiresTheApprovalWebhook(t *testing.T) {
 	hook := "approvals: {webhook: {url: 'https://hooks.example/toolgate', secret: {env: HOOK_KEY}}}\n"
 	t.Run("a missing secret stops the start", func(t *testing.T) {
-		_, _, err := buildWithApprovals(t, approvalPolicy, hook, nil)
+		_, _, err := buildWithApprovals(t, heldShellPolicy, hook, nil)
 		if err == nil || !strings.Contains(err.Error(), "config: approvals.webhook.secret: environment variable HOOK_KEY is empty or unset") {
 			t.Fatalf("Build = %v, want the missing webhook secret named", err)
 		}
 	})
 	t.Run("the secret is redacted from the evidence", func(t *testing.T) {
 		const key = "hook-hmac-key-0123456789"
-		g, _, err := buildWithApprovals(t, approvalPolicy, hook, map[string]string{"HOOK_KEY": key})
+		g, _, err := buildWithApprovals(t, heldShellPolicy, hook, map[string]string{"HOOK_KEY": key})
 		if err != nil {
 			t.Fatal(err)
 		}

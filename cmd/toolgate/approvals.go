@@ -209,7 +209,7 @@ func printApprovalTable(w io.Writer, approvals []*toolgatev1.Approval, now time.
 	tw.Flush()
 }
 
-// expiry is when a approval expires, and for a pending one how long that is
+// expiry is when an approval expires, and for a pending one how long that is
 // from now.
 func expiry(a *toolgatev1.Approval, now time.Time) string {
 	if a.GetExpiresAt() == nil {
@@ -218,8 +218,8 @@ func expiry(a *toolgatev1.Approval, now time.Time) string {
 	at := a.GetExpiresAt().AsTime().UTC()
 	text := at.Format(time.RFC3339)
 	if a.GetState() == "pending" {
-		if left := at.Sub(now); left > 0 {
-			text += " (in " + left.Round(time.Minute).String() + ")"
+		if left := at.Sub(now).Round(time.Minute); left > 0 {
+			text += fmt.Sprintf(" (in %dh%02dm)", int(left.Hours()), int(left.Minutes())%60)
 		} else {
 			text += " (expired)"
 		}

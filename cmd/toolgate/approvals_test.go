@@ -438,3 +438,26 @@ permit (principal, action == Action::"RunTool", resource == Tool::"workspace.she
 		t.Fatalf("no warning at start:\n%s", srv.log.String())
 	}
 }
+
+func TestApprovalExpiryReadsAsTimeLeft(t *testing.T) {
+	now := time.Date(2026, 11, 24, 7, 0, 0, 0, time.UTC)
+	tests := []struct {
+		state string
+		in    time.Duration
+		want  string
+	}{
+		{"pending", 24 * time.Hour, "2026-11-25T07:00:00Z (in 24h00m)"},
+		{"pending", 90*time.Minute + 20*time.Second, "2026-11-24T08:30:20Z (in 1h30m)"},
+		{"pending", -time.Minute, "2026-11-24T06:59:00Z (expired)"},
+		{"consumed", time.Hour, "2026-11-24T08:00:00Z"},
+	}
+	for _, tc := range tests {
+		a := &toolgatev1.Approval{State: tc.state, ExpiresAt: timestamppb.New(now.Add(tc.in))}
+		if got := expiry(a, now); got != tc.want {
+			t.Errorf("%s, %v left: %q, want %q", tc.state, tc.in, got, tc.want)
+		}
+	}
+	if got := expiry(&toolgatev1.Approval{State: "pending"}, now); got != "-" {
+		t.Errorf("no expiry: %q", got)
+	}
+}

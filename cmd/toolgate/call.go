@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/gateway"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -86,11 +85,15 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 		}
 		return exitError
 	}
-	out, err := marshalCallResponse(resp)
+	out, err := gateway.MarshalResponse(resp)
 	if err != nil {
 		return fail("%v", err)
 	}
-	fmt.Fprintf(stdout, "%s\n", out)
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, out, "", "  "); err != nil {
+		return fail("%v", err)
+	}
+	fmt.Fprintf(stdout, "%s\n", bytes.TrimSpace(pretty.Bytes()))
 	if p := resp.GetPendingApproval(); p != nil {
 		fmt.Fprintf(stderr, "toolgate call: not run: waiting for approval %s by a member of %s (rule %s), until %s\n"+
 			"once it is decided, run the same call with --request-id %s again\n",
@@ -102,35 +105,4 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 		return exitFailure
 	}
 	return exitOK
-}
-
-// marshalCallResponse is the reply as indented JSON in response.json's
-// form, with pending_approval when the call waits for approval.
-func marshalCallResponse(resp *toolgatev1.RunToolResponse) ([]byte, error) {
-	out, err := gateway.MarshalResponse(resp)
-	if err != nil {
-		return nil, err
-	}
-	if p := resp.GetPendingApproval(); p != nil {
-		var rec evidence.ResponseRecord
-		if err := json.Unmarshal(out, &rec); err != nil {
-			return nil, err
-		}
-		rec.PendingApproval = &evidence.ResponsePendingApproval{
-			ApprovalID: p.GetApprovalId(), Reason: p.GetReason(), ExpiresAt: p.GetExpiresAt().AsTime().UTC(),
-			RuleID: p.GetRuleId(), Approvers: p.GetApprovers(), RequestHash: p.GetRequestHash(),
-		}
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(rec); err != nil {
-			return nil, err
-		}
-		out = buf.Bytes()
-	}
-	var pretty bytes.Buffer
-	if err := json.Indent(&pretty, out, "", "  "); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSpace(pretty.Bytes()), nil
 }
