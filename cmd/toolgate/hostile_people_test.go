@@ -7,7 +7,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -162,5 +165,83 @@ func TestHostileWebhookSecretInTheEvidence(t *testing.T) {
 	}
 	if strings.Contains(srv.log.String(), key) {
 		t.Errorf("the gateway log carries the webhook key:\n%s", srv.log.String())
+	}
+}
+
+// stuckHook is a webhook receiver that never answers until the test ends,
+// and counts the deliveries it was sent.
+func stuckHook(t *testing.T) (url string, got func() int) {
+	t.Helper()
+	release := make(chan struct{})
+	var mu sync.Mutex
+	n := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n++
+		mu.Unlock()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	return srv.URL, func() int { mu.Lock(); defer mu.Unlock(); return n }
+}
+
+// TestHostileWebhookReceiver: a receiver that never answers cannot hold
+// up a held call's reply, an approver's decision, nor the gateway's
+// shutdown.
+func TestHostileWebhookReceiver(t *testing.T) {
+	url, got := stuckHook(t)
+	dir := t.TempDir()
+	writePolicy(t, dir, heldCreatePolicy)
+	cfg := `auth:
+  keys:
+    - {caller: alice, env: KEY_ALICE, groups: [dev]}
+    - {caller: bob, env: KEY_BOB, groups: [ops]}
+evidence: {url: file://./audit}
+drivers: {workspace: {type: workspace, root: ./ws}}
+approvals:
+  webhook: {url: '` + url + `', secret: {env: HOOK_KEY}, timeout: 60s, retries: 20}
+`
+	if err := os.WriteFile(filepath.Join(dir, "toolgate.yaml"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"KEY_ALICE=k-alice-0123456789", "KEY_BOB=k-bob-0123456789", "HOOK_KEY=" + webhookKey}
+	d := &approvalDeployment{dir: dir, srv: startServerEnv(t, dir, env, "--config", "toolgate.yaml"), env: env}
+
+	for i := range 3 {
+		start := time.Now()
+		id, out, stderr, code := d.create(t, "stuck-"+strconv.Itoa(i), "f.txt")
+		if code != exitPending {
+			t.Fatalf("held call %d: exit %d\n%s%s", i, code, out, stderr)
+		}
+		if took := time.Since(start); took > 10*time.Second {
+			t.Fatalf("held call %d took %v behind a stuck webhook receiver", i, took)
+		}
+		if i == 0 {
+			start = time.Now()
+			if _, stderr, code := d.as(t, "bob", "approvals", "deny", id, "--reason", "no"); code != exitOK {
+				t.Fatalf("deny: exit %d\n%s", code, stderr)
+			}
+			if took := time.Since(start); took > 10*time.Second {
+				t.Fatalf("a decision took %v behind a stuck webhook receiver", took)
+			}
+		}
+	}
+	if got() == 0 {
+		t.Fatal("the receiver was never sent a notification")
+	}
+	if err := d.srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.srv.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the gateway did not stop within 30s of SIGTERM with a stuck webhook receiver")
+	}
+	if !strings.Contains(d.srv.log.String(), "approval webhook: notification dropped") {
+		t.Errorf("the notifications left at shutdown were not logged as dropped:\n%s", d.srv.log.String())
 	}
 }
