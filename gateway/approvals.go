@@ -129,7 +129,7 @@ func (g *Gateway) DecideApprovalAs(ctx context.Context, caller, id, decision, re
 	}
 	now := g.now()
 	if !now.Before(v.h.request.ExpiresAt) {
-		if err := g.expire(ctx, v.h, now); err != nil {
+		if _, err := g.expire(ctx, v.h, now); err != nil {
 			return nil, status.Errorf(codes.Unavailable, "evidence store unavailable: %v", err)
 		}
 		g.afterDecision(ctx, v)

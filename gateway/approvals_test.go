@@ -582,3 +582,287 @@ func TestTwoReplicasConsumeOneApprovalOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestPolicyChangeBetweenApprovalAndRetry: the retry is decided again by
+// the policy in force, and the approval counts only where that policy
+// still asks for it by the same rule.
+func TestPolicyChangeBetweenApprovalAndRetry(t *testing.T) {
+	approvers := `
+@id("ops_may_approve")
+permit (principal, action == Action::"Approve", resource == Tool::"counting.run")
+when { principal.groups.contains(context.group) };
+`
+	for _, tc := range []struct {
+		name, policy string
+		runs         bool
+		rule         string
+		changed      bool
+	}{
+		{"the same approval rule in a changed set runs it", approvalPolicy + "\n// reviewed again\n", true, "counter_needs_ops", true},
+		{"another approval rule denies it as stale", strings.Replace(approvalPolicy, `@id("counter_needs_ops")`, `@id("counter_needs_two")`, 1),
+			false, RuleApprovalStale, true},
+		{"a plain permit runs it, the record naming the approval", approvers + `
+@id("counter_for_all")
+permit (principal, action == Action::"RunTool", resource == Tool::"counting.run");
+`, true, "counter_for_all", true},
+		{"a forbid denies it", approvalPolicy + `
+@id("counter_frozen") @reason("frozen")
+forbid (principal, action, resource == Tool::"counting.run");
+`, false, "counter_frozen", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newApprovalEnv(t, approvalEnvOptions{})
+			apr := e.pendingID("alice", "change-1", nil)
+			e.mustDecide("bob", apr, "approve", "")
+			e.reload(tc.policy)
+			resp := e.mustRun("alice", "change-1", nil)
+			if got := e.driver.runs.Load() == 1; got != tc.runs || resp.GetOk() != tc.runs || resp.GetPolicyCheck().GetRuleId() != tc.rule {
+				t.Fatalf("reply %v, %d runs; want ran=%v by %s", resp, e.driver.runs.Load(), tc.runs, tc.rule)
+			}
+			var d evidence.DecisionRecord
+			e.record(evidence.AttemptKey("change-1", 2, evidence.ArtifactPolicyDecision), &d)
+			if d.Approval == nil || d.Approval.ApprovalID != apr || d.Approval.Outcome != evidence.ApprovalApprove ||
+				d.Approval.PolicySetChanged != tc.changed {
+				t.Errorf("the retry's decision names the approval as %+v", d.Approval)
+			}
+			if replay := e.mustRun("alice", "change-1", nil); !proto.Equal(replay, resp) {
+				t.Errorf("replay %v, want %v", replay, resp)
+			}
+			e.wantVerifiedOK("change-1")
+		})
+	}
+}
+
+// TestStoreFailuresAroundAnApprovalNeverRunTheCall: whichever write of the
+// approval's story the store refuses, the call is left pending or
+// retryable, never run; once the store is back it runs exactly once.
+func TestStoreFailuresAroundAnApprovalNeverRunTheCall(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		fail    string // the artifact whose next writes fail
+		times   int
+		when    string // "ask", "decide" or "use"
+		errCode codes.Code
+		errText string
+	}{
+		{"approval_request.json refused", evidence.ArtifactApprovalRequest, 1, "ask", codes.Unavailable, "nothing was executed"},
+		{"closing the held attempt refused", evidence.ArtifactDispatch, 2, "ask", codes.Unavailable, "awaits approval"},
+		{"approval.json refused", evidence.ArtifactApproval, 1, "decide", codes.Unavailable, "not decided"},
+		{"the consuming decision refused", evidence.ArtifactPolicyDecision, 1, "use", codes.Unavailable, "nothing was executed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var faults *faultStore
+			e := newApprovalEnv(t, approvalEnvOptions{wrap: func(_ int, s evidence.Store) evidence.Store {
+				faults = wrapFaults(s)
+				return faults
+			}})
+			var apr string
+			if tc.when == "ask" {
+				faults.failNext(tc.fail, tc.times)
+				_, err := e.run(0, "alice", "crash-1", nil)
+				wantCode(t, err, tc.errCode, tc.errText)
+			}
+			apr = e.pendingID("alice", "crash-1", nil)
+			if tc.when == "decide" {
+				faults.failNext(tc.fail, tc.times)
+				_, err := e.decide(0, "bob", apr, "approve", "")
+				wantCode(t, err, tc.errCode, tc.errText)
+				if again := e.pendingID("alice", "crash-1", nil); again != apr {
+					t.Fatalf("pending under %s, then %s", apr, again)
+				}
+			}
+			e.mustDecide("bob", apr, "approve", "")
+			if tc.when == "use" {
+				faults.failNext(tc.fail, tc.times)
+				_, err := e.run(0, "alice", "crash-1", nil)
+				wantCode(t, err, tc.errCode, tc.errText)
+			}
+			if n := e.driver.runs.Load(); n != 0 {
+				t.Fatalf("the tool ran %d times before a retry that may run it", n)
+			}
+			resp := e.mustRun("alice", "crash-1", nil)
+			if !resp.GetOk() || e.driver.runs.Load() != 1 {
+				t.Fatalf("once the store is back: %v, %d runs", resp, e.driver.runs.Load())
+			}
+			e.mustRun("alice", "crash-1", nil)
+			if e.driver.runs.Load() != 1 {
+				t.Fatal("a replay ran the tool again")
+			}
+			e.wantVerifiedOK("crash-1")
+		})
+	}
+}
+
+// TestApprovalAttacks: an approval is bound to its request, its hash and
+// one decision; none of these gets a call run without it.
+func TestApprovalAttacks(t *testing.T) {
+	args := map[string]any{"path": "/srv/data", "recursive": true}
+	t.Run("an unknown or forged approval id is not found", func(t *testing.T) {
+		e := newApprovalEnv(t, approvalEnvOptions{})
+		e.pendingID("alice", "atk-1", args)
+		for _, id := range []string{
+			"apr_" + strings.Repeat("a", 26), "atk-1", "../requests/atk-1", "approvals/atk-1", "APR_" + strings.Repeat("A", 26), "",
+		} {
+			_, err := e.decide(0, "bob", id, "approve", "")
+			wantCode(t, err, codes.NotFound, "no approval")
+		}
+		e.mustPend("alice", "atk-1", args)
+	})
+	t.Run("an index entry pointing at another request's approval is not that approval", func(t *testing.T) {
+		e := newApprovalEnv(t, approvalEnvOptions{})
+		e.pendingID("alice", "atk-2", args)
+		forged := "apr_" + strings.Repeat("b", 26)
+		if err := e.store.Put(context.Background(), approvalIndexKey(forged), []byte("atk-2")); err != nil {
+			t.Fatal(err)
+		}
+		_, err := e.decide(0, "bob", forged, "approve", "")
+		wantCode(t, err, codes.NotFound, "no approval")
+		e.mustPend("alice", "atk-2", args)
+	})
+	t.Run("an approval does not carry over to another request_id with the same call", func(t *testing.T) {
+		e := newApprovalEnv(t, approvalEnvOptions{})
+		apr := e.pendingID("alice", "atk-3", args)
+		e.mustDecide("bob", apr, "approve", "")
+		other := e.mustPend("alice", "atk-3-again", args)
+		if other.GetPendingApproval().GetApprovalId() == apr {
+			t.Fatal("another request_id was given the approved approval's id")
+		}
+		if n := e.driver.runs.Load(); n != 0 {
+			t.Fatalf("the same call under another request_id ran %d times on the first request's approval", n)
+		}
+	})
+	t.Run("changed args under the approved request_id are refused", func(t *testing.T) {
+		e := newApprovalEnv(t, approvalEnvOptions{})
+		apr := e.pendingID("alice", "atk-4", args)
+		e.mustDecide("bob", apr, "approve", "")
+		_, err := e.run(0, "alice", "atk-4", map[string]any{"path": "/", "recursive": true})
+		wantCode(t, err, codes.AlreadyExists, "different request")
+		if n := e.driver.runs.Load(); n != 0 {
+			t.Fatalf("the changed call ran %d times", n)
+		}
+	})
+	t.Run("a finished request's approval cannot be decided again", func(t *testing.T) {
+		e := newApprovalEnv(t, approvalEnvOptions{})
+		apr := e.pendingID("alice", "atk-5", args)
+		e.mustDecide("bob", apr, "approve", "ok")
+		e.mustRun("alice", "atk-5", args)
+		for _, d := range []struct{ caller, decision string }{{"bob", "deny"}, {"carol", "approve"}, {"carol", "deny"}} {
+			_, err := e.decide(0, d.caller, apr, d.decision, "")
+			wantCode(t, err, codes.FailedPrecondition, "consumed")
+		}
+		// The approver repeating his own decision is told it stands.
+		if a := e.mustDecide("bob", apr, "approve", "ok"); a.GetState() != "consumed" || a.GetDecidedBy() != "bob" {
+			t.Errorf("repeated decision = %v", a)
+		}
+		if e.driver.runs.Load() != 1 {
+			t.Fatalf("ran %d times", e.driver.runs.Load())
+		}
+	})
+	t.Run("a second decision never replaces the first", func(t *testing.T) {
+		e := newApprovalEnv(t, approvalEnvOptions{})
+		apr := e.pendingID("alice", "atk-6", args)
+		e.mustDecide("bob", apr, "deny", "no")
+		_, err := e.decide(0, "carol", apr, "approve", "yes")
+		wantCode(t, err, codes.FailedPrecondition, "denied")
+		e.wantFinalDeny(e.mustRun("alice", "atk-6", args), "counter_needs_ops", "no")
+	})
+	t.Run("malformed decisions are refused", func(t *testing.T) {
+		e := newApprovalEnv(t, approvalEnvOptions{})
+		apr := e.pendingID("alice", "atk-7", args)
+		for _, d := range []struct{ decision, reason, want string }{
+			{"approved", "", "decision"}, {"", "", "decision"}, {"approve", "line\nbreak", "reason"},
+			{"approve", strings.Repeat("x", 1025), "reason"},
+		} {
+			_, err := e.decide(0, "bob", apr, d.decision, d.reason)
+			wantCode(t, err, codes.InvalidArgument, d.want)
+		}
+		e.mustPend("alice", "atk-7", args)
+	})
+}
+
+// TestListApprovals: approvers see what they may decide, requesters what
+// they asked for, nobody else anything; filters and pages work.
+func TestListApprovals(t *testing.T) {
+	e := newApprovalEnv(t, approvalEnvOptions{})
+	first := e.pendingID("alice", "list-1", map[string]any{"n": 1})
+	e.clock.advance(time.Second)
+	second := e.pendingID("alice", "list-2", map[string]any{"n": 2})
+	e.clock.advance(time.Second)
+	e.pendingID("carol", "list-3", nil)
+	e.mustDecide("bob", second, "approve", "")
+
+	list := func(caller string, req *toolgatev1.ListApprovalsRequest) []string {
+		t.Helper()
+		resp, err := e.clients[0].ListApprovals(as(caller), req)
+		if err != nil {
+			t.Fatalf("ListApprovals as %s: %v", caller, err)
+		}
+		var ids []string
+		for _, a := range resp.GetApprovals() {
+			ids = append(ids, a.GetRequestId()+" "+a.GetState())
+		}
+		return ids
+	}
+	for _, tc := range []struct {
+		name, caller string
+		req          *toolgatev1.ListApprovalsRequest
+		want         []string
+	}{
+		{"an approver sees every pending approval, oldest first", "bob", &toolgatev1.ListApprovalsRequest{},
+			[]string{"list-1 pending", "list-3 pending"}},
+		{"all states", "bob", &toolgatev1.ListApprovalsRequest{State: "all"},
+			[]string{"list-1 pending", "list-2 approved", "list-3 pending"}},
+		{"a requester sees only her own", "alice", &toolgatev1.ListApprovalsRequest{State: "all"},
+			[]string{"list-1 pending", "list-2 approved"}},
+		{"a caller who may decide none and asked none sees nothing", "mallory", &toolgatev1.ListApprovalsRequest{State: "all"}, nil},
+		{"by request_id", "bob", &toolgatev1.ListApprovalsRequest{State: "all", RequestId: "list-2"}, []string{"list-2 approved"}},
+		{"by approval_id", "bob", &toolgatev1.ListApprovalsRequest{State: "approved", ApprovalId: second}, []string{"list-2 approved"}},
+		{"another's approval by id is not shown", "mallory", &toolgatev1.ListApprovalsRequest{ApprovalId: first}, nil},
+		{"by tool", "bob", &toolgatev1.ListApprovalsRequest{State: "all", ToolId: "workspace.read"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := list(tc.caller, tc.req); !slices.Equal(got, tc.want) {
+				t.Errorf("listed %v, want %v", got, tc.want)
+			}
+		})
+	}
+	t.Run("pages cover every approval once", func(t *testing.T) {
+		var seen []string
+		token := ""
+		for range 5 {
+			resp, err := e.clients[0].ListApprovals(as("bob"), &toolgatev1.ListApprovalsRequest{State: "all", Limit: 1, PageToken: token})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range resp.GetApprovals() {
+				seen = append(seen, a.GetRequestId())
+			}
+			if token = resp.GetNextPageToken(); token == "" {
+				break
+			}
+		}
+		slices.Sort(seen)
+		if want := []string{"list-1", "list-2", "list-3"}; !slices.Equal(seen, want) {
+			t.Errorf("pages listed %v, want %v", seen, want)
+		}
+	})
+	t.Run("a bad filter is refused", func(t *testing.T) {
+		for _, req := range []*toolgatev1.ListApprovalsRequest{{State: "waiting"}, {Limit: -1}, {PageToken: "requests/list-1"}} {
+			_, err := e.clients[0].ListApprovals(as("bob"), req)
+			wantCode(t, err, codes.InvalidArgument, "")
+		}
+	})
+}
+
+// TestListToolsShowsToolsThatNeedApproval: a tool a caller could run once
+// approved is listed.
+func TestListToolsShowsToolsThatNeedApproval(t *testing.T) {
+	e := newApprovalEnv(t, approvalEnvOptions{})
+	resp, err := e.clients[0].ListTools(as("alice"), &toolgatev1.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetTools()) != 1 || resp.GetTools()[0].GetToolId() != "counting.run" {
+		t.Errorf("listed %v, want counting.run", resp.GetTools())
+	}
+}

@@ -150,13 +150,12 @@ func (g *Gateway) decideHeld(ctx context.Context, h *heldApproval, v evidence.Ap
 }
 
 // expire writes V=expired for an approval past its expiry, unless another
-// decision got there first.
-func (g *Gateway) expire(ctx context.Context, h *heldApproval, now time.Time) error {
-	_, err := g.decideHeld(ctx, h, evidence.ApprovalRecord{
+// decision got there first; written says which.
+func (g *Gateway) expire(ctx context.Context, h *heldApproval, now time.Time) (written bool, err error) {
+	return g.decideHeld(ctx, h, evidence.ApprovalRecord{
 		Decision: evidence.ApprovalExpired, Approver: g.engineBase, DecidedAt: now.UTC(),
 		Reason: fmt.Sprintf("approval %s expired at %s", h.request.ApprovalID, h.request.ExpiresAt.UTC().Format(time.RFC3339)),
 	})
-	return err
 }
 
 // askApproval records attempt n as held for a human's approval: its
@@ -166,7 +165,7 @@ func (g *Gateway) expire(ctx context.Context, h *heldApproval, now time.Time) er
 func (g *Gateway) askApproval(ctx, pre context.Context, p *prepared, rec *recorder, n int, d policy.Decision, shadow *evidence.ShadowDecision, log *slog.Logger) (*toolgatev1.RunToolResponse, error) {
 	id, err := newApprovalID()
 	if err != nil {
-		return nil, rec.failure(codes.Internal, "%v; nothing was executed", err)
+		return nil, rec.abandon(ctx, codes.Internal, err)
 	}
 	record := g.decisionRecord(p, n, d, shadow)
 	record.Approval = &evidence.DecisionApproval{ApprovalID: id, Approvers: d.Approvers, Outcome: evidence.ApprovalPending}
@@ -289,6 +288,10 @@ func (g *Gateway) approvalGate(ctx context.Context, p *prepared, rec *recorder, 
 	if err != nil {
 		return nil, rec.failure(codes.Unavailable, "the approval of request_id %q cannot be read, nothing was executed: %v", id, err)
 	}
+	if h.request.CanonicalRequestHash != p.hash {
+		return nil, rec.failure(codes.DataLoss, "the approval of request_id %q is bound to another request; "+
+			"the evidence may have been altered (toolgate evidence verify checks it); nothing was executed", id)
+	}
 	if h.request.NestedRequestID != "" {
 		// The approval is the nested request's: the parent runs again and
 		// its guest's call meets that approval.
@@ -299,9 +302,13 @@ func (g *Gateway) approvalGate(ctx context.Context, p *prepared, rec *recorder, 
 		if now.Before(h.request.ExpiresAt) {
 			return pendingReply(p, h.request, keys), nil
 		}
-		if err := g.expire(ctx, h, now); err != nil {
+		written, err := g.expire(ctx, h, now)
+		if err != nil {
 			return nil, rec.failure(codes.Unavailable, "the expiry of approval %s cannot be recorded, nothing was executed: %v",
 				h.request.ApprovalID, err)
+		}
+		if written {
+			g.notify(ctx, EventApprovalDecided, id)
 		}
 		if keys, err = g.store.List(ctx, evidence.RequestPrefix(id)); err != nil {
 			return nil, rec.failure(codes.Unavailable, "evidence store unavailable: %v", err)
@@ -393,8 +400,13 @@ func (g *Gateway) finaliseHeld(ctx context.Context, id string) bool {
 	if errors.Is(err, evidence.ErrNotExist) {
 		return true
 	}
-	if err != nil || (!h.final() && g.now().Before(h.request.ExpiresAt)) {
+	switch {
+	case err != nil || (!h.final() && g.now().Before(h.request.ExpiresAt)):
 		return false // unreadable for now, or still open to approval
+	case h.request.NestedRequestID != "":
+		// A parent waits on its guest's call, whose own request holds the
+		// approval and ends by it; the parent is never run from here.
+		return true
 	}
 	var p *prepared
 	raw, err := g.store.Get(ctx, evidence.Key(id, evidence.ArtifactRequest))
