@@ -129,6 +129,9 @@ func buildWithApprovals(t *testing.T, policy, extraYAML string, env map[string]s
 	if cfg, err = cfg.WithDefaults(); err != nil {
 		t.Fatal(err)
 	}
+	// The gateway resolves relative paths (the signing key it creates)
+	// from the folder it starts in.
+	t.Chdir(dir)
 	log := &syncLog{}
 	g, closer, err := Build(context.Background(), cfg, func(k string) string { return env[k] }, slog.New(slog.NewTextHandler(log, nil)))
 	if err == nil {
