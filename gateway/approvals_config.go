@@ -34,12 +34,20 @@ type WebhookConfig struct {
 	URL string `yaml:"url"`
 	// Secret keys the HMAC of every body.
 	Secret SecretSource `yaml:"secret"`
-	// Timeout bounds one delivery attempt. 0 means 5s.
+	// Timeout bounds one delivery attempt. 0 means 5s; at most 60s.
 	Timeout time.Duration `yaml:"timeout"`
 	// Retries is how many times a failed delivery is tried again, with
-	// backoff. 0 means 5; a negative value means never.
+	// backoff (1s, 2s, 4s … capped at 60s). 0 means 5; a negative value
+	// means never; at most 20.
 	Retries int `yaml:"retries"`
 }
+
+// Bounds of approvals.webhook: one worker sends every notification, so
+// one that never succeeds must give way to the others.
+const (
+	maxWebhookTimeout = time.Minute
+	maxWebhookRetries = 20
+)
 
 // ttl returns the effective approval TTL.
 func (c ApprovalsConfig) ttl() time.Duration {
@@ -75,8 +83,11 @@ func (c ApprovalsConfig) validate() error {
 	if w.Secret.Env != "" && !envNamePattern.MatchString(w.Secret.Env) {
 		return fmt.Errorf("config: approvals.webhook.secret.env %q: not an environment variable name", w.Secret.Env)
 	}
-	if w.Timeout < 0 {
-		return errors.New("config: approvals.webhook.timeout: must not be negative (0: 5s)")
+	if w.Timeout < 0 || w.Timeout > maxWebhookTimeout {
+		return fmt.Errorf("config: approvals.webhook.timeout %v: must be between 0 (5s) and %v", w.Timeout, maxWebhookTimeout)
+	}
+	if w.Retries > maxWebhookRetries {
+		return fmt.Errorf("config: approvals.webhook.retries %d: at most %d (0: 5, negative: never)", w.Retries, maxWebhookRetries)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -62,6 +63,14 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if len(cfg.Auth.Keys) == 0 && engine.Engine().HasApprovalRules() {
+		log.Warn("approvals need authenticated approvers; calls held for approval will expire",
+			"key", "auth.keys", "policies", cfg.Policies.Dir)
+	}
+	webhookSecret, err := readWebhookSecret(cfg.Approvals.Webhook, getenv)
+	if err != nil {
+		return nil, nil, err
+	}
 	signer, signingKey, err := loadSigner(cfg, getenv, log)
 	if err != nil {
 		return nil, nil, err
@@ -76,7 +85,7 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		return nil, nil, err
 	}
 	redactor, err := redact.New(redact.Config{
-		KnownSecrets:   configuredSecrets(cfg, getenv, tools, signingKey, fingerprintKey),
+		KnownSecrets:   configuredSecrets(cfg, getenv, tools, signingKey, fingerprintKey, webhookSecret),
 		KeyNames:       cfg.Redact.KeyNames,
 		RulesFile:      cfg.Redact.RulesFile,
 		DisableRules:   cfg.Redact.DisableRules,
@@ -212,6 +221,21 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		}
 	}
 
+	approvals := ApprovalOptions{TTL: cfg.Approvals.ttl()}
+	if wh := cfg.Approvals.Webhook; wh != nil {
+		notifier, err := NewWebhookNotifier(WebhookOptions{
+			URL: wh.URL, Secret: webhookSecret, Redactor: redactor, Logger: log, Gateway: instance,
+			Timeout: wh.Timeout, Retries: wh.Retries,
+		})
+		if err != nil {
+			return fail(fmt.Errorf("config: approvals.webhook: %w", err))
+		}
+		// Closed first, before the store: its queue drains while the
+		// rest is still up.
+		closers = append(closers, notifier)
+		approvals.Notifier = notifier
+	}
+
 	g, err := New(Options{
 		Decider:    engine,
 		Store:      store,
@@ -233,13 +257,34 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 			InterruptedAfter: cfg.Evidence.InterruptedAfter,
 			OpTimeout:        cfg.Evidence.opTimeout(),
 		},
-		Approvals: ApprovalOptions{TTL: cfg.Approvals.ttl()},
+		Approvals: approvals,
 	})
 	if err != nil {
 		return fail(err)
 	}
 	return g, closers, nil
 }
+
+// readWebhookSecret reads approvals.webhook.secret, without the line end a
+// secret file usually has; nil when no webhook is configured. A webhook
+// without its key cannot sign, so a missing or short one stops the start.
+func readWebhookSecret(wh *WebhookConfig, getenv func(string) string) ([]byte, error) {
+	if wh == nil {
+		return nil, nil
+	}
+	secret, err := wh.Secret.Read(getenv)
+	if err != nil {
+		return nil, fmt.Errorf("config: approvals.webhook.secret: %w", err)
+	}
+	secret = bytes.TrimRight(secret, "\r\n")
+	if len(secret) < minWebhookSecretLen {
+		return nil, fmt.Errorf("config: approvals.webhook.secret: shorter than %d bytes", minWebhookSecretLen)
+	}
+	return secret, nil
+}
+
+// minWebhookSecretLen is the shortest HMAC key accepted for the webhook.
+const minWebhookSecretLen = 16
 
 // hiddenPaths lists the gateway's own files and folders, which a sandboxed
 // shell command must never reach: the same set CheckLayout keeps apart from
@@ -264,10 +309,10 @@ type signingKeyText struct {
 // redact.secrets_env; each tool's env; each TPMJS executor's API key; the
 // API keys behind auth.keys env entries; the signing key as its file holds
 // it (PEM or base64 text), as its seed and as its PKCS #8 DER (whose
-// base64 is the PEM body), so that every encoding of it is known; and the
-// fingerprint key. Values that are unset are skipped: Build reports those
+// base64 is the PEM body), so that every encoding of it is known; the
+// fingerprint key; and the approval webhook's HMAC key. Values that are unset are skipped: Build reports those
 // that must be set where they are used.
-func configuredSecrets(cfg Config, getenv func(string) string, tools map[string]Tool, signingKey signingKeyText, fingerprintKey []byte) []string {
+func configuredSecrets(cfg Config, getenv func(string) string, tools map[string]Tool, signingKey signingKeyText, fingerprintKey, webhookSecret []byte) []string {
 	var secrets []string
 	addEnv := func(name string) {
 		if name == "" {
@@ -297,8 +342,10 @@ func configuredSecrets(cfg Config, getenv func(string) string, tools map[string]
 			secrets = append(secrets, string(der))
 		}
 	}
-	if len(fingerprintKey) > 0 {
-		secrets = append(secrets, string(fingerprintKey))
+	for _, key := range [][]byte{fingerprintKey, webhookSecret} {
+		if len(key) > 0 {
+			secrets = append(secrets, string(key))
+		}
 	}
 	return secrets
 }

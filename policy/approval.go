@@ -267,3 +267,17 @@ func approvalVerdict(d Decision, set *policySet, reasons []cedar.DiagnosticReaso
 	}
 	return d
 }
+
+// HasApprovalRules reports whether any loaded policy set has a permit
+// marked @approval: a gateway that cannot tell its callers apart has no
+// approver to ask, and says so at start.
+func (e *Engine) HasApprovalRules() bool {
+	for _, set := range e.sets {
+		for _, p := range set.policies {
+			if p.approval != "" {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -321,3 +321,30 @@ func TestLiveDecidesApproversWithTheSetsInForce(t *testing.T) {
 		t.Fatalf("Live.DecideApproval = %+v, want allow by ops_approve_shell", d)
 	}
 }
+
+func TestHasApprovalRules(t *testing.T) {
+	tests := []struct {
+		name  string
+		files map[string]string
+		want  bool
+	}{
+		{"an @approval permit in the default set", map[string]string{"policy.default.cedar": "@approval(\"ops\") permit (principal, action, resource);"}, true},
+		{"an @approval permit in another set only", map[string]string{
+			"policy.default.cedar": "permit (principal, action, resource);",
+			"strict.cedar":         "@id(\"held\") @approval(\"ops\") permit (principal, action, resource);",
+		}, true},
+		{"plain permits and forbids", map[string]string{"policy.default.cedar": "permit (principal, action, resource);\nforbid (principal, action, resource) when { context.args has x };"}, false},
+		{"an Approve permit without any @approval rule", map[string]string{"policy.default.cedar": "permit (principal, action == Action::\"Approve\", resource);"}, false},
+		{"no policies", map[string]string{"policy.default.cedar": ""}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := mustLoad(t, policyDir(t, tt.files)).HasApprovalRules(); got != tt.want {
+				t.Fatalf("HasApprovalRules() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if !mustLoad(t, approvalDir).HasApprovalRules() {
+		t.Error("the approval test folder has @approval rules, HasApprovalRules says none")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -15,11 +16,26 @@ import (
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
+// callExitCodes ends "toolgate call -h".
+const callExitCodes = `
+Exit 0 when the call ran and the tool succeeded, 1 on a deny or a tool
+failure, 2 on a usage error or a failed call (unreachable gateway, bad
+request …), 3 when policy holds the call for a human's approval: it has not
+run; the reply's pending_approval names the approval, and once someone has
+decided it ("toolgate approvals approve|deny ID"), the same call with the
+same --request-id runs once, or ends denied.
+`
+
 // callCmd runs one RunTool call. Exit 0 when the response is ok, 1 on a deny
-// or a tool failure, 2 on any error.
+// or a tool failure, 2 on any error, 3 when the call waits for approval.
 func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	fs := flag.NewFlagSet("toolgate call", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "Usage of toolgate call:\n")
+		fs.PrintDefaults()
+		fmt.Fprint(stderr, callExitCodes)
+	}
 	conn := addConnFlags(fs)
 	requestID := fs.String("request-id", "", "stable request `id` (required); retries reuse it")
 	tool := fs.String("tool", "", "tool `id` (required), e.g. workspace.readFile")
@@ -78,6 +94,13 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 		return fail("%v", err)
 	}
 	fmt.Fprintf(stdout, "%s\n", bytes.TrimSpace(pretty.Bytes()))
+	if p := resp.GetPendingApproval(); p != nil {
+		fmt.Fprintf(stderr, "toolgate call: not run: waiting for approval %s by a member of %s (rule %s), until %s\n"+
+			"once it is decided, run the same call with --request-id %s again\n",
+			cell(p.GetApprovalId()), cell(p.GetApprovers()), cell(p.GetRuleId()),
+			p.GetExpiresAt().AsTime().UTC().Format(time.RFC3339), cell(*requestID))
+		return exitPending
+	}
 	if !resp.GetOk() {
 		return exitFailure
 	}

@@ -3,6 +3,7 @@
 //	toolgate serve   [--config FILE] [--listen ADDR] [--policies DIR] [--evidence URL] [--workspace DIR]
 //	toolgate call    --addr ADDR --request-id ID --tool TOOL [--args JSON] [--run-id R] [--step-id S] [--policy-ref P] [--key-env VAR]
 //	toolgate tools   [--addr ADDR] [--key-env VAR] [--limit N] [--policy-ref P] [QUERY]
+//	toolgate approvals (ls | show ID | approve ID --reason T | deny ID --reason T) [flags]
 //	toolgate policy validate DIR
 //	toolgate policy authorize --caller C --tool T [--driver D] [--args JSON] [--policies DIR] [--json] [flags]
 //	toolgate policy test DIR
@@ -28,6 +29,7 @@ const (
 	exitOK      = 0
 	exitFailure = 1 // a deny, a tool failure, a check that found problems
 	exitError   = 2 // usage errors, unreachable gateway, bad configuration
+	exitPending = 3 // toolgate call: the call waits for a human approval and has not run
 )
 
 const usage = `toolgate is a policy-gated evidence gateway for AI tool calls.
@@ -35,7 +37,9 @@ const usage = `toolgate is a policy-gated evidence gateway for AI tool calls.
 Usage:
   toolgate serve [flags]          run the gateway (embedded default config without --config)
   toolgate call [flags]           call RunTool and print the response as JSON
+                                  (exit 3: the call waits for a human approval)
   toolgate tools [flags] [QUERY]  list the tools the gateway lets you run
+  toolgate approvals <command>    list, show, approve and deny calls waiting for approval
   toolgate policy validate DIR    parse and schema-validate a policy folder
   toolgate policy authorize [flags]  decide one request without running it
   toolgate policy test DIR        run the policy tests kept beside the policies
@@ -70,6 +74,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return callCmd(ctx, args[1:], stdout, stderr, getenv)
 	case "tools":
 		return toolsCmd(ctx, args[1:], stdout, stderr, getenv)
+	case "approvals":
+		return approvalsCmd(ctx, args[1:], stdout, stderr, getenv)
 	case "policy":
 		return policyCmd(ctx, args[1:], stdout, stderr)
 	case "evidence":
