@@ -57,9 +57,10 @@ const (
 	// one of another request or call, a decision outside the approval's
 	// lifetime, or a run the approval does not cover.
 	StatusMismatch = "mismatch"
-	// StatusMissing: a transparency log records the request's claim or
-	// completion, but the store no longer has the artifact it commits to
-	// (request.json or manifest.json), or nothing of the request at all.
+	// StatusMissing: a transparency log records the request's claim,
+	// completion or approval, but the store no longer has the artifact it
+	// commits to (request.json, manifest.json or approval.json), or nothing
+	// of the request at all.
 	// Only VerifyAll, which reads the logs, reports it.
 	StatusMissing = "missing"
 )
@@ -121,7 +122,7 @@ type VerifyOptions struct {
 
 // LogPosition locates one entry of a transparency log.
 type LogPosition struct {
-	Kind   string `json:"kind"` // "claim" or "completion"
+	Kind   string `json:"kind"` // "claim", "completion" or "approval"
 	Origin string `json:"origin"`
 	Index  uint64 `json:"index"`
 }
@@ -158,7 +159,7 @@ type VerifyReport struct {
 	// Log is LogLogged, LogUnlogged or LogPending when VerifyAll read the
 	// store's transparency logs, empty otherwise.
 	Log string `json:"log,omitempty"`
-	// Logged lists where the logs record the request: each claim and
+	// Logged lists where the logs record the request: each claim, approval and
 	// completion entry, by log origin and index.
 	Logged []LogPosition `json:"logged,omitempty"`
 
