@@ -104,7 +104,7 @@ func (st *story) approval(word string, at time.Time) ApprovalRecord {
 		Reason: "checked with the owner", DecidedAt: at, CanonicalRequestHash: st.a.CanonicalRequestHash,
 		PolicySetDigest: st.a.PolicySetDigest, RuleID: st.a.RuleID, ApprovalRequestSHA256: sha(st.aData),
 		Authorization: &ApproverDecision{PolicyRef: "default", PolicySetDigest: storyDigest, RuleID: "ops-approve"},
-		Gateway: storyGateway}
+		Gateway:       storyGateway}
 	if word == ApprovalExpired {
 		v.Approver, v.Reason, v.Authorization = storyGateway, "", nil
 	}

@@ -19,7 +19,7 @@ func (st *story) waitOn(n int, nested *story) *story {
 	st.decide(n, DecisionRecord{Decision: "allow", RuleID: "run-code", DecidedAt: storyT0})
 	st.dispatch(n, Dispatched, "")
 	st.putJSON(AttemptArtifact(n, ArtifactNotDispatched), DispatchRecord{RequestID: st.id, Attempt: n, State: NotDispatched,
-		Reason: "rerun allowed: guest call " + nested.id + " awaits approval " + nested.a.ApprovalID + "; no nested call was dispatched",
+		Reason:  "rerun allowed: guest call " + nested.id + " awaits approval " + nested.a.ApprovalID + "; no nested call was dispatched",
 		Gateway: storyGateway, At: storyT0})
 	st.a = nested.a
 	st.a.RequestID, st.a.Attempt, st.a.ToolID, st.a.CanonicalRequestHash = st.id, n, "code.run", st.hash
