@@ -139,12 +139,16 @@ func (st *story) use(n int, at time.Time, change ...func(*DecisionRecord)) *stor
 }
 
 // end writes attempt n's final deny by an approval: denied, expired or
-// stale.
-func (st *story) end(n int, rule string, at time.Time) *story {
+// stale; outcome, if given, overrides approval.json's decision.
+func (st *story) end(n int, rule string, at time.Time, outcome ...string) *story {
 	st.t.Helper()
-	st.decide(n, DecisionRecord{Decision: "deny", RuleID: rule, Reason: "approval ended", DecidedAt: at,
+	d := DecisionRecord{Decision: "deny", RuleID: rule, Reason: "approval ended", DecidedAt: at,
 		Approval: &DecisionApproval{ApprovalID: st.a.ApprovalID, Approvers: "ops", Outcome: st.v.Decision,
-			ApprovalSHA256: sha(st.vData), Approver: st.v.Approver}})
+			ApprovalSHA256: sha(st.vData), Approver: st.v.Approver}}
+	if len(outcome) > 0 {
+		d.Approval.Outcome = outcome[0]
+	}
+	st.decide(n, d)
 	return st
 }
 

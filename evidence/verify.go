@@ -245,6 +245,11 @@ func (r VerifyReport) Verdict() string {
 // StatusNotDispatched rather than StatusIncomplete, and an attempt record
 // that contradicts the layout is a StatusMismatch.
 //
+// A request that asked for a human's approval is checked against it (see
+// VerifyReport.Approval): one that waits for it, or for its retry once
+// approved, is StatusAwaitingApproval; approval evidence that contradicts
+// itself, the claim or the attempts is a StatusMismatch.
+//
 // At most one VerifyOptions may be given; none means the zero value.
 // Verify returns an error only for an invalid request id or options, or
 // when a store itself fails.

@@ -316,21 +316,23 @@ func (c *approvalCheck) checkUse(at Attempt, d DecisionRecord, key string) {
 }
 
 // checkEnd checks a deny after the one that asked which names the
-// approval: the final deny of a denied or expired approval, or of an
-// approval policy no longer accepts.
+// approval: the final deny of a denied or expired approval, of an
+// approval policy no longer accepts, or of one approved but not used
+// before it expired.
 func (c *approvalCheck) checkEnd(d DecisionRecord, key string) {
 	a, v, da := c.a, c.v, d.Approval
+	unusedInTime := v != nil && v.Decision == ApprovalApprove && da.Outcome == ApprovalExpired && !d.DecidedAt.Before(a.ExpiresAt)
 	switch {
 	case da.ApprovalID != a.ApprovalID:
 		c.problem("%s: names approval %s, the request asked for %s", key, da.ApprovalID, a.ApprovalID)
 	case v == nil:
 		c.problem("%s: ends on approval %s (%s), but no valid %s decides it", key, a.ApprovalID, da.Outcome, ArtifactApproval)
-	case da.Outcome != v.Decision:
+	case da.Outcome != v.Decision && !unusedInTime:
 		c.problem("%s: says approval %s was %q, %s says %q", key, a.ApprovalID, da.Outcome, ArtifactApproval, v.Decision)
 	case da.ApprovalSHA256 != c.vSum:
 		c.problem("%s: approval_sha256 %s is not the SHA-256 of the stored %s", key, da.ApprovalSHA256, ArtifactApproval)
-	case v.Decision != ApprovalApprove && d.RuleID != a.RuleID:
-		c.problem("%s: a %s approval ends the request under rule %q, not the approval's %q", key, v.Decision, d.RuleID, a.RuleID)
+	case (v.Decision != ApprovalApprove || unusedInTime) && d.RuleID != a.RuleID:
+		c.problem("%s: a %s approval ends the request under rule %q, not the approval's %q", key, da.Outcome, d.RuleID, a.RuleID)
 	}
 }
 
@@ -353,7 +355,27 @@ func (c *approvalCheck) checkNested(ctx context.Context) error {
 	if vKey := Key(c.id, ArtifactApproval); c.has[vKey] {
 		c.problem("%s: the approval is nested request %s's, so the parent has no %s of its own", vKey, a.NestedRequestID, ArtifactApproval)
 	}
-	nestedKey := Key(a.NestedRequestID, ArtifactApprovalRequest)
+	if err := c.readNested(ctx); err != nil {
+		return err
+	}
+	vKey := Key(a.NestedRequestID, ArtifactApproval)
+	c.eachDecision(func(at Attempt, d DecisionRecord, key string) {
+		switch {
+		case d.Decision == DecisionApprovalRequired && c.dispatched(at):
+			c.problem("%s: decided %s, yet attempt %d was dispatched", key, DecisionApprovalRequired, at.Number)
+		case d.Approval != nil && d.Approval.ApprovalSHA256 != "" && (c.v == nil || d.Approval.ApprovalSHA256 != c.vSum):
+			c.problem("%s: approval_sha256 %s is not the SHA-256 of %s", key, d.Approval.ApprovalSHA256, vKey)
+		}
+	})
+	return nil
+}
+
+// readNested reads the nested request's approval_request.json, which must
+// ask for the approval the parent waits on, and its approval.json, judged
+// against the nested request's own A, which it is bound to.
+func (c *approvalCheck) readNested(ctx context.Context) error {
+	a := c.a
+	aKey, nestedKey := Key(c.id, ArtifactApprovalRequest), Key(a.NestedRequestID, ArtifactApprovalRequest)
 	nData, err := c.r.v.store.Get(ctx, nestedKey)
 	if errors.Is(err, ErrNotExist) {
 		c.problem("%s: waits on %s, which is missing", aKey, nestedKey)
@@ -372,27 +394,17 @@ func (c *approvalCheck) checkNested(ctx context.Context) error {
 			aKey, a.ApprovalID, a.NestedRequestID, n.ApprovalID, n.RuleID, n.ParentRequestID)
 		return nil
 	}
-	// V is judged against the nested request's own A, which it is bound to.
 	vKey := Key(a.NestedRequestID, ArtifactApproval)
 	vData, err := c.r.v.store.Get(ctx, vKey)
 	switch {
 	case errors.Is(err, ErrNotExist):
+		return nil
 	case err != nil:
 		return err
-	default:
-		own := c.a
-		c.a = &n
-		c.readDecision(vKey, vData, a.NestedRequestID, nData)
-		c.a = own
 	}
-	c.eachDecision(func(at Attempt, d DecisionRecord, key string) {
-		switch {
-		case d.Decision == DecisionApprovalRequired && c.dispatched(at):
-			c.problem("%s: decided %s, yet attempt %d was dispatched", key, DecisionApprovalRequired, at.Number)
-		case d.Approval != nil && d.Approval.ApprovalSHA256 != "" && (c.v == nil || d.Approval.ApprovalSHA256 != c.vSum):
-			c.problem("%s: approval_sha256 %s is not the SHA-256 of %s", key, d.Approval.ApprovalSHA256, vKey)
-		}
-	})
+	c.a = &n
+	c.readDecision(vKey, vData, a.NestedRequestID, nData)
+	c.a = a
 	return nil
 }
 

@@ -94,6 +94,9 @@ func TestEveryHonestApprovalStatePassesVerification(t *testing.T) {
 		{"expired-final", StatusOK, ApprovalStateExpired, func(t *testing.T, id string) {
 			newStory(t, s, id, signer).ask(1).settle(ApprovalExpired, expiredAt).end(2, storyRule, expiredAt).finish()
 		}},
+		{"approved-but-retried-after-expiry", StatusOK, ApprovalStateApproved, func(t *testing.T, id string) {
+			newStory(t, s, id, signer).ask(1).settle(ApprovalApprove, hourIn).end(2, storyRule, expiredAt, ApprovalExpired).finish()
+		}},
 		{"approval-stale", StatusOK, ApprovalStateApproved, func(t *testing.T, id string) {
 			newStory(t, s, id, signer).ask(1).settle(ApprovalApprove, hourIn).end(2, "approval_stale", twoHours).finish()
 		}},
@@ -249,6 +252,9 @@ func TestVerifyCatchesEveryTamperWithAnApproval(t *testing.T) {
 			st := newStory(t, s, "r", signer).ask(1).settle(ApprovalDeny, hourIn)
 			st.v.Decision = ApprovalApprove
 			st.end(2, storyRule, twoHours).finish()
+		}, `says approval`},
+		{"a final deny that says the approval expired before it did", func(t *testing.T, s Store) {
+			newStory(t, s, "r", signer).ask(1).settle(ApprovalApprove, hourIn).end(2, storyRule, twoHours, ApprovalExpired).finish()
 		}, `says approval`},
 		{"approval.json stored in an attempt's folder", func(t *testing.T, s Store) {
 			st := newStory(t, s, "r", signer).ask(1)
