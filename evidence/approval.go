@@ -12,6 +12,10 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/toolgate/toolgate/evidence/tlog"
 )
 
 // approvalIDPrefix starts every approval id.
@@ -160,12 +164,26 @@ func (v ApprovalRecord) check(requestID string) error {
 		return fmt.Errorf("policy_set_digest %q is not \"sha256:\" and 64 lowercase hex digits", v.PolicySetDigest)
 	case !isSHA256Hex(v.ApprovalRequestSHA256):
 		return fmt.Errorf("approval_request_sha256 %q is not 64 lowercase hex digits", v.ApprovalRequestSHA256)
+	case !plainText(v.Approver, tlog.MaxApproverLen):
+		return fmt.Errorf("approver %q is not 1..%d bytes of UTF-8 text without control characters", v.Approver, tlog.MaxApproverLen)
+	case !plainText(v.Reason, MaxApprovalReasonLen):
+		return fmt.Errorf("reason is not up to %d bytes of UTF-8 text without control characters", MaxApprovalReasonLen)
 	case v.Decision == ApprovalExpired && v.Authorization != nil:
 		return errors.New("an expiry carries an authorization; no one decided it")
 	case v.Decision != ApprovalExpired && (v.Authorization == nil || v.Authorization.RuleID == ""):
 		return fmt.Errorf("a decision %q lacks the authorization (rule_id) that let its approver decide", v.Decision)
 	}
 	return nil
+}
+
+// MaxApprovalReasonLen bounds an approver's reason, in bytes.
+const MaxApprovalReasonLen = 1024
+
+// plainText reports whether s is at most maxLen bytes of valid UTF-8
+// without control characters: what an approver's name and reason must be
+// to be logged and shown without driving a terminal.
+func plainText(s string, maxLen int) bool {
+	return len(s) <= maxLen && utf8.ValidString(s) && strings.IndexFunc(s, unicode.IsControl) < 0
 }
 
 // requiredFields returns an error naming the first empty field, in name

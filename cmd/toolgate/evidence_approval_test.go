@@ -17,6 +17,7 @@ import (
 type approvalLayout struct {
 	w    *layoutWriter
 	hash string
+	dir  string // the tour folder the store is in
 }
 
 func sha256Hex(data []byte) string {
