@@ -39,9 +39,14 @@ type story struct {
 	keys   []string // stored so far, in order, for the manifest
 }
 
-func newStory(t *testing.T, s Store, id string, signer *Signer) *story {
+// newStory stores request id's claim; hash, if given, is its canonical
+// request hash.
+func newStory(t *testing.T, s Store, id string, signer *Signer, hash ...string) *story {
 	t.Helper()
 	st := &story{t: t, s: s, id: id, signer: signer, hash: "sha256:" + strings.Repeat("ab", 32)}
+	if len(hash) > 0 {
+		st.hash = hash[0]
+	}
 	st.putJSON(ArtifactRequest, RequestRecord{RequestID: id, Caller: "bob", ToolID: "fs.delete", Args: json.RawMessage(`{}`),
 		ReceivedAt: storyT0, CanonicalRequestHash: st.hash, Gateway: storyGateway})
 	return st

@@ -27,7 +27,9 @@ type approvalCheck struct {
 	problems  []string
 
 	a    *ApprovalRequestRecord
-	v    *ApprovalRecord
+	// claimHash is request.json's canonical_request_hash.
+	claimHash string
+	v         *ApprovalRecord
 	vSum string // hex SHA-256 of V's stored bytes
 	// summary is set once A parses.
 	summary *ApprovalSummary
@@ -159,7 +161,8 @@ func (c *approvalCheck) withoutAsk() {
 }
 
 // checkClaim compares A with request.json: the call approved must be the
-// call claimed.
+// call claimed. A parent's A, which waits on its guest's call, may carry
+// either its own hash or the guest call's; readNested judges the latter.
 func (c *approvalCheck) checkClaim(ctx context.Context) error {
 	key := Key(c.id, ArtifactRequest)
 	data, err := c.readOne(ctx, key)
@@ -172,6 +175,8 @@ func (c *approvalCheck) checkClaim(ctx context.Context) error {
 		c.problem("%s: missing, so %s binds no call", key, ArtifactApprovalRequest)
 	case json.Unmarshal(data, &req) != nil:
 		c.problem("%s: unreadable, so %s binds no call", key, ArtifactApprovalRequest)
+	case c.a.NestedRequestID != "":
+		c.claimHash = req.CanonicalRequestHash
 	case req.CanonicalRequestHash != c.a.CanonicalRequestHash:
 		c.problem("%s: canonical_request_hash is %s, %s asks about %s", key, req.CanonicalRequestHash, ArtifactApprovalRequest, c.a.CanonicalRequestHash)
 	}
@@ -389,10 +394,13 @@ func (c *approvalCheck) readNested(ctx context.Context) error {
 	case err != nil:
 		c.problem("%s: %v", nestedKey, err)
 		return nil
-	case n.ApprovalID != a.ApprovalID || n.RuleID != a.RuleID || !n.ExpiresAt.Equal(a.ExpiresAt) || n.ParentRequestID != c.id:
+	case n.ApprovalID != a.ApprovalID || n.RuleID != a.RuleID || !n.ExpiresAt.Equal(a.ExpiresAt) ||
+		n.ParentRequestID != c.id && (n.ParentRequestID != "" || !strings.HasPrefix(a.NestedRequestID, c.id+":")):
 		c.problem("%s: waits on approval %s of %s, which asks for %s under rule %q for parent %q",
 			aKey, a.ApprovalID, a.NestedRequestID, n.ApprovalID, n.RuleID, n.ParentRequestID)
 		return nil
+	case c.claimHash != "" && a.CanonicalRequestHash != c.claimHash && a.CanonicalRequestHash != n.CanonicalRequestHash:
+		c.problem("%s: canonical_request_hash %s is neither the parent's claim's nor its guest call's", aKey, a.CanonicalRequestHash)
 	}
 	vKey := Key(a.NestedRequestID, ArtifactApproval)
 	vData, err := c.r.v.store.Get(ctx, vKey)
@@ -418,7 +426,7 @@ func (c *approvalCheck) finalProblems(m Manifest) []string {
 	}
 	manifestKey := Key(c.id, ArtifactManifest)
 	var out []string
-	if m.CanonicalRequestHash != "" && m.CanonicalRequestHash != c.a.CanonicalRequestHash {
+	if m.CanonicalRequestHash != "" && c.a.NestedRequestID == "" && m.CanonicalRequestHash != c.a.CanonicalRequestHash {
 		out = append(out, fmt.Sprintf("%s: canonical_request_hash is %s, %s asks about %s",
 			manifestKey, m.CanonicalRequestHash, ArtifactApprovalRequest, c.a.CanonicalRequestHash))
 	}

@@ -110,6 +110,12 @@ func TestEveryHonestApprovalStatePassesVerification(t *testing.T) {
 		{"parent", StatusAwaitingApproval, ApprovalStatePending, func(t *testing.T, id string) {
 			newStory(t, s, id, signer).waitOn(1, nestedStory(t, s, id, signer))
 		}},
+		{"parent-asking-with-its-guest-call-hash", StatusAwaitingApproval, ApprovalStatePending, func(t *testing.T, id string) {
+			nested := nestedStory(t, s, id, signer)
+			st := newStory(t, s, id, signer, "sha256:"+strings.Repeat("0e", 32))
+			st.hash = nested.hash
+			st.waitOn(1, nested)
+		}},
 		{"parent-ran", StatusOK, ApprovalStateConsumed, func(t *testing.T, id string) {
 			nested := nestedStory(t, s, id, signer).settle(ApprovalApprove, hourIn)
 			newStory(t, s, id, signer).waitOn(1, nested).rerun(2).finish()
@@ -279,6 +285,12 @@ func TestVerifyCatchesEveryTamperWithAnApproval(t *testing.T) {
 			other := nestedStory(t, NewMemoryStore(), "r", signer)
 			newStory(t, s, "r", signer).waitOn(1, other)
 		}, "waits on approval"},
+		{"a parent waiting on a guest's approval with a third call's hash", func(t *testing.T, s Store) {
+			nested := nestedStory(t, s, "r", signer)
+			st := newStory(t, s, "r", signer)
+			st.hash = "sha256:" + strings.Repeat("0e", 32)
+			st.waitOn(1, nested)
+		}, "neither the parent's claim's nor its guest call's"},
 		{"a parent waiting on a guest's approval whose own attempt was never dispatched", func(t *testing.T, s Store) {
 			nested := nestedStory(t, s, "r", signer)
 			st := newStory(t, s, "r", signer)
