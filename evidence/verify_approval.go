@@ -26,11 +26,11 @@ type approvalCheck struct {
 	decisions map[int]DecisionRecord
 	problems  []string
 
-	a    *ApprovalRequestRecord
+	a *ApprovalRequestRecord
 	// claimHash is request.json's canonical_request_hash.
 	claimHash string
 	v         *ApprovalRecord
-	vSum string // hex SHA-256 of V's stored bytes
+	vSum      string // hex SHA-256 of V's stored bytes
 	// summary is set once A parses.
 	summary *ApprovalSummary
 }
