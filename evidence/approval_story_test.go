@@ -27,7 +27,7 @@ const (
 // approval_request.json, the approver's approval.json, the attempt that
 // uses it, and the manifest. Each step may be bent to forge evidence.
 type story struct {
-	t      *testing.T
+	t      testing.TB
 	s      Store
 	id     string
 	signer *Signer
@@ -41,7 +41,7 @@ type story struct {
 
 // newStory stores request id's claim; hash, if given, is its canonical
 // request hash.
-func newStory(t *testing.T, s Store, id string, signer *Signer, hash ...string) *story {
+func newStory(t testing.TB, s Store, id string, signer *Signer, hash ...string) *story {
 	t.Helper()
 	st := &story{t: t, s: s, id: id, signer: signer, hash: "sha256:" + strings.Repeat("ab", 32)}
 	if len(hash) > 0 {

@@ -318,3 +318,50 @@ func TestVerifyCatchesEveryTamperWithAnApproval(t *testing.T) {
 		})
 	}
 }
+
+// countingReader counts a Reader's Gets.
+type countingReader struct {
+	Reader
+	gets *int
+}
+
+func (c countingReader) Get(ctx context.Context, key string) ([]byte, error) {
+	*c.gets++
+	return c.Reader.Get(ctx, key)
+}
+
+// BenchmarkVerifyApprovedRequest measures what checking an approval adds
+// to verifying one request: a plain allowed run against one approved and
+// run in its second attempt, and one that waits for approval.
+func BenchmarkVerifyApprovedRequest(b *testing.B) {
+	signer := newSigner(b)
+	opts := VerifyOptions{TrustedKeys: []ed25519.PublicKey{signer.PublicKey()}, RequireSignature: true}
+	for _, bc := range []struct {
+		name  string
+		write func(s Store)
+	}{
+		{"plain allow", func(s Store) {
+			st := newStory(b, s, "r", signer)
+			st.decide(1, DecisionRecord{Decision: "allow", RuleID: "read", DecidedAt: storyT0})
+			st.dispatch(1, Dispatched, "")
+			st.finish()
+		}},
+		{"approved and ran", func(s Store) {
+			newStory(b, s, "r", signer).ask(1).settle(ApprovalApprove, hourIn).use(2, twoHours).finish()
+		}},
+		{"awaiting approval", func(s Store) { newStory(b, s, "r", signer).ask(1) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			s := NewMemoryStore()
+			bc.write(s)
+			gets := 0
+			r := countingReader{s, &gets}
+			for b.Loop() {
+				if rep, err := Verify(context.Background(), r, "r", opts); err != nil || rep.Failed() {
+					b.Fatalf("%+v, %v", rep, err)
+				}
+			}
+			b.ReportMetric(float64(gets)/float64(b.N), "gets/op")
+		})
+	}
+}
