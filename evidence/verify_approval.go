@@ -146,9 +146,19 @@ func (c *approvalCheck) eachDecision(fn func(a Attempt, d DecisionRecord, key st
 // withoutAsk checks the decisions of a request with no
 // approval_request.json: none may have been dispatched while holding the
 // call for approval, close its attempt as awaiting an approval (which is
-// written only once A is stored), or name an approval's decision.
+// written only once A is stored), or name an approval's decision. Nor may
+// one allow the call by a rule that, under the same policy set, held it
+// for approval: a permit marked for approval never allows by itself, so
+// only a used approval, whose evidence is gone, explains it.
 func (c *approvalCheck) withoutAsk() {
+	held := map[[2]string]int{} // rule and policy set digest → attempt
 	c.eachDecision(func(a Attempt, d DecisionRecord, key string) {
+		if d.Decision == DecisionApprovalRequired && d.PolicySetDigest != "" {
+			held[[2]string{d.RuleID, d.PolicySetDigest}] = a.Number
+		}
+	})
+	c.eachDecision(func(a Attempt, d DecisionRecord, key string) {
+		n, wasHeld := held[[2]string{d.RuleID, d.PolicySetDigest}]
 		switch {
 		case d.Decision == DecisionApprovalRequired && c.dispatched(a):
 			c.problem("%s: decided %s, yet attempt %d was dispatched", key, DecisionApprovalRequired, a.Number)
@@ -156,6 +166,9 @@ func (c *approvalCheck) withoutAsk() {
 			c.problem("%s: attempt %d waits for an approval (%q), but the request has no %s", key, a.Number, a.Reason, ArtifactApprovalRequest)
 		case d.Approval != nil && d.Approval.Outcome != ApprovalPending:
 			c.problem("%s: names approval %s (%s), but the request has no %s", key, d.Approval.ApprovalID, d.Approval.Outcome, ArtifactApprovalRequest)
+		case d.Decision == "allow" && wasHeld:
+			c.problem("%s: allowed by rule %q, which under the same policy set held the call for approval at attempt %d, but the request has no %s",
+				key, d.RuleID, n, ArtifactApprovalRequest)
 		}
 	})
 }

@@ -236,6 +236,14 @@ func TestVerifyCatchesEveryTamperWithAnApproval(t *testing.T) {
 			st := newStory(t, s, "r", signer).ask(1)
 			s.(*MemoryStore).remove(Key(st.id, ArtifactApprovalRequest))
 		}, "but the request has no approval_request.json"},
+		{"a run allowed by the approval rule once every trace of its approval was removed", func(t *testing.T, s Store) {
+			st := newStory(t, s, "r", signer)
+			st.decide(1, DecisionRecord{Decision: DecisionApprovalRequired, RuleID: storyRule, DecidedAt: storyT0})
+			st.dispatch(1, NotDispatched, "connection refused")
+			st.decide(2, DecisionRecord{Decision: "allow", RuleID: storyRule, DecidedAt: twoHours})
+			st.dispatch(2, Dispatched, "")
+			st.finish()
+		}, `allowed by rule "ops-deletes", which under the same policy set held the call for approval at attempt 1`},
 		{"approval.json without approval_request.json", func(t *testing.T, s Store) {
 			st := newStory(t, s, "r", signer).ask(1).settle(ApprovalApprove, hourIn)
 			s.(*MemoryStore).remove(Key(st.id, ArtifactApprovalRequest))
@@ -362,6 +370,43 @@ func BenchmarkVerifyApprovedRequest(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(gets)/float64(b.N), "gets/op")
+		})
+	}
+}
+
+// A call held for approval whose approval_request.json could not be
+// stored asked nobody; if policy changed before the retry and now allows
+// it by the same rule, the run is honest, and so is a retry that asks
+// again under the same set.
+func TestACallThatNeverManagedToAskIsNoTamper(t *testing.T) {
+	signer := newSigner(t)
+	for _, tc := range []struct {
+		name       string
+		second     func(st *story)
+		wantStatus string
+	}{
+		{"allowed under a new policy set by the same rule", func(st *story) {
+			st.putJSON(AttemptArtifact(2, ArtifactPolicyDecision), DecisionRecord{RequestID: st.id, Attempt: 2, Decision: "allow",
+				RuleID: storyRule, PolicySetDigest: "sha256:" + strings.Repeat("9a", 32), DecidedAt: twoHours, Gateway: storyGateway})
+			st.dispatch(2, Dispatched, "")
+			st.finish()
+		}, StatusOK},
+		{"held again under the same policy set, and never retried", func(st *story) {
+			st.decide(2, DecisionRecord{Decision: DecisionApprovalRequired, RuleID: storyRule, DecidedAt: twoHours})
+			st.dispatch(2, NotDispatched, "approval request not stored: store unavailable")
+		}, StatusNotDispatched},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewMemoryStore()
+			st := newStory(t, s, "r", signer)
+			st.decide(1, DecisionRecord{Decision: DecisionApprovalRequired, RuleID: storyRule, DecidedAt: storyT0,
+				Approval: &DecisionApproval{ApprovalID: NewApprovalID(), Approvers: "ops", Outcome: ApprovalPending}})
+			st.dispatch(1, NotDispatched, "approval request not stored: store unavailable")
+			tc.second(st)
+			rep, err := Verify(context.Background(), s, "r", VerifyOptions{TrustedKeys: []ed25519.PublicKey{signer.PublicKey()}, RequireSignature: true})
+			if err != nil || rep.Status != tc.wantStatus || rep.Failed() || rep.Approval != nil {
+				t.Fatalf("status %s (failed %v), approval %+v, want %s; problems %q, %v", rep.Status, rep.Failed(), rep.Approval, tc.wantStatus, rep.Problems, err)
+			}
 		})
 	}
 }
