@@ -122,13 +122,20 @@ func entryKey(entry []byte) string {
 	if err != nil {
 		return "unparsable/" + string(entry)
 	}
-	return e.Kind + "/" + e.RequestID + "/" + e.RequestSHA256 + e.ManifestSHA256
+	return e.Kind + "/" + e.RequestID + "/" + entryDigest(e)
+}
+
+// entryDigest returns the digest of the artifact an entry commits to:
+// exactly one of its kind's digests is set.
+func entryDigest(e tlog.Entry) string {
+	return e.RequestSHA256 + e.ManifestSHA256 + e.ApprovalSHA256
 }
 
 // lostEntries returns the entries this instance owed for a request's
 // artifacts stored since a time: its claim if this instance stored
 // request.json, its completion if this instance owned the last attempt,
-// the only one that writes a manifest.
+// the only one that writes a manifest, and its approval if this instance
+// stored approval.json.
 func (l *LogWriter) lostEntries(ctx context.Context, id string, infos []KeyInfo, since time.Time) ([][]byte, error) {
 	var out [][]byte
 	recent := func(ki KeyInfo) bool { return ki.ModTime.IsZero() || !ki.ModTime.Before(since) }
@@ -143,6 +150,8 @@ func (l *LogWriter) lostEntries(ctx context.Context, id string, infos []KeyInfo,
 			e, err = l.ownEntry(ctx, ki.Key, tlog.KindClaim, ki.Key)
 		case Key(id, ArtifactManifest):
 			e, err = l.ownEntry(ctx, ki.Key, tlog.KindCompletion, lastDecisionKey(id, infos))
+		case Key(id, ArtifactApproval):
+			e, err = l.ownEntry(ctx, ki.Key, tlog.KindApproval, ki.Key)
 		}
 		if err != nil {
 			return out, err

@@ -16,11 +16,13 @@ import (
 
 // WithLog returns a Store that logs what it stores of each request: the
 // claim when a request.json is stored, the completion when a manifest.json
-// is. Every writer of those artifacts (a call, a retry, recovery, the
-// spool's upload) goes through the store, so wrapping the store is what
-// makes every one of them logged, and nothing on a call's path waits for
-// the log. Before storing a claim it asks the log whether it can take it:
-// a call the log cannot record must not start.
+// is, the approval when an approval.json is. Every writer of those
+// artifacts (a call, a retry, recovery, the spool's upload, an approver's
+// decision, an expiry) goes through the store, so wrapping the store is
+// what makes every one of them logged, and nothing on a call's path waits
+// for the log. Before storing a claim or an approval it asks the log
+// whether it can take it: a call the log cannot record must not start,
+// and a human's decision must not be stored unlogged.
 func WithLog(s StoreCloser, l *LogWriter) StoreCloser {
 	return &loggedStore{StoreCloser: s, log: l}
 }
@@ -41,7 +43,7 @@ func (s *loggedStore) Put(ctx context.Context, key string, data []byte) error {
 	if kind == "" {
 		return s.StoreCloser.Put(ctx, key, data)
 	}
-	if kind == tlog.KindClaim {
+	if kind == tlog.KindClaim || kind == tlog.KindApproval {
 		if err := s.log.Ready(); err != nil {
 			return fmt.Errorf("evidence: put %q: %w", key, err)
 		}
@@ -72,15 +74,17 @@ func loggedKind(key string) string {
 		return tlog.KindClaim
 	case name == ArtifactManifest:
 		return tlog.KindCompletion
+	case name == ArtifactApproval:
+		return tlog.KindApproval
 	}
 	return ""
 }
 
 // logEntry builds the entry that commits to a stored request.json
-// (claim) or manifest.json (completion, written by gateway). It depends
-// on the artifact's bytes alone, so that the live path, catch-up and
-// verification all compute the same entry. It reads only the fields the
-// entry takes.
+// (claim), manifest.json (completion, written by gateway) or approval.json
+// (approval). It depends on the artifact's bytes alone, so that the live
+// path, catch-up and verification all compute the same entry. It reads
+// only the fields the entry takes.
 func logEntry(kind string, data []byte, gateway string) ([]byte, error) {
 	sum := sha256.Sum256(data)
 	digest := hex.EncodeToString(sum[:])
@@ -111,6 +115,20 @@ func logEntry(kind string, data []byte, gateway string) ([]byte, error) {
 		if m.Signature != nil {
 			e.KeyID = m.Signature.KeyID
 		}
+	case tlog.KindApproval:
+		var v struct {
+			RequestID  string    `json:"request_id"`
+			ApprovalID string    `json:"approval_id"`
+			Decision   string    `json:"decision"`
+			Approver   string    `json:"approver"`
+			DecidedAt  time.Time `json:"decided_at"`
+			Gateway    string    `json:"gateway"`
+		}
+		if err := json.Unmarshal(data, &v); err != nil {
+			return nil, fmt.Errorf("approval record: %w", err)
+		}
+		e = tlog.Entry{Kind: kind, RequestID: v.RequestID, ApprovalID: v.ApprovalID, ApprovalSHA256: digest,
+			Decision: v.Decision, Approver: v.Approver, DecidedAt: v.DecidedAt, Gateway: v.Gateway}
 	default:
 		return nil, fmt.Errorf("no log entry of kind %q", kind)
 	}

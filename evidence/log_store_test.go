@@ -102,6 +102,92 @@ func TestLoggedStoreRefusesClaimsOfAFencedLog(t *testing.T) {
 	putManifest(t, s, "r1", map[string]string{}, nil)
 }
 
+// An approval.json is logged as an approval entry that commits to its
+// bytes; like a claim, it is refused before it is stored when the log
+// cannot take it, so that no human's decision is stored unlogged.
+func TestLoggedStoreLogsApprovalsAndRefusesThemWhenFenced(t *testing.T) {
+	ctx := context.Background()
+	mem := NewMemoryStore()
+	cfg := testLogConfig(t, mem)
+	old, s := openLogged(t, mem, cfg)
+	st := newStory(t, s, "r1", nil).ask(1).settle(ApprovalApprove, hourIn)
+	if err := old.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := loggedCalls(t, mem), []string{"claim r1", "approval r1"}; !slices.Equal(got, want) {
+		t.Fatalf("log = %v, want %v", got, want)
+	}
+	e, err := tlog.ParseEntry([]byte(logEntries(t, mem)[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.ApprovalID != st.a.ApprovalID || e.ApprovalSHA256 != sha(st.vData) || e.Decision != ApprovalApprove ||
+		e.Approver != "alice" || !e.DecidedAt.Equal(hourIn) || e.Gateway != storyGateway {
+		t.Fatalf("approval entry %+v does not commit to approval.json", e)
+	}
+
+	other := newStory(t, s, "r2", nil).ask(1)
+	newer, _ := openLogged(t, mem, cfg)
+	newer.Append([]byte("newer"))
+	if err := newer.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Flush(ctx); !errors.Is(err, ErrLogFenced) {
+		t.Fatalf("not fenced: %v", err)
+	}
+	v, _ := json.Marshal(other.approval(ApprovalApprove, hourIn))
+	if err := s.Put(ctx, Key("r2", ArtifactApproval), v); !errors.Is(err, ErrLogFenced) {
+		t.Fatalf("approval through a fenced log: %v", err)
+	}
+	if _, err := mem.Get(ctx, Key("r2", ArtifactApproval)); !errors.Is(err, ErrNotExist) {
+		t.Fatal("the refused approval was stored")
+	}
+}
+
+// A gateway killed after storing an approval.json, before its entry was
+// sequenced, loses no entry: the next process of the instance that wrote
+// it logs it; another instance's approval is left to its own log.
+func TestLogCatchesUpApprovalsAfterACrash(t *testing.T) {
+	ctx := context.Background()
+	mem := NewMemoryStore()
+	cfg := testLogConfig(t, mem)
+	l, s := openLogged(t, mem, cfg)
+	newStory(t, s, "mine", nil).ask(1)
+	if err := l.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mine := &story{t: t, s: s, id: "mine"}
+	mine.a, mine.aData = readApprovalRequest(t, mem, "mine")
+	v := mine.approval(ApprovalApprove, hourIn)
+	v.Gateway = cfg.Gateway
+	data, _ := json.Marshal(v)
+	mustPut(t, s, Key("mine", ArtifactApproval), data)
+	theirs := newStory(t, mem, "theirs", nil).ask(1)
+	v = theirs.approval(ApprovalDeny, hourIn)
+	v.Gateway = "toolgate/test@gw-2"
+	data, _ = json.Marshal(v)
+	mustPut(t, mem, Key("theirs", ArtifactApproval), data)
+	// The process dies here: no Flush, no Close.
+	next, _ := openLogged(t, mem, cfg)
+	if err := next.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Both claims name gw-1; only the approval of "theirs" is gw-2's.
+	if got := loggedCalls(t, mem); len(got) != 3 || got[0] != "claim mine" || !sameSet(got[1:], []string{"approval mine", "claim theirs"}) {
+		t.Fatalf("log = %v, want claim mine, then approval mine and claim theirs", got)
+	}
+}
+
+func readApprovalRequest(t *testing.T, s Store, id string) (ApprovalRequestRecord, []byte) {
+	t.Helper()
+	data := mustGet(t, s, Key(id, ArtifactApprovalRequest))
+	a, err := ParseApprovalRequestRecord(data, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, data
+}
+
 // A write that timed out but landed is logged once the log reads it back.
 func TestLoggedStoreResolvesWritesOfUnknownOutcome(t *testing.T) {
 	ctx := context.Background()

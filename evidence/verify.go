@@ -36,6 +36,13 @@ const (
 	// the same request id may still run it. Nothing signs this state: it
 	// rests on the dispatch records alone.
 	StatusNotDispatched = "not-dispatched"
+	// StatusAwaitingApproval: the request has no manifest, every attempt
+	// at it was closed not_dispatched, and it asked for a human's approval
+	// (approval_request.json) that is either not decided yet or approved
+	// and not used yet: nothing of it ran, and a retry with the same
+	// request id runs it once approved. Like StatusNotDispatched it is not
+	// a failure, and nothing signs it.
+	StatusAwaitingApproval = "awaiting-approval"
 	// StatusMismatch: the artifacts and the manifest disagree: a digest or
 	// size differs, a listed artifact is missing, an unlisted one is
 	// present, or the manifest is unreadable or belongs to another
@@ -44,11 +51,16 @@ const (
 	// attempt's artifact (attempt numbers are 2, 3, … without leading
 	// zeros), a dispatch record that is unreadable or belongs to another
 	// request, attempt or state, or an attempt that follows a gap or an
-	// attempt not closed not_dispatched.
+	// attempt not closed not_dispatched. Approval evidence that
+	// contradicts itself or the attempts (see VerifyReport.Approval) is a
+	// mismatch too: a malformed approval_request.json or approval.json, or
+	// one of another request or call, a decision outside the approval's
+	// lifetime, or a run the approval does not cover.
 	StatusMismatch = "mismatch"
-	// StatusMissing: a transparency log records the request's claim or
-	// completion, but the store no longer has the artifact it commits to
-	// (request.json or manifest.json), or nothing of the request at all.
+	// StatusMissing: a transparency log records the request's claim,
+	// completion or approval, but the store no longer has the artifact it
+	// commits to (request.json, manifest.json or approval.json), or nothing
+	// of the request at all.
 	// Only VerifyAll, which reads the logs, reports it.
 	StatusMissing = "missing"
 )
@@ -110,7 +122,7 @@ type VerifyOptions struct {
 
 // LogPosition locates one entry of a transparency log.
 type LogPosition struct {
-	Kind   string `json:"kind"` // "claim" or "completion"
+	Kind   string `json:"kind"` // "claim", "completion" or "approval"
 	Origin string `json:"origin"`
 	Index  uint64 `json:"index"`
 }
@@ -119,8 +131,12 @@ type LogPosition struct {
 type VerifyReport struct {
 	RequestID string `json:"request_id"`
 	// Status is StatusOK, StatusPending, StatusIncomplete,
-	// StatusNotDispatched or StatusMismatch.
+	// StatusNotDispatched, StatusAwaitingApproval or StatusMismatch.
 	Status string `json:"status"`
+	// Approval is set when the request asked for a human's approval
+	// (its approval_request.json parses): the approval's id, its state
+	// and who decided it.
+	Approval *ApprovalSummary `json:"approval,omitempty"`
 	// Outcome is the manifest's outcome (OutcomeCompleted, OutcomeFailed
 	// or OutcomeInterrupted), empty when there is no readable manifest.
 	Outcome string `json:"outcome,omitempty"`
@@ -143,7 +159,7 @@ type VerifyReport struct {
 	// Log is LogLogged, LogUnlogged or LogPending when VerifyAll read the
 	// store's transparency logs, empty otherwise.
 	Log string `json:"log,omitempty"`
-	// Logged lists where the logs record the request: each claim and
+	// Logged lists where the logs record the request: each claim, approval and
 	// completion entry, by log origin and index.
 	Logged []LogPosition `json:"logged,omitempty"`
 
@@ -179,17 +195,18 @@ func (r VerifyReport) Failed() bool {
 // reads first, worst first: "mismatch", "missing", "bad-signature",
 // "unknown-key", "unsigned-required" (with RequireSignature, a manifest
 // not signed by a trusted key), "unlogged" (with RequireLog), "incomplete",
-// "not-dispatched", "pending", "unlogged", "unchecked-signature",
-// "unsigned", "ok". Only "ok" means verified, signed by a trusted key, and
+// "not-dispatched", "awaiting-approval", "pending", "unlogged",
+// "unchecked-signature", "unsigned", "ok". Only "ok" means verified, signed by a trusted key, and
 // logged or on its way into a log (LogPending) when logs were read.
 //
 // "not-dispatched" ranks below "incomplete", which may hide a tool that
 // ran without a record of its outcome, and above "pending", whose manifest
 // is complete and merely waits in the spool: a not-dispatched request is
 // settled (nothing ran), but no manifest, and so no signature, vouches for
-// the dispatch records that say so.
+// the dispatch records that say so. "awaiting-approval" is a
+// not-dispatched request that waits for a human or for its retry.
 func (r VerifyReport) Verdict() string {
-	unsignable := r.Status == StatusIncomplete || r.Status == StatusNotDispatched
+	unsignable := r.Status == StatusIncomplete || r.Status == StatusNotDispatched || r.Status == StatusAwaitingApproval
 	switch {
 	case r.Status == StatusMismatch || r.Status == StatusMissing:
 		return r.Status
@@ -201,7 +218,8 @@ func (r VerifyReport) Verdict() string {
 		return "unsigned-required"
 	case r.logRequired && r.Log == LogUnlogged:
 		return LogUnlogged
-	case r.Status == StatusIncomplete || r.Status == StatusNotDispatched || r.Status == StatusPending:
+	case r.Status == StatusIncomplete || r.Status == StatusNotDispatched || r.Status == StatusAwaitingApproval ||
+		r.Status == StatusPending:
 		return r.Status
 	case r.Log == LogUnlogged:
 		return r.Log
@@ -226,6 +244,11 @@ func (r VerifyReport) Verdict() string {
 // one whose every attempt was closed not_dispatched is
 // StatusNotDispatched rather than StatusIncomplete, and an attempt record
 // that contradicts the layout is a StatusMismatch.
+//
+// A request that asked for a human's approval is checked against it (see
+// VerifyReport.Approval): one that waits for it, or for its retry once
+// approved, is StatusAwaitingApproval; approval evidence that contradicts
+// itself, the claim or the attempts is a StatusMismatch.
 //
 // At most one VerifyOptions may be given; none means the zero value.
 // Verify returns an error only for an invalid request id or options, or
@@ -554,6 +577,12 @@ func (v *verifier) verify(ctx context.Context, id string, present []string) (Ver
 		return fail(err)
 	}
 	rep.Attempts = attempts
+	approval, err := r.checkApproval(ctx, id, mergeSorted(present, r.inSpool), attempts)
+	if err != nil {
+		return fail(err)
+	}
+	rep.Approval = approval.summary
+	attemptProblems = append(attemptProblems, approval.problems...)
 
 	manifestKey := Key(id, ArtifactManifest)
 	copies, err := r.read(ctx, manifestKey)
@@ -564,6 +593,9 @@ func (v *verifier) verify(ctx context.Context, id string, present []string) (Ver
 	case len(copies) == 0 && len(attemptProblems) > 0:
 		rep.Status = StatusMismatch
 		rep.Problems = attemptProblems
+		return rep, r, nil
+	case len(copies) == 0 && NeverDispatched(attempts) && approval.awaiting():
+		rep.Status = StatusAwaitingApproval
 		return rep, r, nil
 	case len(copies) == 0 && NeverDispatched(attempts):
 		rep.Status = StatusNotDispatched
@@ -599,6 +631,7 @@ func (v *verifier) verify(ctx context.Context, id string, present []string) (Ver
 	if err != nil {
 		return fail(err)
 	}
+	attemptProblems = append(attemptProblems, approval.finalProblems(m)...)
 	rep.Problems = append(rep.Problems, attemptProblems...)
 	switch {
 	case mismatches+len(attemptProblems) > 0:

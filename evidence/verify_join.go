@@ -18,11 +18,11 @@ import (
 // Per-request log states, in VerifyReport.Log.
 const (
 	// LogLogged: the request's claim is in a log, and so is its
-	// completion if it has a manifest, each with the stored bytes'
-	// digest.
+	// completion if it has a manifest and its approval if it has an
+	// approval.json, each with the stored bytes' digest.
 	LogLogged = "logged"
-	// LogUnlogged: a stored request.json or manifest.json that no log
-	// records. Only a gateway without a log (signing_key: none), an
+	// LogUnlogged: a stored request.json, manifest.json or approval.json
+	// that no log records. Only a gateway without a log (signing_key: none), an
 	// instance that never came back to catch up, or an insertion into the
 	// bucket leaves one.
 	LogUnlogged = "unlogged"
@@ -49,7 +49,7 @@ type logRecord struct {
 func (r logRecord) where() string { return fmt.Sprintf("%s#%d", r.origin, r.index) }
 
 func encodeRecord(e tlog.Entry, origin string, index uint64) []byte {
-	return fmt.Appendf(nil, "%s %s %d %s", e.Kind, e.RequestSHA256+e.ManifestSHA256, index, origin)
+	return fmt.Appendf(nil, "%s %s %d %s", e.Kind, entryDigest(e), index, origin)
 }
 
 func decodeRecord(v []byte) (logRecord, error) {
@@ -177,14 +177,16 @@ func missingReport(prefix string, recs []logRecord) VerifyReport {
 }
 
 // judge compares what the logs record of a request with what is stored:
-// the claim with request.json, the completion with manifest.json, each
-// by the digest of the stored bytes.
+// the claim with request.json, the completion with manifest.json, the
+// approval with approval.json, each by the digest of the stored bytes.
 func (j *logJoin) judge(ctx context.Context, rep *VerifyReport, r *requestCopies, recs []logRecord, infos []KeyInfo) error {
 	rep.Log = LogLogged
 	for _, rec := range recs {
 		rep.Logged = append(rep.Logged, LogPosition{Kind: rec.kind, Origin: rec.origin, Index: rec.index})
 	}
-	for _, a := range []struct{ kind, name string }{{tlog.KindClaim, ArtifactRequest}, {tlog.KindCompletion, ArtifactManifest}} {
+	for _, a := range []struct{ kind, name string }{
+		{tlog.KindClaim, ArtifactRequest}, {tlog.KindCompletion, ArtifactManifest}, {tlog.KindApproval, ArtifactApproval},
+	} {
 		key := Key(rep.RequestID, a.name)
 		stored, err := r.storeCopy(ctx, key)
 		if err != nil {

@@ -231,6 +231,33 @@ func TestVerifyAllDetectsEveryTamperWithTheLog(t *testing.T) {
 		{"a request inserted behind the log's back is unlogged", func(t *testing.T, b *auditedBucket) {
 			signedCall(t, b.mem, "r9", b.signer)
 		}, with(map[string]string{"r9": "unlogged"}), []string{LogOK}},
+		{"an approval.json deleted after it was logged is missing", func(t *testing.T, b *auditedBucket) {
+			l, s := openLogged(t, b.mem, b.cfg)
+			newStory(t, s, "r6", b.signer).ask(1).settle(ApprovalApprove, hourIn)
+			if err := l.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			b.remove(t, Key("r6", ArtifactApproval))
+		}, with(map[string]string{"r6": "missing"}), []string{LogOK}},
+		{"an approval.json stored behind the log's back is unlogged", func(t *testing.T, b *auditedBucket) {
+			l, s := openLogged(t, b.mem, b.cfg)
+			st := newStory(t, s, "r6", b.signer).ask(1)
+			if err := l.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			st.s = b.mem
+			st.settle(ApprovalApprove, hourIn)
+		}, with(map[string]string{"r6": "unlogged"}), []string{LogOK}},
+		{"an approval.json replaced after it was logged is a mismatch", func(t *testing.T, b *auditedBucket) {
+			l, s := openLogged(t, b.mem, b.cfg)
+			st := newStory(t, s, "r6", b.signer).ask(1).settle(ApprovalDeny, hourIn)
+			if err := l.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			b.remove(t, Key("r6", ArtifactApproval))
+			st.s = b.mem
+			st.settle(ApprovalApprove, hourIn)
+		}, with(map[string]string{"r6": "mismatch"}), []string{LogOK}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -34,12 +34,19 @@ Read and check an evidence store, or manage the key that signs manifests.
 The store is --evidence URL (file://DIR or s3://BUCKET/PREFIX?...), or
 evidence.url of --config FILE, or the embedded default's file://./toolgate-evidence.
 
-  ls [--run-id R] [--tool T] [--decision allow|deny] [--since TIME] [--limit N]
+  ls [--run-id R] [--tool T] [--decision allow|deny|approval_required] [--since TIME] [--limit N]
         one tab-separated line per request: received_at, request_id, caller,
-        tool, decision, rule_id, ok ("-" when absent). TIME is RFC 3339 or a
-        duration back from now, such as 24h.
+        tool, decision, rule_id, ok, approval ("-" when absent). decision is
+        the last attempt's. approval is pending, approved (not used yet),
+        consumed (approved and run), denied or expired. --decision
+        approval_required lists every request that asked for a human's
+        approval, whatever came of it (its last decision is then allow,
+        deny or approval_required). TIME is RFC 3339 or a duration back
+        from now, such as 24h.
   show REQUEST_ID
-        every artifact of the request, pretty-printed, attempts in order
+        every artifact of the request, pretty-printed: the claim, the
+        approval asked for and its decision, the attempts in order, the
+        result; then the approval's state
   verify (REQUEST_ID | --all) [--pubkey FILE]... [--spool DIR] [--require-signature] [-v] [--json]
          [--require-log] [--checkpoint FILE] [--witness-key VKEY]... [--witness-threshold N]
         check artifacts against manifests and manifests against signatures,
@@ -47,10 +54,14 @@ evidence.url of --config FILE, or the embedded default's file://./toolgate-evide
         instance's transparency log, checks it extends the checkpoints kept
         in --checkpoint (rewritten with the newest when all verifies), and
         joins it with the bucket: a logged request that is gone is missing.
-        Exit 1 when a request shows tampering or lacks what --require-*
-        demands, or a log is inconsistent; 0 otherwise (unsigned,
-        incomplete, not-dispatched, pending and unlogged requests are
-        reported, not failed). --json prints one JSON object a line instead.
+        A request that asked for approval must tell one story: the approval
+        is for the call claimed, decided before it expired, and every run
+        after it uses it. Exit 1 when a request shows tampering or lacks
+        what --require-* demands, or a log is inconsistent; 0 otherwise
+        (unsigned, incomplete, not-dispatched, awaiting-approval, pending
+        and unlogged requests are reported, not failed). --json prints one
+        JSON object a line instead, with the approval's id, state and
+        approver.
   prove REQUEST_ID [--out FILE] [--cosigned]
         write a self-contained C2SP tlog-proof of the request's manifest
         (REQUEST_ID.tlog-proof; --out - for standard output): the manifest,
@@ -229,7 +240,7 @@ func evidenceLs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	sf := addStoreFlags(fs)
 	runID := fs.String("run-id", "", "only requests with this ctx.run_id")
 	tool := fs.String("tool", "", "only requests for this tool `id`")
-	decision := fs.String("decision", "", "only requests with this policy decision: allow or deny")
+	decision := fs.String("decision", "", "only requests whose last policy decision is allow or deny, or, with approval_required, that asked for approval")
 	sinceArg := fs.String("since", "", "only requests received at or after `TIME`: RFC 3339, or a duration back from now such as 24h")
 	limit := fs.Int("limit", 0, "print at most `N` requests (0: all)")
 	pos, err := parseArgs(fs, args)
@@ -239,8 +250,8 @@ func evidenceLs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if len(pos) > 0 {
 		return fmt.Errorf("unexpected arguments %q", pos)
 	}
-	if *decision != "" && *decision != "allow" && *decision != "deny" {
-		return fmt.Errorf("--decision %q: want allow or deny", *decision)
+	if *decision != "" && *decision != "allow" && *decision != "deny" && *decision != evidence.DecisionApprovalRequired {
+		return fmt.Errorf("--decision %q: want allow, deny or approval_required", *decision)
 	}
 	if *limit < 0 {
 		return fmt.Errorf("--limit %d: must not be negative", *limit)
@@ -259,7 +270,7 @@ func evidenceLs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 	// Lines are written as they are found, never aligned, so that a
 	// bucket of any size streams and the output stays easy to cut(1).
-	fmt.Fprintln(stdout, "received_at\trequest_id\tcaller\ttool\tdecision\trule_id\tok")
+	fmt.Fprintln(stdout, "received_at\trequest_id\tcaller\ttool\tdecision\trule_id\tok\tapproval")
 	printed := 0
 	err = evidence.WalkRequests(ctx, store, func(id string, keys []string) error {
 		var req evidence.RequestRecord
@@ -276,8 +287,14 @@ func evidenceLs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return err
 		}
-		if *decision != "" && dec.Decision != *decision {
+		asked := slices.Contains(keys, evidence.Key(id, evidence.ArtifactApprovalRequest))
+		if *decision == evidence.DecisionApprovalRequired && !asked ||
+			*decision != "" && *decision != evidence.DecisionApprovalRequired && dec.Decision != *decision {
 			return nil
+		}
+		approval, err := approvalCell(ctx, store, id, keys, stderr)
+		if err != nil {
+			return err
 		}
 		var resp evidence.ResponseRecord
 		respState, err := readArtifact(ctx, store, keys, evidence.Key(id, evidence.ArtifactResponse), &resp, stderr)
@@ -294,7 +311,7 @@ func evidenceLs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		fmt.Fprintln(stdout, strings.Join([]string{
 			reqState.cell(received), cell(id), reqState.cell(req.Caller), reqState.cell(req.ToolID),
-			decState.cell(dec.Decision), decState.cell(dec.RuleID), respState.cell(ok),
+			decState.cell(dec.Decision), decState.cell(dec.RuleID), respState.cell(ok), approval,
 		}, "\t"))
 		printed++
 		if *limit > 0 && printed >= *limit {
@@ -306,6 +323,23 @@ func evidenceLs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 	return err
+}
+
+// approvalCell returns ls's approval column: the approval's state, "-"
+// when the request never asked for one, "?" when its records do not
+// parse (reported on stderr; verify says more).
+func approvalCell(ctx context.Context, s evidence.Reader, id string, keys []string, stderr io.Writer) (string, error) {
+	sum, found, err := evidence.ReadApproval(ctx, s, id, keys)
+	switch {
+	case errors.Is(err, evidence.ErrMalformedApproval):
+		fmt.Fprintf(stderr, "toolgate evidence ls: %s: %v\n", cell(id), err)
+		return "?", nil
+	case err != nil:
+		return "", err
+	case !found:
+		return "-", nil
+	}
+	return sum.State, nil
 }
 
 // lastDecisionKey returns the key of the policy decision of the request's
@@ -392,8 +426,8 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 // attemptOrder) taking the place of attemptsPlace. Others follow in key
 // order.
 var showOrder = []string{
-	evidence.ArtifactRequest, attemptsPlace, evidence.ArtifactToolResult,
-	evidence.ArtifactResponse, evidence.ArtifactManifest,
+	evidence.ArtifactRequest, evidence.ArtifactApprovalRequest, evidence.ArtifactApproval, attemptsPlace,
+	evidence.ArtifactToolResult, evidence.ArtifactResponse, evidence.ArtifactManifest,
 }
 
 // attemptsPlace stands in showOrder for the attempts' artifacts; it ends
@@ -459,6 +493,31 @@ func evidenceShow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		fmt.Fprintf(stdout, "(not JSON, %d bytes; control characters escaped)\n%s\n", len(data), escapeControl(bytes.TrimSuffix(data, []byte("\n"))))
 	}
+	return showApproval(ctx, stdout, store, id, keys)
+}
+
+// showApproval ends show's output with the state of the request's
+// approval, which no single artifact states: whether it was used, and,
+// for a parent waiting on its guest's call, the nested request holding it.
+func showApproval(ctx context.Context, w io.Writer, s evidence.Reader, id string, keys []string) error {
+	sum, found, err := evidence.ReadApproval(ctx, s, id, keys)
+	switch {
+	case errors.Is(err, evidence.ErrMalformedApproval):
+		fmt.Fprintf(w, "\n== approval: unreadable (%s); run toolgate evidence verify %s ==\n", cell(err.Error()), cell(id))
+		return nil
+	case err != nil:
+		return err
+	case !found:
+		return nil
+	}
+	line := fmt.Sprintf("approval %s: %s", sum.ApprovalID, sum.State)
+	if sum.Approver != "" {
+		line += " by " + cell(sum.Approver)
+	}
+	if sum.NestedRequestID != "" {
+		line += "; held by nested request " + cell(sum.NestedRequestID)
+	}
+	fmt.Fprintf(w, "\n== %s ==\n", line)
 	return nil
 }
 
@@ -511,7 +570,7 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 // first, for the summary.
 var verdictOrder = []string{
 	"mismatch", "missing", "bad-signature", "unknown-key", "unsigned-required",
-	"incomplete", "not-dispatched", "pending", "unlogged", "unchecked-signature", "unsigned", "ok",
+	"incomplete", "not-dispatched", "awaiting-approval", "pending", "unlogged", "unchecked-signature", "unsigned", "ok",
 }
 
 // progressEvery is how many requests verify --all checks between updates
@@ -846,6 +905,8 @@ func printReport(w io.Writer, rep evidence.VerifyReport, verdict string, verbose
 		fmt.Fprintf(w, "incomplete %s: no manifest (in flight, or a crash or failure left it)\n", id)
 	case "not-dispatched":
 		fmt.Fprintf(w, "not-dispatched %s: nothing ran, every attempt was closed not_dispatched; a retry with the same request id may still run it\n", id)
+	case "awaiting-approval":
+		fmt.Fprintf(w, "awaiting-approval %s: nothing ran; it waits for a human's approval, or, once approved, for its retry\n", id)
 	case "unlogged":
 		fmt.Fprintf(w, "unlogged %s: artifacts match, but no transparency log records the request, so its deletion would go unnoticed\n", id)
 	default:
@@ -860,6 +921,16 @@ func printReport(w io.Writer, rep evidence.VerifyReport, verdict string, verbose
 	if verbose || attemptsNotable(rep) {
 		fmt.Fprintf(w, "  %s\n", describeAttempts(rep))
 	}
+	if a := rep.Approval; a != nil {
+		line := fmt.Sprintf("approval %s: %s", a.ApprovalID, a.State)
+		if a.Approver != "" {
+			line += " by " + a.Approver
+		}
+		if a.NestedRequestID != "" {
+			line += "; held by nested request " + a.NestedRequestID
+		}
+		fmt.Fprintf(w, "  %s\n", cell(line))
+	}
 }
 
 // attemptsNotable reports whether a request's attempts and outcome tell
@@ -869,7 +940,8 @@ func attemptsNotable(rep evidence.VerifyReport) bool {
 	switch {
 	case len(rep.Attempts) == 0: // a dispatch record is unreadable; Problems says which
 		return false
-	case rep.Status == evidence.StatusIncomplete || rep.Status == evidence.StatusNotDispatched:
+	case rep.Status == evidence.StatusIncomplete || rep.Status == evidence.StatusNotDispatched ||
+		rep.Status == evidence.StatusAwaitingApproval:
 		return true
 	case rep.Outcome == evidence.OutcomeInterrupted:
 		return true
@@ -941,6 +1013,7 @@ func printSummary(w io.Writer, total int, counts map[string]int, logs []evidence
 		{"unsigned-required", "FAILED: %d request(s) lack a signature by a trusted key, which --require-signature demands\n"},
 		{"unlogged", "note: %d request(s) are in no transparency log (--require-log fails them)\n"},
 		{"not-dispatched", "note: %d request(s) never ran: every attempt was closed not_dispatched, and a retry with the same request id may still run them\n"},
+		{"awaiting-approval", "note: %d request(s) never ran and wait for a human's approval, or for their retry once approved\n"},
 		{"unsigned", "note: %d request(s) have unsigned manifests: their artifacts match, but nothing shows who wrote them\n"},
 		{"unchecked-signature", "note: %d signed request(s) were not checked: give the gateway's public key with --pubkey\n"},
 	} {

@@ -91,7 +91,7 @@ func signStoredManifests(t *testing.T, dir string, key ed25519.PrivateKey, ids .
 func dataLines(t *testing.T, out string) []string {
 	t.Helper()
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-	if lines[0] != "received_at\trequest_id\tcaller\ttool\tdecision\trule_id\tok" {
+	if lines[0] != "received_at\trequest_id\tcaller\ttool\tdecision\trule_id\tok\tapproval" {
 		t.Fatalf("ls header = %q", lines[0])
 	}
 	return lines[1:]
@@ -110,20 +110,20 @@ func TestEvidenceTour(t *testing.T) {
 			want []string // request_id and the fields after it
 		}{
 			{"all", nil, []string{
-				"ev-allow\tanonymous\tworkspace.readFile\tallow\tworkspace_read_only\ttrue",
-				"ev-deny\tanonymous\tworkspace.shell\tdeny\tdefault_deny\tfalse",
+				"ev-allow\tanonymous\tworkspace.readFile\tallow\tworkspace_read_only\ttrue\t-",
+				"ev-deny\tanonymous\tworkspace.shell\tdeny\tdefault_deny\tfalse\t-",
 			}},
-			{"by decision", []string{"--decision", "deny"}, []string{"ev-deny\tanonymous\tworkspace.shell\tdeny\tdefault_deny\tfalse"}},
-			{"by run id", []string{"--run-id", "run-b"}, []string{"ev-allow\tanonymous\tworkspace.readFile\tallow\tworkspace_read_only\ttrue"}},
-			{"by tool", []string{"--tool", "workspace.shell"}, []string{"ev-deny\tanonymous\tworkspace.shell\tdeny\tdefault_deny\tfalse"}},
+			{"by decision", []string{"--decision", "deny"}, []string{"ev-deny\tanonymous\tworkspace.shell\tdeny\tdefault_deny\tfalse\t-"}},
+			{"by run id", []string{"--run-id", "run-b"}, []string{"ev-allow\tanonymous\tworkspace.readFile\tallow\tworkspace_read_only\ttrue\t-"}},
+			{"by tool", []string{"--tool", "workspace.shell"}, []string{"ev-deny\tanonymous\tworkspace.shell\tdeny\tdefault_deny\tfalse\t-"}},
 			{"since a duration", []string{"--since", "1h"}, []string{
-				"ev-allow\tanonymous\tworkspace.readFile\tallow\tworkspace_read_only\ttrue",
-				"ev-deny\tanonymous\tworkspace.shell\tdeny\tdefault_deny\tfalse",
+				"ev-allow\tanonymous\tworkspace.readFile\tallow\tworkspace_read_only\ttrue\t-",
+				"ev-deny\tanonymous\tworkspace.shell\tdeny\tdefault_deny\tfalse\t-",
 			}},
 			{"since a future time", []string{"--since", "2999-01-01T00:00:00Z"}, nil},
-			{"limit", []string{"--limit", "1"}, []string{"ev-allow\tanonymous\tworkspace.readFile\tallow\tworkspace_read_only\ttrue"}},
+			{"limit", []string{"--limit", "1"}, []string{"ev-allow\tanonymous\tworkspace.readFile\tallow\tworkspace_read_only\ttrue\t-"}},
 			{"explicit store URL", []string{"--evidence", "file://" + filepath.Join(dir, "toolgate-evidence"), "--decision", "allow"},
-				[]string{"ev-allow\tanonymous\tworkspace.readFile\tallow\tworkspace_read_only\ttrue"}},
+				[]string{"ev-allow\tanonymous\tworkspace.readFile\tallow\tworkspace_read_only\ttrue\t-"}},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -157,8 +157,8 @@ func TestEvidenceTour(t *testing.T) {
 		out, stderr, code := runTool(t, copyDir, "evidence", "ls")
 		lines := dataLines(t, out)
 		if code != exitOK || len(lines) != 2 ||
-			!strings.HasSuffix(lines[0], "\tev-allow\tanonymous\tworkspace.readFile\tallow\tworkspace_read_only\t-") ||
-			!strings.HasSuffix(lines[1], "\tev-deny\tanonymous\tworkspace.shell\t?\t?\tfalse") {
+			!strings.HasSuffix(lines[0], "\tev-allow\tanonymous\tworkspace.readFile\tallow\tworkspace_read_only\t-\t-") ||
+			!strings.HasSuffix(lines[1], "\tev-deny\tanonymous\tworkspace.shell\t?\t?\tfalse\t-") {
 			t.Fatalf("exit %d, output:\n%s", code, out)
 		}
 		if !strings.Contains(stderr, "requests/ev-deny/policy_decision.json: invalid character") {
@@ -644,7 +644,7 @@ func TestEvidenceUsageErrors(t *testing.T) {
 		{"show two requests", []string{"evidence", "show", "r1", "r2"}, "usage: toolgate evidence show"},
 		{"missing store folder", []string{"evidence", "ls", "--evidence", "file://nope"}, "evidence store file://nope: stat nope"},
 		{"unsupported store", []string{"evidence", "ls", "--evidence", "ftp://x"}, `unsupported store URL scheme "ftp"`},
-		{"bad decision", []string{"evidence", "ls", "--decision", "maybe"}, `--decision "maybe": want allow or deny`},
+		{"bad decision", []string{"evidence", "ls", "--decision", "maybe"}, `--decision "maybe": want allow, deny or approval_required`},
 		{"bad since", []string{"evidence", "ls", "--since", "yesterday"}, `--since "yesterday"`},
 		{"negative limit", []string{"evidence", "ls", "--limit", "-1"}, "--limit -1: must not be negative"},
 		{"pubkey before the gateway's first start", []string{"evidence", "pubkey"}, "./toolgate-signing.key: file does not exist; gateway: no signing key yet: `toolgate serve` creates it on its first start"},
@@ -950,10 +950,10 @@ note: 1 request(s) have unsigned manifests: their artifacts match, but nothing s
 			got = append(got, rest)
 		}
 		want := []string{
-			"ev-forged\tagent\tworkspace.readFile\tallow\trule_v1\t-",
-			"ev-inflight\tagent\tworkspace.readFile\tallow\trule_v1\t-",
-			"ev-never\tagent\tworkspace.readFile\tallow\trule_v1\t-",
-			"ev-retried\tagent\tworkspace.readFile\tallow\trule_v2\ttrue",
+			"ev-forged\tagent\tworkspace.readFile\tallow\trule_v1\t-\t-",
+			"ev-inflight\tagent\tworkspace.readFile\tallow\trule_v1\t-\t-",
+			"ev-never\tagent\tworkspace.readFile\tallow\trule_v1\t-\t-",
+			"ev-retried\tagent\tworkspace.readFile\tallow\trule_v2\ttrue\t-",
 		}
 		if code != exitOK || stderr != "" || !slices.Equal(got, want) {
 			t.Fatalf("exit %d, ls =\n%s\nwant lines ending in\n%s\nstderr:\n%s", code, strings.Join(got, "\n"), strings.Join(want, "\n"), stderr)

@@ -12,17 +12,37 @@ import (
 	"github.com/transparency-dev/merkle/rfc6962"
 )
 
-// The two kinds of log entry.
+// The kinds of log entry.
 const (
 	// KindClaim is logged once a request's request.json is in the store.
 	KindClaim = "claim"
 	// KindCompletion is logged once a request's manifest.json is in the
 	// store.
 	KindCompletion = "completion"
+	// KindApproval is logged once a request's approval.json, a human's
+	// decision on a call policy held back, is in the store: a commitment
+	// made before anything it approves can run.
+	KindApproval = "approval"
 )
 
-// EntryVersion is the "v" every entry carries.
-const EntryVersion = 1
+// Entry versions, the "v" every entry carries. Claims and completions
+// carry EntryVersion, as they always have, so that the logs and proofs
+// written before approvals existed stay byte for byte what they were.
+// Approval entries carry ApprovalEntryVersion: a verifier that predates
+// them refuses such an entry by its version ("entry version 2, want 1")
+// and reports the log inconsistent, rather than skip a human's decision.
+const (
+	EntryVersion         = 1
+	ApprovalEntryVersion = 2
+)
+
+// versionOf returns the version entries of kind carry.
+func versionOf(kind string) int {
+	if kind == KindApproval {
+		return ApprovalEntryVersion
+	}
+	return EntryVersion
+}
 
 // Limits on an entry's fields. With them no entry Marshal accepts can
 // reach MaxEntrySize, far below the 65,535 bytes an entry bundle allows.
@@ -30,6 +50,7 @@ const (
 	MaxRequestIDLen = 128  // bytes of request_id
 	MaxGatewayLen   = 256  // bytes of gateway
 	MaxKeyIDLen     = 64   // bytes of key_id
+	MaxApproverLen  = 256  // bytes of approver
 	MaxEntrySize    = 2048 // bytes of a marshalled entry; ParseEntry refuses more
 )
 
@@ -38,11 +59,11 @@ const (
 const canonicalHashPrefix = "sha256:"
 
 // Entry is one log entry: a claim (a request was admitted and its
-// request.json stored) or a completion (its manifest.json stored). Which
-// fields belong to which kind is fixed; Marshal refuses a field of the
-// other kind.
+// request.json stored), a completion (its manifest.json stored) or an
+// approval (its approval.json stored). Which fields belong to which kind
+// is fixed; Marshal refuses a field of another kind.
 type Entry struct {
-	Kind      string // KindClaim or KindCompletion
+	Kind      string // KindClaim, KindCompletion or KindApproval
 	RequestID string // the request's id, 1..MaxRequestIDLen bytes
 	// CanonicalRequestHash (claim) is request.json's
 	// canonical_request_hash: "sha256:" and 64 lowercase hex digits.
@@ -65,6 +86,19 @@ type Entry struct {
 	// KeyID (completion) is the id of the key that signed the manifest;
 	// empty when the manifest is unsigned.
 	KeyID string
+	// ApprovalID (approval) is the approval decided: "apr_" and 26
+	// lowercase base32 characters.
+	ApprovalID string
+	// ApprovalSHA256 (approval) is the SHA-256 of the stored
+	// approval.json bytes, 64 lowercase hex digits.
+	ApprovalSHA256 string
+	// Decision (approval) is "approve", "deny" or "expired".
+	Decision string
+	// Approver (approval) is who decided: the approving caller, or the
+	// gateway for an expiry.
+	Approver string
+	// DecidedAt (approval) is when, written as ReceivedAt is.
+	DecidedAt time.Time
 }
 
 // claimJSON and completionJSON fix the field order of each kind: the
@@ -89,7 +123,19 @@ type completionJSON struct {
 	Gateway        string `json:"gateway"`
 }
 
-// wireEntry receives either kind on parsing.
+type approvalJSON struct {
+	V              int    `json:"v"`
+	Kind           string `json:"kind"`
+	RequestID      string `json:"request_id"`
+	ApprovalID     string `json:"approval_id"`
+	ApprovalSHA256 string `json:"approval_sha256"`
+	Decision       string `json:"decision"`
+	Approver       string `json:"approver"`
+	DecidedAt      string `json:"decided_at"`
+	Gateway        string `json:"gateway"`
+}
+
+// wireEntry receives every kind on parsing.
 type wireEntry struct {
 	V                    int    `json:"v"`
 	Kind                 string `json:"kind"`
@@ -101,6 +147,11 @@ type wireEntry struct {
 	ManifestSHA256       string `json:"manifest_sha256"`
 	Outcome              string `json:"outcome"`
 	KeyID                string `json:"key_id"`
+	ApprovalID           string `json:"approval_id"`
+	ApprovalSHA256       string `json:"approval_sha256"`
+	Decision             string `json:"decision"`
+	Approver             string `json:"approver"`
+	DecidedAt            string `json:"decided_at"`
 }
 
 // Marshal returns the entry's canonical bytes: compact JSON, the fields of
@@ -112,11 +163,15 @@ func (e Entry) Marshal() ([]byte, error) {
 		return nil, err
 	}
 	var v any
-	if e.Kind == KindClaim {
+	switch e.Kind {
+	case KindClaim:
 		v = claimJSON{EntryVersion, e.Kind, e.RequestID, e.CanonicalRequestHash, e.RequestSHA256,
 			e.ReceivedAt.UTC().Format(time.RFC3339Nano), e.Gateway}
-	} else {
+	case KindCompletion:
 		v = completionJSON{EntryVersion, e.Kind, e.RequestID, e.ManifestSHA256, e.Outcome, e.KeyID, e.Gateway}
+	default:
+		v = approvalJSON{ApprovalEntryVersion, e.Kind, e.RequestID, e.ApprovalID, e.ApprovalSHA256, e.Decision,
+			e.Approver, e.DecidedAt.UTC().Format(time.RFC3339Nano), e.Gateway}
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -139,18 +194,25 @@ func ParseEntry(data []byte) (Entry, error) {
 	if err := json.Unmarshal(data, &w); err != nil {
 		return Entry{}, fmt.Errorf("%w: entry: %w", ErrMalformed, err)
 	}
-	if w.V != EntryVersion {
-		return Entry{}, fmt.Errorf("%w: entry version %d, want %d", ErrMalformed, w.V, EntryVersion)
+	if want := versionOf(w.Kind); w.V != want {
+		return Entry{}, fmt.Errorf("%w: entry version %d, want %d", ErrMalformed, w.V, want)
 	}
 	e := Entry{Kind: w.Kind, RequestID: w.RequestID, CanonicalRequestHash: w.CanonicalRequestHash,
 		RequestSHA256: w.RequestSHA256, Gateway: w.Gateway, ManifestSHA256: w.ManifestSHA256,
-		Outcome: w.Outcome, KeyID: w.KeyID}
-	if w.ReceivedAt != "" {
-		t, err := time.Parse(time.RFC3339Nano, w.ReceivedAt)
-		if err != nil {
-			return Entry{}, fmt.Errorf("%w: entry received_at: %w", ErrMalformed, err)
+		Outcome: w.Outcome, KeyID: w.KeyID, ApprovalID: w.ApprovalID, ApprovalSHA256: w.ApprovalSHA256,
+		Decision: w.Decision, Approver: w.Approver}
+	for _, f := range []struct {
+		name, text string
+		t          *time.Time
+	}{{"received_at", w.ReceivedAt, &e.ReceivedAt}, {"decided_at", w.DecidedAt, &e.DecidedAt}} {
+		if f.text == "" {
+			continue
 		}
-		e.ReceivedAt = t.UTC()
+		t, err := time.Parse(time.RFC3339Nano, f.text)
+		if err != nil {
+			return Entry{}, fmt.Errorf("%w: entry %s: %w", ErrMalformed, f.name, err)
+		}
+		*f.t = t.UTC()
 	}
 	again, err := e.Marshal()
 	if err != nil {
@@ -168,8 +230,8 @@ func LeafHash(entry []byte) [32]byte {
 	return [32]byte(rfc6962.DefaultHasher.HashLeaf(entry))
 }
 
-// validate checks every field Marshal writes and that no field of the
-// other kind is set.
+// validate checks every field Marshal writes and that no field of
+// another kind is set.
 func (e Entry) validate() error {
 	if err := checkText("request_id", e.RequestID, MaxRequestIDLen); err != nil {
 		return err
@@ -182,13 +244,29 @@ func (e Entry) validate() error {
 		return e.validateClaim()
 	case KindCompletion:
 		return e.validateCompletion()
+	case KindApproval:
+		return e.validateApproval()
 	}
-	return fmt.Errorf("tlog: entry kind %q is neither %q nor %q", e.Kind, KindClaim, KindCompletion)
+	return fmt.Errorf("tlog: entry kind %q is not %q, %q or %q", e.Kind, KindClaim, KindCompletion, KindApproval)
+}
+
+// hasClaimField, hasCompletionField and hasApprovalField report whether a
+// field of that kind is set.
+func (e Entry) hasClaimField() bool {
+	return e.CanonicalRequestHash != "" || e.RequestSHA256 != "" || !e.ReceivedAt.IsZero()
+}
+
+func (e Entry) hasCompletionField() bool {
+	return e.ManifestSHA256 != "" || e.Outcome != "" || e.KeyID != ""
+}
+
+func (e Entry) hasApprovalField() bool {
+	return e.ApprovalID != "" || e.ApprovalSHA256 != "" || e.Decision != "" || e.Approver != "" || !e.DecidedAt.IsZero()
 }
 
 func (e Entry) validateClaim() error {
-	if e.ManifestSHA256 != "" || e.Outcome != "" || e.KeyID != "" {
-		return fmt.Errorf("tlog: a claim entry has a completion field set")
+	if e.hasCompletionField() || e.hasApprovalField() {
+		return fmt.Errorf("tlog: a claim entry has a field of another kind set")
 	}
 	hexPart, ok := strings.CutPrefix(e.CanonicalRequestHash, canonicalHashPrefix)
 	if !ok || !isHexDigest(hexPart) {
@@ -198,16 +276,21 @@ func (e Entry) validateClaim() error {
 	if !isHexDigest(e.RequestSHA256) {
 		return fmt.Errorf("tlog: entry request_sha256 %q is not 64 lowercase hex digits", e.RequestSHA256)
 	}
-	// RFC 3339 has four-digit years only; the zero time is a forgotten field.
-	if y := e.ReceivedAt.UTC().Year(); e.ReceivedAt.IsZero() || y < 1 || y > 9999 {
-		return fmt.Errorf("tlog: entry received_at %v is unset or outside years 1..9999", e.ReceivedAt)
+	return checkTime("received_at", e.ReceivedAt)
+}
+
+// checkTime checks a time an entry writes in RFC 3339, which has
+// four-digit years only; the zero time is a forgotten field.
+func checkTime(field string, t time.Time) error {
+	if y := t.UTC().Year(); t.IsZero() || y < 1 || y > 9999 {
+		return fmt.Errorf("tlog: entry %s %v is unset or outside years 1..9999", field, t)
 	}
 	return nil
 }
 
 func (e Entry) validateCompletion() error {
-	if e.CanonicalRequestHash != "" || e.RequestSHA256 != "" || !e.ReceivedAt.IsZero() {
-		return fmt.Errorf("tlog: a completion entry has a claim field set")
+	if e.hasClaimField() || e.hasApprovalField() {
+		return fmt.Errorf("tlog: a completion entry has a field of another kind set")
 	}
 	if !isHexDigest(e.ManifestSHA256) {
 		return fmt.Errorf("tlog: entry manifest_sha256 %q is not 64 lowercase hex digits", e.ManifestSHA256)
@@ -221,6 +304,43 @@ func (e Entry) validateCompletion() error {
 		return fmt.Errorf("tlog: entry key_id %q is not 1..%d bytes of [a-z0-9:._-]", e.KeyID, MaxKeyIDLen)
 	}
 	return nil
+}
+
+func (e Entry) validateApproval() error {
+	if e.hasClaimField() || e.hasCompletionField() {
+		return fmt.Errorf("tlog: an approval entry has a field of another kind set")
+	}
+	if !isApprovalID(e.ApprovalID) {
+		return fmt.Errorf("tlog: entry approval_id %q is not \"apr_\" and 26 lowercase base32 characters", e.ApprovalID)
+	}
+	if !isHexDigest(e.ApprovalSHA256) {
+		return fmt.Errorf("tlog: entry approval_sha256 %q is not 64 lowercase hex digits", e.ApprovalSHA256)
+	}
+	switch e.Decision {
+	case "approve", "deny", "expired":
+	default:
+		return fmt.Errorf("tlog: entry decision %q is not approve, deny or expired", e.Decision)
+	}
+	if err := checkText("approver", e.Approver, MaxApproverLen); err != nil {
+		return err
+	}
+	return checkTime("decided_at", e.DecidedAt)
+}
+
+// isApprovalID reports whether s has the form of an approval id. Which
+// final characters a 16-byte encoding can end in is the evidence
+// package's business; the log only keeps the id printable and bounded.
+func isApprovalID(s string) bool {
+	enc, ok := strings.CutPrefix(s, "apr_")
+	if !ok || len(enc) != 26 {
+		return false
+	}
+	for _, c := range []byte(enc) {
+		if (c < 'a' || c > 'z') && (c < '2' || c > '7') {
+			return false
+		}
+	}
+	return true
 }
 
 // checkText checks a free-text field: present, bounded, valid UTF-8 and

@@ -25,6 +25,14 @@ func testCompletion() Entry {
 		Outcome: "completed", KeyID: "ed25519:0123456789abcdef", Gateway: "toolgate/1.2.0@gw-1"}
 }
 
+const testApprovalID = "apr_abcdefghijklmnopqrstuvwxy4"
+
+func testApproval() Entry {
+	return Entry{Kind: KindApproval, RequestID: "req-1", ApprovalID: testApprovalID, ApprovalSHA256: digestB,
+		Decision: "approve", Approver: "alice", DecidedAt: time.Date(2026, 11, 24, 4, 0, 0, 500000000, time.UTC),
+		Gateway: "toolgate/1.2.0@gw-2"}
+}
+
 func TestEntriesMarshalToTheDocumentedBytes(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -48,6 +56,13 @@ func TestEntriesMarshalToTheDocumentedBytes(t *testing.T) {
 			}(),
 			`{"v":1,"kind":"claim","request_id":"req-1","canonical_request_hash":"sha256:` + digestA +
 				`","request_sha256":"` + digestB + `","received_at":"2026-11-24T03:04:05.1234Z","gateway":"toolgate/1.2.0@gw-1"}`},
+		{"an approval is version 2 and lists its fields in the fixed order", testApproval(),
+			`{"v":2,"kind":"approval","request_id":"req-1","approval_id":"` + testApprovalID + `","approval_sha256":"` + digestB +
+				`","decision":"approve","approver":"alice","decided_at":"2026-11-24T04:00:00.5Z","gateway":"toolgate/1.2.0@gw-2"}`},
+		{"an expiry is logged with the gateway as its approver",
+			func() Entry { e := testApproval(); e.Decision, e.Approver = "expired", "toolgate/1.2.0@gw-2"; return e }(),
+			`{"v":2,"kind":"approval","request_id":"req-1","approval_id":"` + testApprovalID + `","approval_sha256":"` + digestB +
+				`","decision":"expired","approver":"toolgate/1.2.0@gw-2","decided_at":"2026-11-24T04:00:00.5Z","gateway":"toolgate/1.2.0@gw-2"}`},
 		{"HTML characters and non-ASCII text are not escaped",
 			func() Entry { e := testCompletion(); e.RequestID = `a<b>&"é"`; return e }(),
 			`{"v":1,"kind":"completion","request_id":"a<b>&\"é\"","manifest_sha256":"` + digestA +
@@ -65,10 +80,11 @@ func TestEntriesMarshalToTheDocumentedBytes(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ParseEntry of Marshal's output: %v", err)
 			}
-			if !back.ReceivedAt.Equal(tc.entry.ReceivedAt) {
-				t.Fatalf("received_at %v came back as %v", tc.entry.ReceivedAt, back.ReceivedAt)
+			if !back.ReceivedAt.Equal(tc.entry.ReceivedAt) || !back.DecidedAt.Equal(tc.entry.DecidedAt) {
+				t.Fatalf("times %v, %v came back as %v, %v", tc.entry.ReceivedAt, tc.entry.DecidedAt, back.ReceivedAt, back.DecidedAt)
 			}
 			back.ReceivedAt, tc.entry.ReceivedAt = time.Time{}, time.Time{}
+			back.DecidedAt, tc.entry.DecidedAt = time.Time{}, time.Time{}
 			if back != tc.entry {
 				t.Fatalf("ParseEntry = %+v, want %+v", back, tc.entry)
 			}
@@ -97,6 +113,9 @@ func TestMarshalRefusesAnEntryThatIsNotWellFormed(t *testing.T) {
 		{"a claim carries a manifest digest", func(e *Entry) { e.ManifestSHA256 = digestA }},
 		{"a claim carries an outcome", func(e *Entry) { e.Outcome = "completed" }},
 		{"a claim carries a key id", func(e *Entry) { e.KeyID = "ed25519:00" }},
+		{"a claim carries an approval id", func(e *Entry) { e.ApprovalID = testApprovalID }},
+		{"a claim carries an approval decision", func(e *Entry) { e.Decision = "approve" }},
+		{"a claim carries a decision time", func(e *Entry) { e.DecidedAt = time.Now() }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := testClaim()
@@ -119,6 +138,8 @@ func TestMarshalRefusesAnEntryThatIsNotWellFormed(t *testing.T) {
 		{"a completion carries a received time", func(e *Entry) { e.ReceivedAt = time.Now() }},
 		{"a completion carries a request digest", func(e *Entry) { e.RequestSHA256 = digestB }},
 		{"a completion carries a canonical hash", func(e *Entry) { e.CanonicalRequestHash = "sha256:" + digestA }},
+		{"a completion carries an approver", func(e *Entry) { e.Approver = "alice" }},
+		{"a completion carries an approval digest", func(e *Entry) { e.ApprovalSHA256 = digestB }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := testCompletion()
@@ -127,6 +148,64 @@ func TestMarshalRefusesAnEntryThatIsNotWellFormed(t *testing.T) {
 				t.Fatalf("Marshal accepted %+v as %s", e, b)
 			}
 		})
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*Entry)
+	}{
+		{"the approval id lacks its prefix", func(e *Entry) { e.ApprovalID = testApprovalID[4:] }},
+		{"the approval id is upper case", func(e *Entry) { e.ApprovalID = strings.ToUpper(testApprovalID) }},
+		{"the approval id is one character short", func(e *Entry) { e.ApprovalID = testApprovalID[:len(testApprovalID)-1] }},
+		{"the approval id has a base32 padding character", func(e *Entry) { e.ApprovalID = testApprovalID[:len(testApprovalID)-1] + "=" }},
+		{"the approval digest is missing", func(e *Entry) { e.ApprovalSHA256 = "" }},
+		{"the approval digest is upper case", func(e *Entry) { e.ApprovalSHA256 = strings.ToUpper(digestB) }},
+		{"the decision is allow", func(e *Entry) { e.Decision = "allow" }},
+		{"the decision is empty", func(e *Entry) { e.Decision = "" }},
+		{"the approver is empty", func(e *Entry) { e.Approver = "" }},
+		{"the approver is longer than 256 bytes", func(e *Entry) { e.Approver = strings.Repeat("a", MaxApproverLen+1) }},
+		{"the approver has a newline", func(e *Entry) { e.Approver = "alice\nbob" }},
+		{"the decision time is unset", func(e *Entry) { e.DecidedAt = time.Time{} }},
+		{"an approval carries a received time", func(e *Entry) { e.ReceivedAt = time.Now() }},
+		{"an approval carries a manifest digest", func(e *Entry) { e.ManifestSHA256 = digestA }},
+		{"an approval carries a request digest", func(e *Entry) { e.RequestSHA256 = digestA }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := testApproval()
+			tc.change(&e)
+			if b, err := e.Marshal(); err == nil {
+				t.Fatalf("Marshal accepted %+v as %s", e, b)
+			}
+		})
+	}
+}
+
+// An approval entry carries version 2, and claims and completions keep
+// version 1, so that logs written before approvals existed stay valid and
+// a verifier that knows only version 1 refuses an approval loudly.
+func TestAnApprovalEntryIsRefusedUnlessItCarriesVersionTwo(t *testing.T) {
+	approval, err := testApproval().Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	completion, err := testCompletion().Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, data string }{
+		{"an approval entry claiming version 1", strings.Replace(string(approval), `"v":2`, `"v":1`, 1)},
+		{"an approval entry claiming version 3", strings.Replace(string(approval), `"v":2`, `"v":3`, 1)},
+		{"a completion entry claiming version 2", strings.Replace(string(completion), `"v":1`, `"v":2`, 1)},
+		{"an approval entry with a completion's outcome", strings.Replace(string(approval), `"gateway"`, `"outcome":"completed","gateway"`, 1)},
+		{"an approval entry with its decision time in another zone", strings.Replace(string(approval), `04:00:00.5Z`, `05:00:00.5+01:00`, 1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if e, err := ParseEntry([]byte(tc.data)); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("ParseEntry(%q) = %+v, %v; want ErrMalformed", tc.data, e, err)
+			}
+		})
+	}
+	if v := ApprovalEntryVersion; v == EntryVersion {
+		t.Fatalf("ApprovalEntryVersion %d equals EntryVersion: an older verifier would not refuse it by version", v)
 	}
 }
 
@@ -171,7 +250,7 @@ func TestParseEntryRefusesBytesThatAreNotCanonical(t *testing.T) {
 }
 
 func TestEveryFlippedBitOfAnEntryIsRefusedOrChangesIt(t *testing.T) {
-	for _, e := range []Entry{testClaim(), testCompletion()} {
+	for _, e := range []Entry{testClaim(), testCompletion(), testApproval()} {
 		data, err := e.Marshal()
 		if err != nil {
 			t.Fatal(err)
