@@ -189,7 +189,7 @@ func (g *Gateway) askApproval(ctx, pre context.Context, p *prepared, rec *record
 	}
 	g.recovery.watchApproval(p.c.RequestID, stored.ExpiresAt)
 	g.notify(ctx, EventApprovalPending, p.c.RequestID)
-	reason := "awaiting approval " + id
+	reason := evidence.AwaitingApprovalReason(id)
 	if err := rec.putDispatch(pre, evidence.NotDispatched, reason); err != nil {
 		// The approval stands; the attempt must be closed before a retry
 		// can answer pending. Try once more, else leave it to recovery.
