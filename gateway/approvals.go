@@ -213,7 +213,7 @@ func (g *Gateway) mayDecide(ctx context.Context, caller string, v *approvalView)
 // naming a request held under another approval id names nothing.
 func (g *Gateway) approvalByID(ctx context.Context, id string) (*approvalView, error) {
 	notFound := status.Errorf(codes.NotFound, "no approval %q", truncateForMessage(id))
-	if !approvalIDPattern.MatchString(id) {
+	if evidence.ValidApprovalID(id) != nil {
 		return nil, notFound
 	}
 	raw, err := g.store.Get(ctx, approvalIndexKey(id))
@@ -410,7 +410,7 @@ func listFilter(req *toolgatev1.ListApprovalsRequest) (state string, limit int, 
 	case limit > maxListLimit:
 		limit = maxListLimit
 	}
-	if t := req.GetPageToken(); t != "" && !approvalIDPattern.MatchString(strings.TrimPrefix(t, approvalsRoot)) {
+	if t := req.GetPageToken(); t != "" && evidence.ValidApprovalID(strings.TrimPrefix(t, approvalsRoot)) != nil {
 		return "", 0, status.Error(codes.InvalidArgument, "page_token: not a token ListApprovals returned")
 	}
 	if err := validatePrintable(req.GetToolId(), maxToolIDBytes); err != nil {
@@ -455,7 +455,7 @@ func (g *Gateway) listedRequests(ctx context.Context, req *toolgatev1.ListApprov
 	var out []listedEntry
 	for _, key := range keys {
 		id := strings.TrimPrefix(key, approvalsRoot)
-		if key <= req.GetPageToken() || !approvalIDPattern.MatchString(id) {
+		if key <= req.GetPageToken() || evidence.ValidApprovalID(id) != nil {
 			continue
 		}
 		out = append(out, listedEntry{key: key, approvalID: id})

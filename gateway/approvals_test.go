@@ -290,7 +290,7 @@ func TestApprovalRequiredCallWaitsThenRunsOnceAfterApproval(t *testing.T) {
 	args := map[string]any{"n": 1}
 	first := e.mustPend("alice", "held-1", args)
 	pa := first.GetPendingApproval()
-	if !approvalIDPattern.MatchString(pa.GetApprovalId()) || pa.GetRuleId() != "counter_needs_ops" ||
+	if evidence.ValidApprovalID(pa.GetApprovalId()) != nil || pa.GetRuleId() != "counter_needs_ops" ||
 		pa.GetApprovers() != "ops" || pa.GetReason() != "counts irreversibly" {
 		t.Fatalf("pending_approval = %v", pa)
 	}

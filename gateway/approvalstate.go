@@ -2,13 +2,10 @@ package gateway
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -29,24 +26,6 @@ const RuleApprovalStale = "approval_stale"
 // approvalsRoot holds the index from an approval id to its request,
 // outside requests/ so that no walk of the requests sees it.
 const approvalsRoot = "approvals/"
-
-// approvalIDPattern is what newApprovalID makes: anything else names no
-// approval, and is refused before the store is asked.
-var approvalIDPattern = regexp.MustCompile(`^apr_[a-z2-7]{26}$`)
-
-// approvalIDEncoding is lower-case base32 without padding: 16 bytes make
-// 26 characters.
-var approvalIDEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
-
-// newApprovalID returns a fresh random approval id. It is not derived from
-// the request id, so knowing a request id does not tell its approval id.
-func newApprovalID() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("gateway: approval id: %w", err)
-	}
-	return "apr_" + approvalIDEncoding.EncodeToString(b[:]), nil
-}
 
 // approvalIndexKey is the key of the index entry of approval id.
 func approvalIndexKey(id string) string { return approvalsRoot + id }
@@ -89,7 +68,7 @@ func (g *Gateway) readHeld(ctx context.Context, id string, keys []string) (*held
 	if err := json.Unmarshal(raw, &h.request); err != nil {
 		return nil, fmt.Errorf("%s of %s is unreadable: %w", evidence.ArtifactApprovalRequest, id, err)
 	}
-	if h.request.RequestID != id || !approvalIDPattern.MatchString(h.request.ApprovalID) {
+	if h.request.RequestID != id || evidence.ValidApprovalID(h.request.ApprovalID) != nil {
 		return nil, fmt.Errorf("%s of %s names another request or a malformed approval id", evidence.ArtifactApprovalRequest, id)
 	}
 	h.requestSHA256 = evidence.Digest("", raw).SHA256
@@ -163,10 +142,7 @@ func (g *Gateway) expire(ctx context.Context, h *heldApproval, now time.Time) (w
 // approval_request.json (both straight to the store: every replica must
 // see them), and the attempt closed not dispatched. Nothing runs.
 func (g *Gateway) askApproval(ctx, pre context.Context, p *prepared, rec *recorder, n int, d policy.Decision, shadow *evidence.ShadowDecision, log *slog.Logger) (*toolgatev1.RunToolResponse, error) {
-	id, err := newApprovalID()
-	if err != nil {
-		return nil, rec.abandon(ctx, codes.Internal, err)
-	}
+	id := evidence.NewApprovalID()
 	record := g.decisionRecord(p, n, d, shadow)
 	record.Approval = &evidence.DecisionApproval{ApprovalID: id, Approvers: d.Approvers, Outcome: evidence.ApprovalPending}
 	rec.policySetDigest = d.PolicySetDigest

@@ -221,7 +221,7 @@ func wantPending(t *testing.T, reply *toolgatev1.RunToolResponse) *toolgatev1.Pe
 	t.Helper()
 	pa := reply.GetPendingApproval()
 	if pa == nil || reply.GetOk() || reply.GetToolResult() != nil || reply.GetPolicyCheck().GetDecision() != "deny" ||
-		!approvalIDPattern.MatchString(pa.GetApprovalId()) || pa.GetRuleId() != "guest_needs_ops" || pa.GetApprovers() != "ops" {
+		evidence.ValidApprovalID(pa.GetApprovalId()) != nil || pa.GetRuleId() != "guest_needs_ops" || pa.GetApprovers() != "ops" {
 		t.Fatalf("reply is not a pending approval of the guest's call that reads as not run: %v", reply)
 	}
 	return pa

@@ -97,7 +97,7 @@ func TestHostileApprovalRuns(t *testing.T) {
 			v := l.decide(a, aData, evidence.ApprovalApprove, t0.Add(time.Minute))
 			l.second(a, v, "allow", evidence.ApprovalApprove, a.ExpiresAt.Add(time.Minute))
 			l.w.finish("r1")
-		}, "outside ["},
+		}, "at or after expires_at"},
 		{"a held-back call whose ask was deleted", func(l approvalLayout, t0 time.Time) {
 			l.ask("r1", t0)
 			if err := os.Remove(evidenceFile(l.dir, "r1", evidence.ArtifactApprovalRequest)); err != nil {
