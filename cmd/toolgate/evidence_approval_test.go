@@ -172,16 +172,7 @@ func TestEvidenceApprovals(t *testing.T) {
 	})
 
 	t.Run("show prints the approval asked for and decided before the attempts, then its state", func(t *testing.T) {
-		out, stderr, code := runTool(t, dir, "evidence", "show", "ap-ran")
-		if code != exitOK {
-			t.Fatalf("exit %d, stderr:\n%s", code, stderr)
-		}
-		var headers []string
-		for line := range strings.Lines(out) {
-			if strings.HasPrefix(line, "== ") {
-				headers = append(headers, strings.TrimSpace(line))
-			}
-		}
+		_, headers := showHeaders(t, dir, "ap-ran")
 		want := []string{
 			"== requests/ap-ran/request.json ==",
 			"== requests/ap-ran/approval_request.json ==",

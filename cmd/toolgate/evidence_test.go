@@ -167,16 +167,7 @@ func TestEvidenceTour(t *testing.T) {
 	})
 
 	t.Run("show", func(t *testing.T) {
-		out, stderr, code := runTool(t, dir, "evidence", "show", "ev-allow")
-		if code != exitOK {
-			t.Fatalf("exit %d, stderr:\n%s", code, stderr)
-		}
-		var headers []string
-		for line := range strings.Lines(out) {
-			if strings.HasPrefix(line, "== ") {
-				headers = append(headers, strings.TrimSpace(line))
-			}
-		}
+		out, headers := showHeaders(t, dir, "ev-allow")
 		want := []string{
 			"== requests/ev-allow/request.json ==",
 			"== requests/ev-allow/policy_decision.json ==",
@@ -1064,4 +1055,21 @@ tools:
 	if runs != 1 {
 		t.Fatalf("the executor ran the tool %d times, want once", runs)
 	}
+}
+
+// showHeaders runs evidence show for request id and returns its output
+// and the artifact headers ("== key ==") it prints, in order.
+func showHeaders(t *testing.T, dir, id string) (string, []string) {
+	t.Helper()
+	out, stderr, code := runTool(t, dir, "evidence", "show", id)
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	var headers []string
+	for line := range strings.Lines(out) {
+		if strings.HasPrefix(line, "== ") {
+			headers = append(headers, strings.TrimSpace(line))
+		}
+	}
+	return out, headers
 }
