@@ -329,7 +329,7 @@ func (x *ListApprovalsRequest) GetPageToken() string {
 // ListApprovalsResponse lists approvals.
 type ListApprovalsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The approvals, oldest first.
+	// The approvals of this page, oldest first.
 	Approvals []*Approval `protobuf:"bytes,1,rep,name=approvals,proto3" json:"approvals,omitempty"`
 	// Set when there are more approvals: pass it as page_token.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`

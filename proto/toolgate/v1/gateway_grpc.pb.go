@@ -65,7 +65,8 @@ type ToolGatewayClient interface {
 	// it again.
 	DecideApproval(ctx context.Context, in *DecideApprovalRequest, opts ...grpc.CallOption) (*DecideApprovalResponse, error)
 	// ListApprovals lists the approvals the caller may decide or has asked
-	// for, oldest first.
+	// for. Pages follow the approval ids' order; each page is sorted by
+	// requested_at.
 	ListApprovals(ctx context.Context, in *ListApprovalsRequest, opts ...grpc.CallOption) (*ListApprovalsResponse, error)
 }
 
@@ -150,7 +151,8 @@ type ToolGatewayServer interface {
 	// it again.
 	DecideApproval(context.Context, *DecideApprovalRequest) (*DecideApprovalResponse, error)
 	// ListApprovals lists the approvals the caller may decide or has asked
-	// for, oldest first.
+	// for. Pages follow the approval ids' order; each page is sorted by
+	// requested_at.
 	ListApprovals(context.Context, *ListApprovalsRequest) (*ListApprovalsResponse, error)
 	mustEmbedUnimplementedToolGatewayServer()
 }
