@@ -1094,7 +1094,11 @@ type PolicyCheck struct {
 	// Human-readable reason.
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Identifier of the deciding rule, for example "default_deny".
-	RuleId        string `protobuf:"bytes,3,opt,name=rule_id,json=ruleId,proto3" json:"rule_id,omitempty"`
+	RuleId string `protobuf:"bytes,3,opt,name=rule_id,json=ruleId,proto3" json:"rule_id,omitempty"`
+	// What the caller may do instead: the deciding rule's @suggestion
+	// annotation, for example "use the fetch tool instead". Empty when the
+	// rule has none.
+	Suggestion    string `protobuf:"bytes,4,opt,name=suggestion,proto3" json:"suggestion,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1146,6 +1150,13 @@ func (x *PolicyCheck) GetReason() string {
 func (x *PolicyCheck) GetRuleId() string {
 	if x != nil {
 		return x.RuleId
+	}
+	return ""
+}
+
+func (x *PolicyCheck) GetSuggestion() string {
+	if x != nil {
+		return x.Suggestion
 	}
 	return ""
 }
@@ -1307,11 +1318,14 @@ const file_toolgate_v1_gateway_proto_rawDesc = "" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06stdout\x18\x02 \x01(\tR\x06stdout\x12\x16\n" +
 	"\x06stderr\x18\x03 \x01(\tR\x06stderr\x12*\n" +
-	"\x04data\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\x04data\"Z\n" +
+	"\x04data\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\x04data\"z\n" +
 	"\vPolicyCheck\x12\x1a\n" +
 	"\bdecision\x18\x01 \x01(\tR\bdecision\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x17\n" +
-	"\arule_id\x18\x03 \x01(\tR\x06ruleId\"T\n" +
+	"\arule_id\x18\x03 \x01(\tR\x06ruleId\x12\x1e\n" +
+	"\n" +
+	"suggestion\x18\x04 \x01(\tR\n" +
+	"suggestion\"T\n" +
 	"\x0eRunToolFailure\x12#\n" +
 	"\revidence_refs\x18\x01 \x03(\tR\fevidenceRefs\x12\x1d\n" +
 	"\n" +
