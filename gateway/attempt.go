@@ -92,6 +92,9 @@ func (p *prepared) notRunCode(now time.Time) codes.Code {
 func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int) (*toolgatev1.RunToolResponse, error) {
 	rec.attempt = n
 	log := g.log.With("request_id", p.c.RequestID, "caller", p.caller, "tool_id", p.c.ToolID, "attempt", n)
+	if p.c.FrontDoor != "" {
+		log = log.With("front_door", p.c.FrontDoor)
+	}
 	pre, cancel := p.beforeDispatch(ctx)
 	defer cancel()
 

@@ -101,6 +101,12 @@ func TestRunRecordsTheFrontDoorAndNothingElse(t *testing.T) {
 		}
 	}
 	doorGW.checkReplyIsStored(id, viaDoor)
+
+	// A retry over gRPC is the same request: it replays the door's answer.
+	replay, err := doorGW.client.RunTool(context.Background(), doorRequest(t, id))
+	if err != nil || !proto.Equal(replay, viaDoor) {
+		t.Errorf("a gRPC retry of the door's call: %v, %v; want the door's answer replayed", replay, err)
+	}
 }
 
 func parseRequestJSON(t *testing.T, b []byte) evidence.RequestRecord {
