@@ -69,13 +69,8 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	if *evidenceURL != "" {
 		cfg.Evidence.URL = *evidenceURL
 	}
-	if *workspaceRoot != "" {
-		d, ok := cfg.Drivers["workspace"]
-		if !ok || d.Type != "workspace" {
-			return errors.New("--workspace: the configuration has no workspace driver named \"workspace\"")
-		}
-		d.Root = *workspaceRoot
-		cfg.Drivers["workspace"] = d
+	if *workspaceRoot != "" && !cfg.SetWorkspaceRoot("workspace", *workspaceRoot) {
+		return errors.New("--workspace: the configuration has no workspace driver named \"workspace\"")
 	}
 
 	var handler slog.Handler
