@@ -29,6 +29,11 @@ type RequestRecord struct {
 	// Gateway names the gateway that claimed the id: "toolgate/<version>@<instance>".
 	Gateway         string `json:"gateway"`
 	ParentRequestID string `json:"parent_request_id,omitempty"`
+	// FrontDoor names the front door the call came in through ("tpmjs",
+	// "agent_spaces"); empty for gRPC RunTool calls, so their request.json
+	// is unchanged. It is not part of the canonical request hash: a call is
+	// the same call whichever door it came through.
+	FrontDoor string `json:"front_door,omitempty"`
 }
 
 // RequestContext is a request's ctx: what the canonical request hash
@@ -54,6 +59,7 @@ type DecisionRecord struct {
 	Decision        string    `json:"decision"` // "allow", "deny" or "approval_required"
 	RuleID          string    `json:"rule_id"`
 	Reason          string    `json:"reason"`
+	Suggestion      string    `json:"suggestion,omitempty"` // the deciding rule's @suggestion; omitted when it has none
 	PolicyRef       string    `json:"policy_ref"`
 	PolicySetDigest string    `json:"policy_set_digest"`
 	Errors          []string  `json:"errors"`
@@ -291,6 +297,9 @@ type ResponsePolicyCheck struct {
 	Decision string `json:"decision"`
 	Reason   string `json:"reason"`
 	RuleID   string `json:"rule_id,omitempty"`
+	// Suggestion is the deciding rule's @suggestion; omitted when it has
+	// none, so such responses keep their bytes.
+	Suggestion string `json:"suggestion,omitempty"`
 }
 
 // attemptsFolder holds the artifacts of every attempt after the first.

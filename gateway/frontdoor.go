@@ -1,0 +1,132 @@
+package gateway
+
+import (
+	"context"
+	"regexp"
+	"slices"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/toolgate/toolgate/drivers"
+	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
+)
+
+// frontDoorPattern bounds a front door's name. It is written into
+// request.json and may name log fields and folders, so it is kept to a
+// plain identifier: no quote, slash, dot or space can get through.
+var frontDoorPattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+
+// Call is one tool call as a front door hands it to the gateway: the
+// RunTool request it translated its own protocol into, and the door's name.
+type Call struct {
+	// FrontDoor names the door ("tpmjs", "agent_spaces"). It must match
+	// ^[a-z][a-z0-9_]{0,31}$, or be empty for a plain RunTool call. It is
+	// recorded as request.json's front_door and is not part of the
+	// canonical request hash, so a retry through another door, or over
+	// gRPC, is the same request.
+	FrontDoor string
+	// Request is the call itself, validated exactly as RunTool validates
+	// it.
+	Request *toolgatev1.RunToolRequest
+}
+
+// Run runs c for caller, who is already authenticated (RunTool by its
+// key, a front door by its own protocol's), through RunTool's pipeline:
+// admission against limits.max_concurrent_calls, validation, the claim of
+// the request id, the decision, the driver and the evidence. Its answers
+// and errors are RunTool's, gRPC statuses included, so every door maps
+// one set of outcomes onto its protocol.
+func (g *Gateway) Run(ctx context.Context, caller string, c Call) (*toolgatev1.RunToolResponse, error) {
+	if c.FrontDoor != "" && !frontDoorPattern.MatchString(c.FrontDoor) {
+		return nil, status.Errorf(codes.InvalidArgument, "front door %q: must match %s",
+			truncateForMessage(c.FrontDoor), frontDoorPattern)
+	}
+	if caller == "" {
+		// Authentication always names someone (AnonymousCaller when it is
+		// off): an empty caller is a door that skipped it.
+		return nil, status.Error(codes.Unauthenticated, "caller: missing; authenticate before Run")
+	}
+	if c.Request == nil {
+		return nil, status.Error(codes.InvalidArgument, "request: missing")
+	}
+	if err := g.admitCall(); err != nil {
+		return nil, err
+	}
+	defer g.releaseCall()
+	parsed, err := parseRequest(c.Request)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	parsed.FrontDoor = c.FrontDoor
+	return g.run(ctx, caller, parsed)
+}
+
+// CatalogEntry is one catalog tool as a front door may show it: what a
+// registry listing needs, and never the values of the tool's environment
+// (Tool.Env holds the gateway's secrets).
+type CatalogEntry struct {
+	ID     string `json:"id"`
+	Driver string `json:"driver"`
+	// Target is the driver's name for the tool: a TPMJS export name, a
+	// workspace operation.
+	Target string `json:"target"`
+	// Package and Version are a packaged tool's (TPMJS); empty otherwise.
+	Package string `json:"package,omitempty"`
+	Version string `json:"version,omitempty"`
+	// Description and Tags are ListTools'.
+	Description string   `json:"description,omitempty"`
+	Tags        []string `json:"tags,omitempty"`
+	// CallerEnv names the variables a caller may set in args._env; the
+	// names only.
+	CallerEnv []string `json:"caller_env,omitempty"`
+}
+
+// Catalog returns every catalog tool, sorted by id, whether or not any
+// caller may run it: a door maps its protocol's names onto tool ids with
+// it, and filters what it lists through ListToolsAs. Registry ids are not
+// listed; there is no end to them.
+func (g *Gateway) Catalog() []CatalogEntry {
+	ids := g.catalogIDs()
+	out := make([]CatalogEntry, len(ids))
+	for i, id := range ids {
+		t := g.tools[id]
+		out[i] = CatalogEntry{
+			ID: id, Driver: t.Driver, Target: t.Target, Package: t.Package, Version: t.Version,
+			Description: t.Description, Tags: slices.Clone(t.Tags), CallerEnv: slices.Clone(t.CallerEnv),
+		}
+	}
+	return out
+}
+
+// Caller returns the caller the gRPC transport authenticated for a call
+// on the gateway's server, or authenticates ctx's metadata itself: the
+// caller of a gRPC method a front door registers there.
+func (g *Gateway) Caller(ctx context.Context) (string, error) {
+	return g.authenticate(ctx)
+}
+
+// DriverHealth reports what each driver last knew of its downstream, by
+// driver name. It never contacts a downstream: drivers that implement
+// drivers.HealthReporter answer from cached state, and the others are
+// reported healthy with their engine name, since nothing is known against
+// them until a call fails.
+func (g *Gateway) DriverHealth() map[string]drivers.Health {
+	out := make(map[string]drivers.Health, len(g.drivers))
+	for name, d := range g.drivers {
+		if r, ok := d.(drivers.HealthReporter); ok {
+			out[name] = r.Health()
+			continue
+		}
+		out[name] = drivers.Health{Healthy: true, Engine: d.Engine(), Detail: "the driver reports no health"}
+	}
+	return out
+}
+
+// Authenticator returns the gateway's authenticator: a front door checks
+// a key its protocol carries with CallerForKey, and asks Enabled whether
+// callers are anonymous.
+func (g *Gateway) Authenticator() *Authenticator { return g.auth }
+
+// CallerForKey is g.Authenticator().CallerForKey.
+func (g *Gateway) CallerForKey(key string) (string, bool) { return g.auth.CallerForKey(key) }
