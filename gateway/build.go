@@ -439,3 +439,8 @@ func derefInt(p *int) int {
 	}
 	return *p
 }
+
+// Authenticator returns the keys the gateway checks callers against, for
+// listeners beside the gRPC one (the front doors) to check theirs the
+// same way.
+func (g *Gateway) Authenticator() *Authenticator { return g.auth }

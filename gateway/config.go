@@ -56,6 +56,11 @@ type Config struct {
 	Tools map[string]ToolConfig `yaml:"tools"`
 	// Limits bound connections and concurrent calls.
 	Limits LimitsConfig `yaml:"limits"`
+	// FrontDoors maps a front door's name ("tpmjs", "agent_spaces") to its
+	// section, kept undecoded: the doors live in packages that import this
+	// one, and package frontdoor decodes each section strictly into its
+	// kind's settings. Every door is off unless its section sets listen.
+	FrontDoors map[string]RawSection `yaml:"front_doors"`
 
 	// File is the path the configuration was read from (LoadConfig sets
 	// it; it is not a key of the file). CheckLayout keeps every workspace
@@ -455,22 +460,10 @@ var (
 // Validate reports the first problem that would make the gateway unsafe or
 // unable to start. It does not touch the file system.
 func (c Config) Validate() error {
-	host, _, err := net.SplitHostPort(c.Listen)
-	if err != nil {
-		return fmt.Errorf("config: listen %q: %w", c.Listen, err)
+	if err := c.ValidateListener("listen", c.Listen); err != nil {
+		return err
 	}
-	if len(c.Auth.Keys) == 0 && !isLoopbackHost(host) {
-		return fmt.Errorf("config: listen %q is not a loopback address and auth.keys is empty: "+
-			"refusing to serve unauthenticated callers beyond this host", c.Listen)
-	}
-	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
-		return errors.New("config: tls: give both cert_file and key_file")
-	}
-	if !isLoopbackHost(host) && !c.TLS.Enabled() && !c.TLS.AllowPlaintext {
-		return fmt.Errorf("config: listen %q is not a loopback address and tls is not configured: "+
-			"API keys would cross the network in clear text (set tls.cert_file and tls.key_file, or "+
-			"tls.allow_plaintext: true when a proxy in front of the gateway terminates TLS)", c.Listen)
-	}
+	host, _, _ := net.SplitHostPort(c.Listen)
 	seen := map[string]bool{}
 	for i, k := range c.Auth.Keys {
 		where := fmt.Sprintf("config: auth.keys[%d]", i)
@@ -612,6 +605,78 @@ func (c Config) Validate() error {
 		if err := t.validate(d.Type); err != nil {
 			return fmt.Errorf("config: tools.%s.%w", id, err)
 		}
+	}
+	return nil
+}
+
+// ValidateListener applies the gRPC listener's rules to the address addr,
+// given under the configuration key key ("listen",
+// "front_doors.tpmjs.listen"): an address other hosts can reach needs
+// auth.keys, and TLS (tls.cert_file and tls.key_file) or
+// tls.allow_plaintext, since API keys travel with every request.
+func (c Config) ValidateListener(key, addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("config: %s %q: %w", key, addr, err)
+	}
+	if len(c.Auth.Keys) == 0 && !isLoopbackHost(host) {
+		return fmt.Errorf("config: %s %q is not a loopback address and auth.keys is empty: "+
+			"refusing to serve unauthenticated callers beyond this host", key, addr)
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		return errors.New("config: tls: give both cert_file and key_file")
+	}
+	if !isLoopbackHost(host) && !c.TLS.Enabled() && !c.TLS.AllowPlaintext {
+		return fmt.Errorf("config: %s %q is not a loopback address and tls is not configured: "+
+			"API keys would cross the network in clear text (set tls.cert_file and tls.key_file, or "+
+			"tls.allow_plaintext: true when a proxy in front of the gateway terminates TLS)", key, addr)
+	}
+	return nil
+}
+
+// IsLoopbackAddr reports whether the host of a host:port address can only
+// be reached from this machine.
+func IsLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	return err == nil && isLoopbackHost(host)
+}
+
+// RawSection is a configuration section kept as YAML, for a package that
+// imports this one to decode (front_doors.<name>).
+type RawSection struct {
+	node *yaml.Node
+}
+
+// UnmarshalYAML keeps the section's node.
+func (r *RawSection) UnmarshalYAML(n *yaml.Node) error {
+	r.node = n
+	return nil
+}
+
+// IsZero reports whether the section is absent or empty.
+func (r RawSection) IsZero() bool { return r.node == nil || len(r.node.Content) == 0 }
+
+// DecodeStrict decodes the section into v, refusing keys v does not have.
+// yaml.Node.Decode ignores KnownFields, so the node is written out and
+// decoded again by a decoder that does not.
+func (r RawSection) DecodeStrict(v any) error {
+	if r.node == nil || r.node.Kind == 0 {
+		return nil
+	}
+	if r.node.Kind == yaml.ScalarNode && r.node.Tag == "!!null" {
+		return nil
+	}
+	if r.node.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: want a mapping of keys", r.node.Line)
+	}
+	data, err := yaml.Marshal(r.node)
+	if err != nil {
+		return err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
+		return err
 	}
 	return nil
 }

@@ -1,0 +1,489 @@
+package frontdoor
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/toolgate/toolgate/gateway"
+)
+
+// DefaultMaxBodyBytes caps a request body when a door sets no cap.
+const DefaultMaxBodyBytes int64 = 2 << 20
+
+// Server limits of every door listener. There is no write timeout: a call
+// bounds itself (driver timeouts), and a reply may follow a long tool run.
+const (
+	readHeaderTimeout = 10 * time.Second
+	idleTimeout       = 120 * time.Second
+	maxHeaderBytes    = 16 << 10
+)
+
+// Listener holds the keys every door has. Doors embed it inline:
+//
+//	type Config struct {
+//		frontdoor.Listener `yaml:",inline"`
+//		…
+//	}
+type Listener struct {
+	// Listen is the door's host:port; unset, the door is off (the
+	// default). Doors on one address share one listener. The gRPC
+	// listener's rules apply: an address other hosts can reach needs
+	// auth.keys, and TLS (the gateway's tls.cert_file and tls.key_file)
+	// or tls.allow_plaintext.
+	Listen string `yaml:"listen"`
+	// CORSOrigins are the browser origins ("https://app.example.com")
+	// allowed to call the door; a request carrying any other Origin is
+	// refused. With auth.keys the default is "*" (no cookies are used, a
+	// page needs a key all the same); without, no origin: any web page
+	// could otherwise drive the gateway from a browser on this host.
+	CORSOrigins []string `yaml:"cors_origins"`
+	// MaxBodyBytes caps a request's body (the door's default, else 2 MiB).
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+}
+
+// ListenAddr implements Config.
+func (l Listener) ListenAddr() string { return l.Listen }
+
+// Origins are the configured cors_origins.
+func (l Listener) Origins() []string { return l.CORSOrigins }
+
+// BodyLimit is max_body_bytes, or DefaultMaxBodyBytes when unset.
+func (l Listener) BodyLimit() int64 {
+	if l.MaxBodyBytes == 0 {
+		return DefaultMaxBodyBytes
+	}
+	return l.MaxBodyBytes
+}
+
+// Validate checks the listener keys; errors start with the key.
+func (l Listener) Validate() error {
+	if l.Listen != "" {
+		if _, _, err := net.SplitHostPort(l.Listen); err != nil {
+			return fmt.Errorf("listen %q: want host:port: %w", l.Listen, err)
+		}
+	}
+	if l.MaxBodyBytes < 0 {
+		return errors.New("max_body_bytes: must not be negative (0: the door's default)")
+	}
+	for _, o := range l.CORSOrigins {
+		if o == "*" {
+			continue
+		}
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+			u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil || o != u.Scheme+"://"+u.Host {
+			return fmt.Errorf("cors_origins: %q: want \"*\" or an origin such as https://app.example.com (scheme and host, no path)", o)
+		}
+	}
+	return nil
+}
+
+// HTTPSettings is what the plumbing reads from a door's Config besides its
+// address; Listener implements it. A Config without it gets the defaults.
+type HTTPSettings interface {
+	Origins() []string
+	BodyLimit() int64
+}
+
+// KeyChecker maps an API key onto a caller the way the gRPC listener does.
+type KeyChecker interface {
+	// Enabled reports whether callers must present a key.
+	Enabled() bool
+	// CallerForKey returns the caller holding key.
+	CallerForKey(key string) (caller string, ok bool)
+}
+
+// Keys adapts the gateway's Authenticator: the key is checked by the very
+// code that checks a gRPC call's bearer key (SHA-256, constant time).
+func Keys(a *gateway.Authenticator) KeyChecker { return authKeys{a} }
+
+type authKeys struct{ a *gateway.Authenticator }
+
+func (k authKeys) Enabled() bool { return k.a.Enabled() }
+
+func (k authKeys) CallerForKey(key string) (string, bool) {
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+key))
+	caller, err := k.a.Authenticate(ctx)
+	return caller, err == nil
+}
+
+// Plumbing is what every door request passes through before it is routed.
+type Plumbing struct {
+	// Keys authenticates callers; required.
+	Keys KeyChecker
+	// Origins are the browser origins let through (see
+	// Listener.CORSOrigins); nil takes the default for Keys.
+	Origins []string
+	// MaxBodyBytes caps each body; 0 is DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Logger gets a debug line per request (its route pattern, never its
+	// path, which may hold a key).
+	Logger *slog.Logger
+}
+
+// Wrap returns next behind the plumbing:
+//
+//   - the caller's key is taken from "Authorization: Bearer <key>" or a
+//     leading /k/<percent-escaped key>/ path segment (the only way the
+//     published TPMJS client can send one), both are removed from the
+//     request, and the caller (or ErrUnauthenticated) is put in its
+//     context for CallerFrom, before any byte of the body is read; if both
+//     forms are given they must carry the same key;
+//   - an unauthenticated request's body cannot be read at all, an
+//     authenticated one's is capped;
+//   - the path is cleaned (doubled slashes, dot segments) and served
+//     without a redirect, which would cost a round trip and could echo a
+//     key in a Location header;
+//   - a request with an Origin not allowed is refused (403), and so is,
+//     without auth.keys, one whose Host is not loopback (DNS rebinding);
+//     an allowed Origin gets Access-Control-Allow-Origin.
+func (p Plumbing) Wrap(next http.Handler) http.Handler {
+	origins := p.Origins
+	if origins == nil && p.Keys.Enabled() {
+		origins = []string{"*"}
+	}
+	limit := p.MaxBodyBytes
+	if limit == 0 {
+		limit = DefaultMaxBodyBytes
+	}
+	log := p.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !p.Keys.Enabled() && !loopbackHost(r.Host) {
+			refuse(w, http.StatusForbidden, "HOST_NOT_ALLOWED", "without auth.keys only loopback host names are served")
+			log.Debug("front door request refused", "method", r.Method, "reason", "host")
+			return
+		}
+		if origin := r.Header.Get("Origin"); origin != "" {
+			if !slices.Contains(origins, "*") && !slices.Contains(origins, origin) {
+				refuse(w, http.StatusForbidden, "ORIGIN_NOT_ALLOWED", "this origin is not in the door's cors_origins")
+				log.Debug("front door request refused", "method", r.Method, "reason", "origin")
+				return
+			}
+			w.Header().Set("Access-Control-Allow-Origin", origin)
+			w.Header().Add("Vary", "Origin")
+		}
+		r2, pathKey, hasPathKey := stripKey(r)
+		res := p.authenticate(r2, pathKey, hasPathKey)
+		r2.Header.Del("Authorization")
+		if res.err != nil {
+			r2.Body = refusedBody{}
+			r2.ContentLength = 0
+		} else {
+			r2.Body = http.MaxBytesReader(w, r2.Body, limit)
+		}
+		r2 = r2.WithContext(context.WithValue(r2.Context(), callerKey{}, res))
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		start := time.Now()
+		next.ServeHTTP(rec, r2)
+		log.Debug("front door request", "method", r.Method, "route", routeOf(r2), "status", rec.status,
+			"caller", res.caller, "authenticated", res.err == nil, "duration", time.Since(start))
+	})
+}
+
+// authenticate checks the key of r: the bearer header, the path key or
+// both, which must then agree.
+func (p Plumbing) authenticate(r *http.Request, pathKey string, hasPathKey bool) callerResult {
+	if !p.Keys.Enabled() {
+		return callerResult{caller: gateway.AnonymousCaller}
+	}
+	fail := func(why string) callerResult {
+		return callerResult{err: fmt.Errorf("%w: %s", ErrUnauthenticated, why)}
+	}
+	var bearer string
+	values := r.Header.Values("Authorization")
+	switch len(values) {
+	case 0:
+	case 1:
+		scheme, key, ok := strings.Cut(values[0], " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(key) == "" {
+			return fail(`authorization: expected "Bearer <key>"`)
+		}
+		bearer = strings.TrimSpace(key)
+	default:
+		return fail("authorization: send one Authorization header")
+	}
+	key := bearer
+	switch {
+	case hasPathKey && pathKey == "":
+		return fail("the /k/<key>/ path prefix holds no valid key")
+	case hasPathKey && bearer != "":
+		a, b := sha256.Sum256([]byte(bearer)), sha256.Sum256([]byte(pathKey))
+		if subtle.ConstantTimeCompare(a[:], b[:]) != 1 {
+			return fail("the Authorization header and the /k/<key>/ path prefix carry different keys")
+		}
+	case hasPathKey:
+		key = pathKey
+	case bearer == "":
+		return fail(`send "Authorization: Bearer <key>" or a /k/<key>/ path prefix`)
+	}
+	caller, ok := p.Keys.CallerForKey(key)
+	if !ok {
+		return fail("unknown API key")
+	}
+	return callerResult{caller: caller}
+}
+
+// stripKey returns a copy of r without its /k/<key>/ path prefix and with
+// its path cleaned, and the key it held. A prefix whose key does not
+// unescape gives hasKey with an empty key.
+func stripKey(r *http.Request) (r2 *http.Request, key string, hasKey bool) {
+	escaped := "/" + strings.TrimLeft(r.URL.EscapedPath(), "/")
+	if rest, ok := strings.CutPrefix(escaped, "/k/"); ok {
+		hasKey = true
+		seg, tail, _ := strings.Cut(rest, "/")
+		if k, err := url.PathUnescape(seg); err == nil && !strings.ContainsAny(k, "\x00\r\n") {
+			key = k
+		}
+		escaped = "/" + tail
+	}
+	p, err := url.PathUnescape(escaped)
+	if err != nil {
+		// Routed as written: no pattern matches a malformed escape.
+		p = escaped
+	}
+	u := *r.URL
+	u.Path, u.RawPath = cleanPath(p), ""
+	r2 = r.Clone(r.Context())
+	r2.URL = &u
+	r2.RequestURI = u.RequestURI()
+	return r2, key, hasKey
+}
+
+// cleanPath is path.Clean keeping a trailing slash, as http.ServeMux
+// cleans before it redirects.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if strings.HasSuffix(p, "/") && np != "/" {
+		np += "/"
+	}
+	return np
+}
+
+// routeOf is the pattern that served r, never its path.
+func routeOf(r *http.Request) string {
+	if r.Pattern == "" {
+		return "(no route)"
+	}
+	return r.Pattern
+}
+
+// loopbackHost reports whether a Host header names this machine only.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// refusedBody is the body of an unauthenticated request: nothing of it is
+// read, so a caller without a key cannot make the gateway read or decode
+// anything.
+type refusedBody struct{}
+
+func (refusedBody) Read([]byte) (int, error) { return 0, ErrUnauthenticated }
+func (refusedBody) Close() error             { return nil }
+
+// refuse answers a request the plumbing turns away, in the JSON error
+// form both door protocols use.
+func refuse(w http.ResponseWriter, status int, code, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `{"success":false,"error":{"code":%q,"message":%q}}`+"\n", code, message)
+}
+
+// statusRecorder remembers the status a handler answered with.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if !s.wrote {
+		s.status, s.wrote = code, true
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	s.wrote = true
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// Servers are the running door listeners, one per distinct address.
+type Servers struct {
+	listeners map[string]net.Addr
+	servers   []*http.Server
+	doors     []Door
+	errc      chan error
+	once      sync.Once
+}
+
+// Addr is the bound address of the listener configured as listen (the
+// port chosen when it was :0), or nil.
+func (s *Servers) Addr(listen string) net.Addr { return s.listeners[listen] }
+
+// Err delivers the first error a listener stops with.
+func (s *Servers) Err() <-chan error { return s.errc }
+
+// Doors are the opened doors, for GRPCDoor registration.
+func (s *Servers) Doors() []Door { return s.doors }
+
+// RegisterGRPC registers the gRPC services of the doors that have one.
+// Call it before the gRPC server serves.
+func (s *Servers) RegisterGRPC(srv *grpc.Server) {
+	for _, d := range s.doors {
+		if gd, ok := d.(GRPCDoor); ok {
+			gd.RegisterGRPC(srv)
+		}
+	}
+}
+
+// Shutdown stops accepting requests, waits for those in flight until ctx
+// ends, and closes the doors.
+func (s *Servers) Shutdown(ctx context.Context) error {
+	var errs []error
+	s.once.Do(func() {
+		for _, srv := range s.servers {
+			if err := srv.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("frontdoor: shutdown %s: %w", srv.Addr, err))
+			}
+		}
+		errs = append(errs, closeDoors(s.doors))
+	})
+	return errors.Join(errs...)
+}
+
+// Serve opens the doors and serves them: one http.Server per distinct
+// address, the doors of one address on one mux, each behind the Plumbing,
+// with the gateway's keys, TLS settings and connection limit. A route
+// conflict fails before anything listens. log should be the gateway's
+// redacting logger; the servers' own error logs go to it too.
+func Serve(ctx context.Context, cfg gateway.Config, g *gateway.Gateway, doors []Loaded, log *slog.Logger) (*Servers, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Servers{listeners: map[string]net.Addr{}, errc: make(chan error, 1)}
+	byAddr := map[string][]Loaded{}
+	var addrs []string
+	for _, d := range doors {
+		a := d.Config.ListenAddr()
+		if _, seen := byAddr[a]; !seen {
+			addrs = append(addrs, a)
+		}
+		byAddr[a] = append(byAddr[a], d)
+	}
+	var tlsConfig *tls.Config
+	if len(addrs) > 0 && cfg.TLS.Enabled() {
+		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	handlers := map[string]http.Handler{}
+	for _, a := range addrs {
+		mux, opened, err := mount(byAddr[a], Deps{Gateway: g, Logger: log})
+		s.doors = append(s.doors, opened...)
+		if err != nil {
+			return nil, errors.Join(err, closeDoors(s.doors))
+		}
+		handlers[a] = plumbingFor(byAddr[a], Keys(g.Authenticator()), log).Wrap(mux)
+	}
+	for _, a := range addrs {
+		if err := s.listen(ctx, a, handlers[a], g, tlsConfig, log); err != nil {
+			return nil, errors.Join(err, s.Shutdown(ctx))
+		}
+	}
+	return s, nil
+}
+
+// plumbingFor merges the HTTP settings of the doors sharing one address:
+// the union of their origins and the largest of their body caps (a door
+// may read less).
+func plumbingFor(doors []Loaded, keys KeyChecker, log *slog.Logger) Plumbing {
+	p := Plumbing{Keys: keys, Logger: log}
+	for _, d := range doors {
+		hs, ok := d.Config.(HTTPSettings)
+		if !ok {
+			p.MaxBodyBytes = max(p.MaxBodyBytes, DefaultMaxBodyBytes)
+			continue
+		}
+		p.MaxBodyBytes = max(p.MaxBodyBytes, hs.BodyLimit())
+		for _, o := range hs.Origins() {
+			if !slices.Contains(p.Origins, o) {
+				p.Origins = append(p.Origins, o)
+			}
+		}
+	}
+	return p
+}
+
+func (s *Servers) listen(ctx context.Context, addr string, h http.Handler, g *gateway.Gateway, tlsConfig *tls.Config, log *slog.Logger) error {
+	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("frontdoor: listen %s: %w", addr, err)
+	}
+	srv := &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		TLSConfig:         tlsConfig,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	s.listeners[addr] = lis.Addr()
+	s.servers = append(s.servers, srv)
+	limited := g.LimitListener(lis)
+	go func() {
+		var err error
+		if tlsConfig != nil {
+			err = srv.ServeTLS(limited, "", "")
+		} else {
+			err = srv.Serve(limited)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			select {
+			case s.errc <- fmt.Errorf("frontdoor: serve %s: %w", addr, err):
+			default:
+			}
+		}
+	}()
+	return nil
+}
