@@ -196,6 +196,9 @@ func TestACallersKeyIsNeverLoggedNorRecorded(t *testing.T) {
 	if _, err := e.gw.Run(context.Background(), caller, Call{FrontDoor: "tpmjs", Request: req}); err != nil {
 		t.Fatal(err)
 	}
+	if !strings.Contains(logs.String(), "front_door=tpmjs") {
+		t.Errorf("the call's log lines do not name its front door:\n%s", logs.String())
+	}
 	var messages []string
 	for _, k := range []string{key, wrong} {
 		ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+k)
