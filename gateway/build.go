@@ -387,8 +387,3 @@ func redactFingerprintKey(src *SecretSource, signer *evidence.Signer, getenv fun
 		return key, nil
 	}
 }
-
-// Authenticator returns the keys the gateway checks callers against, for
-// listeners beside the gRPC one (the front doors) to check theirs the
-// same way.
-func (g *Gateway) Authenticator() *Authenticator { return g.auth }

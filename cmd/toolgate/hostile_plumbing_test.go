@@ -210,8 +210,21 @@ func TestHostileFrontDoorBody(t *testing.T) {
 
 // TestHostileFrontDoorConfiguration (front doors, class: configuration):
 // the binary refuses, before it serves, a door it does not have and a
-// misspelt key of a driver section.
+// misspelt key of a driver section; every door it has refuses a misspelt
+// key rather than ignoring it.
 func TestHostileFrontDoorConfiguration(t *testing.T) {
+	for _, kind := range frontdoor.Kinds() {
+		t.Run("a misspelt key of the "+kind+" door", func(t *testing.T) {
+			cfg, err := gateway.ParseConfig([]byte("listen: 127.0.0.1:50051\nfront_doors:\n  " + kind + ":\n    listen: 127.0.0.1:8787\n    cors_origin: ['*']\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = frontdoor.Load(cfg)
+			if err == nil || !strings.Contains(err.Error(), "front_doors."+kind) || !strings.Contains(err.Error(), "line 5: field cors_origin not found") {
+				t.Fatalf("Load = %v, want the misspelt key refused at its line", err)
+			}
+		})
+	}
 	for _, tc := range []struct{ name, yaml, want string }{
 		{"a door this binary does not have", "front_doors: {nosuch: {listen: '127.0.0.1:0'}}\n", "front_doors.nosuch: unknown front door"},
 		{"a misspelt sandbox key of a workspace", "drivers: {workspace: {type: workspace, root: ./ws, sandbx: none}}\n", "field sandbx not found"},

@@ -2,13 +2,25 @@ package frontdoor_test
 
 import (
 	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/gateway"
 )
 
 // keyedDoor serves the echo door with auth.keys for alice and bob.
@@ -257,4 +269,64 @@ func rawStatus(t *testing.T, base, path string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+func TestDoorServesTLSWithTheGatewaysCertificate(t *testing.T) {
+	dir := t.TempDir()
+	certPEM, keyPEM := selfSigned(t)
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	free := freePort(t)
+	cfg := newConfig(t, true, "  echo: {listen: '"+free+"'}\n")
+	cfg.TLS = gateway.TLSConfig{CertFile: certFile, KeyFile: keyFile}
+	s := serve(t, cfg)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(certPEM)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	addr := s.servers.Addr(free).String()
+	resp, err := client.Get("https://" + addr + "/k/" + testKeys["alice"] + "/echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got seen
+	decodeJSON(t, resp, &got)
+	if resp.StatusCode != 200 || got.Caller != "alice" || resp.TLS == nil {
+		t.Fatalf("status %d, caller %q over TLS %v", resp.StatusCode, got.Caller, resp.TLS != nil)
+	}
+	// Go's TLS server answers plain HTTP with a 400, never the door.
+	if plain, err := http.Get("http://" + addr + "/k/" + testKeys["alice"] + "/echo"); err == nil {
+		plain.Body.Close()
+		if plain.StatusCode == 200 {
+			t.Fatal("the TLS listener served plain HTTP")
+		}
+	}
+}
+
+// selfSigned returns a PEM certificate for 127.0.0.1 and its key.
+func selfSigned(t *testing.T) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "toolgate test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})
 }
