@@ -47,7 +47,7 @@
 //
 // The protocol's {success, output, error: {code, message}, executionTimeMs}
 // plus an extension object "toolgate" that clients ignore: request_id,
-// decision, rule_id, reason, evidence_refs, pending_approval and the
+// decision, rule_id, reason, suggestion, evidence_refs, pending_approval and the
 // tool's exit code. A denied call, an unknown tool and a call waiting for
 // approval are HTTP 200 with success false and the codes POLICY_DENIED,
 // TOOL_NOT_FOUND and APPROVAL_REQUIRED; the gateway's own failures use

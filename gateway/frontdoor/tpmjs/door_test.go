@@ -204,7 +204,8 @@ func TestDenyIsPolicyDenied(t *testing.T) {
 		t.Fatalf("got %d %s", a.status, a.raw)
 	}
 	ext := a.ext()
-	if ext["decision"] != "deny" || ext["rule_id"] != "no_denied" || len(ext["evidence_refs"].([]any)) == 0 {
+	if ext["decision"] != "deny" || ext["rule_id"] != "no_denied" || ext["suggestion"] != "use echoTool instead" ||
+		len(ext["evidence_refs"].([]any)) == 0 {
 		t.Fatalf("extension = %v", ext)
 	}
 	if e.executions() != 0 {

@@ -39,11 +39,13 @@ type reply struct {
 // extension is what the gateway adds to the protocol's answer; clients of
 // the protocol ignore it.
 type extension struct {
-	RequestID          string           `json:"request_id"`
-	OK                 bool             `json:"ok"`
-	Decision           string           `json:"decision,omitempty"`
-	RuleID             string           `json:"rule_id,omitempty"`
-	Reason             string           `json:"reason,omitempty"`
+	RequestID string `json:"request_id"`
+	OK        bool   `json:"ok"`
+	Decision  string `json:"decision,omitempty"`
+	RuleID    string `json:"rule_id,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	// Suggestion is the deciding rule's @suggestion: what to do instead.
+	Suggestion         string           `json:"suggestion,omitempty"`
 	EvidenceRefs       []string         `json:"evidence_refs"`
 	LocalEvidencePaths []string         `json:"local_evidence_paths,omitempty"`
 	EngineRef          string           `json:"engine_ref,omitempty"`
@@ -66,7 +68,7 @@ func replyOf(id string, tool resolved, resp *toolgatev1.RunToolResponse, ms int6
 	pc := resp.GetPolicyCheck()
 	rep := reply{ExecutionTimeMs: ms, Toolgate: extension{
 		RequestID: id, OK: resp.GetOk(), Decision: pc.GetDecision(), RuleID: pc.GetRuleId(), Reason: pc.GetReason(),
-		EvidenceRefs: nonNil(resp.GetEvidenceRefs()), LocalEvidencePaths: resp.GetLocalEvidencePaths(),
+		Suggestion: pc.GetSuggestion(), EvidenceRefs: nonNil(resp.GetEvidenceRefs()), LocalEvidencePaths: resp.GetLocalEvidencePaths(),
 		EngineRef: resp.GetEngineRef(),
 	}}
 	if pa := resp.GetPendingApproval(); pa != nil {

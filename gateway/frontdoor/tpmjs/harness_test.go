@@ -43,7 +43,7 @@ unless { resource == Tool::"held" };
 forbid (principal, action == Action::"RunTool", resource == Tool::"hello")
 when { context.args has greeting && context.args.greeting == "HELLO" };
 
-@id("no_denied") @reason("this tool is off limits")
+@id("no_denied") @reason("this tool is off limits") @suggestion("use echoTool instead")
 forbid (principal, action == Action::"RunTool", resource == Tool::"denied");
 
 @id("held_needs_ops") @approval("ops") @reason("held for ops")
