@@ -8,6 +8,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"google.golang.org/grpc/status"
+
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -87,7 +89,7 @@ func (d *Door) search(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil {
 		code, protoCode := statusFor(err)
-		d.writeError(w, code, protoCode, err.Error(), 0)
+		d.writeError(w, code, protoCode, status.Convert(err).Message(), 0)
 		return
 	}
 	health := d.executionHealth()
