@@ -228,10 +228,13 @@ func TestUnknownToolIsToolNotFoundAndRecorded(t *testing.T) {
 }
 
 // TestPendingApprovalIsApprovalRequired: a call held for approval says so
-// with the approval's id; nothing runs.
+// with the approval's id and nothing runs; once approved, the same request
+// sent again with its Idempotency-Key runs.
 func TestPendingApprovalIsApprovalRequired(t *testing.T) {
 	e := newTestEnv(t, envOptions{})
-	a := do(t, "POST", e.serve(nil)+"/execute-tool", execBody("nullTool", "{}"), bearer)
+	url := e.serve(nil)
+	h := map[string]string{"Authorization": "Bearer " + testKey, "Idempotency-Key": "held-1"}
+	a := do(t, "POST", url+"/execute-tool", execBody("nullTool", "{}"), h)
 	pa, _ := a.ext()["pending_approval"].(map[string]any)
 	id, _ := pa["approval_id"].(string)
 	if a.status != 200 || a.errCode() != "APPROVAL_REQUIRED" || !regexp.MustCompile(`^apr_`).MatchString(id) || pa["rule_id"] != "held_needs_ops" {
@@ -239,6 +242,13 @@ func TestPendingApprovalIsApprovalRequired(t *testing.T) {
 	}
 	if e.executions() != 0 {
 		t.Fatal("a held call reached the executor")
+	}
+	if _, err := e.gw.DecideApprovalAs(context.Background(), "alice", id, "approve", "looks fine"); err != nil {
+		t.Fatal(err)
+	}
+	a = do(t, "POST", url+"/execute-tool", execBody("nullTool", "{}"), h)
+	if a.status != 200 || a.body["success"] != true || e.executions() != 1 {
+		t.Fatalf("after approval: %d %s, executions %d", a.status, a.raw, e.executions())
 	}
 }
 
@@ -434,17 +444,36 @@ func searchNames(t *testing.T, a answer) string {
 	return strings.Join(names, ",")
 }
 
-// TestExactNameFirstAmongTwelve: with twelve matches the tool named
-// exactly as the query comes first, inside the client's 10.
-func TestExactNameFirstAmongTwelve(t *testing.T) {
-	tools := make([]searchTool, 0, 12)
+// manyTools is a gateway whose catalog has twelve packaged tools that all
+// match "toolX", the one named exactly so with the last id, and whose
+// policy allows them all.
+type manyTools struct{ recordingGateway }
+
+func (manyTools) Catalog() []gateway.CatalogEntry {
+	var out []gateway.CatalogEntry
 	for i := range 11 {
-		tools = append(tools, searchTool{Name: fmt.Sprintf("toolX%02d", i), Toolgate: searchToolgate{ToolID: fmt.Sprintf("a%02d", i)}})
+		out = append(out, gateway.CatalogEntry{ID: fmt.Sprintf("a%02d", i), Driver: "tpmjs", Target: fmt.Sprintf("toolX%02d", i), Package: "@p/many", Version: "1.0.0"})
 	}
-	tools = append(tools, searchTool{Name: "toolX", Toolgate: searchToolgate{ToolID: "z"}})
-	rankExactFirst(tools, "toolX")
-	if tools[0].Name != "toolX" || tools[1].Toolgate.ToolID != "a00" {
-		t.Fatalf("order: %v", tools)
+	return append(out, gateway.CatalogEntry{ID: "z", Driver: "tpmjs", Target: "toolX", Package: "@p/many", Version: "1.0.0"})
+}
+
+func (m manyTools) ListToolsAs(context.Context, string, *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error) {
+	resp := &toolgatev1.ListToolsResponse{}
+	for _, e := range m.Catalog() {
+		resp.Tools = append(resp.Tools, &toolgatev1.ToolInfo{ToolId: e.ID, Driver: e.Driver})
+	}
+	return resp, nil
+}
+
+// TestExactNameFirstAmongTwelve: with twelve matches, the tool named
+// exactly as the query comes first, inside the 10 the published client
+// asks for, though its id sorts last.
+func TestExactNameFirstAmongTwelve(t *testing.T) {
+	e := newTestEnv(t, envOptions{})
+	a := do(t, "GET", e.serveGateway(&manyTools{}, newConfig())+"/api/tools/search?q=toolX&limit=10", "", bearer)
+	names := strings.Split(searchNames(t, a), ",")
+	if len(names) != 10 || names[0] != "toolX" || names[1] != "toolX00" {
+		t.Fatalf("names %v", names)
 	}
 }
 
