@@ -55,6 +55,8 @@ func TestProtocolRoutes(t *testing.T) {
 		{"a GET of execute-tool is 405", "GET", "/execute-tool", "", bearer, 405, "METHOD_NOT_ALLOWED"},
 		{"a POST of health is 405", "POST", "/health", "{}", nil, 405, "METHOD_NOT_ALLOWED"},
 		{"a non-number limit is 400", "GET", "/api/tools/search?q=x&limit=ten", "", bearer, 400, "INVALID_REQUEST"},
+		{"a query over 256 bytes is 400", "GET", "/api/tools/search?q=" + strings.Repeat("a", 257), "", bearer, 400, "INVALID_REQUEST"},
+		{"a query with a control character is 400", "GET", "/api/tools/search?q=a%07b", "", bearer, 400, "INVALID_REQUEST"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := do(t, tc.method, url+tc.path, tc.body, tc.header)
