@@ -55,6 +55,11 @@ step "buf breaking: the API stays compatible with its released baseline"
 # break an existing client fails here. Move the baseline only with a release.
 (cd proto && buf breaking --against ../.ci/proto-baseline)
 
+step "the published TPMJS client, at pinned versions, for the TPMJS front door's tests"
+# package-lock.json pins @tpmjs/registry-execute and @tpmjs/registry-search 0.1.5 and
+# their dependencies by integrity hash; the tests run them unmodified with node.
+(cd gateway/frontdoor/tpmjs/testdata/npm && npm ci --ignore-scripts --no-audit --no-fund)
+
 step "go test -race"
 go test -race -count=1 ./...
 

@@ -8,4 +8,7 @@ package main
 //
 //	_ "github.com/toolgate/toolgate/gateway/frontdoor/tpmjs"
 //	_ "github.com/toolgate/toolgate/gateway/frontdoor/agentspaces"
-import ()
+import (
+	// front_doors.tpmjs: the TPMJS executor protocol and registry search.
+	_ "github.com/toolgate/toolgate/gateway/frontdoor/tpmjs"
+)
