@@ -29,6 +29,11 @@ type RequestRecord struct {
 	// Gateway names the gateway that claimed the id: "toolgate/<version>@<instance>".
 	Gateway         string `json:"gateway"`
 	ParentRequestID string `json:"parent_request_id,omitempty"`
+	// FrontDoor names the front door the call came in through ("tpmjs",
+	// "agent_spaces"); empty for gRPC RunTool calls, so their request.json
+	// is unchanged. It is not part of the canonical request hash: a call is
+	// the same call whichever door it came through.
+	FrontDoor string `json:"front_door,omitempty"`
 }
 
 // RequestContext is a request's ctx: what the canonical request hash

@@ -185,15 +185,7 @@ func (g *Gateway) RunTool(ctx context.Context, req *toolgatev1.RunToolRequest) (
 	if err != nil {
 		return nil, err
 	}
-	if err := g.admitCall(); err != nil {
-		return nil, err
-	}
-	defer g.releaseCall()
-	c, err := parseRequest(req)
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	return g.run(ctx, caller, c)
+	return g.Run(ctx, caller, Call{Request: req})
 }
 
 // run is the pipeline for one validated call.
@@ -282,7 +274,7 @@ func (g *Gateway) prepare(ctx context.Context, caller string, c call) (*prepared
 		RequestID: c.RequestID, Caller: caller, ToolID: c.ToolID, Args: c.Args,
 		Ctx:        evidence.RequestContext{RunID: c.RunID, StepID: c.StepID, PolicyRef: c.PolicyRef},
 		ReceivedAt: started.UTC(), CanonicalRequestHash: p.hash, Gateway: g.engineBase,
-		ParentRequestID: c.ParentRequestID,
+		ParentRequestID: c.ParentRequestID, FrontDoor: c.FrontDoor,
 	}
 	if len(secrets) > 0 {
 		// What a caller hands a tool as environment is hidden in

@@ -67,6 +67,9 @@ type envOptions struct {
 	selectable []PolicySelection
 	// limits is Options.Limits.
 	limits LimitsConfig
+	// now is Options.Now: a fixed clock makes evidence comparable byte
+	// for byte.
+	now func() time.Time
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -136,7 +139,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	e.gw, err = New(Options{
 		Decider: engine, Store: e.store, Spool: spool, Signer: o.signer, Redactor: red, Auth: auth,
 		Drivers: drvs, Tools: tools, Instance: "test-host", Shadows: o.shadows, Selectable: o.selectable,
-		Limits: o.limits,
+		Limits: o.limits, Now: o.now,
 	})
 	if err != nil {
 		t.Fatal(err)

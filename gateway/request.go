@@ -61,6 +61,9 @@ type call struct {
 	// that name resources in their driver's canonical form. It is what is
 	// hashed, stored, decided on and decoded for drivers.
 	Args json.RawMessage
+	// FrontDoor is the front door the call came through (see Call); empty
+	// for gRPC. It is recorded, never hashed.
+	FrontDoor string
 }
 
 // invalidArgument is a validation failure; its message names the field and
