@@ -46,11 +46,11 @@ func TestEventsFromOutcomes(t *testing.T) {
 	shell := operation{Type: opShell, ID: "s", Args: map[string]any{"command": "sleep 9"}}
 	read := operation{Type: opReadFile, Args: map[string]any{"path": "a.txt"}}
 	for _, tc := range []struct {
-		name   string
-		op     operation
-		resp   *toolgatev1.RunToolResponse
-		err    error
-		check  func(t *testing.T, o outcome)
+		name  string
+		op    operation
+		resp  *toolgatev1.RunToolResponse
+		err   error
+		check func(t *testing.T, o outcome)
 	}{
 		{"a read file carries its content and size", read, allowed(map[string]any{"type": "readFile", "path": "a.txt", "success": true, "size": 2.0, "encoding": "utf-8"}, 0, "hi"),
 			nil, func(t *testing.T, o outcome) {

@@ -9,7 +9,7 @@ func TestOperationValidation(t *testing.T) {
 	long := func(n int) string { return strings.Repeat("a", n) }
 	for _, tc := range []struct {
 		name, op string
-		field     string // "" when valid
+		field    string // "" when valid
 	}{
 		{"a message is valid", `{"type":"message","content":"hi"}`, ""},
 		{"a message needs content", `{"type":"message"}`, "content"},
@@ -61,9 +61,9 @@ func TestOperationValidation(t *testing.T) {
 
 func TestMessageForms(t *testing.T) {
 	for _, tc := range []struct {
-		name, body    string
+		name, body     string
 		kind, decision string
-		malformed     bool
+		malformed      bool
 	}{
 		{"a batch without a version is 1.0", `{"operations":[]}`, kindBatch, "", false},
 		{"a batch of version 1.3 is accepted", `{"protocolVersion":"1.3","operations":[]}`, kindBatch, "", false},
