@@ -49,6 +49,9 @@ type Options struct {
 	Logger       *slog.Logger
 	// Now returns the current time; time.Now by default.
 	Now func() time.Time
+	// GRPCCaller returns the authenticated caller of a gRPC call; without
+	// it RegisterGRPC serves nothing.
+	GRPCCaller func(ctx context.Context) (string, error)
 }
 
 // Door serves Agent Spaces operations batches. It is safe for concurrent
@@ -58,6 +61,8 @@ type Door struct {
 	opts Options
 	held *heldTable
 	log  *slog.Logger
+	// callerOf returns the caller of a gRPC call (see RegisterGRPC).
+	callerOf func(ctx context.Context) (string, error)
 }
 
 // New returns a Door running its calls through gw.
@@ -88,7 +93,7 @@ func New(gw Gateway, o Options) (*Door, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Door{gw: gw, opts: o, held: newHeldTable(o.PausedBatches, o.Now), log: log}, nil
+	return &Door{gw: gw, opts: o, held: newHeldTable(o.PausedBatches, o.Now), log: log, callerOf: o.GRPCCaller}, nil
 }
 
 // Request is one message of a run, as the HTTP or gRPC form carries it.

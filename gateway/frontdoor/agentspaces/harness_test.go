@@ -121,6 +121,9 @@ func newTestEnv(t *testing.T, o envOptions) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o.door.GRPCCaller == nil {
+		o.door.GRPCCaller = e.gw.Authenticator().Authenticate
+	}
 	e.door, err = New(e.gw, o.door)
 	if err != nil {
 		t.Fatal(err)
