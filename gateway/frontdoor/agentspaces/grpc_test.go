@@ -30,6 +30,7 @@ func (e *testEnv) grpcClient() toolgatev1.AgentSpacesServiceClient {
 	e.door.RegisterGRPC(srv)
 	go srv.Serve(lis)
 	e.t.Cleanup(srv.Stop)
+	e.grpcAddr = lis.Addr().String()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		e.t.Fatal(err)

@@ -56,6 +56,8 @@ type testEnv struct {
 	door  *Door
 	srv   *httptest.Server
 	drv   *countingDriver
+	// grpcAddr is the gRPC listener's address, once grpcClient opened it.
+	grpcAddr string
 }
 
 type envOptions struct {
@@ -254,6 +256,13 @@ func checkTimestamp(t *testing.T, ev Event) {
 	if _, err := time.Parse(time.RFC3339, ev.Timestamp); err != nil || !strings.HasSuffix(ev.Timestamp, "Z") {
 		t.Errorf("event %s: timestamp %q is not RFC 3339 UTC", ev.Type, ev.Timestamp)
 	}
+}
+
+// jsonEqual compares two decoded JSON values.
+func jsonEqual(x, y any) bool {
+	a, _ := json.Marshal(x)
+	b, _ := json.Marshal(y)
+	return string(a) == string(b)
 }
 
 // types lists the events' types.
