@@ -59,6 +59,7 @@ type DecisionRecord struct {
 	Decision        string    `json:"decision"` // "allow", "deny" or "approval_required"
 	RuleID          string    `json:"rule_id"`
 	Reason          string    `json:"reason"`
+	Suggestion      string    `json:"suggestion,omitempty"` // the deciding rule's @suggestion; omitted when it has none
 	PolicyRef       string    `json:"policy_ref"`
 	PolicySetDigest string    `json:"policy_set_digest"`
 	Errors          []string  `json:"errors"`
@@ -296,6 +297,9 @@ type ResponsePolicyCheck struct {
 	Decision string `json:"decision"`
 	Reason   string `json:"reason"`
 	RuleID   string `json:"rule_id,omitempty"`
+	// Suggestion is the deciding rule's @suggestion; omitted when it has
+	// none, so such responses keep their bytes.
+	Suggestion string `json:"suggestion,omitempty"`
 }
 
 // attemptsFolder holds the artifacts of every attempt after the first.

@@ -348,7 +348,7 @@ func (g *Gateway) notify(ctx context.Context, typ, requestID string) {
 func (g *Gateway) storedPrepared(ctx context.Context, req evidence.RequestRecord) (*prepared, error) {
 	c := call{
 		RequestID: req.RequestID, ToolID: req.ToolID, RunID: req.Ctx.RunID, StepID: req.Ctx.StepID,
-		PolicyRef: req.Ctx.PolicyRef, ParentRequestID: req.ParentRequestID, Args: req.Args,
+		PolicyRef: req.Ctx.PolicyRef, ParentRequestID: req.ParentRequestID, Args: req.Args, FrontDoor: req.FrontDoor,
 	}
 	p := &prepared{caller: req.Caller, c: c, hash: req.CanonicalRequestHash, request: req, callerCtx: ctx, engineRef: g.engineBase}
 	p.tool, p.known = g.lookupTool(c.ToolID)

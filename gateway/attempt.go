@@ -92,6 +92,9 @@ func (p *prepared) notRunCode(now time.Time) codes.Code {
 func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int) (*toolgatev1.RunToolResponse, error) {
 	rec.attempt = n
 	log := g.log.With("request_id", p.c.RequestID, "caller", p.caller, "tool_id", p.c.ToolID, "attempt", n)
+	if p.c.FrontDoor != "" {
+		log = log.With("front_door", p.c.FrontDoor)
+	}
 	pre, cancel := p.beforeDispatch(ctx)
 	defer cancel()
 
@@ -110,6 +113,7 @@ func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int
 	if p.held != nil {
 		decision, record.Approval = judgeHeld(p.held, decision, record.DecidedAt)
 		record.Decision, record.RuleID, record.Reason = decision.Word(), decision.RuleID, decision.Reason
+		record.Suggestion = decision.Suggestion
 		record.PolicyRef, record.PolicySetDigest = decision.PolicyRef, decision.PolicySetDigest
 	}
 	rec.policySetDigest = decision.PolicySetDigest
@@ -119,6 +123,7 @@ func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int
 	resp := &toolgatev1.RunToolResponse{
 		PolicyCheck: &toolgatev1.PolicyCheck{
 			Decision: decisionWord(decision.Allow), Reason: decision.Reason, RuleId: decision.RuleID,
+			Suggestion: decision.Suggestion,
 		},
 		EngineRef: p.engineRef,
 		RunId:     p.c.RunID,
@@ -147,6 +152,7 @@ func (g *Gateway) decisionRecord(p *prepared, n int, d policy.Decision, shadow *
 		Decision:        d.Word(),
 		RuleID:          d.RuleID,
 		Reason:          d.Reason,
+		Suggestion:      d.Suggestion,
 		PolicyRef:       d.PolicyRef,
 		PolicySetDigest: d.PolicySetDigest,
 		Errors:          nonNil(d.Errors),

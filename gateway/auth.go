@@ -81,7 +81,28 @@ func (a *Authenticator) Authenticate(ctx context.Context) (string, error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(key) == "" {
 		return "", status.Error(codes.Unauthenticated, `authorization: expected "Bearer <key>"`)
 	}
-	presented := sha256.Sum256([]byte(strings.TrimSpace(key)))
+	caller, ok := a.CallerForKey(key)
+	if !ok {
+		return "", status.Error(codes.Unauthenticated, "authorization: unknown API key")
+	}
+	return caller, nil
+}
+
+// CallerForKey returns the caller whose API key is key, compared exactly
+// as Authenticate compares a bearer key: surrounding white space trimmed,
+// then the SHA-256 of the key against every configured digest in constant
+// time. It is for front doors, whose protocols carry the key elsewhere (a
+// path prefix). With authentication off every key, or none, is
+// AnonymousCaller. The key is neither logged nor kept.
+func (a *Authenticator) CallerForKey(key string) (string, bool) {
+	if !a.Enabled() {
+		return AnonymousCaller, true
+	}
+	key = strings.TrimSpace(key)
+	if key == "" {
+		return "", false
+	}
+	presented := sha256.Sum256([]byte(key))
 	// Compare against every key without stopping early, so the time taken
 	// does not tell which key (or how much of one) matched.
 	caller := ""
@@ -90,10 +111,7 @@ func (a *Authenticator) Authenticate(ctx context.Context) (string, error) {
 			caller = k.caller
 		}
 	}
-	if caller == "" {
-		return "", status.Error(codes.Unauthenticated, "authorization: unknown API key")
-	}
-	return caller, nil
+	return caller, caller != ""
 }
 
 // Attributes returns what the configuration says about a caller, for

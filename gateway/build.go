@@ -15,9 +15,6 @@ import (
 	"strings"
 
 	"github.com/toolgate/toolgate/drivers"
-	"github.com/toolgate/toolgate/drivers/execbox"
-	"github.com/toolgate/toolgate/drivers/tpmjs"
-	"github.com/toolgate/toolgate/drivers/workspace"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/redact"
@@ -133,92 +130,19 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		closers = append(closers, spool)
 	}
 
-	drvs := map[string]drivers.Driver{}
-	traceDirs := map[string]string{}
-	var registry *Registry
 	// Probes of downstream executors run until the gateway is closed.
 	probeCtx, stopProbes := context.WithCancel(context.WithoutCancel(ctx))
 	closers = append(closers, closerFunc(func() error { stopProbes(); return nil }))
-	for _, name := range sortedKeys(cfg.Drivers) {
-		dc := cfg.Drivers[name]
-		switch dc.Type {
-		case "workspace":
-			if dc.Sandbox == workspace.SandboxNone {
-				log.Warn("workspace shell commands run unsandboxed, as the gateway's user, able to read what it reads",
-					"driver", name, "key", "drivers."+name+".sandbox")
-			}
-			d, err := workspace.New(workspace.Config{
-				Root:           dc.Root,
-				OutputLimit:    dc.OutputLimit,
-				DefaultTimeout: dc.DefaultTimeout,
-				Sandbox:        dc.Sandbox,
-				Network:        dc.Network,
-				Hide:           hiddenPaths(cfg),
-				MaxProcesses:   dc.MaxProcesses,
-				MaxMemoryBytes: dc.MaxMemoryBytes,
-				MaxFileBytes:   dc.MaxFileBytes,
-			})
-			if err != nil {
-				return fail(fmt.Errorf("config: drivers.%s: %w", name, err))
-			}
-			closers = append(closers, d)
-			drvs[name] = d
-			for _, op := range workspace.Operations() {
-				if _, taken := tools[name+"."+op]; !taken {
-					tools[name+"."+op] = Tool{Driver: name, Target: op, Description: workspaceDescriptions[op], Tags: []string{"workspace"}}
-				}
-			}
-		case "tpmjs":
-			tc := tpmjs.Config{
-				Name:             name,
-				URL:              dc.URL,
-				HealthTimeout:    dc.HealthTimeout,
-				CallTimeout:      dc.CallTimeout,
-				MaxResponseBytes: dc.MaxResponseBytes,
-				Logger:           log,
-			}
-			if dc.APIKeyEnv != "" {
-				if tc.APIKey = getenv(dc.APIKeyEnv); tc.APIKey == "" {
-					return fail(fmt.Errorf("config: drivers.%s.api_key_env: environment variable %s is empty or unset", name, dc.APIKeyEnv))
-				}
-			}
-			if dc.TraceDir != "" {
-				if err := os.MkdirAll(dc.TraceDir, 0o750); err != nil {
-					return fail(fmt.Errorf("config: drivers.%s.trace_dir: %w", name, err))
-				}
-				tc.Trace = &traceFiles{dir: dc.TraceDir, redactor: redactor}
-				traceDirs[name] = dc.TraceDir
-			}
-			d, err := tpmjs.New(tc)
-			if err != nil {
-				return fail(fmt.Errorf("config: drivers.%s: %w", name, err))
-			}
-			closers = append(closers, d)
-			d.Start(probeCtx)
-			drvs[name] = d
-			if dc.AllowRegistryIDs {
-				registry = &Registry{Driver: name, Version: dc.RegistryVersion}
-			}
-		case "execbox":
-			d, err := execbox.New(execbox.Config{
-				Name:              name,
-				URL:               dc.URL,
-				Command:           dc.Command,
-				Pool:              dc.Pool,
-				Timeout:           dc.Timeout,
-				MemoryLimitBytes:  dc.MemoryLimitBytes,
-				MaxLogLines:       dc.MaxLogLines,
-				MaxLogChars:       dc.MaxLogChars,
-				MaxNestedCalls:    derefInt(dc.MaxNestedCalls),
-				MaxNestedInFlight: derefInt(dc.MaxNestedInFlight),
-				Logger:            log,
-			})
-			if err != nil {
-				return fail(fmt.Errorf("config: drivers.%s: %w", name, err))
-			}
-			closers = append(closers, d)
-			drvs[name] = d
-		}
+	env := drivers.BuildEnv{
+		Getenv:     getenv,
+		Logger:     log,
+		Hide:       hiddenPaths(cfg),
+		Trace:      func(dir string) (drivers.TraceWriter, error) { return &traceFiles{dir: dir, redactor: redactor}, nil },
+		Background: probeCtx,
+	}
+	drvs, traceDirs, registry, err := buildDrivers(ctx, cfg, env, tools, &closers)
+	if err != nil {
+		return fail(err)
 	}
 
 	approvals := ApprovalOptions{TTL: cfg.Approvals.ttl()}
@@ -263,6 +187,47 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		return fail(err)
 	}
 	return g, closers, nil
+}
+
+// buildDrivers starts the driver of every drivers section, adds the tools
+// the drivers publish to tools (a tools entry of the same id wins), and
+// returns the drivers, their trace folders and the registry-id host.
+// Started drivers are added to closers.
+func buildDrivers(ctx context.Context, cfg Config, env drivers.BuildEnv, tools map[string]Tool, closers *closeAll) (map[string]drivers.Driver, map[string]string, *Registry, error) {
+	drvs := map[string]drivers.Driver{}
+	traceDirs := map[string]string{}
+	var registry *Registry
+	for _, name := range sortedKeys(cfg.Drivers) {
+		sec := cfg.Drivers[name]
+		d, err := sec.Config.Build(ctx, name, env)
+		if err != nil {
+			var key drivers.KeyError
+			if errors.As(err, &key) {
+				return nil, nil, nil, fmt.Errorf("config: drivers.%s.%w", name, err)
+			}
+			return nil, nil, nil, fmt.Errorf("config: drivers.%s: %w", name, err)
+		}
+		if c, ok := d.(io.Closer); ok {
+			*closers = append(*closers, c)
+		}
+		drvs[name] = d
+		if tr, ok := sec.Config.(drivers.Tracer); ok && tr.TraceFolder() != "" {
+			traceDirs[name] = tr.TraceFolder()
+		}
+		if rh, ok := sec.Config.(drivers.RegistryHost); ok {
+			if version, on := rh.RegistryIDs(); on {
+				registry = &Registry{Driver: name, Version: version}
+			}
+		}
+		if p, ok := sec.Config.(drivers.Publisher); ok {
+			for _, pt := range p.Published() {
+				if _, taken := tools[name+"."+pt.Target]; !taken {
+					tools[name+"."+pt.Target] = Tool{Driver: name, Target: pt.Target, Description: pt.Description, Tags: pt.Tags}
+				}
+			}
+		}
+	}
+	return drvs, traceDirs, registry, nil
 }
 
 // readWebhookSecret reads approvals.webhook.secret, without the line end a
@@ -331,7 +296,9 @@ func configuredSecrets(cfg Config, getenv func(string) string, tools map[string]
 		}
 	}
 	for _, name := range sortedKeys(cfg.Drivers) {
-		addEnv(cfg.Drivers[name].APIKeyEnv)
+		if src, ok := cfg.Drivers[name].Config.(drivers.SecretSource); ok {
+			secrets = append(secrets, src.Secrets(getenv)...)
+		}
 	}
 	for _, k := range cfg.Auth.Keys {
 		addEnv(k.Env)
@@ -356,15 +323,13 @@ func catalogTools(cfg Config, getenv func(string) string) (map[string]Tool, erro
 	tools := map[string]Tool{}
 	for _, id := range sortedKeys(cfg.Tools) {
 		t := cfg.Tools[id]
-		tool := Tool{
-			Driver: t.Driver, Target: t.Target, Description: t.Description,
-			Tags: t.Tags, CallerEnv: t.CallerEnv,
+		b, err := t.bind(cfg.Drivers[t.Driver].Config)
+		if err != nil {
+			return nil, fmt.Errorf("config: tools.%s.%w", id, err)
 		}
-		if cfg.Drivers[t.Driver].Type == "tpmjs" {
-			tool.Target, tool.Package, tool.Version = t.Export, t.Package, t.Version
-			if tool.Version == "" {
-				tool.Version = "latest"
-			}
+		tool := Tool{
+			Driver: t.Driver, Target: b.Target, Package: b.Package, Version: b.Version,
+			Description: t.Description, Tags: t.Tags, CallerEnv: t.CallerEnv,
 		}
 		for _, name := range sortedKeys(t.Env) {
 			v := getenv(t.Env[name].FromEnv)
@@ -379,15 +344,6 @@ func catalogTools(cfg Config, getenv func(string) string) (map[string]Tool, erro
 		tools[id] = tool
 	}
 	return tools, nil
-}
-
-// workspaceDescriptions describe the workspace tools for discovery.
-var workspaceDescriptions = map[string]string{
-	"createFile": "Create a file in the workspace (path, content, encoding, overwrite).",
-	"readFile":   "Read a file of the workspace (path, encoding).",
-	"editFile":   "Apply search-and-replace edits to a workspace file, all or nothing (path, edits).",
-	"deleteFile": "Delete a file of the workspace (path).",
-	"shell":      "Run a shell command in the workspace (command, cwd, timeout, env).",
 }
 
 // closerFunc adapts a function to io.Closer.
@@ -431,16 +387,3 @@ func redactFingerprintKey(src *SecretSource, signer *evidence.Signer, getenv fun
 		return key, nil
 	}
 }
-
-// derefInt is *p, or 0 (the driver's default) when p is nil.
-func derefInt(p *int) int {
-	if p == nil {
-		return 0
-	}
-	return *p
-}
-
-// Authenticator returns the keys the gateway checks callers against, for
-// listeners beside the gRPC one (the front doors) to check theirs the
-// same way.
-func (g *Gateway) Authenticator() *Authenticator { return g.auth }

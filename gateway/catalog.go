@@ -123,10 +123,11 @@ func (g *Gateway) catalogIDs() []string {
 }
 
 // matches reports whether a catalog entry matches a discovery query: every
-// word of the query appears, case-insensitively, in the id, the
+// word of the query appears, case-insensitively, in the id, the target
+// (a TPMJS export name, which registry clients search by), the
 // description, a tag or the package.
 func (t Tool) matches(id, query string) bool {
-	hay := strings.ToLower(strings.Join(append([]string{id, t.Description, t.Package, t.Driver}, t.Tags...), " "))
+	hay := strings.ToLower(strings.Join(append([]string{id, t.Target, t.Description, t.Package, t.Driver}, t.Tags...), " "))
 	for _, word := range strings.Fields(strings.ToLower(query)) {
 		if !strings.Contains(hay, word) {
 			return false

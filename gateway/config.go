@@ -10,8 +10,8 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"reflect"
 	"regexp"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,9 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/toolgate/toolgate/drivers/execbox"
-	"github.com/toolgate/toolgate/drivers/tpmjs"
-	"github.com/toolgate/toolgate/drivers/workspace"
+	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
 )
 
@@ -49,7 +47,7 @@ type Config struct {
 	// Approvals configures calls that policy holds for a human's approval.
 	Approvals ApprovalsConfig `yaml:"approvals"`
 	// Drivers maps a driver name to its settings.
-	Drivers map[string]DriverConfig `yaml:"drivers"`
+	Drivers map[string]DriverSection `yaml:"drivers"`
 	// Tools maps additional tool ids onto a driver and a target. Workspace
 	// drivers publish their operations as "<driver>.<operation>" without
 	// being listed here.
@@ -256,113 +254,82 @@ type RedactConfig struct {
 	FingerprintKey *SecretSource `yaml:"fingerprint_key"`
 }
 
-// DriverConfig configures one downstream driver.
-type DriverConfig struct {
-	// Type is the driver kind: "workspace" or "tpmjs".
-	Type string `yaml:"type"`
-
-	// URL is the executor's base URL (type tpmjs).
-	URL string `yaml:"url"`
-	// APIKeyEnv names the environment variable holding the executor's
-	// Bearer key (type tpmjs; none: no Authorization header).
-	APIKeyEnv string `yaml:"api_key_env"`
-	// HealthTimeout bounds /health and /info probes (type tpmjs; 1s).
-	HealthTimeout time.Duration `yaml:"health_timeout"`
-	// CallTimeout bounds one execution (type tpmjs; 120s), lowered to 5s
-	// under what the executor advertises as its maximum (a quarter under,
-	// below 20s), so the gateway ends a call before the executor kills it.
-	CallTimeout time.Duration `yaml:"call_timeout"`
-	// MaxResponseBytes caps an executor's answer (type tpmjs; 10 MiB).
-	MaxResponseBytes int64 `yaml:"max_response_bytes"`
-	// AllowRegistryIDs lets callers name any tool of the registry as
-	// "<package>::<export>" (type tpmjs; at most one driver).
-	AllowRegistryIDs bool `yaml:"allow_registry_ids"`
-	// RegistryVersion is the version registry ids run (type tpmjs; latest).
-	RegistryVersion string `yaml:"registry_version"`
-	// TraceDir, if set, keeps a redacted JSONL trace of every exchange
-	// with the executor, one file per request (type tpmjs).
-	TraceDir string `yaml:"trace_dir"`
-
-	// Command starts a stdio runner, one JSON message per line (type
-	// execbox; give command or url, where url is ws:// or wss://).
-	Command []string `yaml:"command"`
-	// Pool keeps this many stdio runners started ahead (type execbox).
-	Pool int `yaml:"pool"`
-	// Timeout, MemoryLimitBytes, MaxLogLines and MaxLogChars are the
-	// runner options (type execbox); callers may lower the timeout only.
-	Timeout          time.Duration `yaml:"timeout"`
-	MemoryLimitBytes int64         `yaml:"memory_limit_bytes"`
-	MaxLogLines      int           `yaml:"max_log_lines"`
-	MaxLogChars      int           `yaml:"max_log_chars"`
-	// MaxNestedCalls caps the tool calls one execution's guest code may
-	// make (type execbox; default 256, at most 10000). Calls beyond it are
-	// refused to the guest without reaching policy or evidence; the
-	// parent's evidence counts them.
-	// A pointer, so that an explicit 0 is refused rather than defaulted.
-	MaxNestedCalls *int `yaml:"max_nested_calls"`
-	// MaxNestedInFlight caps how many of one execution's tool calls run at
-	// once (type execbox; default 8, at most 64).
-	MaxNestedInFlight *int `yaml:"max_nested_in_flight"`
-
-	// Root is the workspace folder (type workspace).
-	Root string `yaml:"root"`
-	// OutputLimit caps each of a shell's stdout and stderr, in bytes
-	// (type workspace; default 1 MiB).
-	OutputLimit int `yaml:"output_limit"`
-	// DefaultTimeout applies to shell commands that set none (type
-	// workspace; default 30s).
-	DefaultTimeout time.Duration `yaml:"default_timeout"`
-	// Sandbox isolates shell commands (type workspace): "namespaces" (the
-	// default; Linux user, PID, mount, IPC and network namespaces, with
-	// Landlock where the kernel has it) or "none" (commands run as the
-	// gateway's user and see what it sees).
-	Sandbox string `yaml:"sandbox"`
-	// Network is a sandboxed command's network (type workspace): "none"
-	// (the default: no interface at all) or "host".
-	Network string `yaml:"network"`
-	// AllowUnsandboxed accepts sandbox: none on a listen address that is
-	// not loopback (type workspace).
-	AllowUnsandboxed bool `yaml:"allow_unsandboxed"`
-	// MaxProcesses caps the processes (tasks) of one sandboxed call (type
-	// workspace; default 256).
-	MaxProcesses int `yaml:"max_processes"`
-	// MaxMemoryBytes caps the address space of each process of a
-	// sandboxed call (type workspace; default 4 GiB).
-	MaxMemoryBytes int64 `yaml:"max_memory_bytes"`
-	// MaxFileBytes caps the size of a file a sandboxed call writes, and of
-	// its /tmp (type workspace; default 1 GiB).
-	MaxFileBytes int64 `yaml:"max_file_bytes"`
+// DriverSection is one drivers.<name> section: its type, and its other
+// keys decoded strictly into the settings of the driver kind of that type
+// (drivers.Kind), which own their keys, defaults and validation.
+type DriverSection struct {
+	// Type is the driver kind ("workspace", "tpmjs", "execbox").
+	Type string
+	// Config holds the kind's settings; nil when Type is empty or names no
+	// kind of this build, which Validate reports.
+	Config drivers.Config
 }
 
-// validateSandbox checks a workspace driver's sandbox keys. Errors start
-// with the offending key.
-func (d DriverConfig) validateSandbox(loopback bool) error {
-	switch d.Sandbox {
-	case "", workspace.SandboxNamespaces:
-	case workspace.SandboxNone:
-		if !loopback && !d.AllowUnsandboxed {
-			return errors.New("sandbox: none on a listen address that is not loopback lets remote callers' " +
-				"commands run unsandboxed as the gateway's user, next to its keys and evidence; " +
-				"set allow_unsandboxed: true to accept that")
-		}
-		if d.Network == workspace.NetworkNone {
-			return errors.New("network: none needs sandbox: namespaces; without the sandbox commands use the host's network")
-		}
-	default:
-		return fmt.Errorf("sandbox %q: want namespaces or none", d.Sandbox)
+// UnmarshalYAML reads the type key, then decodes the rest of the section
+// into the kind's settings, refusing keys the kind does not have. An empty
+// or unknown type is left for Validate to report.
+func (d *DriverSection) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: a driver section is a mapping of keys", n.Line)
 	}
-	if d.Network != "" && d.Network != workspace.NetworkNone && d.Network != workspace.NetworkHost {
-		return fmt.Errorf("network %q: want none or host", d.Network)
+	rest := *n
+	rest.Content = nil
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == "type" {
+			if err := n.Content[i+1].Decode(&d.Type); err != nil {
+				return err
+			}
+			continue
+		}
+		rest.Content = append(rest.Content, n.Content[i], n.Content[i+1])
 	}
+	kind, ok := drivers.LookupKind(d.Type)
+	if !ok {
+		return nil
+	}
+	c := kind.New()
+	if err := decodeStrict(&rest, c); err != nil {
+		return err
+	}
+	d.Config = c
+	return nil
+}
+
+// validate checks the section called name.
+func (d DriverSection) validate(name string, v drivers.Validation) error {
 	switch {
-	case d.MaxProcesses < 0:
-		return errors.New("max_processes: must not be negative")
-	case d.MaxMemoryBytes < 0:
-		return errors.New("max_memory_bytes: must not be negative")
-	case d.MaxFileBytes < 0:
-		return errors.New("max_file_bytes: must not be negative")
+	case d.Type == "":
+		return fmt.Errorf("config: drivers.%s.type: required (%s)", name, orList(drivers.KindTypes()))
+	case d.Config == nil:
+		return fmt.Errorf("config: drivers.%s.type %q: unknown driver type (this build has: %s)", name, d.Type,
+			strings.Join(drivers.KindTypes(), ", "))
+	}
+	if err := d.Config.Validate(v); err != nil {
+		var whole drivers.SectionError
+		if errors.As(err, &whole) {
+			return fmt.Errorf("config: drivers.%s: %w", name, err)
+		}
+		return fmt.Errorf("config: drivers.%s.%w", name, err)
 	}
 	return nil
+}
+
+// SetWorkspaceRoot replaces the workspace folder of the driver called
+// name, and reports whether that driver has one.
+func (c Config) SetWorkspaceRoot(name, dir string) bool {
+	wr, ok := c.Drivers[name].Config.(drivers.WorkspaceRooter)
+	if ok {
+		wr.SetWorkspaceRoot(dir)
+	}
+	return ok
+}
+
+// orList joins "a, b or c".
+func orList(items []string) string {
+	if len(items) < 2 {
+		return strings.Join(items, "")
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " or " + items[len(items)-1]
 }
 
 // ToolConfig binds a tool id to a driver and describes it for discovery
@@ -536,61 +503,16 @@ func (c Config) Validate() error {
 		if !driverNamePattern.MatchString(name) {
 			return fmt.Errorf("config: drivers.%s: name must match %s", name, driverNamePattern)
 		}
-		switch d.Type {
-		case "workspace":
-			if d.Root == "" {
-				return fmt.Errorf("config: drivers.%s.root: required for a workspace driver", name)
-			}
-			if d.OutputLimit < 0 {
-				return fmt.Errorf("config: drivers.%s.output_limit: must not be negative", name)
-			}
-			if d.DefaultTimeout < 0 {
-				return fmt.Errorf("config: drivers.%s.default_timeout: must not be negative", name)
-			}
-			if err := d.validateSandbox(isLoopbackHost(host)); err != nil {
-				return fmt.Errorf("config: drivers.%s.%w", name, err)
-			}
-		case "tpmjs":
-			if u, err := url.Parse(d.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return fmt.Errorf("config: drivers.%s.url %q: want the executor's http:// or https:// base URL", name, d.URL)
-			}
-			if d.APIKeyEnv != "" && !envNamePattern.MatchString(d.APIKeyEnv) {
-				return fmt.Errorf("config: drivers.%s.api_key_env %q: not an environment variable name", name, d.APIKeyEnv)
-			}
-			if d.HealthTimeout < 0 || d.CallTimeout < 0 || d.MaxResponseBytes < 0 {
-				return fmt.Errorf("config: drivers.%s: timeouts and sizes must not be negative", name)
-			}
-			if d.RegistryVersion != "" {
-				if err := tpmjs.ValidateVersion(d.RegistryVersion); err != nil {
-					return fmt.Errorf("config: drivers.%s.registry_version: %w", name, err)
-				}
-			}
-			if d.AllowRegistryIDs {
+		if err := d.validate(name, drivers.Validation{Loopback: isLoopbackHost(host)}); err != nil {
+			return err
+		}
+		if rh, ok := d.Config.(drivers.RegistryHost); ok {
+			if _, on := rh.RegistryIDs(); on {
 				if registryDriver != "" {
 					return fmt.Errorf("config: drivers.%s.allow_registry_ids: %s allows them already; registry ids must name one driver", name, registryDriver)
 				}
 				registryDriver = name
 			}
-		case "execbox":
-			if (d.URL == "") == (len(d.Command) == 0) {
-				return fmt.Errorf("config: drivers.%s: an execbox driver needs url (ws:// or wss://) or command, not both", name)
-			}
-			if u, err := url.Parse(d.URL); d.URL != "" && (err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "") {
-				return fmt.Errorf("config: drivers.%s.url %q: want a ws:// or wss:// runner URL", name, d.URL)
-			}
-			if d.Pool < 0 || d.Timeout < 0 || d.MemoryLimitBytes < 0 || d.MaxLogLines < 0 || d.MaxLogChars < 0 {
-				return fmt.Errorf("config: drivers.%s: pool, timeout and limits must not be negative", name)
-			}
-			if n := d.MaxNestedCalls; n != nil && (*n < 1 || *n > execbox.MaxNestedCallsBound) {
-				return fmt.Errorf("config: drivers.%s.max_nested_calls: must be between 1 and %d (unset: 256), got %d", name, execbox.MaxNestedCallsBound, *n)
-			}
-			if n := d.MaxNestedInFlight; n != nil && (*n < 1 || *n > execbox.MaxNestedInFlightBound) {
-				return fmt.Errorf("config: drivers.%s.max_nested_in_flight: must be between 1 and %d (unset: 8), got %d", name, execbox.MaxNestedInFlightBound, *n)
-			}
-		case "":
-			return fmt.Errorf("config: drivers.%s.type: required (workspace, tpmjs or execbox)", name)
-		default:
-			return fmt.Errorf("config: drivers.%s.type %q: unknown driver type (this build has: workspace, tpmjs, execbox)", name, d.Type)
 		}
 	}
 	for _, id := range sortedKeys(c.Tools) {
@@ -602,7 +524,7 @@ func (c Config) Validate() error {
 		if !ok {
 			return fmt.Errorf("config: tools.%s.driver %q: no such driver", id, t.Driver)
 		}
-		if err := t.validate(d.Type); err != nil {
+		if err := t.validate(d.Config); err != nil {
 			return fmt.Errorf("config: tools.%s.%w", id, err)
 		}
 	}
@@ -657,28 +579,70 @@ func (r *RawSection) UnmarshalYAML(n *yaml.Node) error {
 func (r RawSection) IsZero() bool { return r.node == nil || len(r.node.Content) == 0 }
 
 // DecodeStrict decodes the section into v, refusing keys v does not have.
-// yaml.Node.Decode ignores KnownFields, so the node is written out and
-// decoded again by a decoder that does not.
 func (r RawSection) DecodeStrict(v any) error {
-	if r.node == nil || r.node.Kind == 0 {
-		return nil
-	}
-	if r.node.Kind == yaml.ScalarNode && r.node.Tag == "!!null" {
+	if r.node == nil || r.node.Kind == 0 || (r.node.Kind == yaml.ScalarNode && r.node.Tag == "!!null") {
 		return nil
 	}
 	if r.node.Kind != yaml.MappingNode {
 		return fmt.Errorf("line %d: want a mapping of keys", r.node.Line)
 	}
-	data, err := yaml.Marshal(r.node)
+	return decodeStrict(r.node, v)
+}
+
+// decodeStrict decodes n into v (a pointer), refusing keys v does not
+// have, as ParseConfig does for the rest of the file. yaml.Node.Decode
+// ignores KnownFields, so n is decoded once as it is, which reports type
+// errors at their lines, then written out and decoded again, into a
+// throwaway value, by a decoder that refuses unknown keys; those errors
+// are given the lines of the keys in n.
+func decodeStrict(n *yaml.Node, v any) error {
+	if err := n.Decode(v); err != nil {
+		return err
+	}
+	data, err := yaml.Marshal(n)
 	if err != nil {
 		return err
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
+	err = dec.Decode(reflect.New(reflect.TypeOf(v).Elem()).Interface())
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
 		return err
 	}
-	return nil
+	out := &yaml.TypeError{}
+	for _, msg := range te.Errors {
+		if m := unknownFieldRE.FindStringSubmatch(msg); m != nil {
+			if line := keyLine(n, m[3]); line > 0 {
+				msg = fmt.Sprintf("line %d: %s", line, m[2])
+			}
+		}
+		out.Errors = append(out.Errors, msg)
+	}
+	return out
+}
+
+// unknownFieldRE matches yaml.v3's message for a key a type does not have.
+var unknownFieldRE = regexp.MustCompile(`^line (\d+): (field (\S+) not found in type \S+)$`)
+
+// keyLine is the line of the first mapping key called key within n.
+func keyLine(n *yaml.Node, key string) int {
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				return n.Content[i].Line
+			}
+		}
+	}
+	for _, c := range n.Content {
+		if line := keyLine(c, key); line > 0 {
+			return line
+		}
+	}
+	return 0
 }
 
 // validate checks policies.shadow and policies.selectable against each
@@ -746,36 +710,25 @@ func anonymousHint(keys []KeyConfig) string {
 	return ""
 }
 
-// validate checks a tool's settings for its driver type. Errors start with
-// the offending key.
-func (t ToolConfig) validate(driverType string) error {
-	switch driverType {
-	case "workspace":
-		if !slices.Contains(workspace.Operations(), t.Target) {
-			return fmt.Errorf("target %q: a workspace driver serves %v", t.Target, workspace.Operations())
-		}
-		if t.Package != "" || t.Export != "" || t.Version != "" || len(t.Env) > 0 || len(t.CallerEnv) > 0 {
-			return fmt.Errorf("target: a workspace tool takes no package, export, version or env")
-		}
-	case "execbox":
-		if t.Target != "" || t.Package != "" || t.Export != "" || t.Version != "" || len(t.Env) > 0 || len(t.CallerEnv) > 0 {
-			return fmt.Errorf("driver: an execbox tool runs the guest code it is given and takes no target, package or env")
-		}
-	case "tpmjs":
-		if t.Target != "" {
-			return fmt.Errorf("target: a tpmjs tool is named by package and export")
-		}
-		if err := tpmjs.ValidatePackageName(t.Package); err != nil {
-			return fmt.Errorf("package: %w", err)
-		}
-		if err := tpmjs.ValidateExportName(t.Export); err != nil {
-			return fmt.Errorf("export: %w", err)
-		}
-		if t.Version != "" {
-			if err := tpmjs.ValidateVersion(t.Version); err != nil {
-				return fmt.Errorf("version: %w", err)
-			}
-		}
+// spec is the entry as its driver sees it.
+func (t ToolConfig) spec() drivers.ToolSpec {
+	return drivers.ToolSpec{Target: t.Target, Package: t.Package, Version: t.Version, Export: t.Export,
+		HasEnv: len(t.Env) > 0 || len(t.CallerEnv) > 0}
+}
+
+// bind returns what the entry binds to on the driver configured as dc.
+func (t ToolConfig) bind(dc drivers.Config) (drivers.Binding, error) {
+	if b, ok := dc.(drivers.ToolBinder); ok {
+		return b.BindTool(t.spec())
+	}
+	return drivers.Binding{Target: t.Target, Package: t.Package, Version: t.Version}, nil
+}
+
+// validate checks a tool's settings for its driver (whose kind checks
+// what the entry binds to). Errors start with the offending key.
+func (t ToolConfig) validate(dc drivers.Config) error {
+	if _, err := t.bind(dc); err != nil {
+		return err
 	}
 	for name, v := range t.Env {
 		if !envNamePattern.MatchString(name) || !envNamePattern.MatchString(v.FromEnv) {

@@ -16,7 +16,7 @@ func TestDefaultConfigIsValid(t *testing.T) {
 	}
 	want := Config{Listen: "127.0.0.1:50051"}
 	if cfg.Listen != want.Listen || cfg.Policies.Dir != "./policies" ||
-		cfg.Evidence.URL != "file://./toolgate-evidence" || cfg.Drivers["workspace"].Root != "./workspace" ||
+		cfg.Evidence.URL != "file://./toolgate-evidence" || workspaceRoot(cfg, "workspace") != "./workspace" ||
 		len(cfg.Auth.Keys) != 0 {
 		t.Errorf("embedded default = %+v, want DESIGN's defaults", cfg)
 	}

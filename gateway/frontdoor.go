@@ -3,10 +3,12 @@ package gateway
 import (
 	"context"
 	"regexp"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/toolgate/toolgate/drivers"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -59,3 +61,72 @@ func (g *Gateway) Run(ctx context.Context, caller string, c Call) (*toolgatev1.R
 	parsed.FrontDoor = c.FrontDoor
 	return g.run(ctx, caller, parsed)
 }
+
+// CatalogEntry is one catalog tool as a front door may show it: what a
+// registry listing needs, and never the values of the tool's environment
+// (Tool.Env holds the gateway's secrets).
+type CatalogEntry struct {
+	ID     string `json:"id"`
+	Driver string `json:"driver"`
+	// Target is the driver's name for the tool: a TPMJS export name, a
+	// workspace operation.
+	Target string `json:"target"`
+	// Package and Version are a packaged tool's (TPMJS); empty otherwise.
+	Package string `json:"package,omitempty"`
+	Version string `json:"version,omitempty"`
+	// Description and Tags are ListTools'.
+	Description string   `json:"description,omitempty"`
+	Tags        []string `json:"tags,omitempty"`
+	// CallerEnv names the variables a caller may set in args._env; the
+	// names only.
+	CallerEnv []string `json:"caller_env,omitempty"`
+}
+
+// Catalog returns every catalog tool, sorted by id, whether or not any
+// caller may run it: a door maps its protocol's names onto tool ids with
+// it, and filters what it lists through ListToolsAs. Registry ids are not
+// listed; there is no end to them.
+func (g *Gateway) Catalog() []CatalogEntry {
+	ids := g.catalogIDs()
+	out := make([]CatalogEntry, len(ids))
+	for i, id := range ids {
+		t := g.tools[id]
+		out[i] = CatalogEntry{
+			ID: id, Driver: t.Driver, Target: t.Target, Package: t.Package, Version: t.Version,
+			Description: t.Description, Tags: slices.Clone(t.Tags), CallerEnv: slices.Clone(t.CallerEnv),
+		}
+	}
+	return out
+}
+
+// Caller returns the caller the gRPC transport authenticated for a call
+// on the gateway's server, or authenticates ctx's metadata itself: the
+// caller of a gRPC method a front door registers there.
+func (g *Gateway) Caller(ctx context.Context) (string, error) {
+	return g.authenticate(ctx)
+}
+
+// DriverHealth reports what each driver last knew of its downstream, by
+// driver name. It never contacts a downstream: drivers that implement
+// drivers.HealthReporter answer from cached state, and the others are
+// reported healthy with their engine name, since nothing is known against
+// them until a call fails.
+func (g *Gateway) DriverHealth() map[string]drivers.Health {
+	out := make(map[string]drivers.Health, len(g.drivers))
+	for name, d := range g.drivers {
+		if r, ok := d.(drivers.HealthReporter); ok {
+			out[name] = r.Health()
+			continue
+		}
+		out[name] = drivers.Health{Healthy: true, Engine: d.Engine(), Detail: "the driver reports no health"}
+	}
+	return out
+}
+
+// Authenticator returns the gateway's authenticator: a front door checks
+// a key its protocol carries with CallerForKey, and asks Enabled whether
+// callers are anonymous.
+func (g *Gateway) Authenticator() *Authenticator { return g.auth }
+
+// CallerForKey is g.Authenticator().CallerForKey.
+func (g *Gateway) CallerForKey(key string) (string, bool) { return g.auth.CallerForKey(key) }

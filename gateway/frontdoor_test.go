@@ -101,6 +101,12 @@ func TestRunRecordsTheFrontDoorAndNothingElse(t *testing.T) {
 		}
 	}
 	doorGW.checkReplyIsStored(id, viaDoor)
+
+	// A retry over gRPC is the same request: it replays the door's answer.
+	replay, err := doorGW.client.RunTool(context.Background(), doorRequest(t, id))
+	if err != nil || !proto.Equal(replay, viaDoor) {
+		t.Errorf("a gRPC retry of the door's call: %v, %v; want the door's answer replayed", replay, err)
+	}
 }
 
 func parseRequestJSON(t *testing.T, b []byte) evidence.RequestRecord {
@@ -176,5 +182,42 @@ func TestRunRefusesAMissingRequestOrCaller(t *testing.T) {
 	wantCode(t, err, codes.Unauthenticated, "caller")
 	if names := e.artifactNames("no-caller-1"); len(names) != 0 {
 		t.Errorf("a call without a caller left evidence: %v", names)
+	}
+}
+
+// suggestionPolicy denies curl with a suggestion and allows the rest.
+const suggestionPolicy = `
+@id("allow_workspace") permit (principal, action, resource in Driver::"workspace");
+@id("no_curl") @reason("network tools are not allowed") @suggestion("use the fetch tool instead")
+forbid (principal, action == Action::"RunTool", resource == Tool::"workspace.shell")
+when { context.args has command && context.args.command like "curl*" };
+`
+
+func TestSuggestionIsRecorded(t *testing.T) {
+	e := newEnv(t, envOptions{policies: map[string]string{"policy.default.cedar": suggestionPolicy}})
+	resp := e.mustCall("curl-1", "workspace.shell", map[string]any{"command": "curl https://example.com"})
+	if pc := resp.GetPolicyCheck(); pc.GetDecision() != "deny" || pc.GetRuleId() != "no_curl" || pc.GetSuggestion() != "use the fetch tool instead" {
+		t.Errorf("policy_check %v, want a deny by no_curl with its suggestion", pc)
+	}
+	decision := decodeJSON(t, e.artifact("curl-1", evidence.ArtifactPolicyDecision))
+	if decision["suggestion"] != "use the fetch tool instead" {
+		t.Errorf("policy_decision.json suggestion = %v", decision["suggestion"])
+	}
+	stored := decodeJSON(t, e.artifact("curl-1", evidence.ArtifactResponse))
+	if pc, _ := stored["policy_check"].(map[string]any); pc["suggestion"] != "use the fetch tool instead" {
+		t.Errorf("response.json policy_check = %v", stored["policy_check"])
+	}
+	e.checkReplyIsStored("curl-1", resp)
+	replay := e.mustCall("curl-1", "workspace.shell", map[string]any{"command": "curl https://example.com"})
+	if !proto.Equal(replay, resp) {
+		t.Errorf("the replay lost the suggestion: %v", replay)
+	}
+
+	// A rule without one leaves both records as they were.
+	e.mustCall("ls-1", "workspace.readFile", map[string]any{"path": "missing.txt"})
+	for _, name := range []string{evidence.ArtifactPolicyDecision, evidence.ArtifactResponse} {
+		if b := e.artifact("ls-1", name); bytes.Contains(b, []byte("suggestion")) {
+			t.Errorf("%s of a rule without @suggestion names one: %s", name, b)
+		}
 	}
 }

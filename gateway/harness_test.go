@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"math"
 	"net"
 	"os"
@@ -70,6 +71,8 @@ type envOptions struct {
 	// now is Options.Now: a fixed clock makes evidence comparable byte
 	// for byte.
 	now func() time.Time
+	// logger is Options.Logger.
+	logger *slog.Logger
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -139,7 +142,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	e.gw, err = New(Options{
 		Decider: engine, Store: e.store, Spool: spool, Signer: o.signer, Redactor: red, Auth: auth,
 		Drivers: drvs, Tools: tools, Instance: "test-host", Shadows: o.shadows, Selectable: o.selectable,
-		Limits: o.limits, Now: o.now,
+		Limits: o.limits, Now: o.now, Logger: o.logger,
 	})
 	if err != nil {
 		t.Fatal(err)

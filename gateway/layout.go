@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"path/filepath"
 	"strings"
+
+	"github.com/toolgate/toolgate/drivers"
 )
 
 // gatewayPath is one of the gateway's own files or folders, named by the
@@ -42,9 +44,31 @@ func (c Config) gatewayPaths() []gatewayPath {
 	add("tls.key_file", c.TLS.KeyFile)
 	add("tls.cert_file", c.TLS.CertFile)
 	for _, name := range sortedKeys(c.Drivers) {
-		add("drivers."+name+".trace_dir", c.Drivers[name].TraceDir)
+		if po, ok := c.Drivers[name].Config.(drivers.PathOwner); ok {
+			for _, p := range po.OwnPaths() {
+				add("drivers."+name+"."+p.Key, p.Path)
+			}
+		}
 	}
 	add("the configuration file", c.File)
+	return out
+}
+
+// workspaces lists the folders the drivers let callers write, named by
+// their keys.
+func (c Config) workspaces() []gatewayPath {
+	var out []gatewayPath
+	for _, name := range sortedKeys(c.Drivers) {
+		po, ok := c.Drivers[name].Config.(drivers.PathOwner)
+		if !ok {
+			continue
+		}
+		for _, w := range po.Workspaces() {
+			if w.Path != "" {
+				out = append(out, gatewayPath{"drivers." + name + "." + w.Key, w.Path})
+			}
+		}
+	}
 	return out
 }
 
@@ -71,15 +95,11 @@ func (c Config) CheckLayout() error {
 		}
 		protected = append(protected, gatewayPath{p.key, real})
 	}
-	for _, name := range sortedKeys(c.Drivers) {
-		d := c.Drivers[name]
-		if d.Type != "workspace" || d.Root == "" {
-			continue
-		}
-		key := "drivers." + name + ".root"
-		root, err := resolvedPath(d.Root)
+	for _, ws := range c.workspaces() {
+		key := ws.key
+		root, err := resolvedPath(ws.path)
 		if err != nil {
-			return fmt.Errorf("config: %s %q: %w", key, d.Root, err)
+			return fmt.Errorf("config: %s %q: %w", key, ws.path, err)
 		}
 		for _, p := range protected {
 			var rel string

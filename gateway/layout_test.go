@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/toolgate/toolgate/drivers/tpmjs"
+	"github.com/toolgate/toolgate/drivers/workspace"
 )
 
 // TestCheckLayoutRefusesNesting: a workspace root that is, contains or lies
@@ -25,7 +28,7 @@ func TestCheckLayoutRefusesNesting(t *testing.T) {
 			File:     filepath.Join(dir, "repo", "toolgate.yaml"),
 			Policies: PolicyConfig{Dir: "repo/policies"},
 			Evidence: EvidenceConfig{URL: "file://./repo/evidence", SpoolDir: "repo/spool"},
-			Drivers:  map[string]DriverConfig{"workspace": {Type: "workspace", Root: "repo/workspace"}},
+			Drivers:  map[string]DriverSection{"workspace": {Type: "workspace", Config: &workspace.DriverConfig{Root: "repo/workspace"}}},
 		}
 	}
 	tests := []struct {
@@ -45,7 +48,7 @@ func TestCheckLayoutRefusesNesting(t *testing.T) {
 		{"spool in the workspace", func(c *Config) { c.Evidence.SpoolDir = "alias/workspace/spool" }, []string{"contains evidence.spool_dir"}},
 		{"spool off", func(c *Config) { c.Evidence.SpoolDir = "none"; c.setRoot("repo/spool") }, nil},
 		{"trace folder in the workspace", func(c *Config) {
-			c.Drivers["tpmjs"] = DriverConfig{Type: "tpmjs", TraceDir: "repo/workspace/trace"}
+			c.Drivers["tpmjs"] = DriverSection{Type: "tpmjs", Config: &tpmjs.DriverConfig{TraceDir: "repo/workspace/trace"}}
 		}, []string{"contains drivers.tpmjs.trace_dir"}},
 		{"signing key in the workspace", func(c *Config) { c.Evidence.SigningKey = keyFile("repo/workspace/signing.pem") },
 			[]string{"contains evidence.signing_key.file"}},
@@ -65,7 +68,7 @@ func TestCheckLayoutRefusesNesting(t *testing.T) {
 			[]string{"redact.fingerprint_key.file", "lies inside evidence.url"}},
 		{"TLS key inside a trace folder", func(c *Config) {
 			c.TLS = TLSConfig{CertFile: "repo/cert.pem", KeyFile: "repo/trace/key.pem"}
-			c.Drivers["tpmjs"] = DriverConfig{Type: "tpmjs", TraceDir: "repo/trace"}
+			c.Drivers["tpmjs"] = DriverSection{Type: "tpmjs", Config: &tpmjs.DriverConfig{TraceDir: "repo/trace"}}
 		}, []string{"tls.key_file", "lies inside drivers.tpmjs.trace_dir"}},
 		{"fingerprint key in the workspace", func(c *Config) { c.Redact.FingerprintKey = &SecretSource{File: "repo/workspace/fp"} },
 			[]string{"contains redact.fingerprint_key.file"}},
@@ -97,9 +100,15 @@ func TestCheckLayoutRefusesNesting(t *testing.T) {
 }
 
 func (c *Config) setRoot(root string) {
-	d := c.Drivers["workspace"]
-	d.Root = root
-	c.Drivers["workspace"] = d
+	c.SetWorkspaceRoot("workspace", root)
+}
+
+// workspaceRoot is the root of the workspace driver called name.
+func workspaceRoot(c Config, name string) string {
+	if w, ok := c.Drivers[name].Config.(*workspace.DriverConfig); ok {
+		return w.Root
+	}
+	return ""
 }
 
 // keyFile is a signing key source naming a file.

@@ -29,6 +29,9 @@ func MarshalResponse(r *toolgatev1.RunToolResponse) ([]byte, error) {
 			Decision: r.GetPolicyCheck().GetDecision(),
 			Reason:   r.GetPolicyCheck().GetReason(),
 			RuleID:   r.GetPolicyCheck().GetRuleId(),
+			// Omitted when empty, so responses of rules without one keep
+			// their bytes.
+			Suggestion: r.GetPolicyCheck().GetSuggestion(),
 		},
 		EvidenceRefs:       nonNil(r.GetEvidenceRefs()),
 		LocalEvidencePaths: r.GetLocalEvidencePaths(),

@@ -32,6 +32,8 @@ type PolicyInfo struct {
 	Reason string
 	// Approval is the policy's @approval group, "" for an unmarked policy.
 	Approval string
+	// Suggestion is the policy's @suggestion annotation, possibly "".
+	Suggestion string
 	// Position is "<file>:<line>:<column>" of the policy in its set.
 	Position string
 	// Determining is true when the policy is one of those that decided:
@@ -87,11 +89,12 @@ func (e *Engine) listMatched(ctx context.Context, x Explanation, creq cedar.Requ
 		lp := set.byID[id]
 		pos := p.Position()
 		info := PolicyInfo{
-			RuleID:   lp.ruleID,
-			Effect:   "permit",
-			Reason:   lp.reason,
-			Approval: lp.approval,
-			Position: fmt.Sprintf("%s:%d:%d", set.file, pos.Line, pos.Column),
+			RuleID:     lp.ruleID,
+			Effect:     "permit",
+			Reason:     lp.reason,
+			Approval:   lp.approval,
+			Suggestion: lp.suggestion,
+			Position:   fmt.Sprintf("%s:%d:%d", set.file, pos.Line, pos.Column),
 		}
 		if p.Effect() == cedar.Forbid {
 			info.Effect = "forbid"

@@ -104,7 +104,7 @@ const (
 // KnownAnnotations returns the annotation keys a policy may carry, in the
 // order messages list them.
 func KnownAnnotations() []string {
-	return []string{AnnotationID, AnnotationReason, AnnotationApproval, AnnotationSelfApproval}
+	return []string{AnnotationID, AnnotationReason, AnnotationApproval, AnnotationSelfApproval, AnnotationSuggestion}
 }
 
 // isReservedRuleID reports whether id names a decision the gateway makes
@@ -251,13 +251,15 @@ func compileSet(path, file string, src []byte, sc *schemaCheck) (set *policySet,
 					at, label, key, strings.Join(KnownAnnotations(), ", @")))
 			}
 		}
-		for _, msg := range append(approvalAnnotationProblems(p), sc.policy(p)...) {
+		problems := append(approvalAnnotationProblems(p), suggestionProblems(p)...)
+		for _, msg := range append(problems, sc.policy(p)...) {
 			errs = append(errs, fmt.Errorf("%s: policy %s: %s", at, label, msg))
 		}
 
 		_, marked := ann[AnnotationApproval]
 		set.policies[i] = loadedPolicy{
 			id: id, policy: p, ruleID: ruleID, reason: string(ann[AnnotationReason]),
+			suggestion:    string(ann[AnnotationSuggestion]),
 			approval:      string(ann[AnnotationApproval]),
 			grantsApprove: p.Effect() == cedar.Permit && !marked && namesApprove(p),
 			selfApproval:  string(ann[AnnotationSelfApproval]) == SelfApprovalAllowed,

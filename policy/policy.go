@@ -165,6 +165,10 @@ type Decision struct {
 	// Reason is the deciding policy's @reason annotation, or an explanation
 	// written by Decide.
 	Reason string
+	// Suggestion is the deciding policy's @suggestion annotation: what the
+	// caller may do instead. "" when the rule has none, and on every
+	// decision the gateway makes itself.
+	Suggestion string
 	// PolicyRef is the policy set the request was judged by.
 	PolicyRef string
 	// PolicySetDigest is "sha256:<hex>" of that policy set's file, or "" when
@@ -265,6 +269,7 @@ func evaluationFailed(d Decision, set *policySet, errs []cedar.DiagnosticError) 
 func decidedBy(d Decision, p *loadedPolicy) Decision {
 	d.RuleID = p.ruleID
 	d.Reason = p.reason
+	d.Suggestion = p.suggestion
 	switch {
 	case d.Reason != "":
 	case d.ApprovalRequired:
@@ -337,6 +342,7 @@ func failed(d Decision, msg string) Decision {
 	d.Approvers = ""
 	d.RuleID = RulePolicyError
 	d.Reason = msg
+	d.Suggestion = ""
 	d.Errors = []string{msg}
 	return d
 }
@@ -391,6 +397,8 @@ type loadedPolicy struct {
 	policy *cedar.Policy
 	ruleID string
 	reason string // the @reason annotation, possibly ""
+	// suggestion is the @suggestion annotation, possibly "".
+	suggestion string
 	// approval is the @approval group, "" for a policy without the mark.
 	approval string
 	// grantsApprove: a permit without @approval whose scope names

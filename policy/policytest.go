@@ -198,6 +198,8 @@ type Expectation struct {
 	RuleID string `json:"rule_id,omitempty"`
 	// Approvers, when set, must equal the decision's @approval group.
 	Approvers string `json:"approvers,omitempty"`
+	// Suggestion, when set, must equal the deciding rule's @suggestion.
+	Suggestion string `json:"suggestion,omitempty"`
 }
 
 // TestResult is the outcome of one TestCase.
@@ -302,6 +304,9 @@ func runCase(ctx context.Context, e *Engine, file string, tc TestCase) TestResul
 	}
 	if tc.Expect.Approvers != "" && tc.Expect.Approvers != res.Got.Approvers {
 		res.Mismatches = append(res.Mismatches, fmt.Sprintf("approvers: want %s, got %q %s", tc.Expect.Approvers, res.Got.Approvers, why))
+	}
+	if tc.Expect.Suggestion != "" && tc.Expect.Suggestion != res.Got.Suggestion {
+		res.Mismatches = append(res.Mismatches, fmt.Sprintf("suggestion: want %q, got %q %s", tc.Expect.Suggestion, res.Got.Suggestion, why))
 	}
 	return res
 }

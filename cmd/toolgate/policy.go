@@ -178,6 +178,7 @@ type explanationJSON struct {
 	Approvers       string        `json:"approvers,omitempty"`
 	RuleID          string        `json:"rule_id"`
 	Reason          string        `json:"reason"`
+	Suggestion      string        `json:"suggestion,omitempty"`
 	PolicyRef       string        `json:"policy_ref"`
 	PolicySetDigest string        `json:"policy_set_digest"`
 	Matched         []matchedJSON `json:"matched"`
@@ -189,6 +190,7 @@ type matchedJSON struct {
 	Effect      string `json:"effect"`
 	Reason      string `json:"reason"`
 	Approval    string `json:"approval,omitempty"`
+	Suggestion  string `json:"suggestion,omitempty"`
 	Position    string `json:"position"`
 	Determining bool   `json:"determining"`
 }
@@ -199,6 +201,7 @@ func writeExplanationJSON(w io.Writer, x policy.Explanation) error {
 		Approvers:       x.Approvers,
 		RuleID:          x.RuleID,
 		Reason:          x.Reason,
+		Suggestion:      x.Suggestion,
 		PolicyRef:       x.PolicyRef,
 		PolicySetDigest: x.PolicySetDigest,
 		Matched:         make([]matchedJSON, 0, len(x.Matched)),
@@ -226,6 +229,9 @@ func writeExplanation(w io.Writer, x policy.Explanation) error {
 	}
 	fmt.Fprintf(&b, "rule_id:    %s\n", x.RuleID)
 	fmt.Fprintf(&b, "reason:     %s\n", x.Reason)
+	if x.Suggestion != "" {
+		fmt.Fprintf(&b, "suggestion: %s\n", x.Suggestion)
+	}
 	fmt.Fprintf(&b, "policy_ref: %s", x.PolicyRef)
 	if x.PolicySetDigest != "" {
 		fmt.Fprintf(&b, " (%s)", x.PolicySetDigest)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/frontdoor"
 )
 
 // spoolFlushInterval is how often spooled evidence is retried when no new
@@ -69,13 +70,15 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	if *evidenceURL != "" {
 		cfg.Evidence.URL = *evidenceURL
 	}
-	if *workspaceRoot != "" {
-		d, ok := cfg.Drivers["workspace"]
-		if !ok || d.Type != "workspace" {
-			return errors.New("--workspace: the configuration has no workspace driver named \"workspace\"")
-		}
-		d.Root = *workspaceRoot
-		cfg.Drivers["workspace"] = d
+	if *workspaceRoot != "" && !cfg.SetWorkspaceRoot("workspace", *workspaceRoot) {
+		return errors.New("--workspace: the configuration has no workspace driver named \"workspace\"")
+	}
+
+	// Front-door sections are checked before anything is built, so that a
+	// misspelt door or key stops the start at once.
+	doors, err := frontdoor.Load(cfg)
+	if err != nil {
+		return err
 	}
 
 	var handler slog.Handler
@@ -111,6 +114,17 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		opts = append(opts, grpc.Creds(creds))
 	}
 	srv, health := g.NewServer(opts...)
+	// The doors listen before the gRPC server serves, so that a door that
+	// cannot start stops the gateway before it takes calls.
+	doorServers, err := frontdoor.Serve(ctx, cfg, g, doors, log)
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	doorServers.RegisterGRPC(srv)
+	for _, d := range doors {
+		log.Info("front door serving", "door", d.Name, "addr", doorServers.Addr(d.Config.ListenAddr()))
+	}
 	// Background work (spool flushing, policy reloads) lives until the
 	// server has drained.
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
@@ -151,7 +165,11 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer, getenv func(
 
 	select {
 	case err := <-served:
-		return fmt.Errorf("serve: %w", err)
+		return errors.Join(fmt.Errorf("serve: %w", err), doorServers.Shutdown(context.WithoutCancel(ctx)))
+	case err := <-doorServers.Err():
+		srv.Stop()
+		<-served
+		return errors.Join(err, doorServers.Shutdown(context.WithoutCancel(ctx)))
 	case <-ctx.Done():
 	}
 	// A second signal now kills the process the default way, for an
@@ -159,9 +177,18 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	signal.Reset(os.Interrupt, syscall.SIGTERM)
 	log.Info("shutting down: refusing new calls, finishing calls in flight")
 	health.Shutdown()
+	// The doors drain beside the gRPC server: each waits for its calls in
+	// flight.
+	var doorsStopped sync.WaitGroup
+	var doorsErr error
+	doorsStopped.Go(func() { doorsErr = doorServers.Shutdown(context.WithoutCancel(ctx)) })
 	srv.GracefulStop()
+	doorsStopped.Wait()
 	if err := <-served; err != nil {
 		return fmt.Errorf("serve: %w", err)
+	}
+	if doorsErr != nil {
+		return doorsErr
 	}
 	log.Info("stopped")
 	return nil

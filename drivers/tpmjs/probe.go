@@ -40,7 +40,11 @@ func (d *Driver) probeLoop(ctx context.Context) {
 // probe asks /health and /info once and records what they tell. Failures
 // are logged and otherwise ignored: what an earlier probe learned stays.
 func (d *Driver) probe(ctx context.Context) {
-	if body, err := d.get(ctx, d.healthURL); err != nil {
+	body, err := d.get(ctx, d.healthURL)
+	if ctx.Err() == nil {
+		d.noteProbe(time.Now(), err)
+	}
+	if err != nil {
 		if ctx.Err() == nil {
 			d.log.Warn("tpmjs health probe failed", "driver", d.name, "error", err)
 		}
@@ -53,7 +57,7 @@ func (d *Driver) probe(ctx context.Context) {
 		d.mu.Unlock()
 	}
 
-	body, err := d.get(ctx, d.infoURL)
+	body, err = d.get(ctx, d.infoURL)
 	if err != nil {
 		// /info is optional in the protocol; the Deno executor has none.
 		if ctx.Err() == nil {

@@ -104,6 +104,7 @@ type Driver struct {
 	infoEngine       string        // engine name from /info, "" until known; wins over healthEngine
 	advertisedMax    time.Duration // from /info, 0 until known
 	executorProtocol string        // protocolVersion from /health or /info, "" until known
+	probed           probeState    // the last /health probe, for Health
 	started          bool
 	closed           bool
 	stopProbes       context.CancelFunc

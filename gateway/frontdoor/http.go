@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/toolgate/toolgate/gateway"
 )
@@ -102,6 +101,7 @@ type HTTPSettings interface {
 }
 
 // KeyChecker maps an API key onto a caller the way the gRPC listener does.
+// *gateway.Authenticator implements it.
 type KeyChecker interface {
 	// Enabled reports whether callers must present a key.
 	Enabled() bool
@@ -109,19 +109,10 @@ type KeyChecker interface {
 	CallerForKey(key string) (caller string, ok bool)
 }
 
-// Keys adapts the gateway's Authenticator: the key is checked by the very
-// code that checks a gRPC call's bearer key (SHA-256, constant time).
-func Keys(a *gateway.Authenticator) KeyChecker { return authKeys{a} }
-
-type authKeys struct{ a *gateway.Authenticator }
-
-func (k authKeys) Enabled() bool { return k.a.Enabled() }
-
-func (k authKeys) CallerForKey(key string) (string, bool) {
-	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+key))
-	caller, err := k.a.Authenticate(ctx)
-	return caller, err == nil
-}
+// Keys returns the gateway's Authenticator as the plumbing's KeyChecker:
+// a path or bearer key is checked by the very code that checks a gRPC
+// call's bearer key (SHA-256, constant time).
+func Keys(a *gateway.Authenticator) KeyChecker { return a }
 
 // Plumbing is what every door request passes through before it is routed.
 type Plumbing struct {
@@ -422,7 +413,7 @@ func Serve(ctx context.Context, cfg gateway.Config, g *gateway.Gateway, doors []
 		if err != nil {
 			return nil, errors.Join(err, closeDoors(s.doors))
 		}
-		handlers[a] = plumbingFor(byAddr[a], Keys(g.Authenticator()), log).Wrap(mux)
+		handlers[a] = plumbingFor(byAddr[a], g.Authenticator(), log).Wrap(mux)
 	}
 	for _, a := range addrs {
 		if err := s.listen(ctx, a, handlers[a], g, tlsConfig, log); err != nil {

@@ -55,7 +55,7 @@ func (g *grpcService) RunOperations(ctx context.Context, req *toolgatev1.RunOper
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "agentspaces: reply: %v", err)
 	}
-	return &toolgatev1.RunOperationsResponse{Reply: out, IdempotencyKey: reply.Toolgate.Turn}, nil
+	return &toolgatev1.RunOperationsResponse{Events: out, IdempotencyKey: reply.Toolgate.Turn}, nil
 }
 
 // replyStruct is the reply as the HTTP form's JSON body, in a Struct.

@@ -50,7 +50,7 @@ func (e *testEnv) grpcCall(c toolgatev1.AgentSpacesServiceClient, key, runID, tu
 	if err != nil {
 		return Reply{}, "", err
 	}
-	b, _ := protojson.Marshal(resp.GetReply())
+	b, _ := protojson.Marshal(resp.GetEvents())
 	var r Reply
 	if err := json.Unmarshal(b, &r); err != nil {
 		e.t.Fatal(err)
