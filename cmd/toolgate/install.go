@@ -7,5 +7,6 @@ package main
 // configuration error. The doors are added here as their packages land:
 //
 //	_ "github.com/toolgate/toolgate/gateway/frontdoor/tpmjs"
-//	_ "github.com/toolgate/toolgate/gateway/frontdoor/agentspaces"
-import ()
+import (
+	_ "github.com/toolgate/toolgate/gateway/frontdoor/agentspaces"
+)

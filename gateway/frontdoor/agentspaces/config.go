@@ -85,8 +85,7 @@ func (c *Config) Open(d frontdoor.Deps) (frontdoor.Door, error) {
 	return New(d.Gateway, Options{
 		Name: d.Name, Driver: c.Driver, MaxOperations: c.MaxOperations, PausedBatches: c.PausedBatches,
 		MaxBodyBytes: c.BodyLimit(), Logger: d.Logger,
-		// The gRPC listener authenticated the call already; this is the
-		// same check of the same bearer key, to learn who made it.
-		GRPCCaller: d.Gateway.Authenticator().Authenticate,
+		// The gRPC listener authenticated the call; Caller says who.
+		GRPCCaller: d.Gateway.Caller,
 	})
 }

@@ -124,7 +124,7 @@ func newTestEnv(t *testing.T, o envOptions) *testEnv {
 		t.Fatal(err)
 	}
 	if o.door.GRPCCaller == nil {
-		o.door.GRPCCaller = e.gw.Authenticator().Authenticate
+		o.door.GRPCCaller = e.gw.Caller
 	}
 	e.door, err = New(e.gw, o.door)
 	if err != nil {
