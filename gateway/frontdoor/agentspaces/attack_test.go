@@ -156,3 +156,19 @@ func TestValidationErrorsAreEventsAndTheBatchGoesOn(t *testing.T) {
 		t.Errorf("readFile ran %d times", e.calls("readFile"))
 	}
 }
+
+func TestDenyCarriesTheRulesSuggestion(t *testing.T) {
+	e := newTestEnv(t, envOptions{})
+	a := e.post(agentKey, "run_curl", "", `{"operations":[{"type":"shell","id":"net","command":"curl x"},{"type":"shell","command":"echo after"}]}`)
+	ev := a.reply.Events
+	if a.reply.Status != statusCompleted || len(ev) != 2 {
+		t.Fatalf("reply %+v", a.reply)
+	}
+	if ev[0].Type != eventPolicyDenied || ev[0].OperationID != "net" || ev[0].OperationType != opShell ||
+		ev[0].Reason != "network tools are not allowed (rule no_curl)" || ev[0].Suggestion != "use the fetch tool instead" {
+		t.Errorf("policyDenied event %+v", ev[0])
+	}
+	if ev[1].Type != opShell || *ev[1].Stdout != "after\n" || e.calls("shell") != 1 {
+		t.Errorf("the batch did not go on after the deny: %+v", ev[1])
+	}
+}

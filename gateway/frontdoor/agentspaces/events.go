@@ -123,7 +123,7 @@ func callOutcome(now time.Time, op operation, requestID string, resp *toolgatev1
 	if pc.GetDecision() != "allow" {
 		return outcome{event: Event{
 			Type: eventPolicyDenied, OperationID: op.ID, Timestamp: timestamp(now), OperationType: op.Type,
-			Reason: fmt.Sprintf("%s (rule %s)", pc.GetReason(), pc.GetRuleId()), Suggestion: suggestionOf(pc), Toolgate: ext,
+			Reason: fmt.Sprintf("%s (rule %s)", pc.GetReason(), pc.GetRuleId()), Suggestion: pc.GetSuggestion(), Toolgate: ext,
 		}}
 	}
 	return outcome{event: resultEvent(now, op, resp.GetToolResult(), ext)}
