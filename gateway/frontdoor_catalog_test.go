@@ -157,6 +157,19 @@ func TestCallerForKeyMatchesAuthenticate(t *testing.T) {
 			}
 		})
 	}
+	t.Run("every configured key is compared, also after a match, so the time taken does not tell which matched", func(t *testing.T) {
+		// Two entries share a digest: a loop that stopped at the first
+		// match would answer alice; the full comparison ends on bob.
+		both, err := NewAuthenticator([]KeyConfig{
+			{Caller: "alice", SHA256: sha256Hex(aliceKey)}, {Caller: "bob", SHA256: sha256Hex(aliceKey)},
+		}, func(string) string { return "" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if caller, _ := both.CallerForKey(aliceKey); caller != "bob" {
+			t.Errorf("CallerForKey = %q: the comparison stopped at the first matching key", caller)
+		}
+	})
 	t.Run("with authentication off every key is the anonymous caller", func(t *testing.T) {
 		off, err := NewAuthenticator(nil, func(string) string { return "" })
 		if err != nil {
