@@ -46,7 +46,8 @@ type Options struct {
 	PausedBatches int
 	// MaxBodyBytes caps a request body.
 	MaxBodyBytes int64
-	Logger       *slog.Logger
+	// Logger, if set, gets the door's own errors.
+	Logger *slog.Logger
 	// Now returns the current time; time.Now by default.
 	Now func() time.Time
 	// GRPCCaller returns the authenticated caller of a gRPC call; without

@@ -35,13 +35,14 @@ const (
 // Event is one event of a reply, in the protocol's shape: the spec's
 // fields at the top level, Toolgate's own under "toolgate".
 type Event struct {
-	Type          string  `json:"type"`
-	OperationID   string  `json:"operationId,omitempty"`
-	Timestamp     string  `json:"timestamp"`
-	OperationType string  `json:"operationType,omitempty"`
-	Path          *string `json:"path,omitempty"`
-	Command       *string `json:"command,omitempty"`
-	Success       *bool   `json:"success,omitempty"`
+	Type          string `json:"type"`
+	OperationID   string `json:"operationId,omitempty"`
+	Timestamp     string `json:"timestamp"`
+	OperationType string `json:"operationType,omitempty"`
+	// Path or Command says what a file or shell operation was about.
+	Path    *string `json:"path,omitempty"`
+	Command *string `json:"command,omitempty"`
+	Success *bool   `json:"success,omitempty"`
 	// createFile, readFile, editFile
 	BytesWritten *int64  `json:"bytesWritten,omitempty"`
 	Content      *string `json:"content,omitempty"`
