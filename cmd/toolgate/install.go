@@ -4,11 +4,10 @@ package main
 // package registers its kind (its front_doors.<name> section, off by
 // default) from its init function, and one blank import here puts it in
 // the binary; a section naming a door this binary does not import is a
-// configuration error. The doors are added here as their packages land:
-//
-//	_ "github.com/toolgate/toolgate/gateway/frontdoor/tpmjs"
-//	_ "github.com/toolgate/toolgate/gateway/frontdoor/agentspaces"
+// configuration error.
 import (
+	// front_doors.agent_spaces: Agent Spaces operations batches.
+	_ "github.com/toolgate/toolgate/gateway/frontdoor/agentspaces"
 	// front_doors.tpmjs: the TPMJS executor protocol and registry search.
 	_ "github.com/toolgate/toolgate/gateway/frontdoor/tpmjs"
 )

@@ -1,0 +1,1 @@
+globalThis.fetch = async () => { throw new Error("network disabled in tests"); };
