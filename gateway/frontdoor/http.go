@@ -246,13 +246,19 @@ func stripKey(r *http.Request) (r2 *http.Request, key string, hasKey bool) {
 		}
 		escaped = "/" + tail
 	}
+	// The path is cleaned in its escaped form, so that an escaped slash
+	// stays data inside its segment ("/v1/runs/a%2Fb" names run "a/b",
+	// which the door refuses) rather than becoming path structure. Dots
+	// are unreserved, so their escapes are decoded first and "%2E%2E" is
+	// cleaned like "..".
+	escaped = cleanPath(strings.ReplaceAll(strings.ReplaceAll(escaped, "%2E", "."), "%2e", "."))
+	u := *r.URL
 	p, err := url.PathUnescape(escaped)
 	if err != nil {
 		// Routed as written: no pattern matches a malformed escape.
 		p = escaped
 	}
-	u := *r.URL
-	u.Path, u.RawPath = cleanPath(p), ""
+	u.Path, u.RawPath = p, escaped
 	r2 = r.Clone(r.Context())
 	r2.URL = &u
 	r2.RequestURI = u.RequestURI()

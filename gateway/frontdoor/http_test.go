@@ -146,6 +146,7 @@ func TestDoubleSlashWithoutRedirect(t *testing.T) {
 		{"doubled slashes everywhere", "//k/" + key + "///echo"},
 		{"a dot segment", "/k/" + key + "/x/../echo"},
 		{"a trailing dot", "/k/" + key + "/./echo"},
+		{"an escaped dot segment", "/k/" + key + "/x/%2E%2e/echo"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, got, raw, resp := do(t, "GET", base+tc.path, nil, "")
@@ -160,6 +161,19 @@ func TestDoubleSlashWithoutRedirect(t *testing.T) {
 			t.Fatalf("status %d, report %s", status, raw)
 		}
 	})
+}
+
+// TestEscapedSlashStaysInItsSegment: "%2F" is data, never path
+// structure, so "x%2F..%2Fecho" is one segment that names no route rather
+// than a way round the path a door routes on.
+func TestEscapedSlashStaysInItsSegment(t *testing.T) {
+	_, base := keyedDoor(t)
+	for _, p := range []string{"/x%2F..%2Fecho", "/x%2f..%2fecho", "/x%2F%2E%2E%2Fecho"} {
+		status, got, raw, resp := do(t, "GET", base+"/k/"+testKeys["alice"]+p, nil, "")
+		if status != 404 || got.Path != "" || resp.Header.Get("Location") != "" {
+			t.Errorf("%s: status %d (Location %q), report %s; want 404 and no door reached", p, status, resp.Header.Get("Location"), raw)
+		}
+	}
 }
 
 func TestAnonymousRefusesBrowserOrigins(t *testing.T) {
