@@ -4,67 +4,29 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/toolgate/toolgate/drivers"
-	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
-	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/gateway/frontdoor/doortest"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
-	"github.com/toolgate/toolgate/redact"
 )
 
-// benchDriver answers at once, with the data a readFile has, so the
-// benchmark measures the gateway and the door alone.
-type benchDriver struct{}
-
-func (benchDriver) Engine() string { return "bench" }
-
-func (benchDriver) Run(context.Context, drivers.Call) (drivers.Result, error) {
-	return drivers.Result{Stdout: "ok\n", Data: map[string]any{"type": "readFile", "path": "a.txt", "success": true, "size": 3}}, nil
-}
-
-// benchGateway is a gateway with one allow rule, a memory store and the
-// bench driver serving workspace.readFile, with authentication off.
+// benchGateway is a gateway with one allow rule, a memory store and a
+// workspace.readFile that answers at once with the data a readFile has,
+// with authentication off.
 func benchGateway(b *testing.B) (*gateway.Gateway, *gateway.Authenticator) {
-	b.Helper()
-	dir := b.TempDir()
-	text := `@id("allow_read") @reason("benchmark") permit (principal, action == Action::"RunTool", resource == Tool::"workspace.readFile");`
-	if err := os.WriteFile(filepath.Join(dir, "policy.default.cedar"), []byte(text), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	engine, err := policy.Load(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	red, err := redact.New(redact.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	auth, err := gateway.NewAuthenticator(nil, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	g, err := gateway.New(gateway.Options{
-		Decider: engine, Store: evidence.NewMemoryStore(), Redactor: red, Auth: auth, Instance: "bench",
-		Drivers: map[string]drivers.Driver{"workspace": benchDriver{}},
-		Tools:   map[string]gateway.Tool{"workspace.readFile": {Driver: "workspace", Target: "readFile"}},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return g, auth
+	return doortest.Gateway(b,
+		`@id("allow_read") @reason("benchmark") permit (principal, action == Action::"RunTool", resource == Tool::"workspace.readFile");`,
+		map[string]drivers.Driver{"workspace": doortest.InstantDriver{Name: "bench", Result: drivers.Result{
+			Stdout: "ok\n", Data: map[string]any{"type": "readFile", "path": "a.txt", "success": true, "size": 3}}}},
+		map[string]gateway.Tool{"workspace.readFile": {Driver: "workspace", Target: "readFile"}})
 }
 
 // BenchmarkFrontDoor compares one operation through the door (HTTP on
@@ -73,19 +35,7 @@ func benchGateway(b *testing.B) (*gateway.Gateway, *gateway.Authenticator) {
 // iteration. Figures: ns/op of agentspaces-1op over grpc-runtool.
 func BenchmarkFrontDoor(b *testing.B) {
 	g, auth := benchGateway(b)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv, _ := g.NewServer()
-	go srv.Serve(g.LimitListener(lis))
-	b.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { conn.Close() })
-	client := toolgatev1.NewToolGatewayClient(conn)
+	client := doortest.GRPCClient(b, g)
 
 	door, err := New(g, Options{})
 	if err != nil {

@@ -5,35 +5,18 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"testing"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/toolgate/toolgate/drivers"
-	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
-	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/gateway/frontdoor/doortest"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
-	"github.com/toolgate/toolgate/redact"
 )
-
-// noopDriver answers at once, so a benchmark measures the gateway and the
-// door alone.
-type noopDriver struct{}
-
-func (noopDriver) Engine() string { return "noop" }
-
-func (noopDriver) Run(context.Context, drivers.Call) (drivers.Result, error) {
-	return drivers.Result{Stdout: "ok\n", Data: map[string]any{"done": true}}, nil
-}
 
 const benchPolicy = `
 @id("allow_noop") @reason("benchmark")
@@ -41,27 +24,16 @@ permit (principal, action == Action::"RunTool", resource == Tool::"noop.run");
 `
 
 // benchGateway is a gateway with a memory store, one allow rule and a
-// packaged tool "noop.run" (@bench/noop::run) served by noopDriver, and
+// packaged tool "noop.run" (@bench/noop::run) that answers at once, and
 // "noop.deny" which no rule allows.
 func benchGateway(b *testing.B) *gateway.Gateway {
-	b.Helper()
-	dir := b.TempDir()
-	must(b, os.WriteFile(filepath.Join(dir, "policy.default.cedar"), []byte(benchPolicy), 0o600))
-	engine, err := policy.Load(dir)
-	must(b, err)
-	red, err := redact.New(redact.Config{})
-	must(b, err)
-	auth, err := gateway.NewAuthenticator(nil, nil)
-	must(b, err)
-	g, err := gateway.New(gateway.Options{
-		Decider: engine, Store: evidence.NewMemoryStore(), Redactor: red, Auth: auth, Instance: "bench",
-		Drivers: map[string]drivers.Driver{"noop": noopDriver{}},
-		Tools: map[string]gateway.Tool{
+	g, _ := doortest.Gateway(b, benchPolicy,
+		map[string]drivers.Driver{"noop": doortest.InstantDriver{Name: "noop",
+			Result: drivers.Result{Stdout: "ok\n", Data: map[string]any{"done": true}}}},
+		map[string]gateway.Tool{
 			"noop.run":  {Driver: "noop", Target: "run", Package: "@bench/noop", Version: "1.0.0"},
 			"noop.deny": {Driver: "noop", Target: "deny", Package: "@bench/noop", Version: "1.0.0"},
-		},
-	})
-	must(b, err)
+		})
 	return g
 }
 
@@ -76,7 +48,7 @@ const benchParams = `{"path":"docs/readme.md","limit":10,"verbose":true}`
 func BenchmarkFrontDoor(b *testing.B) {
 	b.Run("grpc-runtool", func(b *testing.B) {
 		g := benchGateway(b)
-		client := grpcClient(b, g)
+		client := doortest.GRPCClient(b, g)
 		args, err := structpb.NewStruct(map[string]any{"path": "docs/readme.md", "limit": 10.0, "verbose": true})
 		must(b, err)
 		b.ReportAllocs()
@@ -181,15 +153,3 @@ func post(b *testing.B, client *http.Client, url, key string, body []byte) []byt
 }
 
 // grpcClient serves g over gRPC on loopback and returns a client.
-func grpcClient(b *testing.B, g *gateway.Gateway) toolgatev1.ToolGatewayClient {
-	b.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	must(b, err)
-	srv, _ := g.NewServer()
-	go srv.Serve(lis)
-	b.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	must(b, err)
-	b.Cleanup(func() { conn.Close() })
-	return toolgatev1.NewToolGatewayClient(conn)
-}
