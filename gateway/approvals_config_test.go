@@ -43,20 +43,7 @@ func TestApprovalsConfigValidate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := ParseConfig([]byte(tc.yaml))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if cfg, err = cfg.WithDefaults(); err != nil {
-				t.Fatal(err)
-			}
-			err = cfg.Validate()
-			switch {
-			case tc.wantErr == "" && err != nil:
-				t.Fatalf("unexpected error: %v", err)
-			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
-				t.Fatalf("error = %v, want one mentioning %q", err, tc.wantErr)
-			}
+			checkConfigError(t, tc.yaml, tc.wantErr)
 		})
 	}
 }

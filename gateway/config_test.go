@@ -79,21 +79,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := ParseConfig([]byte(tc.yaml))
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg, err = cfg.WithDefaults()
-			if err != nil {
-				t.Fatal(err)
-			}
-			err = cfg.Validate()
-			switch {
-			case tc.wantErr == "" && err != nil:
-				t.Fatalf("unexpected error: %v", err)
-			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
-				t.Fatalf("error = %v, want one mentioning %q", err, tc.wantErr)
-			}
+			checkConfigError(t, tc.yaml, tc.wantErr)
 		})
 	}
 }
@@ -141,5 +127,26 @@ drivers:
 	}
 	if slices.Contains(got, "/srv/tg/ws") || slices.Contains(got, "") {
 		t.Errorf("hiddenPaths holds the workspace or an empty path: %v", got)
+	}
+}
+
+// checkConfigError parses, completes and validates the configuration text,
+// and fails t unless validation fails with an error mentioning wantErr, or
+// passes when wantErr is "".
+func checkConfigError(t *testing.T, text, wantErr string) {
+	t.Helper()
+	cfg, err := ParseConfig([]byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err = cfg.WithDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	err = cfg.Validate()
+	switch {
+	case wantErr == "" && err != nil:
+		t.Fatalf("unexpected error: %v", err)
+	case wantErr != "" && (err == nil || !strings.Contains(err.Error(), wantErr)):
+		t.Fatalf("error = %v, want one mentioning %q", err, wantErr)
 	}
 }

@@ -182,20 +182,7 @@ func TestConfigNestedCallLimits(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := ParseConfig([]byte("drivers: {sb: {type: execbox, url: 'ws://127.0.0.1:1/run'" + tc.keys + "}}"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if cfg, err = cfg.WithDefaults(); err != nil {
-				t.Fatal(err)
-			}
-			err = cfg.Validate()
-			switch {
-			case tc.wantErr == "" && err != nil:
-				t.Fatalf("unexpected error: %v", err)
-			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
-				t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
-			}
+			checkConfigError(t, "drivers: {sb: {type: execbox, url: 'ws://127.0.0.1:1/run'"+tc.keys+"}}", tc.wantErr)
 		})
 	}
 }

@@ -51,16 +51,7 @@ func TestPolicyAuthorizeApproval(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			args := append([]string{"policy", "authorize", "--policies", dir}, tc.args...)
-			out, stderr, code := runTool(t, ".", args...)
-			if code != tc.wantCode {
-				t.Fatalf("exit %d, want %d; output:\n%s%s", code, tc.wantCode, out, stderr)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(out+stderr, w) {
-					t.Errorf("output lacks %q:\n%s%s", w, out, stderr)
-				}
-			}
+			checkAuthorize(t, dir, tc.args, tc.wantCode, tc.want)
 		})
 	}
 }

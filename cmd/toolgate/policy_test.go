@@ -130,16 +130,7 @@ func TestPolicyAuthorize(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			args := append([]string{"policy", "authorize", "--policies", dir}, tc.args...)
-			out, stderr, code := runTool(t, ".", args...)
-			if code != tc.wantCode {
-				t.Fatalf("exit %d, want %d; output:\n%s%s", code, tc.wantCode, out, stderr)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(out+stderr, w) {
-					t.Errorf("output lacks %q:\n%s%s", w, out, stderr)
-				}
-			}
+			checkAuthorize(t, dir, tc.args, tc.wantCode, tc.want)
 		})
 	}
 }
@@ -288,5 +279,20 @@ when { principal.groups.contains("ops") && principal.roles.contains("oncall") };
 	}
 	if _, _, code := runTool(t, dir, append(base, "--groups", "dev")...); code != exitFailure {
 		t.Errorf("dev only: exit %d, want deny", code)
+	}
+}
+
+// checkAuthorize runs policy authorize on the folder dir with args and
+// fails t unless it exits wantCode with every string of want in its output.
+func checkAuthorize(t *testing.T, dir string, args []string, wantCode int, want []string) {
+	t.Helper()
+	out, stderr, code := runTool(t, ".", append([]string{"policy", "authorize", "--policies", dir}, args...)...)
+	if code != wantCode {
+		t.Fatalf("exit %d, want %d; output:\n%s%s", code, wantCode, out, stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(out+stderr, w) {
+			t.Errorf("output lacks %q:\n%s%s", w, out, stderr)
+		}
 	}
 }
