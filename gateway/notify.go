@@ -200,22 +200,29 @@ func (n *WebhookNotifier) work() {
 	for {
 		select {
 		case ev := <-n.queue:
-			n.deliver(ev)
+			n.handle(ev)
 		case <-n.stop:
 			for {
 				select {
 				case ev := <-n.queue:
-					if n.ctx.Err() != nil {
-						n.dropped(ev, "the gateway is stopping")
-						continue
-					}
-					n.deliver(ev)
+					n.handle(ev)
 				default:
 					return
 				}
 			}
 		}
 	}
+}
+
+// handle delivers ev, or drops it once Close has given up draining: the
+// worker's select may take a queued event before it sees the stop, so the
+// check belongs here rather than in the drain loop alone.
+func (n *WebhookNotifier) handle(ev ApprovalEvent) {
+	if n.ctx.Err() != nil {
+		n.dropped(ev, "the gateway is stopping")
+		return
+	}
+	n.deliver(ev)
 }
 
 // deliver sends one event, retrying transport errors, 5xx and 429.
