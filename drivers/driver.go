@@ -6,6 +6,7 @@ package drivers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 )
@@ -193,4 +194,13 @@ type Bounded interface {
 type Sealed interface {
 	// Sealed reports whether every run of the driver is sealed.
 	Sealed() bool
+}
+
+// Describer is implemented by a driver that knows the arguments its
+// targets take, so that clients that show tools to a model (an MCP
+// client's tools/list) can show their schemas.
+type Describer interface {
+	// InputSchema returns target's argument schema (JSON Schema 2020-12,
+	// "type":"object"), or nil when the driver does not know it.
+	InputSchema(target string) json.RawMessage
 }

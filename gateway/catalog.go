@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"slices"
 	"sort"
 	"strings"
@@ -134,4 +135,13 @@ func (t Tool) matches(id, query string) bool {
 		}
 	}
 	return true
+}
+
+// openObjectSchema is the schema of a tool whose arguments nothing
+// describes: any object.
+var openObjectSchema = json.RawMessage(`{"type":"object"}`)
+
+// inputSchema is the argument schema Catalog shows for tool id.
+func (g *Gateway) inputSchema(id string, t Tool) json.RawMessage {
+	return openObjectSchema
 }

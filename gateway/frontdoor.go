@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"regexp"
 	"slices"
 
@@ -29,6 +30,13 @@ type Call struct {
 	// Request is the call itself, validated exactly as RunTool validates
 	// it.
 	Request *toolgatev1.RunToolRequest
+	// Identity, when set, is how the door authenticated the caller other
+	// than by an API key; see Identity.
+	Identity *Identity
+	// TraceParent is the W3C traceparent the client sent with the call
+	// ("00-<32 hex>-<16 hex>-<2 hex>"), or "". It is recorded, never
+	// hashed, so that evidence leads to the caller's trace.
+	TraceParent string
 }
 
 // Run runs c for caller, who is already authenticated (RunTool by its
@@ -80,6 +88,10 @@ type CatalogEntry struct {
 	// CallerEnv names the variables a caller may set in args._env; the
 	// names only.
 	CallerEnv []string `json:"caller_env,omitempty"`
+	// InputSchema is a JSON Schema (2020-12, "type":"object") of the
+	// tool's arguments, as advice for a model: the gateway validates
+	// arguments its own way. Never nil.
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
 }
 
 // Catalog returns every catalog tool, sorted by id, whether or not any
@@ -94,6 +106,7 @@ func (g *Gateway) Catalog() []CatalogEntry {
 		out[i] = CatalogEntry{
 			ID: id, Driver: t.Driver, Target: t.Target, Package: t.Package, Version: t.Version,
 			Description: t.Description, Tags: slices.Clone(t.Tags), CallerEnv: slices.Clone(t.CallerEnv),
+			InputSchema: g.inputSchema(id, t),
 		}
 	}
 	return out
