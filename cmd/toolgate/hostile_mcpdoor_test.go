@@ -346,6 +346,7 @@ func TestHostileMCPDoorProtocol(t *testing.T) {
 	call := mcpCallBody("workspace.readFile", map[string]any{"path": "notes.txt"}, nil)
 	secret := mcpCallBody("workspace.readFile", map[string]any{"path": "secrets/key.txt"}, nil)
 	longName := strings.Repeat("t", 10<<10)
+	legacyCall := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"workspace.readFile","arguments":{"path":"notes.txt"}}}`
 	for _, tc := range []struct {
 		name   string
 		header map[string]string
@@ -356,6 +357,10 @@ func TestHostileMCPDoorProtocol(t *testing.T) {
 			"[" + call + "," + call + "]", http.StatusBadRequest},
 		{"a JSON-RPC batch of two calls (2025-11-25)", legacyHeader(mcpAgentKey, "2025-11-25"),
 			"[" + strings.Replace(call, `"id":1`, `"id":2`, 1) + "," + call + "]", http.StatusBadRequest},
+		{"a JSON-RPC batch of two calls (2025-03-26)", legacyHeader(mcpAgentKey, "2025-03-26"),
+			"[" + strings.Replace(legacyCall, `"id":1`, `"id":2`, 1) + "," + legacyCall + "]", http.StatusBadRequest},
+		{"a JSON-RPC batch of two calls, no version header", map[string]string{"Authorization": "Bearer " + mcpAgentKey},
+			"[" + strings.Replace(legacyCall, `"id":1`, `"id":2`, 1) + "," + legacyCall + "]", http.StatusBadRequest},
 		{"an Mcp-Name header naming another tool than the body", mcp2026(mcpAgentKey, "tools/call", "workspace.createFile"),
 			secret, http.StatusBadRequest},
 		{"Mcp-Method saying tools/list for a tools/call", mcp2026(mcpAgentKey, "tools/list", ""),
@@ -365,15 +370,15 @@ func TestHostileMCPDoorProtocol(t *testing.T) {
 		{"a 2026-07-28 _meta without the MCP-Protocol-Version header", map[string]string{"Authorization": "Bearer " + mcpAgentKey},
 			call, http.StatusBadRequest},
 		{"a 10 KB tool name", mcp2026(mcpAgentKey, "tools/call", longName),
-			mcpCallBody(longName, map[string]any{"path": "notes.txt"}, nil), http.StatusOK},
+			mcpCallBody(longName, map[string]any{"path": "notes.txt"}, nil), http.StatusBadRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := mcpPost(t, d.url, tc.header, tc.body)
 			if a.status != tc.status {
 				t.Fatalf("got %d %.300s, want %d", a.status, a.raw, tc.status)
 			}
-			if a.status == http.StatusOK && (a.msg["error"] == nil || a.result() != nil) {
-				t.Fatalf("got a result, want a JSON-RPC error: %.300s", a.raw)
+			if a.result() != nil {
+				t.Fatalf("got a result: %.300s", a.raw)
 			}
 		})
 	}
