@@ -61,8 +61,8 @@ func newLiveGateway(t *testing.T, o liveOptions) *liveGateway {
 	}
 	lg.gw, err = New(Options{
 		Decider: live, Store: lg.store, Redactor: red, Auth: auth, Instance: "test-host",
-		Drivers:  map[string]drivers.Driver{"fake": lg.driver, "other": &countingDriver{}},
-		Tools:    o.tools, Registry: &Registry{Driver: "fake"}, Selectable: o.selectable, Now: fixedClock,
+		Drivers: map[string]drivers.Driver{"fake": lg.driver, "other": &countingDriver{}},
+		Tools:   o.tools, Registry: &Registry{Driver: "fake"}, Selectable: o.selectable, Now: fixedClock,
 	})
 	if err != nil {
 		t.Fatal(err)
