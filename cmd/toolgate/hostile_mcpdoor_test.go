@@ -346,7 +346,6 @@ func TestHostileMCPDoorProtocol(t *testing.T) {
 	call := mcpCallBody("workspace.readFile", map[string]any{"path": "notes.txt"}, nil)
 	secret := mcpCallBody("workspace.readFile", map[string]any{"path": "secrets/key.txt"}, nil)
 	longName := strings.Repeat("t", 10<<10)
-	legacyCall := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"workspace.readFile","arguments":{"path":"notes.txt"}}}`
 	for _, tc := range []struct {
 		name   string
 		header map[string]string
@@ -357,10 +356,6 @@ func TestHostileMCPDoorProtocol(t *testing.T) {
 			"[" + call + "," + call + "]", http.StatusBadRequest},
 		{"a JSON-RPC batch of two calls (2025-11-25)", legacyHeader(mcpAgentKey, "2025-11-25"),
 			"[" + strings.Replace(call, `"id":1`, `"id":2`, 1) + "," + call + "]", http.StatusBadRequest},
-		{"a JSON-RPC batch of two calls (2025-03-26)", legacyHeader(mcpAgentKey, "2025-03-26"),
-			"[" + strings.Replace(legacyCall, `"id":1`, `"id":2`, 1) + "," + legacyCall + "]", http.StatusBadRequest},
-		{"a JSON-RPC batch of two calls, no version header", map[string]string{"Authorization": "Bearer " + mcpAgentKey},
-			"[" + strings.Replace(legacyCall, `"id":1`, `"id":2`, 1) + "," + legacyCall + "]", http.StatusBadRequest},
 		{"an Mcp-Name header naming another tool than the body", mcp2026(mcpAgentKey, "tools/call", "workspace.createFile"),
 			secret, http.StatusBadRequest},
 		{"Mcp-Method saying tools/list for a tools/call", mcp2026(mcpAgentKey, "tools/list", ""),

@@ -35,10 +35,14 @@ func inspectorBin(t *testing.T) string {
 	return bin
 }
 
+// inspectorToolError is the CLI's exit status when the tool's result has
+// isError: it still prints the result.
+const inspectorToolError = 5
+
 // runInspector runs `mcp-inspector --cli URL --transport http` with the
 // caller's bearer key and args, in a home of its own (it writes a catalog
-// there), and decodes the JSON it prints.
-func runInspector(t *testing.T, url, key string, args ...string) map[string]any {
+// there), expects exit status want, and decodes the JSON it prints.
+func runInspector(t *testing.T, want int, url, key string, args ...string) map[string]any {
 	t.Helper()
 	bin := inspectorBin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -50,8 +54,16 @@ func runInspector(t *testing.T, url, key string, args ...string) map[string]any 
 	cmd.Env = append(os.Environ(), "HOME="+home, "MCP_CATALOG_PATH="+filepath.Join(home, "mcp.json"))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	code := 0
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("mcp-inspector %v: %v\nstdout: %s\nstderr: %s", args, err, stdout.String(), stderr.String())
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) {
+			t.Fatalf("mcp-inspector %v: %v", args, err)
+		}
+		code = exit.ExitCode()
+	}
+	if code != want {
+		t.Fatalf("mcp-inspector %v: exit status %d, want %d\nstdout: %s\nstderr: %s", args, code, want, stdout.String(), stderr.String())
 	}
 	var out map[string]any
 	if err := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &out); err != nil {
@@ -67,7 +79,7 @@ func TestInspectorCLI(t *testing.T) {
 	e := newClientEnv(t)
 
 	t.Run("tools/list shows only the allowed tools", func(t *testing.T) {
-		out := runInspector(t, e.url, clientAgentKey, "--method", "tools/list")
+		out := runInspector(t, 0, e.url, clientAgentKey, "--method", "tools/list")
 		tools, _ := out["tools"].([]any)
 		var names []string
 		for _, tool := range tools {
@@ -85,7 +97,7 @@ func TestInspectorCLI(t *testing.T) {
 		args := []string{"--method", "tools/call", "--tool-name", "echo.say", "--tool-arg", "text=from the inspector",
 			"--tool-metadata", MetaIdempotencyKey + "=insp-1"}
 		for range 2 {
-			out := runInspector(t, e.url, clientAgentKey, args...)
+			out := runInspector(t, 0, e.url, clientAgentKey, args...)
 			meta, _ := out["_meta"].(map[string]any)
 			if out["isError"] == true || firstText(out) != "from the inspector\n" || meta[MetaRequestID] != "insp-1" {
 				t.Fatalf("result %v", out)
@@ -101,8 +113,8 @@ func TestInspectorCLI(t *testing.T) {
 
 	t.Run("tools/call of forbidden arguments is a tool error", func(t *testing.T) {
 		before := e.driver.runs.Load()
-		out := runInspector(t, e.url, clientAgentKey, "--method", "tools/call", "--tool-name", "echo.say", "--tool-arg", "text=a secret")
-		if out["isError"] != true || e.driver.runs.Load() != before {
+		out := runInspector(t, inspectorToolError, e.url, clientAgentKey, "--method", "tools/call", "--tool-name", "echo.say", "--tool-arg", "text=a secret")
+		if out["isError"] != true || firstText(out) != "Denied by policy rule no_secrets: secrets are not echoed" || e.driver.runs.Load() != before {
 			t.Fatalf("result %v; driver runs +%d", out, e.driver.runs.Load()-before)
 		}
 	})
