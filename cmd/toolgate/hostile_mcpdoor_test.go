@@ -17,7 +17,8 @@ import (
 
 // The MCP front door's attacks, over the wire against the real binary: the
 // door on its own loopback port, two callers with keys, the workspace
-// driver, and a policy that lets anyone read files but not the secrets.
+// driver, and a policy that lets anyone read files but not the secrets,
+// and holds every delete for a reviewer of group ops (neither caller is).
 
 const (
 	mcpAgentKey = "k-mcp-agent-0123456789abcdef"
@@ -35,6 +36,13 @@ permit (principal, action == Action::"RunTool", resource == Tool::"workspace.rea
 @id("no_secrets") @reason("the secrets folder is off limits")
 forbid (principal, action == Action::"RunTool", resource == Tool::"workspace.readFile")
 when { context.args has path && context.args.path like "secrets/*" };
+
+@id("delete_needs_ops") @approval("ops") @reason("deleting a file needs a reviewer")
+permit (principal, action == Action::"RunTool", resource == Tool::"workspace.deleteFile");
+
+@id("ops_approve_delete")
+permit (principal, action == Action::"Approve", resource == Tool::"workspace.deleteFile")
+when { principal.groups.contains(context.group) };
 `
 
 var mcpDoorAddr = regexp.MustCompile(`msg="front door serving" door=mcp addr=(\S+)`)
@@ -425,4 +433,60 @@ func TestHostileMCPDoorIdempotencyKeys(t *testing.T) {
 			t.Fatalf("bob reusing agent's key got %d %.300s", a.status, a.raw)
 		}
 	})
+}
+
+// mcpRetry is a 2026-07-28 retry of tools/call with a requestState and
+// input responses, from a client that declared form elicitation.
+func mcpRetry(tool string, args map[string]any, state string, responses map[string]any) string {
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": map[string]any{
+		"name": tool, "arguments": args, "requestState": state, "inputResponses": responses,
+		"_meta": map[string]any{
+			"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+			"io.modelcontextprotocol/clientCapabilities": map[string]any{"elicitation": map[string]any{"form": map[string]any{}}},
+		}}})
+	return string(b)
+}
+
+// TestHostileMCPDoorApprovalState: a held call's requestState is sealed
+// and bound to its caller, tool and arguments, and answering the
+// elicitation is never an approval: none of these runs the delete.
+func TestHostileMCPDoorApprovalState(t *testing.T) {
+	d := mcpDoorServer(t)
+	del := map[string]any{"path": "notes.txt"}
+	elicit := map[string]any{"elicitation": map[string]any{"form": map[string]any{}}}
+	first := mcpCall(t, d, mcpAgentKey, "workspace.deleteFile", del, map[string]any{"io.modelcontextprotocol/clientCapabilities": elicit})
+	state, _ := first.result()["requestState"].(string)
+	if first.result()["resultType"] != "input_required" || state == "" {
+		t.Fatalf("a held delete from a client with elicitation: %s", first.raw)
+	}
+	accept := map[string]any{"toolgate_approval": map[string]any{"action": "accept", "content": map[string]any{}}}
+	tampered := []byte(state)
+	tampered[len(tampered)/2] ^= 1
+	for _, tc := range []struct {
+		name, key, tool, state string
+		args                   map[string]any
+		inputRequired          bool
+	}{
+		{"the caller accepting its own elicitation", mcpAgentKey, "workspace.deleteFile", state, del, true},
+		{"another caller retrying with the caller's state", mcpBobKey, "workspace.deleteFile", state, del, false},
+		{"the state with one bit flipped", mcpAgentKey, "workspace.deleteFile", string(tampered), del, false},
+		{"the state with other arguments", mcpAgentKey, "workspace.deleteFile", state, map[string]any{"path": "docs/readme.md"}, false},
+		{"the state for another tool", mcpAgentKey, "workspace.readFile", state, map[string]any{"path": "notes.txt"}, false},
+		{"a 100 KB state", mcpAgentKey, "workspace.deleteFile", strings.Repeat("A", 100<<10), del, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := mcpPost(t, d.url, mcp2026(tc.key, "tools/call", tc.tool), mcpRetry(tc.tool, tc.args, tc.state, accept))
+			if a.status != http.StatusOK {
+				t.Fatalf("got %d %s", a.status, a.raw)
+			}
+			if got := a.result()["resultType"] == "input_required"; got != tc.inputRequired || !got && !a.isError() {
+				t.Fatalf("got %s, want input_required %t or a tool error", a.raw, tc.inputRequired)
+			}
+			for _, f := range []string{"notes.txt", "docs/readme.md"} {
+				if _, err := os.Stat(filepath.Join(d.srv.dir, "ws", f)); err != nil {
+					t.Fatalf("%s is gone: %v", f, err)
+				}
+			}
+		})
+	}
 }

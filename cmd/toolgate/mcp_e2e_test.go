@@ -41,8 +41,8 @@ func TestMCPDoorWalkthrough(t *testing.T) {
 				t.Errorf("%s has no object input schema: %v", m["name"], m["inputSchema"])
 			}
 		}
-		if !slices.Equal(names, []string{"workspace.readFile"}) {
-			t.Fatalf("tools = %v, want only workspace.readFile (%s)", names, a.raw)
+		if !slices.Equal(names, []string{"workspace.deleteFile", "workspace.readFile"}) {
+			t.Fatalf("tools = %v, want workspace.deleteFile (held for approval) and workspace.readFile (%s)", names, a.raw)
 		}
 	})
 
