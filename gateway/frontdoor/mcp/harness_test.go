@@ -220,7 +220,9 @@ type bearer struct{ key string }
 
 func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.key)
+	if b.key != "" {
+		r.Header.Set("Authorization", "Bearer "+b.key)
+	}
 	return http.DefaultTransport.RoundTrip(r)
 }
 
@@ -236,6 +238,8 @@ type clientOptions struct {
 	// listChanged, when set, opens a subscriptions/listen stream at
 	// connect (2026-07-28) and receives its notifications.
 	listChanged chan<- struct{}
+	// urlOnly declares URL-mode elicitation only.
+	urlOnly bool
 }
 
 // connect opens a Go SDK client session to the door.
@@ -257,6 +261,9 @@ func (e *testEnv) dial(o clientOptions) (*mcp.ClientSession, error) {
 			default:
 			}
 		}
+	}
+	if o.urlOnly {
+		opts.Capabilities = &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}}
 	}
 	if o.rawMRTR {
 		opts.MultiRoundTrip = &mcp.MultiRoundTripOptions{Disabled: true}
