@@ -354,34 +354,36 @@ func TestHostileMCPDoorProtocol(t *testing.T) {
 	call := mcpCallBody("workspace.readFile", map[string]any{"path": "notes.txt"}, nil)
 	secret := mcpCallBody("workspace.readFile", map[string]any{"path": "secrets/key.txt"}, nil)
 	longName := strings.Repeat("t", 10<<10)
+	// The JSON-RPC error codes of the answers: the specification's header
+	// mismatch, and invalid params (unknown tool). 0: a plain HTTP error.
+	const headerMismatch, invalidParams = -32020, -32602
 	for _, tc := range []struct {
 		name   string
 		header map[string]string
 		body   string
-		status int
+		code   int
 	}{
 		{"a JSON-RPC batch of two calls (2026-07-28)", mcp2026(mcpAgentKey, "tools/call", "workspace.readFile"),
-			"[" + call + "," + call + "]", http.StatusBadRequest},
+			"[" + call + "," + call + "]", 0},
 		{"a JSON-RPC batch of two calls (2025-11-25)", legacyHeader(mcpAgentKey, "2025-11-25"),
-			"[" + strings.Replace(call, `"id":1`, `"id":2`, 1) + "," + call + "]", http.StatusBadRequest},
+			"[" + strings.Replace(call, `"id":1`, `"id":2`, 1) + "," + call + "]", 0},
 		{"an Mcp-Name header naming another tool than the body", mcp2026(mcpAgentKey, "tools/call", "workspace.createFile"),
-			secret, http.StatusBadRequest},
+			secret, headerMismatch},
 		{"Mcp-Method saying tools/list for a tools/call", mcp2026(mcpAgentKey, "tools/list", ""),
-			call, http.StatusBadRequest},
+			call, headerMismatch},
 		{"no Mcp-Name on a 2026-07-28 tools/call", mcp2026(mcpAgentKey, "tools/call", ""),
-			call, http.StatusBadRequest},
+			call, headerMismatch},
 		{"a 2026-07-28 _meta without the MCP-Protocol-Version header", map[string]string{"Authorization": "Bearer " + mcpAgentKey},
-			call, http.StatusBadRequest},
+			call, headerMismatch},
 		{"a 10 KB tool name", mcp2026(mcpAgentKey, "tools/call", longName),
-			mcpCallBody(longName, map[string]any{"path": "notes.txt"}, nil), http.StatusBadRequest},
+			mcpCallBody(longName, map[string]any{"path": "notes.txt"}, nil), invalidParams},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := mcpPost(t, d.url, tc.header, tc.body)
-			if a.status != tc.status {
-				t.Fatalf("got %d %.300s, want %d", a.status, a.raw, tc.status)
-			}
-			if a.result() != nil {
-				t.Fatalf("got a result: %.300s", a.raw)
+			e, _ := a.msg["error"].(map[string]any)
+			code, _ := e["code"].(float64)
+			if a.status != http.StatusBadRequest || a.result() != nil || int(code) != tc.code {
+				t.Fatalf("got %d %.300s, want 400 with JSON-RPC error %d", a.status, a.raw, tc.code)
 			}
 		})
 	}
