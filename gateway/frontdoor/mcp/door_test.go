@@ -60,3 +60,22 @@ func TestAllowedCallReturnsOutputAndEvidence(t *testing.T) {
 		t.Errorf("the driver ran %d times, want 1", n)
 	}
 }
+
+func TestIdentityOfATokenReachesListAndCall(t *testing.T) {
+	e := newTestEnv(t, nil)
+	if _, ok := e.listed(clientOptions{key: agentKey})["opsonly"]; ok {
+		t.Fatal("agent, not in ops, sees opsonly")
+	}
+	if _, ok := e.listed(clientOptions{key: carolToken})["opsonly"]; !ok {
+		t.Fatal("carol's token puts her in ops, but opsonly is not listed to her")
+	}
+	res := call(t, e.connect(clientOptions{key: carolToken}), "opsonly", map[string]any{"text": "ops"}, mcp.Meta{MetaIdempotencyKey: "carol-1"})
+	if res.IsError || text(res) != "ops" {
+		t.Fatalf("carol's call: isError %v, text %q", res.IsError, text(res))
+	}
+	rj := e.requestJSON("carol-1")
+	auth, _ := rj["auth"].(map[string]any)
+	if rj["caller"] != "carol" || auth["method"] != "oauth" || auth["subject"] != "carol" {
+		t.Errorf("request.json caller %v auth %v", rj["caller"], rj["auth"])
+	}
+}
