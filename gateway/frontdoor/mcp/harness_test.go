@@ -172,7 +172,8 @@ func newTestEnv(t *testing.T, cfg *Config) *testEnv {
 	must(t, cfg.Validate())
 	e.door, err = New(e.gw, *cfg, nil)
 	must(t, err)
-	t.Cleanup(func() { e.door.Close() })
+	door := e.door
+	t.Cleanup(func() { door.Close() })
 	mux := http.NewServeMux()
 	e.door.Routes(mux)
 	srv := httptest.NewServer(frontdoor.Plumbing{Keys: frontdoor.Keys(auth), MaxBodyBytes: cfg.BodyLimit(),
