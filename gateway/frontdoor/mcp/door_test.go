@@ -2,6 +2,8 @@ package mcpdoor
 
 import (
 	"context"
+	"errors"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"slices"
 	"testing"
 	"time"
@@ -77,5 +79,34 @@ func TestIdentityOfATokenReachesListAndCall(t *testing.T) {
 	auth, _ := rj["auth"].(map[string]any)
 	if rj["caller"] != "carol" || auth["method"] != "oauth" || auth["subject"] != "carol" {
 		t.Errorf("request.json caller %v auth %v", rj["caller"], rj["auth"])
+	}
+}
+
+func TestListPolicyRefFromMeta(t *testing.T) {
+	e := newTestEnv(t, nil)
+	for _, tc := range []struct {
+		name  string
+		ref   any
+		ok    bool
+		tools int
+	}{
+		{"the default set by name lists its tools", "policy.default", true, 3},
+		{"a set that does not exist lists nothing, as ListTools does", "policy.nope", true, 0},
+		{"a ref that is no string is refused", 5, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A session of its own: the client caches lists by cursor.
+			cs := e.connect(clientOptions{key: agentKey})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			res, err := cs.ListTools(ctx, &mcp.ListToolsParams{Meta: mcp.Meta{MetaPolicyRef: tc.ref}})
+			var rpc *jsonrpc.Error
+			switch {
+			case tc.ok && (err != nil || len(res.Tools) != tc.tools):
+				t.Errorf("err %v, tools %v", err, res)
+			case !tc.ok && (!errors.As(err, &rpc) || rpc.Code != jsonrpc.CodeInvalidParams):
+				t.Errorf("err %v, want -32602", err)
+			}
+		})
 	}
 }
