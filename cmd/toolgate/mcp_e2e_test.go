@@ -103,6 +103,19 @@ func TestMCPDoorWalkthrough(t *testing.T) {
 		}
 	})
 
+	t.Run("a client that takes only a URL sends the key in its path", func(t *testing.T) {
+		url := strings.Replace(d.url, "/mcp", "/k/"+mcpAgentKey+"/mcp", 1)
+		body := `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"workspace.readFile",` +
+			`"arguments":{"path":"notes.txt"}}}`
+		a := mcpPost(t, url, map[string]string{"MCP-Protocol-Version": "2025-06-18"}, body)
+		if a.status != http.StatusOK || a.isError() || a.text() != "hello from the workspace\n" {
+			t.Fatalf("got %d %s", a.status, a.raw)
+		}
+		if strings.Contains(d.srv.log.String(), mcpAgentKey) {
+			t.Fatal("the path key is in the server's log")
+		}
+	})
+
 	t.Run("every request verifies against the gateway's key", func(t *testing.T) {
 		pub, stderr, code := runTool(t, d.srv.dir, "evidence", "pubkey", "--config", "toolgate.yaml")
 		if code != exitOK {
