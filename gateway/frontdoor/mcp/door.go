@@ -90,7 +90,7 @@ func New(gw Gateway, cfg Config, log *slog.Logger) (*Door, error) {
 	d.srv = mcp.NewServer(&mcp.Implementation{Name: "toolgate", Title: "Toolgate", Version: gateway.Version}, &mcp.ServerOptions{
 		// Tools only: the default would also announce logging.
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
-		Logger:       log,
+		Logger:       sdkLogger(log),
 		SetCacheable: d.setCacheable,
 	})
 	if err := d.addTools(); err != nil {
@@ -102,7 +102,7 @@ func New(gw Gateway, cfg Config, log *slog.Logger) (*Door, error) {
 		// replica serves any request, and 2026-07-28 clients are served
 		// as the protocol wants.
 		Stateless: true,
-		Logger:    log,
+		Logger:    sdkLogger(log),
 		// The SDK's own cap, beside the plumbing's: both are the door's.
 		MaxRequestBodyBytes: cfg.BodyLimit(),
 		// The SDK would refuse a non-loopback Host on a loopback socket,
