@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/frontdoor"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -71,6 +72,13 @@ type Door struct {
 	mu      sync.Mutex
 	listens map[string]int // open subscriptions/listen streams per caller
 }
+
+// The door is a frontdoor.Door that drains its streams and releases its
+// policy watch.
+var (
+	_ frontdoor.Drainer = (*Door)(nil)
+	_ frontdoor.Closer  = (*Door)(nil)
+)
 
 // New returns the door for gw configured by cfg, which must be valid, and
 // starts watching for policy changes; Close stops it.
