@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,5 +110,17 @@ func TestListPolicyRefFromMeta(t *testing.T) {
 				t.Errorf("err %v, want -32602", err)
 			}
 		})
+	}
+}
+
+func TestTheSDKsPerRequestChatterStaysOutOfTheLog(t *testing.T) {
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	sdk := sdkLogger(log)
+	sdk.Info("server session connected")
+	sdk.With("k", "v").WithGroup("g").Info("server session disconnected")
+	sdk.Warn("AddTool: invalid tool name")
+	if out := buf.String(); strings.Contains(out, "session") || !strings.Contains(out, "invalid tool name") {
+		t.Errorf("log %q: want the warning only", out)
 	}
 }
