@@ -21,8 +21,8 @@ import (
 // and holds every delete for a reviewer of group ops (neither caller is).
 
 const (
-	mcpAgentKey = "k-mcp-agent-0123456789abcdef"
-	mcpBobKey   = "k-mcp-bob-0123456789abcdef01"
+	mcpDoorAgentKey = "k-mcp-agent-0123456789abcdef"
+	mcpDoorBobKey   = "k-mcp-bob-0123456789abcdef01"
 	// mcpOrigin is the one browser origin the door lets through.
 	mcpOrigin = "https://app.example"
 	// mcpIdemKey is the _meta key whose value is the call's request id.
@@ -81,7 +81,7 @@ front_doors:
 		mcpMust(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o700))
 		mcpMust(t, os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600))
 	}
-	srv := startServerEnv(t, dir, []string{"TG_MCP_AGENT=" + mcpAgentKey, "TG_MCP_BOB=" + mcpBobKey}, "--config", "toolgate.yaml")
+	srv := startServerEnv(t, dir, []string{"TG_MCP_AGENT=" + mcpDoorAgentKey, "TG_MCP_BOB=" + mcpDoorBobKey}, "--config", "toolgate.yaml")
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if m := mcpDoorAddr.FindStringSubmatch(srv.log.String()); m != nil {
@@ -238,8 +238,8 @@ func TestHostileMCPDoorKeys(t *testing.T) {
 	}{
 		{"no key at all", ""},
 		{"a wrong bearer key", "Bearer not-the-key-0123456789"},
-		{"another scheme", "Basic " + mcpAgentKey},
-		{"the key's prefix only", "Bearer " + mcpAgentKey[:12]},
+		{"another scheme", "Basic " + mcpDoorAgentKey},
+		{"the key's prefix only", "Bearer " + mcpDoorAgentKey[:12]},
 		{"a JWT-shaped token no issuer signed", "Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJhZ2VudCJ9."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -257,7 +257,7 @@ func TestHostileMCPDoorKeys(t *testing.T) {
 	if got := d.requests(t); len(got) != 0 {
 		t.Fatalf("unauthenticated calls were recorded: %v", got)
 	}
-	if a := mcpCall(t, d, mcpAgentKey, "workspace.readFile", map[string]any{"path": "notes.txt"}, nil); a.status != http.StatusOK || a.isError() {
+	if a := mcpCall(t, d, mcpDoorAgentKey, "workspace.readFile", map[string]any{"path": "notes.txt"}, nil); a.status != http.StatusOK || a.isError() {
 		t.Fatalf("the right key: %d %s", a.status, a.raw)
 	}
 }
@@ -268,7 +268,7 @@ func TestHostileMCPDoorOrigins(t *testing.T) {
 	d := mcpDoorServer(t)
 	for _, origin := range []string{"https://evil.example", "null", "https://app.example.evil.example", "http://app.example"} {
 		t.Run("origin "+origin, func(t *testing.T) {
-			h := mcp2026(mcpAgentKey, "tools/call", "workspace.readFile")
+			h := mcp2026(mcpDoorAgentKey, "tools/call", "workspace.readFile")
 			h["Origin"] = origin
 			a := mcpPost(t, d.url, h, mcpCallBody("workspace.readFile", map[string]any{"path": "notes.txt"}, nil))
 			if a.status != http.StatusForbidden || a.header.Get("Access-Control-Allow-Origin") != "" {
@@ -279,7 +279,7 @@ func TestHostileMCPDoorOrigins(t *testing.T) {
 	if got := d.requests(t); len(got) != 0 {
 		t.Fatalf("calls from refused origins were recorded: %v", got)
 	}
-	h := mcp2026(mcpAgentKey, "tools/call", "workspace.readFile")
+	h := mcp2026(mcpDoorAgentKey, "tools/call", "workspace.readFile")
 	h["Origin"] = mcpOrigin
 	a := mcpPost(t, d.url, h, mcpCallBody("workspace.readFile", map[string]any{"path": "notes.txt"}, nil))
 	if a.status != http.StatusOK || a.header.Get("Access-Control-Allow-Origin") != mcpOrigin {
@@ -295,14 +295,14 @@ func TestHostileMCPDoorSizes(t *testing.T) {
 		// Not JSON at all: a door that decoded before checking the size
 		// would answer 400 "malformed", not 413.
 		body := strings.Repeat("x", 5<<20)
-		a := mcpPost(t, d.url, mcp2026(mcpAgentKey, "tools/call", "workspace.readFile"), body)
+		a := mcpPost(t, d.url, mcp2026(mcpDoorAgentKey, "tools/call", "workspace.readFile"), body)
 		if a.status != http.StatusRequestEntityTooLarge {
 			t.Fatalf("got %d %.200s, want 413", a.status, a.raw)
 		}
 	})
 	t.Run("a 5 MiB call is 413 and does not run", func(t *testing.T) {
 		args := map[string]any{"path": "notes.txt", "pad": strings.Repeat("a", 5<<20)}
-		a := mcpCall(t, d, mcpAgentKey, "workspace.readFile", args, map[string]any{mcpIdemKey: "big-body"})
+		a := mcpCall(t, d, mcpDoorAgentKey, "workspace.readFile", args, map[string]any{mcpIdemKey: "big-body"})
 		if a.status != http.StatusRequestEntityTooLarge {
 			t.Fatalf("got %d %.200s, want 413", a.status, a.raw)
 		}
@@ -322,7 +322,7 @@ func TestHostileMCPDoorSizes(t *testing.T) {
 		t.Run(tc.name+" is ignored and not recorded", func(t *testing.T) {
 			start := time.Now()
 			tc.meta[mcpIdemKey] = tc.id
-			a := mcpCall(t, d, mcpAgentKey, "workspace.readFile", map[string]any{"path": "notes.txt"}, tc.meta)
+			a := mcpCall(t, d, mcpDoorAgentKey, "workspace.readFile", map[string]any{"path": "notes.txt"}, tc.meta)
 			if a.status != http.StatusOK || a.isError() || !strings.Contains(a.text(), "hello from the workspace") {
 				t.Fatalf("got %d %.300s", a.status, a.raw)
 			}
@@ -363,19 +363,19 @@ func TestHostileMCPDoorProtocol(t *testing.T) {
 		body   string
 		code   int
 	}{
-		{"a JSON-RPC batch of two calls (2026-07-28)", mcp2026(mcpAgentKey, "tools/call", "workspace.readFile"),
+		{"a JSON-RPC batch of two calls (2026-07-28)", mcp2026(mcpDoorAgentKey, "tools/call", "workspace.readFile"),
 			"[" + call + "," + call + "]", 0},
-		{"a JSON-RPC batch of two calls (2025-11-25)", legacyHeader(mcpAgentKey, "2025-11-25"),
+		{"a JSON-RPC batch of two calls (2025-11-25)", legacyHeader(mcpDoorAgentKey, "2025-11-25"),
 			"[" + strings.Replace(call, `"id":1`, `"id":2`, 1) + "," + call + "]", 0},
-		{"an Mcp-Name header naming another tool than the body", mcp2026(mcpAgentKey, "tools/call", "workspace.createFile"),
+		{"an Mcp-Name header naming another tool than the body", mcp2026(mcpDoorAgentKey, "tools/call", "workspace.createFile"),
 			secret, headerMismatch},
-		{"Mcp-Method saying tools/list for a tools/call", mcp2026(mcpAgentKey, "tools/list", ""),
+		{"Mcp-Method saying tools/list for a tools/call", mcp2026(mcpDoorAgentKey, "tools/list", ""),
 			call, headerMismatch},
-		{"no Mcp-Name on a 2026-07-28 tools/call", mcp2026(mcpAgentKey, "tools/call", ""),
+		{"no Mcp-Name on a 2026-07-28 tools/call", mcp2026(mcpDoorAgentKey, "tools/call", ""),
 			call, headerMismatch},
-		{"a 2026-07-28 _meta without the MCP-Protocol-Version header", map[string]string{"Authorization": "Bearer " + mcpAgentKey},
+		{"a 2026-07-28 _meta without the MCP-Protocol-Version header", map[string]string{"Authorization": "Bearer " + mcpDoorAgentKey},
 			call, headerMismatch},
-		{"a 10 KB tool name", mcp2026(mcpAgentKey, "tools/call", longName),
+		{"a 10 KB tool name", mcp2026(mcpDoorAgentKey, "tools/call", longName),
 			mcpCallBody(longName, map[string]any{"path": "notes.txt"}, nil), invalidParams},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -397,11 +397,11 @@ func legacyHeader(key, version string) map[string]string {
 	return map[string]string{"Authorization": "Bearer " + key, "MCP-Protocol-Version": version}
 }
 
-// TestHostileMCPDoorIdempotencyKeys: the idempotency key becomes the
+// TestHostileMCPDoorRequestIDs: the idempotency key becomes the
 // request id, so one that is not a valid request id is refused as a tool
 // error before anything is recorded, and another caller's key never
 // replays that caller's result.
-func TestHostileMCPDoorIdempotencyKeys(t *testing.T) {
+func TestHostileMCPDoorRequestIDs(t *testing.T) {
 	d := mcpDoorServer(t)
 	for _, tc := range []struct {
 		name string
@@ -416,7 +416,7 @@ func TestHostileMCPDoorIdempotencyKeys(t *testing.T) {
 		{"an empty key", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := mcpCall(t, d, mcpAgentKey, "workspace.readFile", map[string]any{"path": "notes.txt"}, map[string]any{mcpIdemKey: tc.key})
+			a := mcpCall(t, d, mcpDoorAgentKey, "workspace.readFile", map[string]any{"path": "notes.txt"}, map[string]any{mcpIdemKey: tc.key})
 			if a.status != http.StatusOK || !a.isError() || strings.Contains(a.text(), "hello from the workspace") {
 				t.Fatalf("got %d %.300s, want an isError result that did not run", a.status, a.raw)
 			}
@@ -427,10 +427,10 @@ func TestHostileMCPDoorIdempotencyKeys(t *testing.T) {
 	}
 	t.Run("another caller's key does not replay its result", func(t *testing.T) {
 		meta := map[string]any{mcpIdemKey: "agent-read-1"}
-		if a := mcpCall(t, d, mcpAgentKey, "workspace.readFile", map[string]any{"path": "notes.txt"}, meta); a.isError() {
+		if a := mcpCall(t, d, mcpDoorAgentKey, "workspace.readFile", map[string]any{"path": "notes.txt"}, meta); a.isError() {
 			t.Fatalf("agent's call: %.300s", a.raw)
 		}
-		a := mcpCall(t, d, mcpBobKey, "workspace.readFile", map[string]any{"path": "notes.txt"}, meta)
+		a := mcpCall(t, d, mcpDoorBobKey, "workspace.readFile", map[string]any{"path": "notes.txt"}, meta)
 		if a.status != http.StatusOK || !a.isError() || strings.Contains(a.raw, "hello from the workspace") {
 			t.Fatalf("bob reusing agent's key got %d %.300s", a.status, a.raw)
 		}
@@ -456,7 +456,7 @@ func TestHostileMCPDoorApprovalState(t *testing.T) {
 	d := mcpDoorServer(t)
 	del := map[string]any{"path": "notes.txt"}
 	elicit := map[string]any{"elicitation": map[string]any{"form": map[string]any{}}}
-	first := mcpCall(t, d, mcpAgentKey, "workspace.deleteFile", del, map[string]any{"io.modelcontextprotocol/clientCapabilities": elicit})
+	first := mcpCall(t, d, mcpDoorAgentKey, "workspace.deleteFile", del, map[string]any{"io.modelcontextprotocol/clientCapabilities": elicit})
 	state, _ := first.result()["requestState"].(string)
 	if first.result()["resultType"] != "input_required" || state == "" {
 		t.Fatalf("a held delete from a client with elicitation: %s", first.raw)
@@ -469,12 +469,12 @@ func TestHostileMCPDoorApprovalState(t *testing.T) {
 		args                   map[string]any
 		inputRequired          bool
 	}{
-		{"the caller accepting its own elicitation", mcpAgentKey, "workspace.deleteFile", state, del, true},
-		{"another caller retrying with the caller's state", mcpBobKey, "workspace.deleteFile", state, del, false},
-		{"the state with one bit flipped", mcpAgentKey, "workspace.deleteFile", string(tampered), del, false},
-		{"the state with other arguments", mcpAgentKey, "workspace.deleteFile", state, map[string]any{"path": "docs/readme.md"}, false},
-		{"the state for another tool", mcpAgentKey, "workspace.readFile", state, map[string]any{"path": "notes.txt"}, false},
-		{"a 100 KB state", mcpAgentKey, "workspace.deleteFile", strings.Repeat("A", 100<<10), del, false},
+		{"the caller accepting its own elicitation", mcpDoorAgentKey, "workspace.deleteFile", state, del, true},
+		{"another caller retrying with the caller's state", mcpDoorBobKey, "workspace.deleteFile", state, del, false},
+		{"the state with one bit flipped", mcpDoorAgentKey, "workspace.deleteFile", string(tampered), del, false},
+		{"the state with other arguments", mcpDoorAgentKey, "workspace.deleteFile", state, map[string]any{"path": "docs/readme.md"}, false},
+		{"the state for another tool", mcpDoorAgentKey, "workspace.readFile", state, map[string]any{"path": "notes.txt"}, false},
+		{"a 100 KB state", mcpDoorAgentKey, "workspace.deleteFile", strings.Repeat("A", 100<<10), del, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := mcpPost(t, d.url, mcp2026(tc.key, "tools/call", tc.tool), mcpRetry(tc.tool, tc.args, tc.state, accept))

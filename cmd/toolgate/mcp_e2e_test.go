@@ -19,7 +19,7 @@ func TestMCPDoorWalkthrough(t *testing.T) {
 	t.Run("server/discover lists the protocol versions", func(t *testing.T) {
 		body := `{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":{` +
 			`"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
-		a := mcpPost(t, d.url, mcp2026(mcpAgentKey, "server/discover", ""), body)
+		a := mcpPost(t, d.url, mcp2026(mcpDoorAgentKey, "server/discover", ""), body)
 		versions, _ := a.result()["supportedVersions"].([]any)
 		for _, v := range []string{"2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"} {
 			if !slices.Contains(versions, any(v)) {
@@ -31,7 +31,7 @@ func TestMCPDoorWalkthrough(t *testing.T) {
 	t.Run("tools/list is what policy lets this caller run", func(t *testing.T) {
 		body := `{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{` +
 			`"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
-		a := mcpPost(t, d.url, mcp2026(mcpAgentKey, "tools/list", ""), body)
+		a := mcpPost(t, d.url, mcp2026(mcpDoorAgentKey, "tools/list", ""), body)
 		tools, _ := a.result()["tools"].([]any)
 		var names []string
 		for _, tool := range tools {
@@ -48,7 +48,7 @@ func TestMCPDoorWalkthrough(t *testing.T) {
 
 	read := map[string]any{"path": "notes.txt"}
 	t.Run("an allowed call returns the file, its evidence refs and the engine", func(t *testing.T) {
-		a := mcpCall(t, d, mcpAgentKey, "workspace.readFile", read, map[string]any{mcpIdemKey: "readme-1"})
+		a := mcpCall(t, d, mcpDoorAgentKey, "workspace.readFile", read, map[string]any{mcpIdemKey: "readme-1"})
 		if a.status != http.StatusOK || a.isError() || a.text() != "hello from the workspace\n" {
 			t.Fatalf("got %d %s", a.status, a.raw)
 		}
@@ -73,14 +73,14 @@ func TestMCPDoorWalkthrough(t *testing.T) {
 
 	t.Run("the same idempotency key again replays without running", func(t *testing.T) {
 		before := len(d.requests(t))
-		a := mcpCall(t, d, mcpAgentKey, "workspace.readFile", read, map[string]any{mcpIdemKey: "readme-1"})
+		a := mcpCall(t, d, mcpDoorAgentKey, "workspace.readFile", read, map[string]any{mcpIdemKey: "readme-1"})
 		if a.isError() || a.text() != "hello from the workspace\n" || len(d.requests(t)) != before {
 			t.Fatalf("replay: %s; request folders %d → %d", a.raw, before, len(d.requests(t)))
 		}
 	})
 
 	t.Run("arguments a rule forbids are a tool error naming the rule, with evidence", func(t *testing.T) {
-		a := mcpCall(t, d, mcpAgentKey, "workspace.readFile", map[string]any{"path": "secrets/key.txt"}, map[string]any{mcpIdemKey: "readme-2"})
+		a := mcpCall(t, d, mcpDoorAgentKey, "workspace.readFile", map[string]any{"path": "secrets/key.txt"}, map[string]any{mcpIdemKey: "readme-2"})
 		if a.status != http.StatusOK || !a.isError() || !strings.Contains(a.text(), "no_secrets") ||
 			!strings.Contains(a.text(), "the secrets folder is off limits") || strings.Contains(a.raw, "sk-do-not-leak") {
 			t.Fatalf("got %d %s", a.status, a.raw)
@@ -97,21 +97,21 @@ func TestMCPDoorWalkthrough(t *testing.T) {
 	t.Run("a 2025-11-25 client is served without a session", func(t *testing.T) {
 		body := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"workspace.readFile",` +
 			`"arguments":{"path":"docs/readme.md"},"_meta":{"io.github.toolgate/idempotencyKey":"readme-3"}}}`
-		a := mcpPost(t, d.url, legacyHeader(mcpAgentKey, "2025-11-25"), body)
+		a := mcpPost(t, d.url, legacyHeader(mcpDoorAgentKey, "2025-11-25"), body)
 		if a.status != http.StatusOK || a.isError() || a.text() != "# docs\n" {
 			t.Fatalf("got %d %s", a.status, a.raw)
 		}
 	})
 
 	t.Run("a client that takes only a URL sends the key in its path", func(t *testing.T) {
-		url := strings.Replace(d.url, "/mcp", "/k/"+mcpAgentKey+"/mcp", 1)
+		url := strings.Replace(d.url, "/mcp", "/k/"+mcpDoorAgentKey+"/mcp", 1)
 		body := `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"workspace.readFile",` +
 			`"arguments":{"path":"notes.txt"}}}`
 		a := mcpPost(t, url, map[string]string{"MCP-Protocol-Version": "2025-06-18"}, body)
 		if a.status != http.StatusOK || a.isError() || a.text() != "hello from the workspace\n" {
 			t.Fatalf("got %d %s", a.status, a.raw)
 		}
-		if strings.Contains(d.srv.log.String(), mcpAgentKey) {
+		if strings.Contains(d.srv.log.String(), mcpDoorAgentKey) {
 			t.Fatal("the path key is in the server's log")
 		}
 	})
