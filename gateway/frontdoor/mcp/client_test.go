@@ -66,8 +66,10 @@ when { principal.groups.contains(context.group) };
 // it ran, so that a test sees whether anything ran.
 type echoDriver struct{ runs atomic.Int64 }
 
+// Engine implements drivers.Driver.
 func (d *echoDriver) Engine() string { return "echo" }
 
+// Run implements drivers.Driver.
 func (d *echoDriver) Run(_ context.Context, c drivers.Call) (drivers.Result, error) {
 	d.runs.Add(1)
 	text, _ := c.Args["text"].(string)
@@ -262,6 +264,8 @@ func (o sdkOutcome) callResult(t *testing.T, i int) *sdkResult {
 	return s.Result
 }
 
+// sdkCall is a call step of tool name with args and, unless key is empty,
+// key as its idempotency key.
 func sdkCall(name string, args map[string]any, key string) sdkStep {
 	s := sdkStep{Op: "call", Name: name, Arguments: args}
 	if key != "" {
