@@ -537,11 +537,19 @@ func (c Config) Validate() error {
 // auth.keys, and TLS (tls.cert_file and tls.key_file) or
 // tls.allow_plaintext, since API keys travel with every request.
 func (c Config) ValidateListener(key, addr string) error {
+	return c.ValidateListenerAuth(key, addr, false)
+}
+
+// ValidateListenerAuth is ValidateListener for a front door's address
+// where, when doorAuth, a door authenticates callers itself (OAuth access
+// tokens): that stands in for auth.keys, never for TLS, since its tokens
+// are bearer credentials too.
+func (c Config) ValidateListenerAuth(key, addr string, doorAuth bool) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("config: %s %q: %w", key, addr, err)
 	}
-	if len(c.Auth.Keys) == 0 && !isLoopbackHost(host) {
+	if len(c.Auth.Keys) == 0 && !doorAuth && !isLoopbackHost(host) {
 		return fmt.Errorf("config: %s %q is not a loopback address and auth.keys is empty: "+
 			"refusing to serve unauthenticated callers beyond this host", key, addr)
 	}
