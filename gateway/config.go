@@ -352,6 +352,13 @@ type ToolConfig struct {
 	Env map[string]EnvValue `yaml:"env"`
 	// CallerEnv names the variables a caller may set, in args._env.
 	CallerEnv []string `yaml:"caller_env"`
+	// InputSchema is a JSON Schema of the tool's arguments, written as a
+	// YAML mapping ({type: object, properties: {…}}), which clients show
+	// to a model (MCP's tools/list). It must compile, as JSON Schema
+	// 2020-12, to an object schema. Unset: the driver's schema when it
+	// knows one, else any object. The gateway validates arguments its own
+	// way; the schema is advice.
+	InputSchema map[string]any `yaml:"input_schema"`
 }
 
 // EnvValue says where the gateway reads an environment value for a tool.
@@ -754,6 +761,11 @@ func (t ToolConfig) validate(dc drivers.Config) error {
 	for _, tag := range t.Tags {
 		if tag == "" || len(tag) > 64 {
 			return fmt.Errorf("tags: %q: tags are 1 to 64 bytes", tag)
+		}
+	}
+	if t.InputSchema != nil {
+		if err := checkInputSchema(t.InputSchema); err != nil {
+			return fmt.Errorf("input_schema: %w", err)
 		}
 	}
 	return nil
