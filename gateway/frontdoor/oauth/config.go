@@ -14,6 +14,7 @@ package oauth
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"regexp"
@@ -183,22 +184,24 @@ func (c *Config) Validate() error {
 
 // validateClaims checks the keys that map a token's claims.
 func (c Config) validateClaims() error {
-	for key, scopes := range map[string][]string{"required_scopes": c.RequiredScopes, "scopes_supported": c.ScopesSupported} {
+	for key, scopes := range [][]string{c.RequiredScopes, c.ScopesSupported} {
 		for _, s := range scopes {
 			if !scopePattern.MatchString(s) {
-				return fmt.Errorf("%s: %q: not a scope (printable ASCII without spaces, quotes or backslashes)", key, s)
+				return fmt.Errorf("%s: %q: not a scope (printable ASCII without spaces, quotes or backslashes)",
+					[]string{"required_scopes", "scopes_supported"}[key], s)
 			}
 		}
 	}
-	for key, claim := range map[string]string{"caller_claim": c.CallerClaim, "groups_claim": c.GroupsClaim, "roles_claim": c.RolesClaim} {
+	for key, claim := range []string{c.CallerClaim, c.GroupsClaim, c.RolesClaim} {
 		if claim != "" && !claimPattern.MatchString(claim) {
-			return fmt.Errorf("%s: %q: must match %s", key, claim, claimPattern)
+			return fmt.Errorf("%s: %q: must match %s", []string{"caller_claim", "groups_claim", "roles_claim"}[key], claim, claimPattern)
 		}
 	}
 	if !prefixPattern.MatchString(*c.CallerPrefix) {
 		return fmt.Errorf("caller_prefix: %q: must match %s, so that the caller name stays valid", *c.CallerPrefix, prefixPattern)
 	}
-	for scope, roles := range c.ScopeRoles {
+	for _, scope := range slices.Sorted(maps.Keys(c.ScopeRoles)) {
+		roles := c.ScopeRoles[scope]
 		if !scopePattern.MatchString(scope) {
 			return fmt.Errorf("scope_roles: %q: not a scope", scope)
 		}

@@ -122,26 +122,24 @@ func (u *urlKeys) keys(ctx context.Context, kid string) (*KeySet, error) {
 	set, fetched, tried := u.set, u.fetched, u.tried
 	u.mu.Unlock()
 	now := u.now()
-	usable := set != nil && now.Sub(fetched) < 4*u.ttl
-	canTry := now.Sub(tried) >= u.minGap
-	switch {
-	case usable && set.Has(kid):
-		if now.Sub(fetched) >= u.ttl && canTry {
+	if set != nil && now.Sub(fetched) < 4*u.ttl && set.Has(kid) {
+		if now.Sub(fetched) >= u.ttl && now.Sub(tried) >= u.minGap {
 			u.flight.DoChan("fetch", u.fetchFunc(ctx)) // served stale meanwhile
 		}
 		return set, nil
-	case canTry:
-		select {
-		case <-u.flight.DoChan("fetch", u.fetchFunc(ctx)):
-		case <-ctx.Done():
-			return nil, fmt.Errorf("oauth: jwks: %w", ctx.Err())
-		}
-		u.mu.Lock()
-		set, fetched = u.set, u.fetched
-		u.mu.Unlock()
-		usable = set != nil && now.Sub(fetched) < 4*u.ttl
 	}
-	if !usable {
+	// An unknown kid, or no set to trust: join the fetch in flight, or
+	// start one, which fetchFunc skips when the last began under minGap
+	// ago.
+	select {
+	case <-u.flight.DoChan("fetch", u.fetchFunc(ctx)):
+	case <-ctx.Done():
+		return nil, fmt.Errorf("oauth: jwks: %w", ctx.Err())
+	}
+	u.mu.Lock()
+	set, fetched = u.set, u.fetched
+	u.mu.Unlock()
+	if set == nil || now.Sub(fetched) >= 4*u.ttl {
 		return nil, errors.New("oauth: jwks: no current key set from jwks_url (fetches failed)")
 	}
 	return set, nil

@@ -118,19 +118,34 @@ func (i *Issuer) Sign(t testing.TB, claims jwt.MapClaims) string {
 // SignWith signs claims with the newest key for alg.
 func (i *Issuer) SignWith(t testing.TB, alg string, claims jwt.MapClaims) string {
 	t.Helper()
+	s := i.newest(t, alg)
+	return i.SignKid(t, alg, s.kid, s.key, claims)
+}
+
+// Key is the newest private key for alg, for tests that build their own
+// token headers.
+func (i *Issuer) Key(t testing.TB, alg string) crypto.Signer {
+	t.Helper()
+	return i.newest(t, alg).key
+}
+
+// Kid is the newest key's kid for alg.
+func (i *Issuer) Kid(t testing.TB, alg string) string {
+	t.Helper()
+	return i.newest(t, alg).kid
+}
+
+func (i *Issuer) newest(t testing.TB, alg string) signer {
+	t.Helper()
 	i.mu.Lock()
-	var s *signer
-	for n := range i.keys {
-		if i.keys[n].alg == alg {
-			s = &i.keys[n]
-			break
+	defer i.mu.Unlock()
+	for _, k := range i.keys {
+		if k.alg == alg {
+			return k
 		}
 	}
-	i.mu.Unlock()
-	if s == nil {
-		t.Fatalf("oauthtest: no %s key", alg)
-	}
-	return i.SignKid(t, alg, s.kid, s.key, claims)
+	t.Fatalf("oauthtest: no %s key", alg)
+	return signer{}
 }
 
 // SignKid signs claims with key under any alg and kid header, to forge
