@@ -204,3 +204,18 @@ type Describer interface {
 	// "type":"object"), or nil when the driver does not know it.
 	InputSchema(target string) json.RawMessage
 }
+
+// Hints are what a driver knows of what a target does, for clients that
+// tell a model (MCP tool annotations). A false field claims nothing.
+type Hints struct {
+	// ReadOnly: the target changes nothing it can reach.
+	ReadOnly bool
+	// Destructive: the target may delete or overwrite what it reaches.
+	Destructive bool
+}
+
+// Hinter is implemented by a driver that knows its targets' effects.
+type Hinter interface {
+	// Hints returns what target does, the zero Hints when unknown.
+	Hints(target string) Hints
+}

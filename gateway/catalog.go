@@ -2,10 +2,15 @@ package gateway
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
 
+	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/drivers/tpmjs"
 	"github.com/toolgate/toolgate/policy"
 )
@@ -29,6 +34,9 @@ type Tool struct {
 	Env map[string]string
 	// CallerEnv names the variables a caller may set in args._env.
 	CallerEnv []string
+	// InputSchema is the configured schema of the tool's arguments
+	// (tools.<id>.input_schema, checked by the configuration), or nil.
+	InputSchema json.RawMessage
 }
 
 // callerEnvArg is the argument in which callers pass environment values to
@@ -141,7 +149,130 @@ func (t Tool) matches(id, query string) bool {
 // describes: any object.
 var openObjectSchema = json.RawMessage(`{"type":"object"}`)
 
-// inputSchema is the argument schema Catalog shows for tool id.
+// inputSchema is the argument schema Catalog shows for tool id: the
+// configured one, else its driver's, else any object; with an "_env"
+// property when callers may set environment variables.
 func (g *Gateway) inputSchema(id string, t Tool) json.RawMessage {
-	return openObjectSchema
+	schema := t.InputSchema
+	if schema == nil {
+		if d, ok := g.drivers[t.Driver].(drivers.Describer); ok {
+			schema = d.InputSchema(t.Target)
+		}
+	}
+	if schema == nil || checkSchemaJSON(schema) != nil {
+		if schema != nil {
+			g.log.Warn("catalog: the driver's input schema of a tool is not an object schema; showing any object",
+				"tool", id, "driver", t.Driver)
+		}
+		schema = openObjectSchema
+	}
+	if len(t.CallerEnv) == 0 {
+		return schema
+	}
+	return withEnvProperty(schema, t.CallerEnv)
+}
+
+// withEnvProperty adds the "_env" argument to an object schema: an object
+// of the named strings.
+func withEnvProperty(schema json.RawMessage, names []string) json.RawMessage {
+	var m map[string]any
+	if err := json.Unmarshal(schema, &m); err != nil {
+		return schema
+	}
+	props, _ := m["properties"].(map[string]any)
+	if props == nil {
+		props = map[string]any{}
+	}
+	envProps := make(map[string]any, len(names))
+	for _, n := range names {
+		envProps[n] = map[string]any{"type": "string"}
+	}
+	props[callerEnvArg] = map[string]any{
+		"type": "object", "properties": envProps, "additionalProperties": false,
+		"description": "environment variables of the call",
+	}
+	m["properties"] = props
+	out, err := json.Marshal(m)
+	if err != nil {
+		return schema
+	}
+	return out
+}
+
+// inputSchemaJSON is the configured input_schema as JSON, or nil.
+func (t ToolConfig) inputSchemaJSON() json.RawMessage {
+	if t.InputSchema == nil {
+		return nil
+	}
+	b, err := json.Marshal(t.InputSchema)
+	if err != nil {
+		// checkInputSchema refused it at load.
+		return nil
+	}
+	return b
+}
+
+// checkInputSchema checks a configured input_schema: JSON, an object
+// schema, and one that compiles (its $refs local).
+func checkInputSchema(m map[string]any) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("not expressible as JSON (keys must be strings): %w", err)
+	}
+	return checkSchemaJSON(b)
+}
+
+// checkSchemaJSON checks that schema compiles as JSON Schema 2020-12 and
+// describes an object.
+func checkSchemaJSON(schema json.RawMessage) error {
+	var s jsonschema.Schema
+	if err := json.Unmarshal(schema, &s); err != nil {
+		return fmt.Errorf("not a JSON Schema: %w", err)
+	}
+	if s.Type != "object" {
+		return errors.New(`want "type": object at the top: tool arguments are an object`)
+	}
+	if _, err := s.Resolve(&jsonschema.ResolveOptions{}); err != nil {
+		return fmt.Errorf("does not compile: %w", err)
+	}
+	return nil
+}
+
+// ToolHints say what a tool does to the world, for clients that tell a
+// model (MCP annotations). A nil field is unknown.
+type ToolHints struct {
+	ReadOnly, Destructive, Idempotent, OpenWorld *bool
+}
+
+// toolHints are a tool's hints: its driver's knowledge of the target
+// first, then its tags, which a catalog author writes and so override.
+func (g *Gateway) toolHints(t Tool) ToolHints {
+	var h ToolHints
+	yes, no := true, false
+	d := g.drivers[t.Driver]
+	if hr, ok := d.(drivers.Hinter); ok {
+		dh := hr.Hints(t.Target)
+		if dh.ReadOnly {
+			h.ReadOnly, h.Destructive = &yes, &no
+		}
+		if dh.Destructive {
+			h.Destructive = &yes
+		}
+	}
+	if s, ok := d.(drivers.Sealed); ok && s.Sealed() {
+		h.OpenWorld = &no
+	}
+	for _, tag := range t.Tags {
+		switch tag {
+		case "read-only":
+			h.ReadOnly, h.Destructive = &yes, &no
+		case "destructive":
+			h.Destructive = &yes
+		case "idempotent":
+			h.Idempotent = &yes
+		case "open-world", "network":
+			h.OpenWorld = &yes
+		}
+	}
+	return h
 }

@@ -352,6 +352,13 @@ type ToolConfig struct {
 	Env map[string]EnvValue `yaml:"env"`
 	// CallerEnv names the variables a caller may set, in args._env.
 	CallerEnv []string `yaml:"caller_env"`
+	// InputSchema is a JSON Schema of the tool's arguments, written as a
+	// YAML mapping ({type: object, properties: {…}}), which clients show
+	// to a model (MCP's tools/list). It must compile, as JSON Schema
+	// 2020-12, to an object schema. Unset: the driver's schema when it
+	// knows one, else any object. The gateway validates arguments its own
+	// way; the schema is advice.
+	InputSchema map[string]any `yaml:"input_schema"`
 }
 
 // EnvValue says where the gateway reads an environment value for a tool.
@@ -537,11 +544,19 @@ func (c Config) Validate() error {
 // auth.keys, and TLS (tls.cert_file and tls.key_file) or
 // tls.allow_plaintext, since API keys travel with every request.
 func (c Config) ValidateListener(key, addr string) error {
+	return c.ValidateListenerAuth(key, addr, false)
+}
+
+// ValidateListenerAuth is ValidateListener for a front door's address
+// where, when doorAuth, a door authenticates callers itself (OAuth access
+// tokens): that stands in for auth.keys, never for TLS, since its tokens
+// are bearer credentials too.
+func (c Config) ValidateListenerAuth(key, addr string, doorAuth bool) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("config: %s %q: %w", key, addr, err)
 	}
-	if len(c.Auth.Keys) == 0 && !isLoopbackHost(host) {
+	if len(c.Auth.Keys) == 0 && !doorAuth && !isLoopbackHost(host) {
 		return fmt.Errorf("config: %s %q is not a loopback address and auth.keys is empty: "+
 			"refusing to serve unauthenticated callers beyond this host", key, addr)
 	}
@@ -746,6 +761,11 @@ func (t ToolConfig) validate(dc drivers.Config) error {
 	for _, tag := range t.Tags {
 		if tag == "" || len(tag) > 64 {
 			return fmt.Errorf("tags: %q: tags are 1 to 64 bytes", tag)
+		}
+	}
+	if t.InputSchema != nil {
+		if err := checkInputSchema(t.InputSchema); err != nil {
+			return fmt.Errorf("input_schema: %w", err)
 		}
 	}
 	return nil

@@ -92,6 +92,9 @@ type CatalogEntry struct {
 	// tool's arguments, as advice for a model: the gateway validates
 	// arguments its own way. Never nil.
 	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+	// Hints say what the tool does to the world, from its tags and its
+	// driver; a nil field is unknown.
+	Hints ToolHints `json:"-"`
 }
 
 // Catalog returns every catalog tool, sorted by id, whether or not any
@@ -106,7 +109,7 @@ func (g *Gateway) Catalog() []CatalogEntry {
 		out[i] = CatalogEntry{
 			ID: id, Driver: t.Driver, Target: t.Target, Package: t.Package, Version: t.Version,
 			Description: t.Description, Tags: slices.Clone(t.Tags), CallerEnv: slices.Clone(t.CallerEnv),
-			InputSchema: g.inputSchema(id, t),
+			InputSchema: g.inputSchema(id, t), Hints: g.toolHints(t),
 		}
 	}
 	return out

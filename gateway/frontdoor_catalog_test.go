@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -109,7 +110,9 @@ func TestCatalogListsNamesButNeverEnvironmentValues(t *testing.T) {
 		t.Fatalf("catalog %+v, want hello and helloForbidden in that order", cat)
 	}
 	want := CatalogEntry{ID: "hello", Driver: "fake", Target: "helloWorldTool", Package: "@tpmjs/hello", Version: "1.2.3",
-		Description: "says hello", Tags: []string{"demo"}, CallerEnv: []string{"OPENAI_API_KEY"}}
+		Description: "says hello", Tags: []string{"demo"}, CallerEnv: []string{"OPENAI_API_KEY"},
+		InputSchema: json.RawMessage(`{"properties":{"_env":{"additionalProperties":false,"description":"environment variables of the call",` +
+			`"properties":{"OPENAI_API_KEY":{"type":"string"}},"type":"object"}},"type":"object"}`)}
 	if fmt.Sprintf("%#v", cat[0]) != fmt.Sprintf("%#v", want) {
 		t.Errorf("entry %#v, want %#v", cat[0], want)
 	}

@@ -8,6 +8,8 @@ package main
 import (
 	// front_doors.agent_spaces: Agent Spaces operations batches.
 	_ "github.com/toolgate/toolgate/gateway/frontdoor/agentspaces"
+	// front_doors.mcp: the Model Context Protocol (Streamable HTTP).
+	_ "github.com/toolgate/toolgate/gateway/frontdoor/mcp"
 	// front_doors.tpmjs: the TPMJS executor protocol and registry search.
 	_ "github.com/toolgate/toolgate/gateway/frontdoor/tpmjs"
 )

@@ -14,9 +14,10 @@
 // The shared plumbing lives here (http.go): listeners, TLS and the
 // listener rules of the gRPC listener, the caller's API key (an
 // Authorization: Bearer header or a /k/<key>/ path prefix, checked before
-// any handler runs and never shown to a door), browser origins, body caps
-// and path cleaning. A door only registers routes and asks CallerFrom who
-// is calling.
+// any handler runs and never shown to a door) or, failing a key, a bearer
+// token one of the address's doors verifies (BearerVerifier), browser
+// origins, body caps, path cleaning and draining. A door only registers
+// routes and asks CallerFrom (or PrincipalFrom) who is calling.
 package frontdoor
 
 import (
@@ -147,19 +148,41 @@ func lookupKind(name string) (Kind, bool) {
 	return k, ok
 }
 
+// CallerAuthenticator is implemented by a door's Config when the opened
+// door authenticates callers itself, as a BearerVerifier (OAuth access
+// tokens), so that its address is not open to anonymous callers even
+// without auth.keys. Load then applies the listener rules as for
+// auth.keys, and Serve refuses to start if the opened door is no
+// BearerVerifier after all.
+type CallerAuthenticator interface {
+	// AuthenticatesCallers reports whether the door, once opened, will
+	// verify bearer tokens.
+	AuthenticatesCallers() bool
+}
+
+// authenticatesCallers reports whether c says its door verifies callers.
+func authenticatesCallers(c Config) bool {
+	ca, ok := c.(CallerAuthenticator)
+	return ok && ca.AuthenticatesCallers()
+}
+
 // Load decodes and checks cfg.FrontDoors: each section strictly into its
 // kind's settings (an unknown door or key is an error), its Validate, and
-// the listener rules of the gRPC listener (gateway.Config.ValidateListener)
-// for its address. It returns the doors that are on, sorted by name;
-// sections without listen are off. It neither listens nor opens anything,
-// so `serve` and configuration checks share it.
+// the listener rules of the gRPC listener (gateway.Config.ValidateListenerAuth)
+// for its address, where a door that authenticates callers itself
+// (CallerAuthenticator) counts as auth.keys for every door of its address:
+// they share one plumbing, which then requires authentication. It returns
+// the doors that are on, sorted by name; sections without listen are off.
+// It neither listens nor opens anything, so `serve` and configuration
+// checks share it.
 func Load(cfg gateway.Config) ([]Loaded, error) {
-	var out []Loaded
+	var on []Loaded
 	names := make([]string, 0, len(cfg.FrontDoors))
 	for name := range cfg.FrontDoors {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	authAt := map[string]bool{}
 	for _, name := range names {
 		kind, ok := lookupKind(name)
 		if !ok {
@@ -172,24 +195,35 @@ func Load(cfg gateway.Config) ([]Loaded, error) {
 		if err := c.Validate(); err != nil {
 			return nil, fmt.Errorf("config: front_doors.%s.%w", name, err)
 		}
-		addr := c.ListenAddr()
-		if addr == "" {
-			continue
+		if addr := c.ListenAddr(); addr != "" {
+			on = append(on, Loaded{Name: name, Config: c})
+			authAt[addr] = authAt[addr] || authenticatesCallers(c)
 		}
-		key := "front_doors." + name + ".listen"
-		if err := cfg.ValidateListener(key, addr); err != nil {
+	}
+	for _, l := range on {
+		if err := checkListener(cfg, l, authAt[l.Config.ListenAddr()]); err != nil {
 			return nil, err
 		}
-		if hs, ok := c.(HTTPSettings); ok && len(cfg.Auth.Keys) == 0 && slices.Contains(hs.Origins(), "*") {
-			return nil, fmt.Errorf("config: front_doors.%s.cors_origins: \"*\" without auth.keys would let any web page "+
-				"call the gateway from a browser on this host; list the origins", name)
-		}
-		if addr == cfg.Listen && !strings.HasSuffix(addr, ":0") {
-			return nil, fmt.Errorf("config: %s %q: the gRPC listener's address (listen); give the door another port", key, addr)
-		}
-		out = append(out, Loaded{Name: name, Config: c})
 	}
-	return out, nil
+	return on, nil
+}
+
+// checkListener applies the listener rules to door l, whose address has a
+// door that authenticates callers when doorAuth.
+func checkListener(cfg gateway.Config, l Loaded, doorAuth bool) error {
+	addr := l.Config.ListenAddr()
+	key := "front_doors." + l.Name + ".listen"
+	if err := cfg.ValidateListenerAuth(key, addr, doorAuth); err != nil {
+		return err
+	}
+	if hs, ok := l.Config.(HTTPSettings); ok && len(cfg.Auth.Keys) == 0 && !doorAuth && slices.Contains(hs.Origins(), "*") {
+		return fmt.Errorf("config: front_doors.%s.cors_origins: \"*\" without auth.keys would let any web page "+
+			"call the gateway from a browser on this host; list the origins", l.Name)
+	}
+	if addr == cfg.Listen && !strings.HasSuffix(addr, ":0") {
+		return fmt.Errorf("config: %s %q: the gRPC listener's address (listen); give the door another port", key, addr)
+	}
+	return nil
 }
 
 func kindList() string {
@@ -206,17 +240,23 @@ type callerKey struct{}
 // callerResult is what the plumbing found out about the caller.
 type callerResult struct {
 	caller string
-	err    error
+	// identity is set when a BearerVerifier authenticated the caller.
+	identity *gateway.Identity
+	err      error
 }
 
 // ErrUnauthenticated is the error CallerFrom wraps when a request carries
-// no valid API key where auth.keys asks for one. Doors answer it in their
-// own protocol (the TPMJS executor's 401 body, an Agent Spaces error).
+// no valid API key where auth.keys asks for one, or no bearer token a
+// door's BearerVerifier accepts. Doors answer it in their own protocol
+// (the TPMJS executor's 401 body, an Agent Spaces error); a verifier's
+// own error is wrapped too, for its door to tell why (errors.As).
 var ErrUnauthenticated = errors.New("frontdoor: missing or unknown API key")
 
 // CallerFrom returns the authenticated caller of a request a door's
-// handler serves: a caller of auth.keys, or gateway.AnonymousCaller when
-// authentication is off. Without a valid key it returns an error wrapping
+// handler serves: a caller of auth.keys, one a door's BearerVerifier
+// found (see PrincipalFrom for what else it proved), or
+// gateway.AnonymousCaller when authentication is off. Without a valid key
+// or token it returns an error wrapping
 // ErrUnauthenticated, for the door to answer in its own protocol; the
 // request's body is then unreadable, so nothing of it reaches the door.
 func CallerFrom(ctx context.Context) (string, error) {

@@ -120,9 +120,16 @@ func TestNonLoopbackDoorNeedsAuthAndTLS(t *testing.T) {
 		{"a door with keys behind a TLS proxy is served", true, "tls: {allow_plaintext: true}\n", "0.0.0.0:8787", "", true},
 		{"a door with keys and TLS is served", true, "tls: {cert_file: c.pem, key_file: k.pem}\n", "0.0.0.0:8787", "", true},
 		{"a door with half a TLS pair is refused", true, "tls: {cert_file: c.pem}\n", "0.0.0.0:8787", "config: tls: give both cert_file and key_file", false},
+		{"a door that authenticates callers itself, without keys and without TLS, is refused", false, "", "0.0.0.0:8787" + authDoor,
+			`config: front_doors.echo.listen "0.0.0.0:8787" is not a loopback address and tls is not configured`, false},
+		{"a door that authenticates callers itself, without keys, with TLS, is served", false,
+			"tls: {cert_file: c.pem, key_file: k.pem}\n", "0.0.0.0:8787" + authDoor, "", true},
+		{"a door that authenticates callers itself may allow any origin without keys", false,
+			"tls: {allow_plaintext: true}\n", "0.0.0.0:8787" + authDoor + corsAny, "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := newConfig(t, tc.keys, "  echo: {listen: '"+tc.listen+"'}\n")
+			listen, extra, _ := strings.Cut(tc.listen, " ")
+			cfg := newConfig(t, tc.keys, "  echo: {listen: '"+listen+"'"+extra+"}\n")
 			if tc.tls != "" {
 				extra, err := gateway.ParseConfig([]byte(tc.tls))
 				if err != nil {
@@ -142,6 +149,36 @@ func TestNonLoopbackDoorNeedsAuthAndTLS(t *testing.T) {
 			}
 		})
 	}
+}
+
+// authDoor and corsAny, appended after a space to a listen address of
+// TestNonLoopbackDoorNeedsAuthAndTLS, are more keys of the door: one that
+// authenticates callers itself, any origin.
+const (
+	authDoor = " , tokens: {tok: carol}"
+	corsAny  = ", cors_origins: ['*']"
+)
+
+func TestDoorAuthCoversItsAddressOnly(t *testing.T) {
+	tlsCfg, err := gateway.ParseConfig([]byte("tls: {allow_plaintext: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("a door sharing the address of a door that authenticates callers is served without keys", func(t *testing.T) {
+		cfg := newConfig(t, false, "  echo: {listen: '0.0.0.0:8787', tokens: {tok: carol}}\n  mirror: {listen: '0.0.0.0:8787'}\n")
+		cfg.TLS = tlsCfg.TLS
+		if doors, err := frontdoor.Load(cfg); err != nil || len(doors) != 2 {
+			t.Fatalf("Load = %v, %v", doors, err)
+		}
+	})
+	t.Run("a door on another address than the door that authenticates callers is refused without keys", func(t *testing.T) {
+		cfg := newConfig(t, false, "  echo: {listen: '0.0.0.0:8787', tokens: {tok: carol}}\n  mirror: {listen: '0.0.0.0:8788'}\n")
+		cfg.TLS = tlsCfg.TLS
+		_, err := frontdoor.Load(cfg)
+		if err == nil || !strings.Contains(err.Error(), `front_doors.mirror.listen "0.0.0.0:8788" is not a loopback address and auth.keys is empty`) {
+			t.Fatalf("Load error = %v", err)
+		}
+	})
 }
 
 func TestDoorsOnOneAddressShareAListener(t *testing.T) {

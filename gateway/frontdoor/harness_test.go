@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,7 +34,19 @@ type testConfig struct {
 	frontdoor.Listener `yaml:",inline"`
 	// Routes are the patterns served.
 	Routes []string `yaml:"routes"`
+	// Tokens, when set, make the door a BearerVerifier accepting these
+	// bearer tokens for these callers (token → caller).
+	Tokens map[string]string `yaml:"tokens"`
+	// NoVerifier opens a door that says it authenticates callers but is
+	// no BearerVerifier.
+	NoVerifier bool `yaml:"no_verifier"`
+	// Park adds GET /<name>/park, which holds its request until the door
+	// is drained, and makes the door a Drainer.
+	Park bool `yaml:"park"`
 }
+
+// AuthenticatesCallers implements frontdoor.CallerAuthenticator.
+func (c *testConfig) AuthenticatesCallers() bool { return len(c.Tokens) > 0 || c.NoVerifier }
 
 func (c *testConfig) Validate() error {
 	if len(c.Routes) == 0 {
@@ -46,8 +59,65 @@ func (c *testConfig) Open(d frontdoor.Deps) (frontdoor.Door, error) {
 	if d.Gateway == nil {
 		return nil, errors.New("no gateway")
 	}
-	return testDoor{name: d.Name, routes: c.Routes}, nil
+	door := testDoor{name: d.Name, routes: c.Routes}
+	switch {
+	case c.NoVerifier:
+		return door, nil
+	case len(c.Tokens) > 0:
+		return &tokenDoor{testDoor: door, tokens: c.Tokens}, nil
+	case c.Park:
+		return &parkDoor{testDoor: door, entered: make(chan struct{}, 16), drained: make(chan struct{})}, nil
+	}
+	return door, nil
 }
+
+// tokenDoor is a test door that verifies bearer tokens from a table and
+// counts how often it is asked.
+type tokenDoor struct {
+	testDoor
+	tokens map[string]string
+	tried  atomic.Int64
+}
+
+// tokenRefused is the typed error of tokenDoor's verifier, which a door
+// finds again with errors.As through the plumbing's wrapping.
+type tokenRefused struct{ reason string }
+
+func (e *tokenRefused) Error() string { return "token refused: " + e.reason }
+
+func (d *tokenDoor) VerifyBearer(_ context.Context, token string) (frontdoor.Principal, error) {
+	d.tried.Add(1)
+	caller, ok := d.tokens[token]
+	if !ok {
+		return frontdoor.Principal{}, &tokenRefused{reason: "unknown token"}
+	}
+	return frontdoor.Principal{Caller: caller, Identity: &gateway.Identity{
+		Method: "test", Subject: caller, Groups: []string{"group-of-" + caller},
+	}}, nil
+}
+
+// parkDoor is a test door holding GET /<name>/park open until Drain.
+type parkDoor struct {
+	testDoor
+	entered chan struct{}
+	drained chan struct{}
+	once    sync.Once
+}
+
+func (d *parkDoor) Routes(mux *http.ServeMux) {
+	d.testDoor.Routes(mux)
+	mux.HandleFunc("GET /"+d.name+"/park", func(w http.ResponseWriter, r *http.Request) {
+		d.entered <- struct{}{}
+		select {
+		case <-d.drained:
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case <-r.Context().Done():
+		}
+	})
+}
+
+// Drain implements frontdoor.Drainer.
+func (d *parkDoor) Drain() { d.once.Do(func() { close(d.drained) }) }
 
 type testDoor struct {
 	name   string
@@ -64,6 +134,11 @@ type seen struct {
 	AuthHeader string `json:"auth_header"`
 	BodyBytes  int    `json:"body_bytes"`
 	ReadError  string `json:"read_error"`
+	// Method and Groups are the Identity PrincipalFrom reports; Refusal is
+	// the reason of a tokenRefused found in the authentication error.
+	Method  string   `json:"method"`
+	Groups  []string `json:"groups"`
+	Refusal string   `json:"refusal"`
 }
 
 func (d testDoor) Routes(mux *http.ServeMux) {
@@ -91,6 +166,13 @@ func (d testDoor) serve(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.AuthError = err.Error()
 		status = http.StatusUnauthorized
+		var refused *tokenRefused
+		if errors.As(err, &refused) {
+			s.Refusal = refused.reason
+		}
+	}
+	if p, _ := frontdoor.PrincipalFrom(r.Context()); p.Identity != nil {
+		s.Method, s.Groups = p.Identity.Method, p.Identity.Groups
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

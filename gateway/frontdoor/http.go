@@ -43,13 +43,15 @@ type Listener struct {
 	// Listen is the door's host:port; unset, the door is off (the
 	// default). Doors on one address share one listener. The gRPC
 	// listener's rules apply: an address other hosts can reach needs
-	// auth.keys, and TLS (the gateway's tls.cert_file and tls.key_file)
-	// or tls.allow_plaintext.
+	// auth.keys (or a door on it that authenticates callers itself), and
+	// TLS (the gateway's tls.cert_file and tls.key_file) or
+	// tls.allow_plaintext.
 	Listen string `yaml:"listen"`
 	// CORSOrigins are the browser origins ("https://app.example.com")
 	// allowed to call the door; a request carrying any other Origin is
-	// refused. With auth.keys the default is "*" (no cookies are used, a
-	// page needs a key all the same); without, no origin: any web page
+	// refused. With auth.keys, or a door on the address that authenticates
+	// callers, the default is "*" (no cookies are used, a page needs a key
+	// or token all the same); without, no origin: any web page
 	// could otherwise drive the gateway from a browser on this host.
 	CORSOrigins []string `yaml:"cors_origins"`
 	// MaxBodyBytes caps a request's body (the door's default, else 2 MiB).
@@ -126,6 +128,17 @@ type Plumbing struct {
 	// Logger gets a debug line per request (its route pattern, never its
 	// path, which may hold a key).
 	Logger *slog.Logger
+	// Verifiers are the BearerVerifiers of the doors on this address,
+	// tried in order on an Authorization: Bearer token that is no API key.
+	// With any, authentication is required even without auth.keys.
+	Verifiers []BearerVerifier
+}
+
+// authRequired reports whether every request must authenticate: with
+// auth.keys, or when a door verifies bearer tokens. Otherwise callers are
+// anonymous, and only loopback host names are served.
+func (p Plumbing) authRequired() bool {
+	return p.Keys.Enabled() || len(p.Verifiers) > 0
 }
 
 // Wrap returns next behind the plumbing:
@@ -135,18 +148,21 @@ type Plumbing struct {
 //     published TPMJS client can send one), both are removed from the
 //     request, and the caller (or ErrUnauthenticated) is put in its
 //     context for CallerFrom, before any byte of the body is read; if both
-//     forms are given they must carry the same key;
+//     forms are given they must carry the same key; a bearer header that
+//     is no API key goes to the Verifiers, a path key never does;
 //   - an unauthenticated request's body cannot be read at all, an
 //     authenticated one's is capped;
 //   - the path is cleaned (doubled slashes, dot segments) and served
 //     without a redirect, which would cost a round trip and could echo a
 //     key in a Location header;
 //   - a request with an Origin not allowed is refused (403), and so is,
-//     without auth.keys, one whose Host is not loopback (DNS rebinding);
-//     an allowed Origin gets Access-Control-Allow-Origin.
+//     without authentication (no auth.keys, no verifier), one whose Host
+//     is not loopback (DNS rebinding); an allowed Origin gets
+//     Access-Control-Allow-Origin.
 func (p Plumbing) Wrap(next http.Handler) http.Handler {
+	authRequired := p.authRequired()
 	origins := p.Origins
-	if origins == nil && p.Keys.Enabled() {
+	if origins == nil && authRequired {
 		origins = []string{"*"}
 	}
 	limit := p.MaxBodyBytes
@@ -158,7 +174,7 @@ func (p Plumbing) Wrap(next http.Handler) http.Handler {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !p.Keys.Enabled() && !loopbackHost(r.Host) {
+		if !authRequired && !loopbackHost(r.Host) {
 			refuse(w, http.StatusForbidden, "HOST_NOT_ALLOWED", "without auth.keys only loopback host names are served")
 			log.Debug("front door request refused", "method", r.Method, "reason", "host")
 			return
@@ -191,26 +207,18 @@ func (p Plumbing) Wrap(next http.Handler) http.Handler {
 }
 
 // authenticate checks the key of r: the bearer header, the path key or
-// both, which must then agree.
+// both, which must then agree. A bearer header that is no API key, sent
+// without a path key, is given to each verifier in turn.
 func (p Plumbing) authenticate(r *http.Request, pathKey string, hasPathKey bool) callerResult {
-	if !p.Keys.Enabled() {
+	if !p.authRequired() {
 		return callerResult{caller: gateway.AnonymousCaller}
 	}
 	fail := func(why string) callerResult {
 		return callerResult{err: fmt.Errorf("%w: %s", ErrUnauthenticated, why)}
 	}
-	var bearer string
-	values := r.Header.Values("Authorization")
-	switch len(values) {
-	case 0:
-	case 1:
-		scheme, key, ok := strings.Cut(values[0], " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(key) == "" {
-			return fail(`authorization: expected "Bearer <key>"`)
-		}
-		bearer = strings.TrimSpace(key)
-	default:
-		return fail("authorization: send one Authorization header")
+	bearer, why := bearerOf(r)
+	if why != "" {
+		return fail(why)
 	}
 	key := bearer
 	switch {
@@ -226,11 +234,55 @@ func (p Plumbing) authenticate(r *http.Request, pathKey string, hasPathKey bool)
 	case bearer == "":
 		return fail(`send "Authorization: Bearer <key>" or a /k/<key>/ path prefix`)
 	}
-	caller, ok := p.Keys.CallerForKey(key)
-	if !ok {
+	// With authentication required only by a verifier, CallerForKey would
+	// take any key for the anonymous caller: it is not asked.
+	if p.Keys.Enabled() {
+		if caller, ok := p.Keys.CallerForKey(key); ok {
+			return callerResult{caller: caller}
+		}
+	}
+	if hasPathKey || len(p.Verifiers) == 0 {
+		// A token in a path lands in logs and histories: it is no
+		// credential, whatever a verifier would make of it.
 		return fail("unknown API key")
 	}
-	return callerResult{caller: caller}
+	return p.verify(r.Context(), bearer)
+}
+
+// bearerOf returns the token of r's Authorization header ("" without
+// one), or why the header is unusable.
+func bearerOf(r *http.Request) (token, why string) {
+	values := r.Header.Values("Authorization")
+	switch len(values) {
+	case 0:
+		return "", ""
+	case 1:
+		scheme, key, ok := strings.Cut(values[0], " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(key) == "" {
+			return "", `authorization: expected "Bearer <key>"`
+		}
+		return strings.TrimSpace(key), ""
+	default:
+		return "", "authorization: send one Authorization header"
+	}
+}
+
+// verify gives token to each verifier until one accepts it. A refusal
+// wraps ErrUnauthenticated and every verifier's error, so that a door can
+// tell why (an expired token, a missing scope) and answer accordingly.
+func (p Plumbing) verify(ctx context.Context, token string) callerResult {
+	var errs []error
+	for _, v := range p.Verifiers {
+		pr, err := v.VerifyBearer(ctx, token)
+		if err == nil && pr.Caller == "" {
+			err = errors.New("the verifier accepted the token but named no caller")
+		}
+		if err == nil {
+			return callerResult{caller: pr.Caller, identity: pr.Identity}
+		}
+		errs = append(errs, err)
+	}
+	return callerResult{err: fmt.Errorf("%w: no API key, and the bearer token is refused: %w", ErrUnauthenticated, errors.Join(errs...))}
 }
 
 // stripKey returns a copy of r without its /k/<key>/ path prefix and with
@@ -371,10 +423,16 @@ func (s *Servers) RegisterGRPC(srv *grpc.Server) {
 }
 
 // Shutdown stops accepting requests, waits for those in flight until ctx
-// ends, and closes the doors.
+// ends, and closes the doors. Doors that hold requests open without end
+// (Drainer) are drained first, so that the wait ends.
 func (s *Servers) Shutdown(ctx context.Context) error {
 	var errs []error
 	s.once.Do(func() {
+		for _, d := range s.doors {
+			if dr, ok := d.(Drainer); ok {
+				dr.Drain()
+			}
+		}
 		for _, srv := range s.servers {
 			if err := srv.Shutdown(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("frontdoor: shutdown %s: %w", srv.Addr, err))
@@ -419,7 +477,11 @@ func Serve(ctx context.Context, cfg gateway.Config, g *gateway.Gateway, doors []
 		if err != nil {
 			return nil, errors.Join(err, closeDoors(s.doors))
 		}
-		handlers[a] = plumbingFor(byAddr[a], g.Authenticator(), log).Wrap(mux)
+		p, err := plumbingFor(byAddr[a], opened, g.Authenticator(), log)
+		if err != nil {
+			return nil, errors.Join(err, closeDoors(s.doors))
+		}
+		handlers[a] = p.Wrap(mux)
 	}
 	for _, a := range addrs {
 		if err := s.listen(ctx, a, handlers[a], g, tlsConfig, log); err != nil {
@@ -430,11 +492,20 @@ func Serve(ctx context.Context, cfg gateway.Config, g *gateway.Gateway, doors []
 }
 
 // plumbingFor merges the HTTP settings of the doors sharing one address:
-// the union of their origins and the largest of their body caps (a door
-// may read less).
-func plumbingFor(doors []Loaded, keys KeyChecker, log *slog.Logger) Plumbing {
+// the union of their origins, the largest of their body caps (a door may
+// read less) and the verifiers of the opened doors, in door order. A door
+// whose configuration says it authenticates callers must have opened as a
+// BearerVerifier: its address would otherwise serve anyone its listener
+// rules let through on the strength of that door.
+func plumbingFor(doors []Loaded, opened []Door, keys KeyChecker, log *slog.Logger) (Plumbing, error) {
 	p := Plumbing{Keys: keys, Logger: log}
-	for _, d := range doors {
+	for i, d := range doors {
+		if v, ok := opened[i].(BearerVerifier); ok && (authenticatesCallers(d.Config) || !isCallerAuthenticator(d.Config)) {
+			p.Verifiers = append(p.Verifiers, v)
+		} else if authenticatesCallers(d.Config) {
+			return Plumbing{}, fmt.Errorf("front_doors.%s: the door's settings say it authenticates callers, "+
+				"but the opened door verifies no bearer token", d.Name)
+		}
 		hs, ok := d.Config.(HTTPSettings)
 		if !ok {
 			p.MaxBodyBytes = max(p.MaxBodyBytes, DefaultMaxBodyBytes)
@@ -447,7 +518,15 @@ func plumbingFor(doors []Loaded, keys KeyChecker, log *slog.Logger) Plumbing {
 			}
 		}
 	}
-	return p
+	return p, nil
+}
+
+// isCallerAuthenticator reports whether c says, either way, whether its
+// door verifies callers: a door type that always has VerifyBearer is a
+// verifier only when its settings turn that on.
+func isCallerAuthenticator(c Config) bool {
+	_, ok := c.(CallerAuthenticator)
+	return ok
 }
 
 func (s *Servers) listen(ctx context.Context, addr string, h http.Handler, g *gateway.Gateway, tlsConfig *tls.Config, log *slog.Logger) error {

@@ -2,6 +2,7 @@ package frontdoor_test
 
 import (
 	"bufio"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/frontdoor"
 )
 
 // keyedDoor serves the echo door with auth.keys for alice and bob.
@@ -343,4 +345,174 @@ func selfSigned(t *testing.T) (certPEM, keyPEM []byte) {
 		t.Fatal(err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})
+}
+
+// jwtShaped looks like a signed JWT; the token doors of these tests
+// accept it, so only the plumbing can be what refuses it.
+const jwtShaped = "eyJhbGciOiJFUzI1NiIsImtpZCI6ImsxIn0.eyJzdWIiOiJjYXJvbCJ9.c2lnbmF0dXJl"
+
+// tokenDoorServed serves the echo door as a BearerVerifier of jwtShaped
+// (carol) and "tok-dave" (dave), with or without auth.keys.
+func tokenDoorServed(t *testing.T, withKeys bool) (*served, string, *tokenDoor) {
+	t.Helper()
+	free := freePort(t)
+	s := serve(t, newConfig(t, withKeys, "  echo: {listen: '"+free+"', tokens: {'"+jwtShaped+"': carol, tok-dave: dave}}\n"))
+	doors := s.servers.Doors()
+	if len(doors) != 1 {
+		t.Fatalf("%d doors opened", len(doors))
+	}
+	td, ok := doors[0].(*tokenDoor)
+	if !ok {
+		t.Fatalf("the door opened as %T", doors[0])
+	}
+	return s, s.url(t, free), td
+}
+
+func TestVerifierTriedOnlyWhenNoKeyMatches(t *testing.T) {
+	_, base, door := tokenDoorServed(t, true)
+	for _, tc := range []struct {
+		name, path         string
+		header             http.Header
+		wantStatus         int
+		wantCaller, method string
+		wantTried          int64
+		wantRefusal        string
+	}{
+		{"an API key is the key's caller and the verifier is not asked", "/echo", bearer(testKeys["alice"]), 200, "alice", "", 0, ""},
+		{"an API key in the path is the key's caller and the verifier is not asked", "/k/" + testKeys["alice"] + "/echo", nil, 200, "alice", "", 0, ""},
+		{"a bearer token the verifier accepts is its caller with its identity", "/echo", bearer(jwtShaped), 200, "carol", "test", 1, ""},
+		{"a bearer token the verifier refuses is 401 with the verifier's own error", "/echo", bearer("eyJ.forged.token"), 401, "", "", 1, "unknown token"},
+		{"a token in the /k/ path is refused and never shown to the verifier", "/k/" + jwtShaped + "/echo", nil, 401, "", "", 0, ""},
+		{"a token in the path and the header alike is refused and never shown to the verifier", "/k/" + jwtShaped + "/echo", bearer(jwtShaped), 401, "", "", 0, ""},
+		{"a bearer token with a wrong path key is refused before any verifier", "/k/wrong/echo", bearer(jwtShaped), 401, "", "", 0, ""},
+		{"a request with no credential is refused without asking the verifier", "/echo", nil, 401, "", "", 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := door.tried.Load()
+			status, got, raw, _ := do(t, "GET", base+tc.path, tc.header, "")
+			if status != tc.wantStatus || got.Caller != tc.wantCaller || got.Method != tc.method {
+				t.Fatalf("status %d, report %s; want %d, caller %q, method %q", status, raw, tc.wantStatus, tc.wantCaller, tc.method)
+			}
+			if n := door.tried.Load() - before; n != tc.wantTried {
+				t.Fatalf("the verifier was asked %d times, want %d", n, tc.wantTried)
+			}
+			if got.Refusal != tc.wantRefusal || got.AuthHeader != "" {
+				t.Fatalf("refusal %q (want %q), Authorization reaching the door %q", got.Refusal, tc.wantRefusal, got.AuthHeader)
+			}
+			if status == 401 && !strings.Contains(got.AuthError, "frontdoor:") {
+				t.Fatalf("auth error %q does not wrap ErrUnauthenticated", got.AuthError)
+			}
+		})
+	}
+	t.Run("the verified caller's groups reach the door", func(t *testing.T) {
+		_, got, _, _ := do(t, "GET", base+"/echo", bearer("tok-dave"), "")
+		if got.Caller != "dave" || len(got.Groups) != 1 || got.Groups[0] != "group-of-dave" {
+			t.Fatalf("report %+v", got)
+		}
+	})
+}
+
+func TestVerifierRequiresAuthWithoutKeys(t *testing.T) {
+	_, base, door := tokenDoorServed(t, false)
+	port := portOf(strings.TrimPrefix(base, "http://"))
+	for _, tc := range []struct {
+		name       string
+		header     http.Header
+		host       string
+		wantStatus int
+		wantCaller string
+	}{
+		{"a request without a token is refused, not anonymous", nil, "", 401, ""},
+		{"any bearer value is not taken for the anonymous caller", bearer("anything"), "", 401, ""},
+		{"a token the verifier accepts is its caller", bearer("tok-dave"), "", 200, "dave"},
+		{"a non-loopback host name is served to a verified caller", bearer("tok-dave"), "gw.example:" + port, 200, "dave"},
+		{"any origin may call with a token", http.Header{"Authorization": {"Bearer tok-dave"}, "Origin": {"https://app.example"}}, "", 200, "dave"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("GET", base+"/echo", nil)
+			req.Header = tc.header.Clone()
+			if req.Header == nil {
+				req.Header = http.Header{}
+			}
+			if tc.host != "" {
+				req.Host = tc.host
+			}
+			resp, err := noRedirects.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got seen
+			decodeJSON(t, resp, &got)
+			if resp.StatusCode != tc.wantStatus || got.Caller != tc.wantCaller {
+				t.Fatalf("status %d, report %+v; want %d and caller %q", resp.StatusCode, got, tc.wantStatus, tc.wantCaller)
+			}
+			if o := tc.header.Get("Origin"); o != "" && resp.Header.Get("Access-Control-Allow-Origin") != o {
+				t.Fatalf("Access-Control-Allow-Origin = %q", resp.Header.Get("Access-Control-Allow-Origin"))
+			}
+		})
+	}
+	if door.tried.Load() == 0 {
+		t.Fatal("the verifier was never asked")
+	}
+}
+
+func TestDoorClaimingAuthWithoutVerifierIsNotServed(t *testing.T) {
+	free := freePort(t)
+	cfg := newConfig(t, false, "  echo: {listen: '"+free+"', no_verifier: true}\n")
+	g, closer, err := gateway.Build(context.Background(), cfg, getenv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	doors, err := frontdoor.Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := frontdoor.Serve(context.Background(), cfg, g, doors, nil)
+	if err == nil {
+		srv.Shutdown(context.Background())
+		t.Fatal("a door that says it authenticates callers but verifies nothing was served")
+	}
+	if !strings.Contains(err.Error(), "front_doors.echo") || !strings.Contains(err.Error(), "verifies no bearer token") {
+		t.Fatalf("Serve error = %v", err)
+	}
+}
+
+func TestDrainRunsBeforeShutdownWaits(t *testing.T) {
+	free := freePort(t)
+	s := serve(t, newConfig(t, false, "  echo: {listen: '"+free+"', park: true}\n"))
+	base := s.url(t, free)
+	door, ok := s.servers.Doors()[0].(*parkDoor)
+	if !ok {
+		t.Fatalf("the door opened as %T", s.servers.Doors()[0])
+	}
+	statusc := make(chan int, 1)
+	go func() {
+		resp, err := noRedirects.Get(base + "/echo/park")
+		if err != nil {
+			statusc <- 0
+			return
+		}
+		resp.Body.Close()
+		statusc <- resp.StatusCode
+	}()
+	select {
+	case <-door.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the parked request never reached the door")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := s.servers.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown waited for the parked request until %v: %v", time.Since(start), err)
+	}
+	select {
+	case <-door.drained:
+	default:
+		t.Fatal("Shutdown returned without draining the door")
+	}
+	if got := <-statusc; got != http.StatusServiceUnavailable {
+		t.Fatalf("the parked request ended with status %d, want the door's drained answer 503", got)
+	}
 }

@@ -2,6 +2,7 @@ package frontdoor
 
 import (
 	"context"
+	"errors"
 
 	"github.com/toolgate/toolgate/gateway"
 )
@@ -35,17 +36,19 @@ type Drainer interface {
 	Drain()
 }
 
-// PrincipalFrom is CallerFrom with the Identity a BearerVerifier found.
+// PrincipalFrom is CallerFrom with the Identity a BearerVerifier found:
+// nil for a caller of auth.keys or an anonymous one. Its error is
+// CallerFrom's.
 func PrincipalFrom(ctx context.Context) (Principal, error) {
-	caller, err := CallerFrom(ctx)
-	if err != nil {
-		return Principal{}, err
+	r, ok := ctx.Value(callerKey{}).(callerResult)
+	if !ok {
+		return Principal{}, errors.New("frontdoor: no caller: the request did not come through the front-door plumbing")
 	}
-	return Principal{Caller: caller}, nil
+	return Principal{Caller: r.caller, Identity: r.identity}, r.err
 }
 
-// WithPrincipal returns ctx carrying p as PrincipalFrom reports it, for
-// tests of a door's handlers.
+// WithPrincipal returns ctx carrying p as PrincipalFrom (and its caller as
+// CallerFrom) reports it, for tests of a door's handlers.
 func WithPrincipal(ctx context.Context, p Principal) context.Context {
-	return WithCaller(ctx, p.Caller)
+	return context.WithValue(ctx, callerKey{}, callerResult{caller: p.Caller, identity: p.Identity})
 }

@@ -1,0 +1,307 @@
+package mcpdoor
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/drivers/workspace"
+	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/frontdoor"
+	"github.com/toolgate/toolgate/policy"
+	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
+	"github.com/toolgate/toolgate/redact"
+)
+
+// Keys of the test callers: "agent", and "alice" of group ops, who may
+// approve held calls.
+const (
+	agentKey = "agent-key-0123456789"
+	aliceKey = "alice-key-0123456789"
+)
+
+// testPolicy allows echo unless its text is "secret", holds "held" for
+// ops, allows reading the workspace and nothing else: "hidden" is denied
+// by default.
+const testPolicy = `
+@id("allow_echo") @reason("echo is harmless")
+permit (principal, action == Action::"RunTool", resource == Tool::"echo");
+
+@id("no_secrets") @reason("never echo the word secret")
+forbid (principal, action == Action::"RunTool", resource == Tool::"echo")
+when { context.args has text && context.args.text == "secret" };
+
+@id("held_needs_ops") @approval("ops") @reason("held for ops")
+permit (principal, action == Action::"RunTool", resource == Tool::"held");
+
+@id("ops_may_approve")
+permit (principal, action == Action::"Approve", resource == Tool::"held")
+when { principal.groups.contains(context.group) };
+
+@id("allow_read") @reason("reading the workspace is fine")
+permit (principal, action == Action::"RunTool", resource == Tool::"workspace.readFile");
+`
+
+// countingDriver counts its runs and answers with the text argument as
+// stdout, its length as data, and the exit argument as exit code.
+type countingDriver struct{ runs atomic.Int64 }
+
+func (d *countingDriver) Engine() string { return "counting" }
+
+func (d *countingDriver) Run(_ context.Context, c drivers.Call) (drivers.Result, error) {
+	d.runs.Add(1)
+	text, _ := c.Args["text"].(string)
+	res := drivers.Result{Stdout: text, Data: map[string]any{"length": len(text)}}
+	if n, ok := c.Args["exit"].(json.Number); ok {
+		code, _ := n.Int64()
+		res.ExitCode = int(code)
+		res.Stderr = "exit requested"
+	}
+	return res, nil
+}
+
+// testGateway is the gateway as the door sees it, with a policy-change
+// signal the test fires after a reload.
+type testGateway struct {
+	*gateway.Gateway
+	mu   sync.Mutex
+	subs []chan struct{}
+}
+
+// ToolsAllowedAs filters ids through ListToolsAs, which decides the same
+// way for a caller named by an API key.
+func (g *testGateway) ToolsAllowedAs(ctx context.Context, caller string, _ *gateway.Identity, ref string, ids []string) ([]string, error) {
+	resp, err := g.ListToolsAs(ctx, caller, &toolgatev1.ListToolsRequest{Limit: 1000, PolicyRef: ref})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, id := range ids {
+		if slices.ContainsFunc(resp.GetTools(), func(t *toolgatev1.ToolInfo) bool { return t.GetToolId() == id }) {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+func (g *testGateway) SubscribePolicyChanges() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	g.mu.Lock()
+	g.subs = append(g.subs, ch)
+	g.mu.Unlock()
+	return ch, func() {}
+}
+
+// reload reloads the policy folder and signals the change.
+func (g *testGateway) reload(t *testing.T) {
+	t.Helper()
+	if _, err := g.ReloadPolicies(); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, ch := range g.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// testEnv is a real gateway (file evidence store, real policy, a counting
+// driver and the workspace) behind the door, behind the plumbing, on a
+// loopback listener.
+type testEnv struct {
+	t           *testing.T
+	gw          *testGateway
+	driver      *countingDriver
+	door        *Door
+	url         string
+	policyDir   string
+	evidenceDir string
+}
+
+func newTestEnv(t *testing.T, cfg *Config) *testEnv {
+	t.Helper()
+	dir := t.TempDir()
+	e := &testEnv{t: t, driver: &countingDriver{}, policyDir: filepath.Join(dir, "policies"), evidenceDir: filepath.Join(dir, "evidence")}
+	must(t, os.Mkdir(e.policyDir, 0o700))
+	e.writePolicy(testPolicy)
+	engine, err := policy.Load(e.policyDir)
+	must(t, err)
+	store, err := evidence.NewFileStore(e.evidenceDir)
+	must(t, err)
+	t.Cleanup(func() { store.Close() })
+	ws, err := workspace.New(workspace.Config{Root: filepath.Join(dir, "workspace")})
+	must(t, err)
+	t.Cleanup(func() { ws.Close() })
+	auth, err := gateway.NewAuthenticator([]gateway.KeyConfig{
+		{Caller: "agent", SHA256: digest(agentKey)},
+		{Caller: "alice", SHA256: digest(aliceKey), Groups: []string{"ops"}},
+	}, func(string) string { return "" })
+	must(t, err)
+	red, err := redact.New(redact.Config{})
+	must(t, err)
+	tools := map[string]gateway.Tool{
+		"echo":   {Driver: "counting", Target: "echo", Description: "Echoes its text. Harmless.", Tags: []string{"read-only"}},
+		"held":   {Driver: "counting", Target: "echo", Description: "Echoes after an approval"},
+		"hidden": {Driver: "counting", Target: "echo", Description: "Nobody may run it"},
+		"bad:id": {Driver: "counting", Target: "echo", Description: "Not an MCP tool name"},
+	}
+	for _, op := range workspace.Operations() {
+		tools["workspace."+op] = gateway.Tool{Driver: "workspace", Target: op}
+	}
+	g, err := gateway.New(gateway.Options{
+		Decider: engine, Store: store, Redactor: red, Auth: auth, Instance: "test-host",
+		Drivers: map[string]drivers.Driver{"counting": e.driver, "workspace": ws}, Tools: tools,
+	})
+	must(t, err)
+	e.gw = &testGateway{Gateway: g}
+	if cfg == nil {
+		cfg = newConfig()
+	}
+	must(t, cfg.Validate())
+	e.door, err = New(e.gw, *cfg, nil)
+	must(t, err)
+	t.Cleanup(func() { e.door.Close() })
+	mux := http.NewServeMux()
+	e.door.Routes(mux)
+	srv := httptest.NewServer(frontdoor.Plumbing{Keys: frontdoor.Keys(auth), MaxBodyBytes: cfg.BodyLimit()}.Wrap(mux))
+	t.Cleanup(srv.Close)
+	e.url = srv.URL + Path
+	return e
+}
+
+func (e *testEnv) writePolicy(text string) {
+	e.t.Helper()
+	must(e.t, os.WriteFile(filepath.Join(e.policyDir, "policy.default.cedar"), []byte(text), 0o600))
+}
+
+// bearer sets a caller's key on every request.
+type bearer struct{ key string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.key)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// legacyVersion is the older protocol the tests speak beside 2026-07-28.
+const legacyVersion = "2025-06-18"
+
+// clientOptions configure a Go SDK client session.
+type clientOptions struct {
+	key     string
+	legacy  bool // speak 2025-06-18 instead of negotiating 2026-07-28
+	elicit  func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error)
+	rawMRTR bool // hand input-required results to the test
+}
+
+// connect opens a Go SDK client session to the door.
+func (e *testEnv) connect(o clientOptions) *mcp.ClientSession {
+	e.t.Helper()
+	opts := &mcp.ClientOptions{ElicitationHandler: o.elicit}
+	if o.rawMRTR {
+		opts.MultiRoundTrip = &mcp.MultiRoundTripOptions{Disabled: true}
+	}
+	var sessOpts *mcp.ClientSessionOptions
+	if o.legacy {
+		sessOpts = &mcp.ClientSessionOptions{ProtocolVersion: legacyVersion}
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "door-test", Version: "1"}, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: e.url, HTTPClient: &http.Client{Transport: bearer{o.key}}}, sessOpts)
+	must(e.t, err)
+	e.t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// requestJSON reads a request's request.json, or nil when it is absent.
+func (e *testEnv) requestJSON(id string) map[string]any {
+	e.t.Helper()
+	b, err := os.ReadFile(filepath.Join(e.evidenceDir, "requests", id, "request.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	must(e.t, err)
+	var m map[string]any
+	must(e.t, json.Unmarshal(b, &m))
+	return m
+}
+
+// policyDecision reads a request's policy_decision.json.
+func (e *testEnv) policyDecision(id string) map[string]any {
+	e.t.Helper()
+	b, err := os.ReadFile(filepath.Join(e.evidenceDir, "requests", id, "policy_decision.json"))
+	must(e.t, err)
+	var m map[string]any
+	must(e.t, json.Unmarshal(b, &m))
+	return m
+}
+
+// requestFolders counts the request folders in the store.
+func (e *testEnv) requestFolders() int {
+	e.t.Helper()
+	entries, err := os.ReadDir(filepath.Join(e.evidenceDir, "requests"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0
+	}
+	must(e.t, err)
+	n := 0
+	for _, en := range entries {
+		if en.IsDir() && en.Name()[0] != '.' {
+			n++
+		}
+	}
+	return n
+}
+
+// call calls a tool and fails the test on a protocol error.
+func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any, meta mcp.Meta) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args, Meta: meta})
+	must(t, err)
+	return res
+}
+
+// text joins a result's text content.
+func text(res *mcp.CallToolResult) string {
+	var s string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			s += tc.Text
+		}
+	}
+	return s
+}
+
+func digest(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
