@@ -34,6 +34,24 @@ type RequestRecord struct {
 	// is unchanged. It is not part of the canonical request hash: a call is
 	// the same call whichever door it came through.
 	FrontDoor string `json:"front_door,omitempty"`
+	// Auth is how a front door authenticated the caller when it was not
+	// by an API key (an OAuth access token): never the credential. It is
+	// not part of the canonical request hash, so that a retry under a
+	// refreshed token is the same request; omitted otherwise.
+	Auth *RequestAuth `json:"auth,omitempty"`
+	// TraceID is the W3C trace id (32 lowercase hex digits) of the
+	// traceparent the caller sent, leading from the evidence to the
+	// caller's trace. It is not part of the canonical request hash.
+	TraceID string `json:"trace_id,omitempty"`
+}
+
+// RequestAuth is request.json's auth: the method a front door
+// authenticated the caller by, and the token's issuer, subject and id.
+type RequestAuth struct {
+	Method  string `json:"method"`
+	Issuer  string `json:"issuer,omitempty"`
+	Subject string `json:"subject,omitempty"`
+	TokenID string `json:"jti,omitempty"`
 }
 
 // RequestContext is a request's ctx: what the canonical request hash

@@ -349,6 +349,7 @@ func (g *Gateway) storedPrepared(ctx context.Context, req evidence.RequestRecord
 	c := call{
 		RequestID: req.RequestID, ToolID: req.ToolID, RunID: req.Ctx.RunID, StepID: req.Ctx.StepID,
 		PolicyRef: req.Ctx.PolicyRef, ParentRequestID: req.ParentRequestID, Args: req.Args, FrontDoor: req.FrontDoor,
+		TraceID: req.TraceID,
 	}
 	p := &prepared{caller: req.Caller, c: c, hash: req.CanonicalRequestHash, request: req, callerCtx: ctx, engineRef: g.engineBase}
 	p.tool, p.known = g.lookupTool(c.ToolID)

@@ -31,11 +31,16 @@ type Call struct {
 	// it.
 	Request *toolgatev1.RunToolRequest
 	// Identity, when set, is how the door authenticated the caller other
-	// than by an API key; see Identity.
+	// than by an API key; see Identity. The caller name must then match
+	// the pattern of auth.keys' callers. Its groups and roles reach Cedar;
+	// request.json records its method, issuer, subject and token id as
+	// auth, outside the canonical request hash.
 	Identity *Identity
 	// TraceParent is the W3C traceparent the client sent with the call
-	// ("00-<32 hex>-<16 hex>-<2 hex>"), or "". It is recorded, never
-	// hashed, so that evidence leads to the caller's trace.
+	// ("00-<32 hex>-<16 hex>-<2 hex>", ids not all zero), or "". Its trace
+	// id is recorded as request.json's trace_id, never hashed, so that
+	// evidence leads to the caller's trace. A malformed one is
+	// INVALID_ARGUMENT: a door drops what it cannot vouch for.
 	TraceParent string
 }
 
@@ -58,6 +63,14 @@ func (g *Gateway) Run(ctx context.Context, caller string, c Call) (*toolgatev1.R
 	if c.Request == nil {
 		return nil, status.Error(codes.InvalidArgument, "request: missing")
 	}
+	if err := validateIdentity(caller, c.Identity); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	trace, err := traceID(c.TraceParent)
+	if err != nil {
+		// It is written into the evidence: a door passes only a valid one.
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	if err := g.admitCall(); err != nil {
 		return nil, err
 	}
@@ -66,7 +79,7 @@ func (g *Gateway) Run(ctx context.Context, caller string, c Call) (*toolgatev1.R
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	parsed.FrontDoor = c.FrontDoor
+	parsed.FrontDoor, parsed.Identity, parsed.TraceID = c.FrontDoor, c.Identity, trace
 	return g.run(ctx, caller, parsed)
 }
 

@@ -114,6 +114,8 @@ type Gateway struct {
 	// notifier, if set, is told of approvals asked for and decided.
 	approvalTTL time.Duration
 	notifier    Notifier
+	// changes are told of every policy swap (SubscribePolicyChanges).
+	changes policyChanges
 }
 
 // New checks opts and returns a Gateway.
@@ -274,7 +276,7 @@ func (g *Gateway) prepare(ctx context.Context, caller string, c call) (*prepared
 		RequestID: c.RequestID, Caller: caller, ToolID: c.ToolID, Args: c.Args,
 		Ctx:        evidence.RequestContext{RunID: c.RunID, StepID: c.StepID, PolicyRef: c.PolicyRef},
 		ReceivedAt: started.UTC(), CanonicalRequestHash: p.hash, Gateway: g.engineBase,
-		ParentRequestID: c.ParentRequestID, FrontDoor: c.FrontDoor,
+		ParentRequestID: c.ParentRequestID, FrontDoor: c.FrontDoor, Auth: authRecord(c.Identity), TraceID: c.TraceID,
 	}
 	if len(secrets) > 0 {
 		// What a caller hands a tool as environment is hidden in
@@ -304,7 +306,7 @@ func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, 
 			PolicyRef: c.PolicyRef,
 		}, nil
 	}
-	attrs := g.auth.Attributes(caller)
+	attrs := g.callerAttrs(caller, c.Identity)
 	if reason, ok := g.selection.allows(caller, attrs, c.PolicyRef); !ok {
 		// A recorded deny, not INVALID_ARGUMENT: an attempt to pick the
 		// set that judges a call belongs in the evidence.

@@ -2,7 +2,15 @@ package gateway
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/policy"
 )
 
 // Identity is what a front door learned about a caller beyond its name,
@@ -24,22 +32,168 @@ type Identity struct {
 	Roles  []string `json:"-"`
 }
 
-// errNotYetWired is returned by the seam until its implementation lands.
-var errNotYetWired = errors.New("gateway: not wired yet")
+// Bounds of an Identity. Its fields come from a token an identity
+// provider signed, and end up in request.json and in Cedar's entities.
+const (
+	maxIdentityField = 1024
+	maxIdentityNames = 256
+)
+
+// identityMethodPattern keeps Method a plain word, as front door names are.
+var identityMethodPattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+
+// validateIdentity checks what a door says about caller beyond its name.
+// The caller name must then be one auth.keys could have given, since a
+// token's claim, not the configuration, chose it.
+func validateIdentity(caller string, id *Identity) error {
+	if id == nil {
+		return nil
+	}
+	if !callerNamePattern.MatchString(caller) {
+		return fmt.Errorf("caller %q: must match %s", truncateForMessage(caller), callerNamePattern)
+	}
+	if !identityMethodPattern.MatchString(id.Method) {
+		return fmt.Errorf("identity.method %q: must match %s", truncateForMessage(id.Method), identityMethodPattern)
+	}
+	for _, f := range []struct{ name, value string }{{"issuer", id.Issuer}, {"subject", id.Subject}, {"jti", id.TokenID}} {
+		if err := validatePrintable(f.value, maxIdentityField); err != nil {
+			return fmt.Errorf("identity.%s: %w", f.name, err)
+		}
+	}
+	for _, f := range []struct {
+		name  string
+		names []string
+	}{{"groups", id.Groups}, {"roles", id.Roles}} {
+		if len(f.names) > maxIdentityNames {
+			return fmt.Errorf("identity.%s: %d names, the limit is %d", f.name, len(f.names), maxIdentityNames)
+		}
+		for _, n := range f.names {
+			if n == "" {
+				return fmt.Errorf("identity.%s: an empty name", f.name)
+			}
+			if err := validatePrintable(n, maxCtxFieldSize); err != nil {
+				return fmt.Errorf("identity.%s: %w", f.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// callerAttrs are the caller's Cedar attributes: those auth.keys gives its
+// name, joined to the groups and roles its identity proved.
+func (g *Gateway) callerAttrs(caller string, id *Identity) policy.CallerAttributes {
+	attrs := g.auth.Attributes(caller)
+	if id == nil {
+		return attrs
+	}
+	return policy.CallerAttributes{Groups: union(attrs.Groups, id.Groups), Roles: union(attrs.Roles, id.Roles)}
+}
+
+// authRecord is request.json's auth: where the identity came from, never
+// its groups (the decision records what Cedar saw) nor the credential.
+func authRecord(id *Identity) *evidence.RequestAuth {
+	if id == nil {
+		return nil
+	}
+	return &evidence.RequestAuth{Method: id.Method, Issuer: id.Issuer, Subject: id.Subject, TokenID: id.TokenID}
+}
+
+// traceParentPattern is a W3C traceparent of version 00.
+var traceParentPattern = regexp.MustCompile(`^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$`)
+
+// traceID returns the trace id of a W3C traceparent ("" for ""), or an
+// error when it is malformed or names the invalid all-zero trace or span.
+func traceID(traceParent string) (string, error) {
+	if traceParent == "" {
+		return "", nil
+	}
+	m := traceParentPattern.FindStringSubmatch(traceParent)
+	if m == nil || m[1] == "00000000000000000000000000000000" || m[2] == "0000000000000000" {
+		return "", fmt.Errorf("trace_parent %q: want a W3C traceparent 00-<32 hex>-<16 hex>-<2 hex> with non-zero ids",
+			truncateForMessage(traceParent))
+	}
+	return m[1], nil
+}
 
 // ToolsAllowedAs returns those of ids (catalog tool ids, in order) that
 // policy could allow caller, with identity's attributes, to run under
 // policyRef ("" for the default set): the filter of ListToolsAs applied to
-// a page a door already holds, with no limit of its own.
+// a page a door already holds, with no limit of its own. Ids that are not
+// in the catalog (registry ids included) are dropped.
 func (g *Gateway) ToolsAllowedAs(ctx context.Context, caller string, identity *Identity, policyRef string, ids []string) ([]string, error) {
-	return nil, errNotYetWired
+	if caller == "" {
+		return nil, status.Error(codes.Unauthenticated, "caller: missing; authenticate before ToolsAllowedAs")
+	}
+	if err := validateIdentity(caller, identity); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	attrs := g.callerAttrs(caller, identity)
+	ref, listed, err := g.listScope(caller, attrs, policyRef)
+	if err != nil {
+		return nil, err
+	}
+	if !listed {
+		return []string{}, nil
+	}
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return nil, status.FromContextError(err).Err()
+		}
+		t, ok := g.tools[id]
+		if ok && g.mayList(ctx, caller, attrs, ref, id, t) {
+			out = append(out, id)
+		}
+	}
+	return out, nil
 }
 
 // SubscribePolicyChanges returns a channel that receives a value after
 // each policy reload that swapped the sets in (a pending value is never
 // doubled: a slow reader sees one change for many), and a function that
-// ends the subscription.
+// ends the subscription and closes the channel; calling it again does
+// nothing. No goroutine serves a subscription.
 func (g *Gateway) SubscribePolicyChanges() (<-chan struct{}, func()) {
-	ch := make(chan struct{})
-	return ch, func() {}
+	return g.changes.subscribe()
+}
+
+// policyChanges fans a policy swap out to its subscribers. Its zero value
+// has none.
+type policyChanges struct {
+	mu   sync.Mutex
+	subs map[chan struct{}]struct{}
+}
+
+func (p *policyChanges) subscribe() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	p.mu.Lock()
+	if p.subs == nil {
+		p.subs = map[chan struct{}]struct{}{}
+	}
+	p.subs[ch] = struct{}{}
+	p.mu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			p.mu.Lock()
+			delete(p.subs, ch)
+			p.mu.Unlock()
+			// Removed under the lock fire sends under: nothing sends on it
+			// any more.
+			close(ch)
+		})
+	}
+}
+
+// fire tells every subscriber, without blocking: a subscriber with a
+// change pending needs no second one.
+func (p *policyChanges) fire() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for ch := range p.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }

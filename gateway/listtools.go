@@ -37,8 +37,10 @@ func (g *Gateway) ListToolsAs(ctx context.Context, caller string, req *toolgatev
 	if err := validatePrintable(req.GetQuery(), maxToolIDBytes); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "query: %v", err)
 	}
-	if err := validatePrintable(req.GetPolicyRef(), maxCtxFieldSize); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "policy_ref: %v", err)
+	attrs := g.callerAttrs(caller, nil)
+	policyRef, listed, err := g.listScope(caller, attrs, req.GetPolicyRef())
+	if err != nil {
+		return nil, err
 	}
 	limit := int(req.GetLimit())
 	switch {
@@ -49,14 +51,8 @@ func (g *Gateway) ListToolsAs(ctx context.Context, caller string, req *toolgatev
 	case limit > maxListLimit:
 		limit = maxListLimit
 	}
-	policyRef := req.GetPolicyRef()
-	if policyRef == "" {
-		policyRef = defaultPolicy
-	}
 	resp := &toolgatev1.ListToolsResponse{}
-	attrs := g.auth.Attributes(caller)
-	if _, ok := g.selection.allows(caller, attrs, policyRef); !ok {
-		// Every call under this set would be denied, so no tool is listed.
+	if !listed {
 		return resp, nil
 	}
 	for _, id := range g.catalogIDs() {
@@ -67,15 +63,7 @@ func (g *Gateway) ListToolsAs(ctx context.Context, caller string, req *toolgatev
 			return nil, status.FromContextError(err).Err()
 		}
 		t := g.tools[id]
-		if !t.matches(id, req.GetQuery()) {
-			continue
-		}
-		d := g.decider.Decide(ctx, policy.Request{
-			Caller: caller, CallerAttrs: attrs, Action: policy.ActionRunTool, ToolID: id, Driver: t.Driver,
-			Tool: t.attributes(), PolicyRef: policyRef, Args: map[string]any{},
-		})
-		if !d.Allow && !d.ApprovalRequired {
-			// A call that needs approval could still be allowed.
+		if !t.matches(id, req.GetQuery()) || !g.mayList(ctx, caller, attrs, policyRef, id, t) {
 			continue
 		}
 		resp.Tools = append(resp.Tools, &toolgatev1.ToolInfo{
@@ -83,4 +71,30 @@ func (g *Gateway) ListToolsAs(ctx context.Context, caller string, req *toolgatev
 		})
 	}
 	return resp, nil
+}
+
+// listScope checks the policy_ref a listing names and returns the set it
+// means. listed is false when the caller may not pick that set: every call
+// under it would be denied, so no tool is listed.
+func (g *Gateway) listScope(caller string, attrs policy.CallerAttributes, policyRef string) (ref string, listed bool, err error) {
+	if err := validatePrintable(policyRef, maxCtxFieldSize); err != nil {
+		return "", false, status.Errorf(codes.InvalidArgument, "policy_ref: %v", err)
+	}
+	if policyRef == "" {
+		policyRef = defaultPolicy
+	}
+	_, listed = g.selection.allows(caller, attrs, policyRef)
+	return policyRef, listed, nil
+}
+
+// mayList decides whether catalog tool id is listed for caller: whether a
+// call of it with empty arguments could be allowed. A rule about arguments
+// can still deny the real call; a call that needs approval could still be
+// allowed, so it is listed.
+func (g *Gateway) mayList(ctx context.Context, caller string, attrs policy.CallerAttributes, policyRef, id string, t Tool) bool {
+	d := g.decider.Decide(ctx, policy.Request{
+		Caller: caller, CallerAttrs: attrs, Action: policy.ActionRunTool, ToolID: id, Driver: t.Driver,
+		Tool: t.attributes(), PolicyRef: policyRef, Args: map[string]any{},
+	})
+	return d.Allow || d.ApprovalRequired
 }

@@ -165,7 +165,9 @@ func (n *nestedCaller) callTool(ctx context.Context, callID, toolID string, inpu
 	if err != nil {
 		return fail(nestedValidationError, "input for tool %s: %v", toolID, err)
 	}
-	c.ParentRequestID = n.parent.RequestID
+	// The guest acts for the parent's caller: with the groups and roles
+	// it proved, under the parent's trace.
+	c.ParentRequestID, c.Identity, c.TraceID = n.parent.RequestID, n.parent.Identity, n.parent.TraceID
 	if approved := n.useApproved(ctx, c); approved != "" {
 		id, c.RequestID = approved, approved
 	}

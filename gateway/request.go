@@ -64,6 +64,13 @@ type call struct {
 	// FrontDoor is the front door the call came through (see Call); empty
 	// for gRPC. It is recorded, never hashed.
 	FrontDoor string
+	// Identity is what the door proved of the caller besides its name
+	// (see Call); its groups and roles reach Cedar. Recorded as auth,
+	// never hashed.
+	Identity *Identity
+	// TraceID is the trace id of the call's traceparent; recorded, never
+	// hashed.
+	TraceID string
 }
 
 // invalidArgument is a validation failure; its message names the field and

@@ -57,17 +57,23 @@ type policyReloader interface {
 
 // ReloadPolicies loads the policy folder again, even if it looks unchanged,
 // and swaps the new sets in when all of them are valid. It reports whether
-// it swapped; an error means the running sets stay.
+// it swapped, and tells SubscribePolicyChanges' subscribers when it did;
+// an error means the running sets stay.
 func (g *Gateway) ReloadPolicies() (bool, error) {
 	r, ok := g.decider.(policyReloader)
 	if !ok {
 		return false, nil
 	}
-	return r.Reload(true)
+	swapped, err := r.Reload(true)
+	if swapped {
+		g.changes.fire()
+	}
+	return swapped, err
 }
 
 // WatchPolicies reloads the policy folder whenever its files change,
-// checking every interval until ctx ends, and logs each outcome.
+// checking every interval until ctx ends, logs each outcome and tells
+// SubscribePolicyChanges' subscribers of each swap.
 func (g *Gateway) WatchPolicies(ctx context.Context, interval time.Duration) {
 	r, ok := g.decider.(policyReloader)
 	if !ok || interval <= 0 {
@@ -82,5 +88,8 @@ func (g *Gateway) logReload(swapped bool, err error) {
 		g.log.Error("policy change rejected; the running policies stay in force", "err", err)
 	case swapped:
 		g.log.Info("policies reloaded")
+	}
+	if swapped {
+		g.changes.fire()
 	}
 }
