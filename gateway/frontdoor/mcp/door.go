@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/frontdoor/oauth"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -60,6 +61,8 @@ type Door struct {
 	// in place of the plain 401 (the OAuth wiring sets it, to point
 	// clients at the resource metadata).
 	challenge func(w http.ResponseWriter, r *http.Request, err error)
+	// verifier checks OAuth access tokens (oauth.go); nil without oauth.
+	verifier *oauth.Verifier
 
 	// drainCtx ends when the servers drain: the subscriptions/listen
 	// streams are joined to it. stop ends the policy watch.
@@ -93,6 +96,9 @@ func New(gw Gateway, cfg Config, log *slog.Logger) (*Door, error) {
 		Logger:       log,
 		SetCacheable: d.setCacheable,
 	})
+	if err := d.openOAuth(cfg.OAuth); err != nil {
+		return nil, err
+	}
 	if err := d.addTools(); err != nil {
 		return nil, err
 	}
@@ -127,6 +133,7 @@ func New(gw Gateway, cfg Config, log *slog.Logger) (*Door, error) {
 // those it does not take (GET and DELETE in stateless mode) with 405.
 func (d *Door) Routes(mux *http.ServeMux) {
 	mux.Handle(Path, http.HandlerFunc(d.serveHTTP))
+	d.oauthRoutes(mux)
 }
 
 // Handler is the door's /mcp handler, for tests that serve it without a
