@@ -142,8 +142,8 @@ func suits(pub crypto.PublicKey, alg string) bool {
 // key decodes one entry into a usable signature key.
 func (j jwk) key() (Key, error) {
 	switch {
-	case j.Kid == "" || len(j.Kid) > 256:
-		return Key{}, errors.New("kid missing or longer than 256 bytes")
+	case j.Kid == "" || len(j.Kid) > maxKidBytes:
+		return Key{}, fmt.Errorf("kid missing or longer than %d bytes", maxKidBytes)
 	case j.Use != "" && j.Use != "sig":
 		return Key{}, fmt.Errorf("use %q: not a signature key", j.Use)
 	case j.KeyOps != nil && !slices.Contains(j.KeyOps, "verify"):

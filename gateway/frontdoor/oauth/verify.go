@@ -20,6 +20,9 @@ import (
 // maxTokenBytes caps a token before anything of it is decoded.
 const maxTokenBytes = 8 << 10
 
+// maxKidBytes caps a kid, in a token header as in a JWKS.
+const maxKidBytes = 256
+
 // ErrInvalidToken is wrapped by every error of Verify but a missing scope:
 // the token proves nothing (RFC 6750 invalid_token, HTTP 401).
 var ErrInvalidToken = errors.New("oauth: invalid token")
@@ -168,8 +171,13 @@ func (v *Verifier) keyFunc(ctx context.Context) jwt.Keyfunc {
 			return nil, fmt.Errorf("typ %q: not an access token", fmt.Sprint(typ))
 		}
 		kid, _ := t.Header["kid"].(string)
-		if kid == "" {
+		switch {
+		case kid == "":
 			return nil, errors.New("kid header missing")
+		case len(kid) > maxKidBytes:
+			// No published key has such a kid (ParseJWKS skips them);
+			// refused before it reaches a log line.
+			return nil, fmt.Errorf("kid header longer than %d bytes", maxKidBytes)
 		}
 		set, err := v.keys.keys(ctx, kid)
 		if err != nil {

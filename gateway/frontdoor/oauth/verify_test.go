@@ -156,6 +156,9 @@ func TestTokensRefused(t *testing.T) {
 		{"an RS256 token naming an EC key's kid is refused", `no key "es256-1" for RS256`, func() string {
 			return stranger.SignKid(t, "RS256", "es256-1", stranger.Key(t, "RS256"), goodClaims(iss))
 		}},
+		{"a token with a 300-byte kid is refused", `kid header longer than 256`, func() string {
+			return iss.SignKid(t, "ES256", strings.Repeat("k", 300), esKey, goodClaims(iss))
+		}},
 		{"a token without kid is refused", `kid header missing`, func() string { return iss.SignKid(t, "ES256", "", esKey, goodClaims(iss)) }},
 		{"a token without the caller claim is refused", `claim sub: missing`, func() string { return iss.Sign(t, with(func(c jwt.MapClaims) { delete(c, "sub") })) }},
 		{"a token whose caller claim is no string is refused", `claim sub: missing or not a string`, func() string { return iss.Sign(t, with(func(c jwt.MapClaims) { c["sub"] = 42 })) }},
