@@ -289,9 +289,16 @@ func TestOAuthConfiguration(t *testing.T) {
 		must(t, err)
 		return cfg
 	}
-	good := "    oauth: {resource: " + oauthResource + ", issuer: " + oauthIssuer + ", jwks_url: https://idp.example.com/jwks}\n"
-	if _, err := frontdoor.Load(section("0.0.0.0:8788", good)); err != nil {
-		t.Errorf("an OAuth door on a public address without auth.keys: %v", err)
+	good := "    oauth: {resource: " + oauthResource + ", issuer: " + oauthIssuer + ", jwks_url: https://idp.example.com/jwks, " +
+		"leeway: 0s, jwks_refresh: 5m, caller_prefix: '', scope_roles: {toolgate.approve: [approver]}}\n"
+	doors, err := frontdoor.Load(section("0.0.0.0:8788", good))
+	if err != nil {
+		t.Fatalf("an OAuth door on a public address without auth.keys: %v", err)
+	}
+	o := doors[0].Config.(*Config).OAuth
+	if o.Leeway == nil || *o.Leeway != 0 || o.JWKSRefresh != 5*time.Minute || o.CallerPrefix == nil || *o.CallerPrefix != "" ||
+		!slices.Equal(o.ScopeRoles["toolgate.approve"], []string{"approver"}) {
+		t.Errorf("decoded oauth %+v", o)
 	}
 	if _, err := frontdoor.Load(section("0.0.0.0:8788", "")); err == nil {
 		t.Error("a door without OAuth or auth.keys on a public address loaded")

@@ -68,6 +68,9 @@ func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.client 
 // not nil, gives the groups and roles the configuration already has for
 // a caller name; they are joined to the token's.
 func NewVerifier(ctx context.Context, cfg *Config, attrs func(caller string) (groups, roles []string), opts ...Option) (*Verifier, error) {
+	if cfg == nil {
+		return nil, errors.New("oauth: NewVerifier: no configuration")
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("oauth: %w", err)
 	}
