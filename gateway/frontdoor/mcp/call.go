@@ -68,6 +68,9 @@ type toolError struct{ msg string }
 
 func (e *toolError) Error() string { return e.msg }
 
+// result is the tool error as a result.
+func (e *toolError) result() *mcp.CallToolResult { return errorResult(e.msg, nil) }
+
 func toolErrorf(format string, args ...any) error {
 	return &toolError{msg: fmt.Sprintf(format, args...)}
 }
@@ -83,7 +86,7 @@ func (d *Door) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Cal
 	if req.Params.RequestState != "" {
 		st, err := d.openState(req.Params.RequestState, p.Caller, name, d.now())
 		if err != nil {
-			return errorResult(err.Error(), nil), nil
+			return errBadState.result(), nil
 		}
 		sealed = &st
 	}
@@ -99,9 +102,15 @@ func (d *Door) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Cal
 		FrontDoor: Name, Request: run, Identity: p.Identity, TraceParent: traceFromMeta(meta),
 	})
 	if err != nil {
+		if sealed != nil && status.Code(err) == codes.AlreadyExists {
+			return errorResult("the arguments differ from those of the call waiting for approval; call again", mcp.Meta{MetaRequestID: rid}), nil
+		}
 		return d.runError(rid, err)
 	}
-	if resp.GetPendingApproval() != nil {
+	if pa := resp.GetPendingApproval(); pa != nil {
+		if sealed != nil && pa.GetRequestHash() != sealed.Hash {
+			return errBadState.result(), nil
+		}
 		return d.approvalResult(req, p.Caller, rid, resp), nil
 	}
 	return resultOf(rid, resp), nil

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -80,8 +81,28 @@ func (d *countingDriver) Run(_ context.Context, c drivers.Call) (drivers.Result,
 // signal the test fires after a reload.
 type testGateway struct {
 	*gateway.Gateway
-	mu   sync.Mutex
-	subs []chan struct{}
+	mu    sync.Mutex
+	subs  []chan struct{}
+	calls []gateway.Call
+}
+
+// Run records each call the door hands over, then runs it.
+func (g *testGateway) Run(ctx context.Context, caller string, c gateway.Call) (*toolgatev1.RunToolResponse, error) {
+	g.mu.Lock()
+	g.calls = append(g.calls, c)
+	g.mu.Unlock()
+	return g.Gateway.Run(ctx, caller, c)
+}
+
+// lastCall is the last call handed to Run.
+func (g *testGateway) lastCall(t *testing.T) gateway.Call {
+	t.Helper()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.calls) == 0 {
+		t.Fatal("no call reached the gateway")
+	}
+	return g.calls[len(g.calls)-1]
 }
 
 // ToolsAllowedAs filters ids through ListToolsAs, which decides the same
@@ -111,8 +132,8 @@ func (g *testGateway) SubscribePolicyChanges() (<-chan struct{}, func()) {
 // reload reloads the policy folder and signals the change.
 func (g *testGateway) reload(t *testing.T) {
 	t.Helper()
-	if _, err := g.ReloadPolicies(); err != nil {
-		t.Fatal(err)
+	if swapped, err := g.ReloadPolicies(); err != nil || !swapped {
+		t.Fatalf("policy reload: swapped %v, err %v", swapped, err)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -133,6 +154,7 @@ type testEnv struct {
 	driver      *countingDriver
 	door        *Door
 	url         string
+	srv         *httptest.Server
 	policyDir   string
 	evidenceDir string
 }
@@ -143,7 +165,7 @@ func newTestEnv(t *testing.T, cfg *Config) *testEnv {
 	e := &testEnv{t: t, driver: &countingDriver{}, policyDir: filepath.Join(dir, "policies"), evidenceDir: filepath.Join(dir, "evidence")}
 	must(t, os.Mkdir(e.policyDir, 0o700))
 	e.writePolicy(testPolicy)
-	engine, err := policy.Load(e.policyDir)
+	engine, err := policy.NewLive(e.policyDir)
 	must(t, err)
 	store, err := evidence.NewFileStore(e.evidenceDir)
 	must(t, err)
@@ -184,7 +206,7 @@ func newTestEnv(t *testing.T, cfg *Config) *testEnv {
 	e.door.Routes(mux)
 	srv := httptest.NewServer(frontdoor.Plumbing{Keys: frontdoor.Keys(auth), MaxBodyBytes: cfg.BodyLimit()}.Wrap(mux))
 	t.Cleanup(srv.Close)
-	e.url = srv.URL + Path
+	e.srv, e.url = srv, srv.URL+Path
 	return e
 }
 
@@ -198,7 +220,9 @@ type bearer struct{ key string }
 
 func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.key)
+	if b.key != "" {
+		r.Header.Set("Authorization", "Bearer "+b.key)
+	}
 	return http.DefaultTransport.RoundTrip(r)
 }
 
@@ -211,12 +235,36 @@ type clientOptions struct {
 	legacy  bool // speak 2025-06-18 instead of negotiating 2026-07-28
 	elicit  func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error)
 	rawMRTR bool // hand input-required results to the test
+	// listChanged, when set, opens a subscriptions/listen stream at
+	// connect (2026-07-28) and receives its notifications.
+	listChanged chan<- struct{}
+	// urlOnly declares URL-mode elicitation only.
+	urlOnly bool
 }
 
 // connect opens a Go SDK client session to the door.
 func (e *testEnv) connect(o clientOptions) *mcp.ClientSession {
 	e.t.Helper()
+	cs, err := e.dial(o)
+	must(e.t, err)
+	e.t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// dial opens a Go SDK client session, or says why it could not.
+func (e *testEnv) dial(o clientOptions) (*mcp.ClientSession, error) {
 	opts := &mcp.ClientOptions{ElicitationHandler: o.elicit}
+	if o.listChanged != nil {
+		opts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) {
+			select {
+			case o.listChanged <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if o.urlOnly {
+		opts.Capabilities = &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}}
+	}
 	if o.rawMRTR {
 		opts.MultiRoundTrip = &mcp.MultiRoundTripOptions{Disabled: true}
 	}
@@ -227,10 +275,7 @@ func (e *testEnv) connect(o clientOptions) *mcp.ClientSession {
 	c := mcp.NewClient(&mcp.Implementation{Name: "door-test", Version: "1"}, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: e.url, HTTPClient: &http.Client{Transport: bearer{o.key}}}, sessOpts)
-	must(e.t, err)
-	e.t.Cleanup(func() { cs.Close() })
-	return cs
+	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: e.url, HTTPClient: &http.Client{Transport: bearer{o.key}}}, sessOpts)
 }
 
 // requestJSON reads a request's request.json, or nil when it is absent.
@@ -274,7 +319,7 @@ func (e *testEnv) requestFolders() int {
 }
 
 // call calls a tool and fails the test on a protocol error.
-func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any, meta mcp.Meta) *mcp.CallToolResult {
+func call(t *testing.T, cs *mcp.ClientSession, name string, args any, meta mcp.Meta) *mcp.CallToolResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -305,3 +350,15 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func statMode(path string) (os.FileMode, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
+	return fi.Mode().Perm(), nil
+}
+
+func writeFile(path string, b []byte) error { return os.WriteFile(path, b, 0o600) }

@@ -85,6 +85,11 @@ func catalogTool(e gateway.CatalogEntry) (*mcp.Tool, error) {
 // knows of its target) as MCP's.
 func annotations(e gateway.CatalogEntry) *mcp.ToolAnnotations {
 	h := e.Hints
+	if h == (gateway.ToolHints{}) {
+		// Nothing known: MCP's defaults (not read-only, may destroy,
+		// open world) are the safe reading.
+		return nil
+	}
 	a := &mcp.ToolAnnotations{DestructiveHint: h.Destructive, OpenWorldHint: h.OpenWorld}
 	if h.ReadOnly != nil {
 		a.ReadOnlyHint = *h.ReadOnly

@@ -1,0 +1,121 @@
+package gateway
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/toolgate/toolgate/drivers"
+)
+
+func TestInputSchemaConfigIsChecked(t *testing.T) {
+	const ws = "drivers: {w: {type: workspace, root: w}}\n"
+	for _, tc := range []struct{ name, yaml, wantErr string }{
+		{"an object schema is accepted", ws + "tools: {t.x: {driver: w, target: readFile, input_schema: {type: object, properties: {path: {type: string}}, required: [path]}}}", ""},
+		{"an array schema is refused", ws + "tools: {t.x: {driver: w, target: readFile, input_schema: {type: array}}}", "tools.t.x.input_schema"},
+		{"a schema without a type is refused", ws + "tools: {t.x: {driver: w, target: readFile, input_schema: {properties: {}}}}", "tools.t.x.input_schema"},
+		{"a reference to nothing is refused", ws + "tools: {t.x: {driver: w, target: readFile, input_schema: {type: object, properties: {a: {$ref: '#/$defs/none'}}}}}", "does not compile"},
+		{"a keyword of the wrong type is refused", ws + "tools: {t.x: {driver: w, target: readFile, input_schema: {type: object, required: path}}}", "tools.t.x.input_schema"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkConfigError(t, tc.yaml, tc.wantErr) })
+	}
+}
+
+func TestConfiguredInputSchemaReachesTheCatalogAsJSON(t *testing.T) {
+	cfg, err := ParseConfig([]byte("drivers: {w: {type: workspace, root: w}}\n" +
+		"tools: {t.x: {driver: w, target: readFile, input_schema: {type: object, properties: {n: {type: integer, maximum: 3}}}}}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, err := catalogTools(cfg, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(tools["t.x"].InputSchema); got != `{"properties":{"n":{"maximum":3,"type":"integer"}},"type":"object"}` {
+		t.Errorf("tool schema %s", got)
+	}
+}
+
+// describingDriver knows the schema of target "known", and hints.
+type describingDriver struct {
+	countingDriver
+	schema string
+	hints  drivers.Hints
+}
+
+func (d *describingDriver) InputSchema(target string) json.RawMessage {
+	if target != "known" {
+		return nil
+	}
+	return json.RawMessage(d.schema)
+}
+
+func (d *describingDriver) Hints(string) drivers.Hints { return d.hints }
+
+func TestCatalogSchemaIsConfigThenDriverThenAnyObject(t *testing.T) {
+	drv := map[string]drivers.Driver{
+		"desc":   &describingDriver{schema: `{"type":"object","properties":{"d":{"type":"string"}},"additionalProperties":false}`},
+		"broken": &describingDriver{schema: `{"type":"array"}`},
+		"plain":  &countingDriver{},
+	}
+	tools := map[string]Tool{
+		"configured": {Driver: "desc", Target: "known", InputSchema: json.RawMessage(`{"type":"object","properties":{"c":{"type":"string"}}}`)},
+		"described":  {Driver: "desc", Target: "known"},
+		"unknown":    {Driver: "desc", Target: "other"},
+		"plain":      {Driver: "plain", Target: "x"},
+		"broken":     {Driver: "broken", Target: "known"},
+		"withenv":    {Driver: "desc", Target: "known", CallerEnv: []string{"TOKEN"}},
+	}
+	g := catalogGateway(t, drv, tools, `@id("all") permit (principal, action, resource);`)
+	got := map[string]string{}
+	for _, e := range g.Catalog() {
+		got[e.ID] = string(e.InputSchema)
+	}
+	want := map[string]string{
+		"configured": `{"type":"object","properties":{"c":{"type":"string"}}}`,
+		"described":  `{"type":"object","properties":{"d":{"type":"string"}},"additionalProperties":false}`,
+		"unknown":    `{"type":"object"}`,
+		"plain":      `{"type":"object"}`,
+		"broken":     `{"type":"object"}`,
+		"withenv": `{"additionalProperties":false,"properties":{"_env":{"additionalProperties":false,"description":"environment variables of the call",` +
+			`"properties":{"TOKEN":{"type":"string"}},"type":"object"},"d":{"type":"string"}},"type":"object"}`,
+	}
+	for id, w := range want {
+		if got[id] != w {
+			t.Errorf("%s: schema %s, want %s", id, got[id], w)
+		}
+	}
+}
+
+func TestToolHintsComeFromTheDriverThenTags(t *testing.T) {
+	drv := map[string]drivers.Driver{
+		"ro":  &describingDriver{hints: drivers.Hints{ReadOnly: true}},
+		"del": &describingDriver{hints: drivers.Hints{Destructive: true}},
+	}
+	tools := map[string]Tool{
+		"reads":         {Driver: "ro", Target: "x"},
+		"deletes":       {Driver: "del", Target: "x"},
+		"tagged":        {Driver: "del", Target: "x", Tags: []string{"read-only", "idempotent", "network"}},
+		"tagged-delete": {Driver: "ro", Target: "x", Tags: []string{"destructive"}},
+	}
+	g := catalogGateway(t, drv, tools, `@id("all") permit (principal, action, resource);`)
+	str := func(b *bool) string {
+		if b == nil {
+			return "-"
+		}
+		if *b {
+			return "y"
+		}
+		return "n"
+	}
+	got := map[string]string{}
+	for _, e := range g.Catalog() {
+		h := e.Hints
+		got[e.ID] = str(h.ReadOnly) + str(h.Destructive) + str(h.Idempotent) + str(h.OpenWorld)
+	}
+	want := map[string]string{"reads": "yn--", "deletes": "-y--", "tagged": "ynyy", "tagged-delete": "yy--"}
+	for id, w := range want {
+		if got[id] != w {
+			t.Errorf("%s: hints %s (read-only, destructive, idempotent, open-world), want %s", id, got[id], w)
+		}
+	}
+}

@@ -1,0 +1,130 @@
+package mcpdoor
+
+import (
+	"context"
+	"errors"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// rawListen posts a 2026-07-28 subscriptions/listen as caller key and
+// returns what the door answers within a second.
+func (e *testEnv) rawListen(key string) string {
+	e.t.Helper()
+	body := `{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},` +
+		`"io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"}}}}`
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url, strings.NewReader(body))
+	must(e.t, err)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "subscriptions/listen")
+	resp, err := http.DefaultClient.Do(req)
+	must(e.t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// openListens is how many subscriptions/listen streams caller holds.
+func (e *testEnv) openListens(caller string) int {
+	e.door.mu.Lock()
+	defer e.door.mu.Unlock()
+	return e.door.listens[caller]
+}
+
+// waitListens waits until caller holds n streams.
+func (e *testEnv) waitListens(caller string, n int) {
+	e.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for e.openListens(caller) != n {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s holds %d listen streams, want %d", caller, e.openListens(caller), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestPolicyReloadSendsListChanged(t *testing.T) {
+	e := newTestEnv(t, nil)
+	changed := make(chan struct{}, 1)
+	cs := e.connect(clientOptions{key: agentKey, listChanged: changed})
+	e.waitListens("agent", 1)
+	e.writePolicy(testPolicy + `
+@id("allow_hidden") permit (principal, action == Action::"RunTool", resource == Tool::"hidden");`)
+	e.gw.reload(t)
+	select {
+	case <-changed:
+	case <-time.After(time.Second):
+		t.Fatal("no notifications/tools/list_changed within 1s of the reload")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := cs.ListTools(ctx, nil)
+	must(t, err)
+	if !slices.ContainsFunc(res.Tools, func(tl *mcp.Tool) bool { return tl.Name == "hidden" }) {
+		var names []string
+		for _, tl := range res.Tools {
+			names = append(names, tl.Name)
+		}
+		t.Errorf("after the reload the list %v lacks the newly allowed tool", names)
+	}
+}
+
+func TestListenStreamsAreCappedPerCaller(t *testing.T) {
+	e := newTestEnv(t, nil)
+	changed := make(chan struct{}, 1)
+	var sessions []interface{ Close() error }
+	for range MaxListensPerCaller {
+		sessions = append(sessions, e.connect(clientOptions{key: agentKey, listChanged: changed}))
+	}
+	e.waitListens("agent", MaxListensPerCaller)
+	// The SDK client does not wait for a listen's answer, so the fifth is
+	// sent by hand, to read the refusal.
+	if body := e.rawListen(agentKey); !strings.Contains(body, `"code":-32011`) {
+		t.Fatalf("a fifth listen stream was answered %q, want error -32011", body)
+	}
+	e.connect(clientOptions{key: agentKey, listChanged: changed})
+	time.Sleep(50 * time.Millisecond)
+	e.waitListens("agent", MaxListensPerCaller)
+	// The cap is per caller.
+	e.connect(clientOptions{key: aliceKey, listChanged: changed})
+	e.waitListens("alice", 1)
+	// A closed stream frees its slot.
+	must(t, sessions[0].Close())
+	e.waitListens("agent", MaxListensPerCaller-1)
+	e.connect(clientOptions{key: agentKey, listChanged: changed})
+	e.waitListens("agent", MaxListensPerCaller)
+}
+
+func TestDrainEndsListenStreamsSoShutdownFinishes(t *testing.T) {
+	e := newTestEnv(t, nil)
+	e.connect(clientOptions{key: agentKey, listChanged: make(chan struct{}, 1)})
+	e.waitListens("agent", 1)
+	// Without Drain, shutdown waits on the stream.
+	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := e.srv.Config.Shutdown(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("shutdown with an open listen stream: %v, want it to wait", err)
+	}
+	e.door.Drain()
+	ctx, cancel2 := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel2()
+	start := time.Now()
+	if err := e.srv.Config.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown after Drain: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("shutdown after Drain took %s", d)
+	}
+	e.waitListens("agent", 0)
+}
