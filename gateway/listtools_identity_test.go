@@ -24,7 +24,7 @@ import (
 // reloads (policy.Live, as `serve` runs it), over a catalog of fake
 // tools served by counting drivers, and a registry.
 type liveGateway struct {
-	t      *testing.T
+	t      testing.TB
 	dir    string
 	gw     *Gateway
 	store  evidence.Store
@@ -38,7 +38,7 @@ type liveOptions struct {
 	policies   map[string]string // file name → text
 }
 
-func newLiveGateway(t *testing.T, o liveOptions) *liveGateway {
+func newLiveGateway(t testing.TB, o liveOptions) *liveGateway {
 	t.Helper()
 	lg := &liveGateway{t: t, dir: t.TempDir(), store: evidence.NewMemoryStore(), driver: &countingDriver{
 		out: drivers.Result{Stdout: "ran\n"},
@@ -279,6 +279,38 @@ func TestIdentityGroupsReachCedar(t *testing.T) {
 		got := lg.gw.callerAttrs("oauth:erin", reviewer)
 		if !slices.Equal(got.Groups, []string{"reviewers", "staff"}) {
 			t.Fatalf("groups %v, want the union", got.Groups)
+		}
+	})
+}
+
+// BenchmarkToolsAllowedAs1000 filters a page of 1,000 catalog tools, half
+// of them denied by a tag rule, as a door's tools/list does, beside
+// ListToolsAs of the same 1,000 tools.
+func BenchmarkToolsAllowedAs1000(b *testing.B) {
+	tools := map[string]Tool{}
+	for i := range 1000 {
+		tools[fmt.Sprintf("fake.t%04d", i)] = Tool{Driver: "fake", Target: "run", Tags: [][]string{nil, {"net"}}[i%2]}
+	}
+	lg := newLiveGateway(b, liveOptions{tools: tools, policies: map[string]string{"policy.default.cedar": `
+permit (principal, action, resource in Driver::"fake");
+forbid (principal, action, resource) when { resource.tags.contains("net") };`}})
+	page := lg.gw.catalogIDs()
+	ctx := context.Background()
+	b.Run("ToolsAllowedAs", func(b *testing.B) {
+		identity := &Identity{Method: "oauth", Groups: []string{"dev"}}
+		for b.Loop() {
+			got, err := lg.gw.ToolsAllowedAs(ctx, "oauth:erin", identity, "", page)
+			if err != nil || len(got) != 500 {
+				b.Fatalf("%d tools, %v", len(got), err)
+			}
+		}
+	})
+	b.Run("ListToolsAs", func(b *testing.B) {
+		for b.Loop() {
+			resp, err := lg.gw.ListToolsAs(ctx, "oauth:erin", &toolgatev1.ListToolsRequest{Limit: maxListLimit})
+			if err != nil || len(resp.GetTools()) != 500 {
+				b.Fatalf("%d tools, %v", len(resp.GetTools()), err)
+			}
 		}
 	})
 }

@@ -135,3 +135,24 @@ func TestRunRefusesWhatItCannotRecord(t *testing.T) {
 		t.Fatalf("the driver ran %d times", n)
 	}
 }
+
+// FuzzTraceID: whatever a door passes as TraceParent, traceID either
+// refuses it or returns the 32 lowercase hex digits, not all zero, that
+// the valid traceparent it was carries; nothing else reaches request.json.
+func FuzzTraceID(f *testing.F) {
+	for _, s := range []string{validTraceParent, "", "00-" + strings.Repeat("0", 32) + "-00f067aa0ba902b7-01", validTraceParent + "\n", "01-x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		id, err := traceID(s)
+		if err != nil || s == "" {
+			if id != "" {
+				t.Fatalf("traceID(%q) = %q with %v", s, id, err)
+			}
+			return
+		}
+		if len(s) != 55 || s[:3] != "00-" || s[3:35] != id || strings.Trim(id, "0123456789abcdef") != "" || strings.Trim(id, "0") == "" {
+			t.Fatalf("traceID(%q) = %q", s, id)
+		}
+	})
+}

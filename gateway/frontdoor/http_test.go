@@ -369,7 +369,7 @@ func tokenDoorServed(t *testing.T, withKeys bool) (*served, string, *tokenDoor) 
 }
 
 func TestVerifierTriedOnlyWhenNoKeyMatches(t *testing.T) {
-	_, base, door := tokenDoorServed(t, true)
+	s, base, door := tokenDoorServed(t, true)
 	for _, tc := range []struct {
 		name, path         string
 		header             http.Header
@@ -410,6 +410,9 @@ func TestVerifierTriedOnlyWhenNoKeyMatches(t *testing.T) {
 			t.Fatalf("report %+v", got)
 		}
 	})
+	if logs := s.logs.String(); !strings.Contains(logs, "front door request") || strings.Contains(logs, jwtShaped) || strings.Contains(logs, "tok-dave") {
+		t.Fatalf("no access log, or a token in it:\n%s", logs)
+	}
 }
 
 func TestVerifierRequiresAuthWithoutKeys(t *testing.T) {

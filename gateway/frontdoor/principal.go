@@ -31,7 +31,9 @@ type BearerVerifier interface {
 
 // Drainer is implemented by an opened Door that holds requests open
 // without end (event streams). Servers.Shutdown calls Drain before it
-// waits for requests in flight, so that such requests end.
+// stops the listeners and waits for requests in flight, so that such
+// requests end; one that arrives after Drain, before the listener is
+// closed, must end at once too.
 type Drainer interface {
 	Drain()
 }

@@ -210,6 +210,9 @@ func TestTraceparentIsKept(t *testing.T) {
 	// Never part of the request: a retry under another trace is the same
 	// call.
 	call(t, cs, "echo", map[string]any{"text": "y"}, mcp.Meta{MetaIdempotencyKey: "traced", MetaTraceParent: tp})
+	if got := e.requestJSON("traced")["trace_id"]; got != tp[3:35] {
+		t.Errorf("request.json trace_id = %v, want %s", got, tp[3:35])
+	}
 	res := call(t, cs, "echo", map[string]any{"text": "y"}, mcp.Meta{MetaIdempotencyKey: "traced"})
 	if res.IsError {
 		t.Errorf("a retry without the traceparent is another request: %s", text(res))

@@ -18,6 +18,7 @@
 //	                                      (and data's JSON as text when stdout is empty)
 //	allow, exit ≠ 0                       the same with isError: true
 //	deny                                  isError, text "Denied by policy rule <rule_id>: <reason>"
+//	                                      (and "Suggestion: …" when the rule has one)
 //	pending approval                      2026-07-28 with elicitation: input_required with a
 //	                                      sealed requestState; else isError naming the approval
 //	InvalidArgument                       isError with the message (the model can fix its call)
@@ -36,4 +37,24 @@
 // …/engineRef, …/decision {decision, ruleId, reason}, …/exitCode when the
 // tool ran, …/approval {approvalId, ruleId, approvers, expiresAt} when one
 // is pending.
+//
+// # Approvals
+//
+// A call policy holds for approval answers a 2026-07-28 client that
+// declared elicitation with an input-required result: an elicitation
+// asking it to get the call approved, and a requestState sealed with
+// HMAC-SHA256 (state_key_file) binding the request id, caller, tool,
+// canonical request hash and a 15-minute expiry. The client's answer to
+// the elicitation only means "retry now": the call runs once an approver
+// approves it (DecideApproval, or toolgate.approvals.decide with
+// approval_tools), never on the client's say-so. Every other client gets
+// a tool error naming the approval and the idempotency key to call again
+// with.
+//
+// # Streams
+//
+// subscriptions/listen (2026-07-28) gets notifications/tools/list_changed
+// after each policy reload; at most MaxListensPerCaller per caller (then
+// JSON-RPC error -32011), and all end when the servers drain. Older
+// clients have no stream in stateless mode; list_ttl bounds their cache.
 package mcpdoor

@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/frontdoor/oauth"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -75,6 +76,13 @@ type Door struct {
 	listens map[string]int // open subscriptions/listen streams per caller
 }
 
+// The door is a frontdoor.Door that drains its streams and releases its
+// policy watch.
+var (
+	_ frontdoor.Drainer = (*Door)(nil)
+	_ frontdoor.Closer  = (*Door)(nil)
+)
+
 // New returns the door for gw configured by cfg, which must be valid, and
 // starts watching for policy changes; Close stops it.
 func New(gw Gateway, cfg Config, log *slog.Logger) (*Door, error) {
@@ -93,7 +101,7 @@ func New(gw Gateway, cfg Config, log *slog.Logger) (*Door, error) {
 	d.srv = mcp.NewServer(&mcp.Implementation{Name: "toolgate", Title: "Toolgate", Version: gateway.Version}, &mcp.ServerOptions{
 		// Tools only: the default would also announce logging.
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
-		Logger:       log,
+		Logger:       sdkLogger(log),
 		SetCacheable: d.setCacheable,
 	})
 	if err := d.openOAuth(cfg.OAuth); err != nil {
@@ -108,7 +116,7 @@ func New(gw Gateway, cfg Config, log *slog.Logger) (*Door, error) {
 		// replica serves any request, and 2026-07-28 clients are served
 		// as the protocol wants.
 		Stateless: true,
-		Logger:    log,
+		Logger:    sdkLogger(log),
 		// The SDK's own cap, beside the plumbing's: both are the door's.
 		MaxRequestBodyBytes: cfg.BodyLimit(),
 		// The SDK would refuse a non-loopback Host on a loopback socket,

@@ -2,7 +2,11 @@ package mcpdoor
 
 import (
 	"context"
+	"errors"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,5 +62,65 @@ func TestAllowedCallReturnsOutputAndEvidence(t *testing.T) {
 	}
 	if n := e.driver.runs.Load(); n != 1 {
 		t.Errorf("the driver ran %d times, want 1", n)
+	}
+}
+
+func TestIdentityOfATokenReachesListAndCall(t *testing.T) {
+	e := newTestEnv(t, nil)
+	if _, ok := e.listed(clientOptions{key: agentKey})["opsonly"]; ok {
+		t.Fatal("agent, not in ops, sees opsonly")
+	}
+	if _, ok := e.listed(clientOptions{key: carolToken})["opsonly"]; !ok {
+		t.Fatal("carol's token puts her in ops, but opsonly is not listed to her")
+	}
+	res := call(t, e.connect(clientOptions{key: carolToken}), "opsonly", map[string]any{"text": "ops"}, mcp.Meta{MetaIdempotencyKey: "carol-1"})
+	if res.IsError || text(res) != "ops" {
+		t.Fatalf("carol's call: isError %v, text %q", res.IsError, text(res))
+	}
+	rj := e.requestJSON("carol-1")
+	auth, _ := rj["auth"].(map[string]any)
+	if rj["caller"] != "carol" || auth["method"] != "oauth" || auth["subject"] != "carol" {
+		t.Errorf("request.json caller %v auth %v", rj["caller"], rj["auth"])
+	}
+}
+
+func TestListPolicyRefFromMeta(t *testing.T) {
+	e := newTestEnv(t, nil)
+	for _, tc := range []struct {
+		name  string
+		ref   any
+		ok    bool
+		tools int
+	}{
+		{"the default set by name lists its tools", "policy.default", true, 3},
+		{"a set that does not exist lists nothing, as ListTools does", "policy.nope", true, 0},
+		{"a ref that is no string is refused", 5, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A session of its own: the client caches lists by cursor.
+			cs := e.connect(clientOptions{key: agentKey})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			res, err := cs.ListTools(ctx, &mcp.ListToolsParams{Meta: mcp.Meta{MetaPolicyRef: tc.ref}})
+			var rpc *jsonrpc.Error
+			switch {
+			case tc.ok && (err != nil || len(res.Tools) != tc.tools):
+				t.Errorf("err %v, tools %v", err, res)
+			case !tc.ok && (!errors.As(err, &rpc) || rpc.Code != jsonrpc.CodeInvalidParams):
+				t.Errorf("err %v, want -32602", err)
+			}
+		})
+	}
+}
+
+func TestTheSDKsPerRequestChatterStaysOutOfTheLog(t *testing.T) {
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	sdk := sdkLogger(log)
+	sdk.Info("server session connected")
+	sdk.With("k", "v").WithGroup("g").Info("server session disconnected")
+	sdk.Warn("AddTool: invalid tool name")
+	if out := buf.String(); strings.Contains(out, "session") || !strings.Contains(out, "invalid tool name") {
+		t.Errorf("log %q: want the warning only", out)
 	}
 }

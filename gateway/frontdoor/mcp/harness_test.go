@@ -1,6 +1,7 @@
 package mcpdoor
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -12,7 +13,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -55,6 +55,10 @@ permit (principal, action == Action::"RunTool", resource == Tool::"held");
 permit (principal, action == Action::"Approve", resource == Tool::"held")
 when { principal.groups.contains(context.group) };
 
+@id("ops_only") @reason("ops may")
+permit (principal, action == Action::"RunTool", resource == Tool::"opsonly")
+when { principal.groups.contains("ops") };
+
 @id("allow_read") @reason("reading the workspace is fine")
 permit (principal, action == Action::"RunTool", resource == Tool::"workspace.readFile");
 `
@@ -77,12 +81,11 @@ func (d *countingDriver) Run(_ context.Context, c drivers.Call) (drivers.Result,
 	return res, nil
 }
 
-// testGateway is the gateway as the door sees it, with a policy-change
-// signal the test fires after a reload.
+// testGateway is the real gateway, recording the calls the door hands
+// it.
 type testGateway struct {
 	*gateway.Gateway
 	mu    sync.Mutex
-	subs  []chan struct{}
 	calls []gateway.Call
 }
 
@@ -105,43 +108,11 @@ func (g *testGateway) lastCall(t *testing.T) gateway.Call {
 	return g.calls[len(g.calls)-1]
 }
 
-// ToolsAllowedAs filters ids through ListToolsAs, which decides the same
-// way for a caller named by an API key.
-func (g *testGateway) ToolsAllowedAs(ctx context.Context, caller string, _ *gateway.Identity, ref string, ids []string) ([]string, error) {
-	resp, err := g.ListToolsAs(ctx, caller, &toolgatev1.ListToolsRequest{Limit: 1000, PolicyRef: ref})
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, id := range ids {
-		if slices.ContainsFunc(resp.GetTools(), func(t *toolgatev1.ToolInfo) bool { return t.GetToolId() == id }) {
-			out = append(out, id)
-		}
-	}
-	return out, nil
-}
-
-func (g *testGateway) SubscribePolicyChanges() (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-	g.mu.Lock()
-	g.subs = append(g.subs, ch)
-	g.mu.Unlock()
-	return ch, func() {}
-}
-
-// reload reloads the policy folder and signals the change.
+// reload reloads the policy folder, which must swap the sets.
 func (g *testGateway) reload(t *testing.T) {
 	t.Helper()
 	if swapped, err := g.ReloadPolicies(); err != nil || !swapped {
 		t.Fatalf("policy reload: swapped %v, err %v", swapped, err)
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, ch := range g.subs {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
 	}
 }
 
@@ -181,10 +152,11 @@ func newTestEnv(t *testing.T, cfg *Config) *testEnv {
 	red, err := redact.New(redact.Config{})
 	must(t, err)
 	tools := map[string]gateway.Tool{
-		"echo":   {Driver: "counting", Target: "echo", Description: "Echoes its text. Harmless.", Tags: []string{"read-only"}},
-		"held":   {Driver: "counting", Target: "echo", Description: "Echoes after an approval"},
-		"hidden": {Driver: "counting", Target: "echo", Description: "Nobody may run it"},
-		"bad:id": {Driver: "counting", Target: "echo", Description: "Not an MCP tool name"},
+		"echo":    {Driver: "counting", Target: "echo", Description: "Echoes its text. Harmless.", Tags: []string{"read-only"}},
+		"held":    {Driver: "counting", Target: "echo", Description: "Echoes after an approval"},
+		"hidden":  {Driver: "counting", Target: "echo", Description: "Nobody may run it"},
+		"opsonly": {Driver: "counting", Target: "echo", Description: "For group ops"},
+		"bad:id":  {Driver: "counting", Target: "echo", Description: "Not an MCP tool name"},
 	}
 	for _, op := range workspace.Operations() {
 		tools["workspace."+op] = gateway.Tool{Driver: "workspace", Target: op}
@@ -201,10 +173,12 @@ func newTestEnv(t *testing.T, cfg *Config) *testEnv {
 	must(t, cfg.Validate())
 	e.door, err = New(e.gw, *cfg, nil)
 	must(t, err)
-	t.Cleanup(func() { e.door.Close() })
+	door := e.door
+	t.Cleanup(func() { door.Close() })
 	mux := http.NewServeMux()
 	e.door.Routes(mux)
-	srv := httptest.NewServer(frontdoor.Plumbing{Keys: frontdoor.Keys(auth), MaxBodyBytes: cfg.BodyLimit()}.Wrap(mux))
+	srv := httptest.NewServer(frontdoor.Plumbing{Keys: frontdoor.Keys(auth), MaxBodyBytes: cfg.BodyLimit(),
+		Verifiers: []frontdoor.BearerVerifier{tokenVerifier{}}}.Wrap(mux))
 	t.Cleanup(srv.Close)
 	e.srv, e.url = srv, srv.URL+Path
 	return e
@@ -213,6 +187,22 @@ func newTestEnv(t *testing.T, cfg *Config) *testEnv {
 func (e *testEnv) writePolicy(text string) {
 	e.t.Helper()
 	must(e.t, os.WriteFile(filepath.Join(e.policyDir, "policy.default.cedar"), []byte(text), 0o600))
+}
+
+// carolToken is a bearer token tokenVerifier accepts: caller "carol",
+// who is in group ops by her token alone (auth.keys does not know her).
+const carolToken = "token-of-carol"
+
+// tokenVerifier stands for an OAuth verifier.
+type tokenVerifier struct{}
+
+func (tokenVerifier) VerifyBearer(_ context.Context, token string) (frontdoor.Principal, error) {
+	if token != carolToken {
+		return frontdoor.Principal{}, errors.New("unknown token")
+	}
+	return frontdoor.Principal{Caller: "carol", Identity: &gateway.Identity{
+		Method: "oauth", Issuer: "https://idp.example", Subject: "carol", Groups: []string{"ops"},
+	}}, nil
 }
 
 // bearer sets a caller's key on every request.
@@ -362,3 +352,21 @@ func statMode(path string) (os.FileMode, error) {
 }
 
 func writeFile(path string, b []byte) error { return os.WriteFile(path, b, 0o600) }
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"io"
 	"net/http"
 	"slices"
@@ -127,4 +129,36 @@ func TestDrainEndsListenStreamsSoShutdownFinishes(t *testing.T) {
 		t.Errorf("shutdown after Drain took %s", d)
 	}
 	e.waitListens("agent", 0)
+}
+
+func TestServedByTheFrontDoorServersWhichDrainItOnShutdown(t *testing.T) {
+	e := newTestEnv(t, nil)
+	cfg, err := gateway.ParseConfig([]byte("front_doors:\n  mcp: {listen: '127.0.0.1:0'}\n"))
+	must(t, err)
+	doors, err := frontdoor.Load(cfg)
+	must(t, err)
+	servers, err := frontdoor.Serve(context.Background(), cfg, e.gw.Gateway, doors, nil)
+	must(t, err)
+	e.url = "http://" + servers.Addr("127.0.0.1:0").String() + Path
+	changed := make(chan struct{}, 1)
+	cs := e.connect(clientOptions{key: agentKey, listChanged: changed})
+	res := call(t, cs, "echo", map[string]any{"text": "served"}, nil)
+	if res.IsError || text(res) != "served" {
+		t.Fatalf("isError %v, text %q", res.IsError, text(res))
+	}
+	served, ok := servers.Doors()[0].(*Door)
+	if !ok {
+		t.Fatalf("served door %T", servers.Doors()[0])
+	}
+	e.door = served
+	e.waitListens("agent", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := servers.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown with a listen stream open: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("shutdown took %s: the listen stream held it", d)
+	}
 }

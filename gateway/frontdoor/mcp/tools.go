@@ -75,7 +75,7 @@ func catalogTool(e gateway.CatalogEntry) (*mcp.Tool, error) {
 	return &mcp.Tool{
 		Name:        e.ID,
 		Title:       firstSentence(e.Description),
-		Description: e.Description + descriptionSuffix,
+		Description: strings.TrimSpace(e.Description + descriptionSuffix),
 		InputSchema: schema,
 		Annotations: annotations(e),
 	}, nil
@@ -100,8 +100,8 @@ func annotations(e gateway.CatalogEntry) *mcp.ToolAnnotations {
 	return a
 }
 
-// firstSentence is the description up to its first ". ", or all of it
-// when short; "" when there is none.
+// firstSentence is the description up to its first ". ", without a
+// final "."; "" when that is longer than 120 bytes, too long for a title.
 func firstSentence(s string) string {
 	s = strings.TrimSpace(s)
 	if i := strings.Index(s, ". "); i >= 0 {
@@ -130,7 +130,11 @@ func (d *Door) listTools(ctx context.Context, next mcp.MethodHandler, req mcp.Re
 	if err != nil {
 		return nil, err
 	}
-	ref, err := d.policyRef(req.GetParams().GetMeta())
+	var meta map[string]any
+	if lreq, ok := req.(*mcp.ListToolsRequest); ok && lreq.Params != nil {
+		meta = lreq.Params.Meta
+	}
+	ref, err := d.policyRef(meta)
 	if err != nil {
 		return nil, rpcError(codeInvalidParams, err.Error(), nil)
 	}
