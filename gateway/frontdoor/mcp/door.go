@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
+	"github.com/toolgate/toolgate/gateway/frontdoor/oauth"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -63,6 +64,8 @@ type Door struct {
 	// in place of the plain 401 (the OAuth wiring sets it, to point
 	// clients at the resource metadata).
 	challenge func(w http.ResponseWriter, r *http.Request, err error)
+	// verifier checks OAuth access tokens (oauth.go); nil without oauth.
+	verifier *oauth.Verifier
 
 	// drainCtx ends when the servers drain: the subscriptions/listen
 	// streams are joined to it. stop ends the policy watch.
@@ -103,6 +106,9 @@ func New(gw Gateway, cfg Config, log *slog.Logger) (*Door, error) {
 		Logger:       sdkLogger(log),
 		SetCacheable: d.setCacheable,
 	})
+	if err := d.openOAuth(cfg.OAuth); err != nil {
+		return nil, err
+	}
 	if err := d.addTools(); err != nil {
 		return nil, err
 	}
@@ -146,6 +152,7 @@ func (d *Door) transport(jsonResponse bool) http.Handler {
 // those it does not take (GET and DELETE in stateless mode) with 405.
 func (d *Door) Routes(mux *http.ServeMux) {
 	mux.Handle(Path, http.HandlerFunc(d.serveHTTP))
+	d.oauthRoutes(mux)
 }
 
 // Handler is the door's /mcp handler, for tests that serve it without a
