@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/gateway/frontdoor"
+	"github.com/toolgate/toolgate/gateway/frontdoor/oauth"
 )
 
 // Name is the door's name: its key under front_doors and the front_door
@@ -68,6 +69,10 @@ type Config struct {
 	// toolgate.approvals.decide (default false). Cedar decides who may
 	// approve, as over gRPC.
 	ApprovalTools bool `yaml:"approval_tools"`
+	// OAuth, when set, also accepts OAuth 2.1 access tokens (JWTs of one
+	// issuer for this resource) beside the API keys of auth.keys, and
+	// serves the protected-resource metadata; see package oauth.
+	OAuth *oauth.Config `yaml:"oauth"`
 }
 
 // newConfig returns the section with its defaults, for YAML to fill.
@@ -94,6 +99,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StateKeyFile != "" && strings.ContainsRune(c.StateKeyFile, 0) {
 		return errors.New("state_key_file: not a file name")
+	}
+	if err := c.validateOAuth(); err != nil {
+		return err
 	}
 	if c.ApprovalURL != "" {
 		u, err := url.Parse(strings.ReplaceAll(c.ApprovalURL, "{approval_id}", "x"))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
+	"github.com/toolgate/toolgate/gateway/frontdoor/oauth"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -44,8 +45,10 @@ type Door struct {
 	log *slog.Logger
 	now func() time.Time
 
-	srv     *mcp.Server
-	handler http.Handler
+	srv *mcp.Server
+	// handler answers every request with one JSON body; streams answers
+	// with an event stream, which only subscriptions/listen needs.
+	handler, streams http.Handler
 	// tools maps each served MCP tool name to its catalog entry; the
 	// approval tools are not in it.
 	tools map[string]gateway.CatalogEntry
@@ -61,6 +64,8 @@ type Door struct {
 	// in place of the plain 401 (the OAuth wiring sets it, to point
 	// clients at the resource metadata).
 	challenge func(w http.ResponseWriter, r *http.Request, err error)
+	// verifier checks OAuth access tokens (oauth.go); nil without oauth.
+	verifier *oauth.Verifier
 
 	// drainCtx ends when the servers drain: the subscriptions/listen
 	// streams are joined to it. stop ends the policy watch.
@@ -101,26 +106,15 @@ func New(gw Gateway, cfg Config, log *slog.Logger) (*Door, error) {
 		Logger:       sdkLogger(log),
 		SetCacheable: d.setCacheable,
 	})
+	if err := d.openOAuth(cfg.OAuth); err != nil {
+		return nil, err
+	}
 	if err := d.addTools(); err != nil {
 		return nil, err
 	}
 	d.srv.AddReceivingMiddleware(d.middleware)
-	d.handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return d.srv }, &mcp.StreamableHTTPOptions{
-		// A temporary session per request: no Mcp-Session-Id, so any
-		// replica serves any request, and 2026-07-28 clients are served
-		// as the protocol wants.
-		Stateless: true,
-		Logger:    sdkLogger(log),
-		// The SDK's own cap, beside the plumbing's: both are the door's.
-		MaxRequestBodyBytes: cfg.BodyLimit(),
-		// The SDK would refuse a non-loopback Host on a loopback socket,
-		// which breaks a local proxy; the plumbing checks Host when
-		// authentication is off, as for every door.
-		DisableLocalhostProtection: true,
-		// A 2026-07-28 call ends with its POST, as the other doors'
-		// calls end with their requests.
-		PropagateRequestCancellation: true,
-	})
+	d.handler = d.transport(true)
+	d.streams = d.transport(false)
 	var ctx context.Context
 	ctx, d.stop = context.WithCancel(context.Background())
 	d.watching.Add(1)
@@ -131,10 +125,34 @@ func New(gw Gateway, cfg Config, log *slog.Logger) (*Door, error) {
 	return d, nil
 }
 
+// transport is the SDK's Streamable HTTP handler for the shared server.
+func (d *Door) transport(jsonResponse bool) http.Handler {
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return d.srv }, &mcp.StreamableHTTPOptions{
+		// A temporary session per request: no Mcp-Session-Id, so any
+		// replica serves any request, and 2026-07-28 clients are served
+		// as the protocol wants.
+		Stateless: true,
+		// One JSON body costs less than an event stream of one event;
+		// the door sends nothing else while a call runs.
+		JSONResponse: jsonResponse,
+		Logger:       sdkLogger(d.log),
+		// The SDK's own cap, beside the plumbing's: both are the door's.
+		MaxRequestBodyBytes: d.cfg.BodyLimit(),
+		// The SDK would refuse a non-loopback Host on a loopback socket,
+		// which breaks a local proxy; the plumbing checks Host when
+		// authentication is off, as for every door.
+		DisableLocalhostProtection: true,
+		// A 2026-07-28 call ends with its POST, as the other doors'
+		// calls end with their requests.
+		PropagateRequestCancellation: true,
+	})
+}
+
 // Routes serves the transport at /mcp, every method: the SDK answers
 // those it does not take (GET and DELETE in stateless mode) with 405.
 func (d *Door) Routes(mux *http.ServeMux) {
 	mux.Handle(Path, http.HandlerFunc(d.serveHTTP))
+	d.oauthRoutes(mux)
 }
 
 // Handler is the door's /mcp handler, for tests that serve it without a
@@ -146,6 +164,12 @@ func (d *Door) Handler() http.Handler { return http.HandlerFunc(d.serveHTTP) }
 func (d *Door) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, err := principalOf(r.Context()); err != nil {
 		d.refuse(w, r, err)
+		return
+	}
+	// 2026-07-28 names the method in a header the SDK checks against the
+	// body; a listen sent without it is answered, as JSON, when it ends.
+	if r.Header.Get("Mcp-Method") == "subscriptions/listen" {
+		d.streams.ServeHTTP(w, r)
 		return
 	}
 	d.handler.ServeHTTP(w, r)

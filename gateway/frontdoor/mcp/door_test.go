@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"io"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -122,5 +124,38 @@ func TestTheSDKsPerRequestChatterStaysOutOfTheLog(t *testing.T) {
 	sdk.Warn("AddTool: invalid tool name")
 	if out := buf.String(); strings.Contains(out, "session") || !strings.Contains(out, "invalid tool name") {
 		t.Errorf("log %q: want the warning only", out)
+	}
+}
+
+func TestCallsAnswerWithJSONAndListensWithAnEventStream(t *testing.T) {
+	e := newTestEnv(t, nil)
+	req, err := http.NewRequest(http.MethodPost, e.url, strings.NewReader(
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"json"}}}`))
+	must(t, err)
+	req.Header.Set("Authorization", "Bearer "+agentKey)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", legacyVersion)
+	resp, err := http.DefaultClient.Do(req)
+	must(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") || !strings.Contains(string(body), `"text":"json"`) {
+		t.Errorf("tools/call answered %s: %s", ct, body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	lreq, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url, strings.NewReader(
+		`{"jsonrpc":"2.0","id":2,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},`+
+			`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`))
+	must(t, err)
+	lreq.Header = req.Header.Clone()
+	lreq.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	lreq.Header.Set("Mcp-Method", "subscriptions/listen")
+	lresp, err := http.DefaultClient.Do(lreq)
+	must(t, err)
+	defer lresp.Body.Close()
+	if ct := lresp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		t.Errorf("subscriptions/listen answered %s", ct)
 	}
 }
