@@ -57,7 +57,7 @@ func (g *Gateway) DecideApproval(ctx context.Context, req *toolgatev1.DecideAppr
 	if err != nil {
 		return nil, err
 	}
-	a, err := g.DecideApprovalAs(ctx, caller, req.GetApprovalId(), req.GetDecision(), req.GetReason())
+	a, err := g.DecideApprovalAs(ctx, caller, nil, req.GetApprovalId(), req.GetDecision(), req.GetReason())
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +70,7 @@ func (g *Gateway) ListApprovals(ctx context.Context, req *toolgatev1.ListApprova
 	if err != nil {
 		return nil, err
 	}
-	return g.ListApprovalsAs(ctx, caller, req)
+	return g.ListApprovalsAs(ctx, caller, nil, req)
 }
 
 // Decision words of DecideApproval.
@@ -97,14 +97,16 @@ const (
 var errAnonymousApprovals = status.Error(codes.PermissionDenied, "approvals need an authenticated caller")
 
 // DecideApprovalAs approves or denies, as caller, the call held back for
-// approval id. Policy decides whether caller may (Action::"Approve", with
+// approval id. identity, when a front door authenticated caller by a token
+// (nil otherwise), adds its groups and roles to what Cedar sees of the
+// approver. Policy decides whether caller may (Action::"Approve", with
 // the held call's tool, requester and arguments as its evidence records
 // them). The decision is written create-only, so that on every replica the
 // first decision wins; the same caller repeating it gets it back. A deny
 // ends the request denied at once (best effort: a retry or the expiry
 // sweep ends it otherwise). Errors are gRPC statuses (see the
 // DecideApproval RPC).
-func (g *Gateway) DecideApprovalAs(ctx context.Context, caller, id, decision, reason string) (*toolgatev1.Approval, error) {
+func (g *Gateway) DecideApprovalAs(ctx context.Context, caller string, identity *Identity, id, decision, reason string) (*toolgatev1.Approval, error) {
 	if caller == AnonymousCaller || caller == "" {
 		return nil, errAnonymousApprovals
 	}
@@ -120,7 +122,7 @@ func (g *Gateway) DecideApprovalAs(ctx context.Context, caller, id, decision, re
 	if err != nil {
 		return nil, err
 	}
-	d := g.mayDecide(ctx, caller, v)
+	d := g.mayDecide(ctx, caller, identity, v)
 	if !d.Allow {
 		return nil, status.Errorf(codes.PermissionDenied, "%s may not decide approval %s: %s: %s", caller, id, d.RuleID, d.Reason)
 	}
@@ -193,8 +195,9 @@ func (g *Gateway) decidedAlready(v *approvalView, caller, decision string) (*too
 	return nil, st.Err()
 }
 
-// mayDecide asks policy whether caller may decide the approval v.
-func (g *Gateway) mayDecide(ctx context.Context, caller string, v *approvalView) policy.Decision {
+// mayDecide asks policy whether caller, with identity's attributes, may
+// decide the approval v.
+func (g *Gateway) mayDecide(ctx context.Context, caller string, identity *Identity, v *approvalView) policy.Decision {
 	a := v.h.request
 	args, err := decodeArgs(v.req.Args)
 	if err != nil {
@@ -202,7 +205,7 @@ func (g *Gateway) mayDecide(ctx context.Context, caller string, v *approvalView)
 	}
 	tool, _ := g.lookupTool(a.ToolID)
 	return g.decider.DecideApproval(ctx, policy.ApprovalRequest{
-		Approver: caller, ApproverAttrs: g.auth.Attributes(caller),
+		Approver: caller, ApproverAttrs: g.callerAttrs(caller, identity),
 		ToolID: a.ToolID, Driver: a.Driver, Tool: tool.attributes(),
 		Requester: a.Caller, RequestID: a.RequestID, PolicyRef: a.PolicyRef, Group: a.Approvers, Args: args,
 	})
@@ -326,12 +329,13 @@ func (v *approvalView) proto() *toolgatev1.Approval {
 	return out
 }
 
-// ListApprovalsAs lists, as caller, the approvals req selects that caller
+// ListApprovalsAs lists, as caller (with identity's attributes, as in
+// DecideApprovalAs), the approvals req selects that caller
 // may decide (policy decides each, as DecideApprovalAs would) or asked
 // for: nobody else's held calls, whose arguments may be theirs to keep, are
 // shown. Pages follow the index's key order; each page is sorted oldest
 // first.
-func (g *Gateway) ListApprovalsAs(ctx context.Context, caller string, req *toolgatev1.ListApprovalsRequest) (*toolgatev1.ListApprovalsResponse, error) {
+func (g *Gateway) ListApprovalsAs(ctx context.Context, caller string, identity *Identity, req *toolgatev1.ListApprovalsRequest) (*toolgatev1.ListApprovalsResponse, error) {
 	if caller == AnonymousCaller || caller == "" {
 		return nil, errAnonymousApprovals
 	}
@@ -364,7 +368,7 @@ func (g *Gateway) ListApprovalsAs(ctx context.Context, caller string, req *toolg
 			(req.GetToolId() != "" && a.ToolID != req.GetToolId()) || (want != stateAll && v.state() != want) {
 			continue
 		}
-		if a.Caller != caller && !g.mayDecide(ctx, caller, v).Allow {
+		if a.Caller != caller && !g.mayDecide(ctx, caller, identity, v).Allow {
 			continue
 		}
 		resp.Approvals = append(resp.Approvals, v.proto())

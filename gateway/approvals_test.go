@@ -914,3 +914,30 @@ func BenchmarkApprovalPending(b *testing.B) {
 		}
 	})
 }
+
+// TestTokenGroupsMayDecideApprovals: an approver whose group comes from a
+// front door's token (an OAuth groups claim) lists and decides as a
+// member; the same caller without that identity is outside the group.
+func TestTokenGroupsMayDecideApprovals(t *testing.T) {
+	e := newApprovalEnv(t, approvalEnvOptions{})
+	apr := e.pendingID("alice", "token-1", nil)
+	ctx := context.Background()
+	opsToken := &Identity{Method: "oauth", Issuer: "https://idp.example", Subject: "mallory", Groups: []string{"ops"}}
+	list, err := e.gws[0].ListApprovalsAs(ctx, "mallory", nil, &toolgatev1.ListApprovalsRequest{State: "pending"})
+	if err != nil || len(list.GetApprovals()) != 0 {
+		t.Fatalf("without the token's group: %v, %v; want nothing listed", list.GetApprovals(), err)
+	}
+	_, err = e.gws[0].DecideApprovalAs(ctx, "mallory", nil, apr, "approve", "no group")
+	wantCode(t, err, codes.PermissionDenied, policy.RuleNotInApprovalGroup)
+	list, err = e.gws[0].ListApprovalsAs(ctx, "mallory", opsToken, &toolgatev1.ListApprovalsRequest{State: "pending"})
+	if err != nil || len(list.GetApprovals()) != 1 || list.GetApprovals()[0].GetApprovalId() != apr {
+		t.Fatalf("with the token's group: %v, %v; want %s listed", list.GetApprovals(), err, apr)
+	}
+	a, err := e.gws[0].DecideApprovalAs(ctx, "mallory", opsToken, apr, "approve", "ops by token")
+	if err != nil || a.GetState() != "approved" || a.GetDecidedBy() != "mallory" {
+		t.Fatalf("with the token's group: %v, %v", a, err)
+	}
+	if resp := e.mustRun("alice", "token-1", nil); !resp.GetOk() || e.driver.runs.Load() != 1 {
+		t.Fatalf("after the approval: %v, %d runs", resp, e.driver.runs.Load())
+	}
+}

@@ -425,8 +425,13 @@ func (c Config) WithDefaults() (Config, error) {
 	return c, nil
 }
 
+// CallerNamePattern is the form of a caller name: auth.keys' callers, and
+// those a front door derives from a token, which Cedar sees as
+// Caller::"<name>" and evidence records.
+const CallerNamePattern = `^[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}$`
+
 var (
-	callerNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}$`)
+	callerNamePattern = regexp.MustCompile(CallerNamePattern)
 	driverNamePattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
 	envNamePattern    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )

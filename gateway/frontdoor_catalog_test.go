@@ -73,7 +73,7 @@ forbid (principal, action, resource) when { resource has package && resource.pac
 
 func TestListToolsAsFindsATPMJSToolByExportName(t *testing.T) {
 	g := catalogGateway(t, map[string]drivers.Driver{"fake": &countingDriver{}}, helloCatalog(), forbidOther)
-	resp, err := g.ListToolsAs(context.Background(), AnonymousCaller, &toolgatev1.ListToolsRequest{Query: "helloWorldTool"})
+	resp, err := g.ListToolsAs(context.Background(), AnonymousCaller, nil, &toolgatev1.ListToolsRequest{Query: "helloWorldTool"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestListToolsAsFindsATPMJSToolByExportName(t *testing.T) {
 	if strings.Join(ids, ",") != "hello" {
 		t.Errorf("the export name found %v, want only hello (helloForbidden is forbidden by policy)", ids)
 	}
-	_, err = g.ListToolsAs(context.Background(), "", &toolgatev1.ListToolsRequest{})
+	_, err = g.ListToolsAs(context.Background(), "", nil, &toolgatev1.ListToolsRequest{})
 	wantCode(t, err, codes.Unauthenticated, "caller")
 }
 
@@ -94,7 +94,7 @@ func TestListToolsIsListToolsAsForTheAuthenticatedCaller(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	viaDoor, err := g.ListToolsAs(context.Background(), AnonymousCaller, &toolgatev1.ListToolsRequest{Query: "hello"})
+	viaDoor, err := g.ListToolsAs(context.Background(), AnonymousCaller, nil, &toolgatev1.ListToolsRequest{Query: "hello"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,19 +25,21 @@ func (g *Gateway) ListTools(ctx context.Context, req *toolgatev1.ListToolsReques
 	if err != nil {
 		return nil, err
 	}
-	return g.ListToolsAs(ctx, caller, req)
+	return g.ListToolsAs(ctx, caller, nil, req)
 }
 
 // ListToolsAs is ListTools for a caller a front door authenticated: the
-// same query, the same policy filter, the same answer.
-func (g *Gateway) ListToolsAs(ctx context.Context, caller string, req *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error) {
+// same query, the same policy filter, the same answer. identity, when the
+// door authenticated caller by a token (nil otherwise), adds its groups
+// and roles to what Cedar sees.
+func (g *Gateway) ListToolsAs(ctx context.Context, caller string, identity *Identity, req *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error) {
 	if caller == "" {
 		return nil, status.Error(codes.Unauthenticated, "caller: missing; authenticate before ListToolsAs")
 	}
 	if err := validatePrintable(req.GetQuery(), maxToolIDBytes); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "query: %v", err)
 	}
-	attrs := g.callerAttrs(caller, nil)
+	attrs := g.callerAttrs(caller, identity)
 	policyRef, listed, err := g.listScope(caller, attrs, req.GetPolicyRef())
 	if err != nil {
 		return nil, err

@@ -164,7 +164,7 @@ func TestToolsAllowedAsMatchesListToolsAs(t *testing.T) {
 		page = append(page[:r.IntN(len(page)+1)], outside[:r.IntN(len(outside)+1)]...)
 		r.Shuffle(len(page), func(i, j int) { page[i], page[j] = page[j], page[i] })
 
-		listed, err := lg.gw.ListToolsAs(ctx, caller, &toolgatev1.ListToolsRequest{PolicyRef: ref, Limit: maxListLimit})
+		listed, err := lg.gw.ListToolsAs(ctx, caller, nil, &toolgatev1.ListToolsRequest{PolicyRef: ref, Limit: maxListLimit})
 		if err != nil {
 			t.Fatalf("iteration %d: ListToolsAs: %v", iter, err)
 		}
@@ -213,7 +213,7 @@ func TestToolsAllowedAsMatchesListToolsAs(t *testing.T) {
 			{"a policy_ref with a control character", "alice", "policy.\x01", codes.InvalidArgument},
 			{"a policy_ref over the limit", "alice", strings.Repeat("p", maxCtxFieldSize+1), codes.InvalidArgument},
 		} {
-			_, errList := lg.gw.ListToolsAs(ctx, tc.caller, &toolgatev1.ListToolsRequest{PolicyRef: tc.ref})
+			_, errList := lg.gw.ListToolsAs(ctx, tc.caller, nil, &toolgatev1.ListToolsRequest{PolicyRef: tc.ref})
 			_, errAllowed := lg.gw.ToolsAllowedAs(ctx, tc.caller, nil, tc.ref, catalog)
 			if status.Code(errList) != tc.code || status.Code(errAllowed) != tc.code {
 				t.Errorf("%s: ListToolsAs %v, ToolsAllowedAs %v; want %v", tc.name, errList, errAllowed, tc.code)
@@ -307,7 +307,7 @@ forbid (principal, action, resource) when { resource.tags.contains("net") };`}})
 	})
 	b.Run("ListToolsAs", func(b *testing.B) {
 		for b.Loop() {
-			resp, err := lg.gw.ListToolsAs(ctx, "oauth:erin", &toolgatev1.ListToolsRequest{Limit: maxListLimit})
+			resp, err := lg.gw.ListToolsAs(ctx, "oauth:erin", &Identity{Method: "oauth", Groups: []string{"dev"}}, &toolgatev1.ListToolsRequest{Limit: maxListLimit})
 			if err != nil || len(resp.GetTools()) != 500 {
 				b.Fatalf("%d tools, %v", len(resp.GetTools()), err)
 			}

@@ -37,7 +37,7 @@ func (d *Door) resume(ctx context.Context, req Request, m message) (Reply, int) 
 	if m.Decision == "denied" {
 		word = "deny"
 	}
-	a, err := d.gw.DecideApprovalAs(ctx, req.Caller, id, word, m.Reason)
+	a, err := d.gw.DecideApprovalAs(ctx, req.Caller, req.Identity, id, word, m.Reason)
 	if err != nil {
 		category, st := decisionFailure(err)
 		return fail(category, status.Convert(err).Message(), st)
@@ -97,7 +97,7 @@ func (d *Door) findApproval(ctx context.Context, req Request, m message) (id, wh
 // approvalOfRun reports whether approval id is one of run's that the
 // sender may see.
 func (d *Door) approvalOfRun(ctx context.Context, req Request, id string) bool {
-	resp, err := d.gw.ListApprovalsAs(ctx, req.Caller, &toolgatev1.ListApprovalsRequest{ApprovalId: id, State: "all"})
+	resp, err := d.gw.ListApprovalsAs(ctx, req.Caller, req.Identity, &toolgatev1.ListApprovalsRequest{ApprovalId: id, State: "all"})
 	if err != nil {
 		return false
 	}
@@ -115,7 +115,7 @@ func (d *Door) pendingOfRun(ctx context.Context, req Request) []string {
 	var ids []string
 	page := ""
 	for range maxListPages {
-		resp, err := d.gw.ListApprovalsAs(ctx, req.Caller, &toolgatev1.ListApprovalsRequest{State: "pending", Limit: 1000, PageToken: page})
+		resp, err := d.gw.ListApprovalsAs(ctx, req.Caller, req.Identity, &toolgatev1.ListApprovalsRequest{State: "pending", Limit: 1000, PageToken: page})
 		if err != nil {
 			return nil
 		}

@@ -35,7 +35,7 @@ func TestStructuredApprovalWithReason(t *testing.T) {
 	if a.reply.Status != statusCompleted || len(a.reply.Events) != 1 || !*a.reply.Events[0].Success {
 		t.Fatalf("resume %+v", a.reply)
 	}
-	list, err := e.gw.ListApprovalsAs(context.Background(), "alice", &toolgatev1.ListApprovalsRequest{State: "all"})
+	list, err := e.gw.ListApprovalsAs(context.Background(), "alice", nil, &toolgatev1.ListApprovalsRequest{State: "all"})
 	if err != nil || len(list.GetApprovals()) != 1 {
 		t.Fatalf("approvals %v %v", list, err)
 	}

@@ -27,9 +27,9 @@ type Gateway interface {
 	// Run runs one tool call for an authenticated caller.
 	Run(ctx context.Context, caller string, c gateway.Call) (*toolgatev1.RunToolResponse, error)
 	// DecideApprovalAs approves or denies a held call as caller.
-	DecideApprovalAs(ctx context.Context, caller, id, decision, reason string) (*toolgatev1.Approval, error)
+	DecideApprovalAs(ctx context.Context, caller string, identity *gateway.Identity, id, decision, reason string) (*toolgatev1.Approval, error)
 	// ListApprovalsAs lists the approvals caller may decide or asked for.
-	ListApprovalsAs(ctx context.Context, caller string, req *toolgatev1.ListApprovalsRequest) (*toolgatev1.ListApprovalsResponse, error)
+	ListApprovalsAs(ctx context.Context, caller string, identity *gateway.Identity, req *toolgatev1.ListApprovalsRequest) (*toolgatev1.ListApprovalsResponse, error)
 }
 
 // Options configure a Door; zero values take the defaults of Config.
@@ -101,6 +101,9 @@ func New(gw Gateway, o Options) (*Door, error) {
 type Request struct {
 	// Caller is the authenticated caller.
 	Caller string
+	// Identity is what a bearer token proved of Caller (its groups and
+	// roles reach Cedar); nil for an API key.
+	Identity *gateway.Identity
 	// RunID is the run's id, from the path.
 	RunID string
 	// Turn is the Idempotency-Key; "" for a fresh one.
@@ -153,7 +156,7 @@ func (d *Door) Serve(ctx context.Context, req Request) (Reply, int) {
 	if req.Turn == "" {
 		req.Turn = freshTurn()
 	}
-	b := &heldBatch{RunID: req.RunID, Requester: req.Caller, Turn: req.Turn, PolicyRef: req.PolicyRef, Ops: m.Ops}
+	b := &heldBatch{RunID: req.RunID, Requester: req.Caller, Identity: req.Identity, Turn: req.Turn, PolicyRef: req.PolicyRef, Ops: m.Ops}
 	return d.runFrom(ctx, b, 0)
 }
 
@@ -229,7 +232,7 @@ func (d *Door) runOne(ctx context.Context, b *heldBatch, i int) outcome {
 	if err != nil {
 		return outcome{event: errorEvent(d.opts.Now(), op.ID, categoryValidation, "arguments: "+err.Error(), nil)}
 	}
-	resp, err := d.gw.Run(ctx, b.Requester, gateway.Call{FrontDoor: d.opts.Name, Request: &toolgatev1.RunToolRequest{
+	resp, err := d.gw.Run(ctx, b.Requester, gateway.Call{FrontDoor: d.opts.Name, Identity: b.Identity, Request: &toolgatev1.RunToolRequest{
 		RequestId: id, ToolId: d.opts.Driver + "." + op.Type, Args: args,
 		Ctx: &toolgatev1.RunContext{RunId: b.RunID, StepId: op.eventID(i), PolicyRef: b.PolicyRef},
 	}})
@@ -247,7 +250,7 @@ func (d *Door) Routes(mux *http.ServeMux) {
 // serveHTTP is POST /v1/runs/{runId}/operations.
 func (d *Door) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	runID := r.PathValue("runId")
-	caller, err := frontdoor.CallerFrom(r.Context())
+	p, err := frontdoor.PrincipalFrom(r.Context())
 	if err != nil {
 		d.writeReply(w, Reply{ProtocolVersion: protocolVersion, RunID: runID, Status: statusError,
 			Events: []Event{errorEvent(d.opts.Now(), "", categoryPolicy, "missing or unknown API key", nil)}}, http.StatusUnauthorized)
@@ -264,7 +267,7 @@ func (d *Door) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply, code := d.Serve(r.Context(), Request{
-		Caller: caller, RunID: runID, Turn: r.Header.Get("Idempotency-Key"),
+		Caller: p.Caller, Identity: p.Identity, RunID: runID, Turn: r.Header.Get("Idempotency-Key"),
 		PolicyRef: r.Header.Get("Toolgate-Policy-Ref"), Body: body,
 	})
 	d.writeReply(w, reply, code)

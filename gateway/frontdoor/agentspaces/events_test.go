@@ -26,11 +26,11 @@ func (f *fakeGateway) Run(_ context.Context, _ string, c gateway.Call) (*toolgat
 	return f.run(c.Request)
 }
 
-func (f *fakeGateway) DecideApprovalAs(context.Context, string, string, string, string) (*toolgatev1.Approval, error) {
+func (f *fakeGateway) DecideApprovalAs(context.Context, string, *gateway.Identity, string, string, string) (*toolgatev1.Approval, error) {
 	return nil, status.Error(codes.NotFound, "no approval")
 }
 
-func (f *fakeGateway) ListApprovalsAs(context.Context, string, *toolgatev1.ListApprovalsRequest) (*toolgatev1.ListApprovalsResponse, error) {
+func (f *fakeGateway) ListApprovalsAs(context.Context, string, *gateway.Identity, *toolgatev1.ListApprovalsRequest) (*toolgatev1.ListApprovalsResponse, error) {
 	return &toolgatev1.ListApprovalsResponse{}, nil
 }
 

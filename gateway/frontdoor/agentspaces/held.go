@@ -3,16 +3,21 @@ package agentspaces
 import (
 	"sync"
 	"time"
+
+	"github.com/toolgate/toolgate/gateway"
 )
 
 // heldBatch is a batch paused at operation K, waiting for approval
 // ApprovalID.
 type heldBatch struct {
 	RunID, Requester, Turn, PolicyRef string
-	Ops                               []operation
-	K                                 int
-	ApprovalID                        string
-	ExpiresAt                         time.Time
+	// Identity is the requester's, as it authenticated when the batch was
+	// held: the rest of the batch runs with it.
+	Identity   *gateway.Identity
+	Ops        []operation
+	K          int
+	ApprovalID string
+	ExpiresAt  time.Time
 }
 
 // heldTable keeps paused batches in memory, at most max of them, each

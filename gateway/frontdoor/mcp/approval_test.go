@@ -31,7 +31,7 @@ func approvalOf(t *testing.T, res *mcp.CallToolResult) string {
 // decide decides an approval as caller.
 func (e *testEnv) decide(caller, id, decision string) {
 	e.t.Helper()
-	if _, err := e.gw.DecideApprovalAs(context.Background(), caller, id, decision, "checked"); err != nil {
+	if _, err := e.gw.DecideApprovalAs(context.Background(), caller, nil, id, decision, "checked"); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -143,7 +143,7 @@ func TestElicitationAcceptIsNeverAnApproval(t *testing.T) {
 	if n := e.driver.runs.Load(); n != 0 {
 		t.Fatalf("the driver ran %d times on the client's own say-so", n)
 	}
-	list, err := e.gw.ListApprovalsAs(context.Background(), "alice", &toolgatev1.ListApprovalsRequest{RequestId: "self-approve"})
+	list, err := e.gw.ListApprovalsAs(context.Background(), "alice", nil, &toolgatev1.ListApprovalsRequest{RequestId: "self-approve"})
 	must(t, err)
 	if len(list.GetApprovals()) != 1 || list.GetApprovals()[0].GetState() != "pending" {
 		t.Errorf("approvals %v: want one, still pending", list.GetApprovals())

@@ -84,7 +84,7 @@ func (d *Door) listApprovals(ctx context.Context, req *mcp.CallToolRequest) (*mc
 	if err := strictArgs(req.Params.Arguments, &in); err != nil {
 		return errorResult(err.Error(), nil), nil
 	}
-	resp, err := d.gw.ListApprovalsAs(ctx, p.Caller, &toolgatev1.ListApprovalsRequest{
+	resp, err := d.gw.ListApprovalsAs(ctx, p.Caller, p.Identity, &toolgatev1.ListApprovalsRequest{
 		State: in.State, ApprovalId: in.ApprovalID, RequestId: in.RequestID, ToolId: in.ToolID,
 		Limit: in.Limit, PageToken: in.PageToken,
 	})
@@ -108,7 +108,7 @@ func (d *Door) decideApproval(ctx context.Context, req *mcp.CallToolRequest) (*m
 	if err := strictArgs(req.Params.Arguments, &in); err != nil {
 		return errorResult(err.Error(), nil), nil
 	}
-	a, err := d.gw.DecideApprovalAs(ctx, p.Caller, in.ApprovalID, in.Decision, in.Reason)
+	a, err := d.gw.DecideApprovalAs(ctx, p.Caller, p.Identity, in.ApprovalID, in.Decision, in.Reason)
 	if err != nil {
 		return errorResult(status.Convert(err).Message(), nil), nil
 	}

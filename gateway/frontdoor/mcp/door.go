@@ -32,8 +32,8 @@ type Gateway interface {
 	SubscribePolicyChanges() (<-chan struct{}, func())
 	// ListApprovalsAs and DecideApprovalAs serve the approval tools
 	// (approval_tools).
-	ListApprovalsAs(ctx context.Context, caller string, req *toolgatev1.ListApprovalsRequest) (*toolgatev1.ListApprovalsResponse, error)
-	DecideApprovalAs(ctx context.Context, caller, id, decision, reason string) (*toolgatev1.Approval, error)
+	ListApprovalsAs(ctx context.Context, caller string, identity *gateway.Identity, req *toolgatev1.ListApprovalsRequest) (*toolgatev1.ListApprovalsResponse, error)
+	DecideApprovalAs(ctx context.Context, caller string, identity *gateway.Identity, id, decision, reason string) (*toolgatev1.Approval, error)
 }
 
 // Door serves MCP's Streamable HTTP transport at /mcp for one gateway:

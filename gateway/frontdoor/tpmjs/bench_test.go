@@ -132,7 +132,7 @@ func BenchmarkFrontDoor(b *testing.B) {
 func doorServer(b *testing.B, g *gateway.Gateway) string {
 	b.Helper()
 	mux := http.NewServeMux()
-	newDoor(g, *newConfig(), frontdoor.CallerFrom, nil).Routes(mux)
+	newDoor(g, *newConfig(), frontdoor.PrincipalFrom, nil).Routes(mux)
 	srv := httptest.NewServer(frontdoor.Plumbing{Keys: frontdoor.Keys(g.Authenticator())}.Wrap(mux))
 	b.Cleanup(srv.Close)
 	return srv.URL

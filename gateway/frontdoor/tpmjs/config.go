@@ -52,5 +52,5 @@ func (c *Config) Open(d frontdoor.Deps) (frontdoor.Door, error) {
 	if d.Gateway == nil {
 		return nil, fmt.Errorf("tpmjsdoor: Open: no gateway")
 	}
-	return newDoor(d.Gateway, *c, frontdoor.CallerFrom, d.Logger), nil
+	return newDoor(d.Gateway, *c, frontdoor.PrincipalFrom, d.Logger), nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/frontdoor"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -22,7 +23,7 @@ type Gateway interface {
 	// pipeline.
 	Run(ctx context.Context, caller string, c gateway.Call) (*toolgatev1.RunToolResponse, error)
 	// ListToolsAs lists the catalog's tools policy could allow caller.
-	ListToolsAs(ctx context.Context, caller string, req *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error)
+	ListToolsAs(ctx context.Context, caller string, identity *gateway.Identity, req *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error)
 	// Catalog describes the catalog's tools, never their env values.
 	Catalog() []gateway.CatalogEntry
 	// DriverHealth returns each driver's cached health without waiting.
@@ -40,7 +41,7 @@ type Door struct {
 	log            *slog.Logger
 	// callerFrom names the authenticated caller of a request, or returns
 	// why there is none.
-	callerFrom func(context.Context) (string, error)
+	callerFrom func(context.Context) (frontdoor.Principal, error)
 	now        func() time.Time
 	// packaged maps "package\x00export" to the catalog's packaged tools,
 	// sorted by id; byID maps every catalog id to its entry.
@@ -49,7 +50,7 @@ type Door struct {
 }
 
 // newDoor returns a door for gw configured by cfg, which must be valid.
-func newDoor(gw Gateway, cfg Config, callerFrom func(context.Context) (string, error), log *slog.Logger) *Door {
+func newDoor(gw Gateway, cfg Config, callerFrom func(context.Context) (frontdoor.Principal, error), log *slog.Logger) *Door {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -157,14 +158,14 @@ const unauthorizedBody = `{"success":false,"error":{"code":"UNAUTHORIZED","messa
 
 // caller returns the request's authenticated caller, or answers 401 and
 // returns false.
-func (d *Door) caller(w http.ResponseWriter, r *http.Request) (string, bool) {
+func (d *Door) caller(w http.ResponseWriter, r *http.Request) (frontdoor.Principal, bool) {
 	caller, err := d.callerFrom(r.Context())
 	if err != nil {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("WWW-Authenticate", "Bearer")
 		w.WriteHeader(http.StatusUnauthorized)
 		_, _ = w.Write([]byte(unauthorizedBody + "\n"))
-		return "", false
+		return frontdoor.Principal{}, false
 	}
 	return caller, true
 }

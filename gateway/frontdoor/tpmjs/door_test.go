@@ -245,7 +245,7 @@ func TestPendingApprovalIsApprovalRequired(t *testing.T) {
 	if e.executions() != 0 {
 		t.Fatal("a held call reached the executor")
 	}
-	if _, err := e.gw.DecideApprovalAs(context.Background(), "alice", id, "approve", "looks fine"); err != nil {
+	if _, err := e.gw.DecideApprovalAs(context.Background(), "alice", nil, id, "approve", "looks fine"); err != nil {
 		t.Fatal(err)
 	}
 	a = do(t, "POST", url+"/execute-tool", execBody("nullTool", "{}"), h)
@@ -459,7 +459,7 @@ func (manyTools) Catalog() []gateway.CatalogEntry {
 	return append(out, gateway.CatalogEntry{ID: "z", Driver: "tpmjs", Target: "toolX", Package: "@p/many", Version: "1.0.0"})
 }
 
-func (m manyTools) ListToolsAs(context.Context, string, *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error) {
+func (m manyTools) ListToolsAs(context.Context, string, *gateway.Identity, *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error) {
 	resp := &toolgatev1.ListToolsResponse{}
 	for _, e := range m.Catalog() {
 		resp.Tools = append(resp.Tools, &toolgatev1.ToolInfo{ToolId: e.ID, Driver: e.Driver})

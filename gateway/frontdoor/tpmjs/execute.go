@@ -245,7 +245,7 @@ func (d *Door) execute(w http.ResponseWriter, r *http.Request) {
 		d.writeBadRequest(w, err, elapsed())
 		return
 	}
-	resp, err := d.gw.Run(r.Context(), caller, gateway.Call{FrontDoor: Name, Request: req.run})
+	resp, err := d.gw.Run(r.Context(), caller.Caller, gateway.Call{FrontDoor: Name, Identity: caller.Identity, Request: req.run})
 	if err != nil {
 		d.writeRunError(w, id, err, elapsed())
 		return

@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/frontdoor"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -35,7 +36,7 @@ func (g *recordingGateway) Run(_ context.Context, _ string, c gateway.Call) (*to
 	}, nil
 }
 
-func (g *recordingGateway) ListToolsAs(context.Context, string, *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error) {
+func (g *recordingGateway) ListToolsAs(context.Context, string, *gateway.Identity, *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error) {
 	return &toolgatev1.ListToolsResponse{}, nil
 }
 
@@ -71,7 +72,7 @@ func FuzzExecuteBody(f *testing.F) {
 		cfg := newConfig()
 		cfg.CatalogPackage = "_catalog"
 		mux := http.NewServeMux()
-		newDoor(gw, *cfg, func(context.Context) (string, error) { return "agent", nil }, nil).Routes(mux)
+		newDoor(gw, *cfg, func(context.Context) (frontdoor.Principal, error) { return frontdoor.Principal{Caller: "agent"}, nil }, nil).Routes(mux)
 		req := httptest.NewRequest(http.MethodPost, "/execute-tool", bytes.NewReader(body))
 		if key != "" && !strings.ContainsAny(key, "\r\n\x00") {
 			req.Header.Set("Idempotency-Key", key)

@@ -144,7 +144,7 @@ func (e *testEnv) serve(cfg *Config) string {
 func (e *testEnv) serveGateway(gw Gateway, cfg *Config) string {
 	e.t.Helper()
 	mux := http.NewServeMux()
-	newDoor(gw, *cfg, frontdoor.CallerFrom, nil).Routes(mux)
+	newDoor(gw, *cfg, frontdoor.PrincipalFrom, nil).Routes(mux)
 	srv := httptest.NewServer(frontdoor.Plumbing{Keys: frontdoor.Keys(e.auth), MaxBodyBytes: cfg.BodyLimit()}.Wrap(mux))
 	e.t.Cleanup(srv.Close)
 	return srv.URL

@@ -84,7 +84,7 @@ func (d *Door) search(w http.ResponseWriter, r *http.Request) {
 		d.writeBadRequest(w, err, 0)
 		return
 	}
-	list, err := d.gw.ListToolsAs(r.Context(), caller, &toolgatev1.ListToolsRequest{
+	list, err := d.gw.ListToolsAs(r.Context(), caller.Caller, caller.Identity, &toolgatev1.ListToolsRequest{
 		Query: q, Limit: listAll, PolicyRef: r.Header.Get(headerPolicyRef),
 	})
 	if err != nil {
