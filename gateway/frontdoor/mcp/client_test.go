@@ -366,7 +366,7 @@ func TestTypeScriptSDKClient(t *testing.T) {
 		if e.driver.runs.Load() != before {
 			t.Fatal("the held call ran before anyone approved it")
 		}
-		if _, err := e.gw.DecideApprovalAs(context.Background(), "alice", id, "approve", "looks fine"); err != nil {
+		if _, err := e.gw.DecideApprovalAs(context.Background(), "alice", nil, id, "approve", "looks fine"); err != nil {
 			t.Fatalf("alice approving %s: %v", id, err)
 		}
 		out := runSDK(t, e.url, clientAgentKey, step, step)
