@@ -60,6 +60,13 @@ step "the published TPMJS client, at pinned versions, for the TPMJS front door's
 # their dependencies by integrity hash; the tests run them unmodified with node.
 (cd gateway/frontdoor/tpmjs/testdata/npm && npm ci --ignore-scripts --no-audit --no-fund)
 
+step "the MCP TypeScript SDK and the MCP Inspector, at pinned versions, for the MCP front door's tests"
+# package-lock.json pins @modelcontextprotocol/sdk 1.32.2 and @modelcontextprotocol/inspector 2.12.0
+# by integrity hash. The Inspector asks for node >= 22.19 (npm warns EBADENGINE); its CLI mode, the
+# only part the tests run, works on node 20, and its postinstall (the web and TUI clients) is not needed.
+(cd gateway/frontdoor/mcp/testdata/npm && npm ci --ignore-scripts --no-audit --no-fund)
+(cd gateway/frontdoor/mcp/testdata/inspector && npm ci --ignore-scripts --no-audit --no-fund)
+
 step "go test -race"
 go test -race -count=1 ./...
 
