@@ -354,9 +354,11 @@ func TestHostileMCPDoorProtocol(t *testing.T) {
 	call := mcpCallBody("workspace.readFile", map[string]any{"path": "notes.txt"}, nil)
 	secret := mcpCallBody("workspace.readFile", map[string]any{"path": "secrets/key.txt"}, nil)
 	longName := strings.Repeat("t", 10<<10)
-	// The JSON-RPC error codes of the answers: the specification's header
-	// mismatch, and invalid params (unknown tool). 0: a plain HTTP error.
-	const headerMismatch, invalidParams = -32020, -32602
+	legacyCall := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"workspace.readFile","arguments":{"path":"notes.txt"}}}`
+	// The JSON-RPC error codes of the answers: invalid request (the door
+	// serves no batch, whatever version the client names), the
+	// specification's header mismatch, and invalid params (unknown tool).
+	const headerMismatch, invalidParams, invalidRequest = -32020, -32602, -32600
 	for _, tc := range []struct {
 		name   string
 		header map[string]string
@@ -364,9 +366,13 @@ func TestHostileMCPDoorProtocol(t *testing.T) {
 		code   int
 	}{
 		{"a JSON-RPC batch of two calls (2026-07-28)", mcp2026(mcpDoorAgentKey, "tools/call", "workspace.readFile"),
-			"[" + call + "," + call + "]", 0},
+			"[" + call + "," + call + "]", invalidRequest},
 		{"a JSON-RPC batch of two calls (2025-11-25)", legacyHeader(mcpDoorAgentKey, "2025-11-25"),
-			"[" + strings.Replace(call, `"id":1`, `"id":2`, 1) + "," + call + "]", 0},
+			"[" + strings.Replace(call, `"id":1`, `"id":2`, 1) + "," + call + "]", invalidRequest},
+		{"a JSON-RPC batch of two calls (2025-03-26)", legacyHeader(mcpDoorAgentKey, "2025-03-26"),
+			"[" + strings.Replace(legacyCall, `"id":1`, `"id":2`, 1) + "," + legacyCall + "]", invalidRequest},
+		{"a JSON-RPC batch of two calls, no version header", map[string]string{"Authorization": "Bearer " + mcpDoorAgentKey},
+			"[" + strings.Replace(legacyCall, `"id":1`, `"id":2`, 1) + "," + legacyCall + "]", invalidRequest},
 		{"an Mcp-Name header naming another tool than the body", mcp2026(mcpDoorAgentKey, "tools/call", "workspace.createFile"),
 			secret, headerMismatch},
 		{"Mcp-Method saying tools/list for a tools/call", mcp2026(mcpDoorAgentKey, "tools/list", ""),

@@ -1,8 +1,10 @@
 package mcpdoor
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -166,6 +168,23 @@ func (d *Door) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		d.refuse(w, r, err)
 		return
 	}
+	if r.Method == http.MethodPost {
+		body := bufio.NewReader(r.Body)
+		if isBatch(body) {
+			// The SDK still serves batches to 2025-03-26 clients and to
+			// requests without MCP-Protocol-Version: one POST would run
+			// as many calls as fit under max_body_bytes, concurrently,
+			// on one connection of the gateway's limit.
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, batchRefusedBody)
+			return
+		}
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{body, r.Body}
+	}
 	// 2026-07-28 names the method in a header the SDK checks against the
 	// body; a listen sent without it is answered, as JSON, when it ends.
 	if r.Header.Get("Mcp-Method") == "subscriptions/listen" {
@@ -174,6 +193,26 @@ func (d *Door) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	d.handler.ServeHTTP(w, r)
 }
+
+// isBatch reports whether the body's first non-space byte opens a JSON
+// array; it consumes only the spaces before it.
+func isBatch(body *bufio.Reader) bool {
+	for {
+		c, err := body.Peek(1)
+		if err != nil {
+			return false
+		}
+		switch c[0] {
+		case ' ', '\t', '\r', '\n':
+			_, _ = body.Discard(1)
+		default:
+			return c[0] == '['
+		}
+	}
+}
+
+// batchRefusedBody is the JSON-RPC error (invalid request) a batch gets.
+const batchRefusedBody = `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"JSON-RPC batches are not served"}}` + "\n"
 
 // unauthorizedBody is the JSON-RPC error a request without a valid
 // credential gets: id null, as its body was never read.
