@@ -42,9 +42,13 @@ const (
 	maxRequestBytes = maxArgsWireBytes + 4<<10
 )
 
-// requestIDPattern keeps a request id inside its evidence prefix: no slash,
-// no leading dot, nothing a path could be built from.
-var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+// RequestIDPattern is the form of a request id. It keeps the id inside its
+// evidence prefix: no slash, no leading dot, nothing a path could be built
+// from. Front doors check a key that becomes a request id against it
+// before anything is recorded.
+const RequestIDPattern = `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`
+
+var requestIDPattern = regexp.MustCompile(RequestIDPattern)
 
 // call is a validated RunTool request in the gateway's own terms.
 type call struct {

@@ -56,7 +56,7 @@ const (
 // requestIDPattern is the gateway's rule for request ids, checked here
 // too so that a bad idempotency key is refused before anything is
 // recorded.
-var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+var requestIDPattern = regexp.MustCompile(gateway.RequestIDPattern)
 
 // freshIDEncoding spells fresh request ids: lowercase base32 without
 // padding, 26 characters for 16 random bytes.
