@@ -47,9 +47,9 @@ func benchDoor(b *testing.B, g *gateway.Gateway) string {
 	b.Helper()
 	cfg := newConfig()
 	cfg.Listen = "127.0.0.1:0"
-	clientMust(b, cfg.Validate())
+	must(b, cfg.Validate())
 	servers, err := frontdoor.Serve(context.Background(), gateway.Config{}, g, []frontdoor.Loaded{{Name: Name, Config: cfg}}, nil)
-	clientMust(b, err)
+	must(b, err)
 	b.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -79,7 +79,7 @@ func (v mcpVersion) callBody(tool, key string) []byte {
 // url as a client of v and returns the body.
 func (v mcpVersion) post(b *testing.B, client *http.Client, url, method, tool string, body []byte) []byte {
 	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
-	clientMust(b, err)
+	must(b, err)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("MCP-Protocol-Version", v.version)
@@ -90,10 +90,10 @@ func (v mcpVersion) post(b *testing.B, client *http.Client, url, method, tool st
 		}
 	}
 	resp, err := client.Do(req)
-	clientMust(b, err)
+	must(b, err)
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
-	clientMust(b, err)
+	must(b, err)
 	if resp.StatusCode != http.StatusOK {
 		b.Fatalf("%s: %d %s", method, resp.StatusCode, out)
 	}
@@ -127,7 +127,7 @@ func perOp(d time.Duration, n int) float64 { return float64(d.Nanoseconds()) / f
 // machine disturbs less than the wall-clock one.
 func BenchmarkFrontDoor(b *testing.B) {
 	args, err := structpb.NewStruct(map[string]any{"path": "docs/readme.md", "limit": 10.0, "verbose": true})
-	clientMust(b, err)
+	must(b, err)
 	b.Run("rungrpc", func(b *testing.B) {
 		client := doortest.GRPCClient(b, benchGateway(b))
 		b.ReportAllocs()

@@ -3,11 +3,8 @@ package mcpdoor
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -22,8 +19,6 @@ import (
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
-	"github.com/toolgate/toolgate/policy"
-	"github.com/toolgate/toolgate/redact"
 )
 
 // The official MCP TypeScript SDK's client against the door, over a real
@@ -36,13 +31,6 @@ const sdkDir = "testdata/npm"
 
 // sdkInstallCommand installs the client, for the failure message.
 const sdkInstallCommand = "(cd gateway/frontdoor/mcp/testdata/npm && npm ci --ignore-scripts --no-audit --no-fund)"
-
-// Keys of the client gateway's callers: agent calls tools, alice (group
-// ops) approves held calls.
-const (
-	clientAgentKey = "k-mcp-client-agent-0123456789"
-	clientAliceKey = "k-mcp-client-alice-0123456789"
-)
 
 // clientPolicy allows echo.say unless its text mentions a secret, holds
 // echo.held for ops, and allows nothing else: echo.hidden is denied.
@@ -91,42 +79,22 @@ type clientEnv struct {
 // its own.
 func newClientEnv(t *testing.T) *clientEnv {
 	t.Helper()
-	dir := t.TempDir()
-	e := &clientEnv{t: t, driver: &echoDriver{}, evidenceDir: filepath.Join(dir, "evidence")}
-	polDir := filepath.Join(dir, "policies")
-	clientMust(t, os.Mkdir(polDir, 0o700))
-	clientMust(t, os.WriteFile(filepath.Join(polDir, "policy.default.cedar"), []byte(clientPolicy), 0o600))
-	engine, err := policy.Load(polDir)
-	clientMust(t, err)
-	store, err := evidence.NewFileStore(e.evidenceDir)
-	clientMust(t, err)
-	t.Cleanup(func() { store.Close() })
-	auth, err := gateway.NewAuthenticator([]gateway.KeyConfig{
-		{Caller: "agent", SHA256: clientDigest(clientAgentKey)},
-		{Caller: "alice", SHA256: clientDigest(clientAliceKey), Groups: []string{"ops"}},
-	}, func(string) string { return "" })
-	clientMust(t, err)
-	red, err := redact.New(redact.Config{})
-	clientMust(t, err)
-	e.gw, err = gateway.New(gateway.Options{
-		Decider: engine, Store: store, Redactor: red, Auth: auth, Instance: "test-host",
-		Drivers: map[string]drivers.Driver{"echo": e.driver},
-		Tools: map[string]gateway.Tool{
-			"echo.say":    {Driver: "echo", Target: "say", Description: "Echoes its text."},
-			"echo.hidden": {Driver: "echo", Target: "hidden", Description: "Never allowed."},
-			"echo.held":   {Driver: "echo", Target: "held", Description: "Runs once a reviewer approves."},
-		},
+	e := &clientEnv{t: t, driver: &echoDriver{}}
+	lg := newLiveGateway(t, clientPolicy, map[string]drivers.Driver{"echo": e.driver}, map[string]gateway.Tool{
+		"echo.say":    {Driver: "echo", Target: "say", Description: "Echoes its text."},
+		"echo.hidden": {Driver: "echo", Target: "hidden", Description: "Never allowed."},
+		"echo.held":   {Driver: "echo", Target: "held", Description: "Runs once a reviewer approves."},
 	})
-	clientMust(t, err)
+	e.gw, e.evidenceDir = lg.gw, lg.evidenceDir
 	cfg := newConfig()
 	cfg.Listen = "127.0.0.1:0"
-	clientMust(t, cfg.Validate())
+	must(t, cfg.Validate())
 	servers, err := frontdoor.Serve(context.Background(), gateway.Config{}, e.gw, []frontdoor.Loaded{{Name: Name, Config: cfg}}, nil)
-	clientMust(t, err)
+	must(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		clientMust(t, servers.Shutdown(ctx))
+		must(t, servers.Shutdown(ctx))
 	})
 	e.url = "http://" + servers.Addr(cfg.Listen).String() + Path
 	return e
@@ -139,7 +107,7 @@ func (e *clientEnv) requestFolders() []string {
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	clientMust(e.t, err)
+	must(e.t, err)
 	var ids []string
 	for _, en := range entries {
 		if en.IsDir() && !strings.HasPrefix(en.Name(), ".") {
@@ -157,7 +125,7 @@ func (e *clientEnv) artifact(id, name string) map[string]any {
 		e.t.Fatalf("%s of %s: %v", name, id, err)
 	}
 	var m map[string]any
-	clientMust(e.t, json.Unmarshal(b, &m))
+	must(e.t, json.Unmarshal(b, &m))
 	return m
 }
 
@@ -231,7 +199,7 @@ func runSDK(t *testing.T, url, key string, steps ...sdkStep) sdkOutcome {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	script, err := json.Marshal(map[string]any{"steps": steps})
-	clientMust(t, err)
+	must(t, err)
 	cmd := exec.CommandContext(ctx, "node", "drive.mjs")
 	cmd.Dir = sdkDir
 	cmd.Env = append(os.Environ(), "TOOLGATE_URL="+url, "TOOLGATE_KEY="+key)
@@ -281,7 +249,7 @@ func TestTypeScriptSDKClient(t *testing.T) {
 	e := newClientEnv(t)
 
 	t.Run("it negotiates 2025-11-25 and lists only the tools policy allows", func(t *testing.T) {
-		out := runSDK(t, e.url, clientAgentKey, sdkStep{Op: "list"})
+		out := runSDK(t, e.url, agentKey, sdkStep{Op: "list"})
 		if out.ProtocolVersion != "2025-11-25" {
 			t.Errorf("negotiated %q", out.ProtocolVersion)
 		}
@@ -300,7 +268,7 @@ func TestTypeScriptSDKClient(t *testing.T) {
 
 	t.Run("an allowed call returns the output and its evidence", func(t *testing.T) {
 		before := e.driver.runs.Load()
-		res := runSDK(t, e.url, clientAgentKey, sdkCall("echo.say", map[string]any{"text": "hello"}, "ts-allow-1")).callResult(t, 0)
+		res := runSDK(t, e.url, agentKey, sdkCall("echo.say", map[string]any{"text": "hello"}, "ts-allow-1")).callResult(t, 0)
 		if res.IsError || res.text() != "hello\n" || res.StructuredContent["echoed"] != "hello" {
 			t.Fatalf("result %+v", res)
 		}
@@ -328,7 +296,7 @@ func TestTypeScriptSDKClient(t *testing.T) {
 
 	t.Run("arguments a rule forbids are a tool error with deny evidence, and nothing runs", func(t *testing.T) {
 		before := e.driver.runs.Load()
-		res := runSDK(t, e.url, clientAgentKey, sdkCall("echo.say", map[string]any{"text": "my secret"}, "ts-deny-1")).callResult(t, 0)
+		res := runSDK(t, e.url, agentKey, sdkCall("echo.say", map[string]any{"text": "my secret"}, "ts-deny-1")).callResult(t, 0)
 		if !res.IsError || !strings.Contains(res.text(), "no_secrets") || !strings.Contains(res.text(), "secrets are not echoed") {
 			t.Fatalf("result %+v", res)
 		}
@@ -344,7 +312,7 @@ func TestTypeScriptSDKClient(t *testing.T) {
 	t.Run("the same idempotency key twice runs once", func(t *testing.T) {
 		before, folders := e.driver.runs.Load(), len(e.requestFolders())
 		step := sdkCall("echo.say", map[string]any{"text": "once"}, "ts-idem-1")
-		out := runSDK(t, e.url, clientAgentKey, step, step)
+		out := runSDK(t, e.url, agentKey, step, step)
 		first, second := out.callResult(t, 0), out.callResult(t, 1)
 		if first.IsError || first.text() != "once\n" || second.text() != first.text() {
 			t.Fatalf("first %+v\nsecond %+v", first, second)
@@ -357,7 +325,7 @@ func TestTypeScriptSDKClient(t *testing.T) {
 	t.Run("a held call is a tool error carrying the approval id, and runs once approved", func(t *testing.T) {
 		before := e.driver.runs.Load()
 		step := sdkCall("echo.held", map[string]any{"text": "after review"}, "ts-held-1")
-		res := runSDK(t, e.url, clientAgentKey, step).callResult(t, 0)
+		res := runSDK(t, e.url, agentKey, step).callResult(t, 0)
 		approval, _ := res.Meta[MetaApproval].(map[string]any)
 		id, _ := approval["approvalId"].(string)
 		if !res.IsError || id == "" || !strings.Contains(res.text(), id) || !strings.Contains(res.text(), "ts-held-1") {
@@ -369,7 +337,7 @@ func TestTypeScriptSDKClient(t *testing.T) {
 		if _, err := e.gw.DecideApprovalAs(context.Background(), "alice", nil, id, "approve", "looks fine"); err != nil {
 			t.Fatalf("alice approving %s: %v", id, err)
 		}
-		out := runSDK(t, e.url, clientAgentKey, step, step)
+		out := runSDK(t, e.url, agentKey, step, step)
 		for i := range 2 {
 			if res := out.callResult(t, i); res.IsError || res.text() != "after review\n" {
 				t.Fatalf("retry %d after the approval: %+v", i, res)
@@ -381,7 +349,7 @@ func TestTypeScriptSDKClient(t *testing.T) {
 	})
 
 	t.Run("an unknown tool is a JSON-RPC error and a wrong key cannot connect", func(t *testing.T) {
-		out := runSDK(t, e.url, clientAgentKey, sdkCall("echo.nope", nil, ""))
+		out := runSDK(t, e.url, agentKey, sdkCall("echo.nope", nil, ""))
 		if out.Steps[0].Error == nil || out.Steps[0].Error.Code != float64(-32602) {
 			t.Fatalf("unknown tool: %+v", out.Steps[0])
 		}
@@ -391,9 +359,9 @@ func TestTypeScriptSDKClient(t *testing.T) {
 		cmd.Env = append(os.Environ(), "TOOLGATE_URL="+e.url, "TOOLGATE_KEY=not-a-key-0123456789")
 		cmd.Stdin = strings.NewReader(`{"steps":[{"op":"list"}]}`)
 		raw, err := cmd.Output()
-		clientMust(t, err)
+		must(t, err)
 		var bad sdkOutcome
-		clientMust(t, json.Unmarshal(raw, &bad))
+		must(t, json.Unmarshal(raw, &bad))
 		if bad.ConnectError == nil || !strings.Contains(bad.ConnectError.Message, "401") && !strings.Contains(bad.ConnectError.Message, "nauthorized") {
 			t.Fatalf("a wrong key: %s", raw)
 		}
@@ -401,16 +369,4 @@ func TestTypeScriptSDKClient(t *testing.T) {
 			t.Fatal("a call with a wrong key was recorded")
 		}
 	})
-}
-
-func clientDigest(key string) string {
-	s := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(s[:])
-}
-
-func clientMust(t testing.TB, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(fmt.Errorf("mcpdoor test: %w", err))
-	}
 }

@@ -130,27 +130,48 @@ type testEnv struct {
 	evidenceDir string
 }
 
-func newTestEnv(t *testing.T, cfg *Config) *testEnv {
+// liveGateway is a real gateway for the door's tests: a live policy
+// folder holding policyText as the default set, a file evidence store, the
+// keys of agent and alice (group ops), and the given drivers and tools.
+type liveGateway struct {
+	gw          *gateway.Gateway
+	auth        *gateway.Authenticator
+	policyDir   string
+	evidenceDir string
+}
+
+func newLiveGateway(t *testing.T, policyText string, drvs map[string]drivers.Driver, tools map[string]gateway.Tool) liveGateway {
 	t.Helper()
 	dir := t.TempDir()
-	e := &testEnv{t: t, driver: &countingDriver{}, policyDir: filepath.Join(dir, "policies"), evidenceDir: filepath.Join(dir, "evidence")}
-	must(t, os.Mkdir(e.policyDir, 0o700))
-	e.writePolicy(testPolicy)
-	engine, err := policy.NewLive(e.policyDir)
+	lg := liveGateway{policyDir: filepath.Join(dir, "policies"), evidenceDir: filepath.Join(dir, "evidence")}
+	must(t, os.Mkdir(lg.policyDir, 0o700))
+	must(t, os.WriteFile(filepath.Join(lg.policyDir, "policy.default.cedar"), []byte(policyText), 0o600))
+	engine, err := policy.NewLive(lg.policyDir)
 	must(t, err)
-	store, err := evidence.NewFileStore(e.evidenceDir)
+	store, err := evidence.NewFileStore(lg.evidenceDir)
 	must(t, err)
 	t.Cleanup(func() { store.Close() })
-	ws, err := workspace.New(workspace.Config{Root: filepath.Join(dir, "workspace")})
-	must(t, err)
-	t.Cleanup(func() { ws.Close() })
-	auth, err := gateway.NewAuthenticator([]gateway.KeyConfig{
+	lg.auth, err = gateway.NewAuthenticator([]gateway.KeyConfig{
 		{Caller: "agent", SHA256: digest(agentKey)},
 		{Caller: "alice", SHA256: digest(aliceKey), Groups: []string{"ops"}},
 	}, func(string) string { return "" })
 	must(t, err)
 	red, err := redact.New(redact.Config{})
 	must(t, err)
+	lg.gw, err = gateway.New(gateway.Options{
+		Decider: engine, Store: store, Redactor: red, Auth: lg.auth, Instance: "test-host",
+		Drivers: drvs, Tools: tools,
+	})
+	must(t, err)
+	return lg
+}
+
+func newTestEnv(t *testing.T, cfg *Config) *testEnv {
+	t.Helper()
+	e := &testEnv{t: t, driver: &countingDriver{}}
+	ws, err := workspace.New(workspace.Config{Root: filepath.Join(t.TempDir(), "workspace")})
+	must(t, err)
+	t.Cleanup(func() { ws.Close() })
 	tools := map[string]gateway.Tool{
 		"echo":    {Driver: "counting", Target: "echo", Description: "Echoes its text. Harmless.", Tags: []string{"read-only"}},
 		"held":    {Driver: "counting", Target: "echo", Description: "Echoes after an approval"},
@@ -161,12 +182,9 @@ func newTestEnv(t *testing.T, cfg *Config) *testEnv {
 	for _, op := range workspace.Operations() {
 		tools["workspace."+op] = gateway.Tool{Driver: "workspace", Target: op}
 	}
-	g, err := gateway.New(gateway.Options{
-		Decider: engine, Store: store, Redactor: red, Auth: auth, Instance: "test-host",
-		Drivers: map[string]drivers.Driver{"counting": e.driver, "workspace": ws}, Tools: tools,
-	})
-	must(t, err)
-	e.gw = &testGateway{Gateway: g}
+	lg := newLiveGateway(t, testPolicy, map[string]drivers.Driver{"counting": e.driver, "workspace": ws}, tools)
+	e.gw, e.policyDir, e.evidenceDir = &testGateway{Gateway: lg.gw}, lg.policyDir, lg.evidenceDir
+	auth := lg.auth
 	if cfg == nil {
 		cfg = newConfig()
 	}

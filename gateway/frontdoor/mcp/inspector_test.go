@@ -25,7 +25,7 @@ const inspectorInstallCommand = "(cd gateway/frontdoor/mcp/testdata/inspector &&
 func inspectorBin(t *testing.T) string {
 	t.Helper()
 	bin, err := filepath.Abs(filepath.Join(inspectorDir, "node_modules", ".bin", "mcp-inspector"))
-	clientMust(t, err)
+	must(t, err)
 	if _, err := os.Stat(bin); errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the MCP Inspector is not installed (%s is missing); run, from the repository root:\n\t%s", bin, inspectorInstallCommand)
 	}
@@ -79,7 +79,7 @@ func TestInspectorCLI(t *testing.T) {
 	e := newClientEnv(t)
 
 	t.Run("tools/list shows only the allowed tools", func(t *testing.T) {
-		out := runInspector(t, 0, e.url, clientAgentKey, "--method", "tools/list")
+		out := runInspector(t, 0, e.url, agentKey, "--method", "tools/list")
 		tools, _ := out["tools"].([]any)
 		var names []string
 		for _, tool := range tools {
@@ -97,7 +97,7 @@ func TestInspectorCLI(t *testing.T) {
 		args := []string{"--method", "tools/call", "--tool-name", "echo.say", "--tool-arg", "text=from the inspector",
 			"--tool-metadata", MetaIdempotencyKey + "=insp-1"}
 		for range 2 {
-			out := runInspector(t, 0, e.url, clientAgentKey, args...)
+			out := runInspector(t, 0, e.url, agentKey, args...)
 			meta, _ := out["_meta"].(map[string]any)
 			if out["isError"] == true || firstText(out) != "from the inspector\n" || meta[MetaRequestID] != "insp-1" {
 				t.Fatalf("result %v", out)
@@ -113,7 +113,7 @@ func TestInspectorCLI(t *testing.T) {
 
 	t.Run("tools/call of forbidden arguments is a tool error", func(t *testing.T) {
 		before := e.driver.runs.Load()
-		out := runInspector(t, inspectorToolError, e.url, clientAgentKey, "--method", "tools/call", "--tool-name", "echo.say", "--tool-arg", "text=a secret")
+		out := runInspector(t, inspectorToolError, e.url, agentKey, "--method", "tools/call", "--tool-name", "echo.say", "--tool-arg", "text=a secret")
 		if out["isError"] != true || firstText(out) != "Denied by policy rule no_secrets: secrets are not echoed" || e.driver.runs.Load() != before {
 			t.Fatalf("result %v; driver runs +%d", out, e.driver.runs.Load()-before)
 		}
