@@ -56,7 +56,7 @@ func load(fsys fs.FS, dir string) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{sets: make(map[string]*policySet)}
+	e := &Engine{sets: make(map[string]*policySet), entities: newEntityCache()}
 	var errs []error
 	for _, entry := range entries {
 		name := entry.Name()
