@@ -3,6 +3,7 @@ package evidence
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 )
@@ -79,4 +80,21 @@ func FuzzAppendIndent(f *testing.F) {
 			t.Fatalf("AppendIndent(%q) = %q, want %q", src, got, want.Bytes())
 		}
 	})
+}
+
+// BenchmarkEncodeManifest encodes the manifest of a call with five
+// artifacts, as the gateway does once per call.
+func BenchmarkEncodeManifest(b *testing.B) {
+	m := Manifest{Version: ManifestVersion, RequestID: "r1", CanonicalRequestHash: "sha256:" + strings.Repeat("0", 64),
+		EngineRef: "toolgate/noop", PolicySetDigest: "sha256:" + strings.Repeat("1", 64), Outcome: OutcomeCompleted,
+		CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	for _, name := range []string{ArtifactRequest, ArtifactPolicyDecision, ArtifactDispatch, ArtifactToolResult, ArtifactResponse} {
+		m.Artifacts = append(m.Artifacts, Digest(Key("r1", name), []byte(name)))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := EncodeManifest(m); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

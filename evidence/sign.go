@@ -171,7 +171,9 @@ func EncodeManifest(m Manifest) ([]byte, error) {
 	if err := m.check(); err != nil {
 		return nil, fmt.Errorf("evidence: encode manifest: %w", err)
 	}
-	compact, err := json.Marshal(m)
+	// MarshalJSON's compact bytes are what json.Marshal(m) returns, without
+	// the second pass json.Marshal makes over a Marshaler's output.
+	compact, err := m.MarshalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("evidence: encode manifest: %w", err)
 	}
