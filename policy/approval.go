@@ -177,7 +177,7 @@ func ApprovalContext(a ApprovalRequest) (types.Record, error) {
 
 // approvalRequest builds the Cedar request and entities of a, or says why a
 // cannot be expressed.
-func approvalRequest(a ApprovalRequest) (cedar.Request, types.EntityMap, error) {
+func approvalRequest(a ApprovalRequest, cache *entityCache) (cedar.Request, *requestEntities, error) {
 	switch {
 	case a.Approver == "":
 		return cedar.Request{}, nil, fmt.Errorf("approval request has no approver")
@@ -194,7 +194,7 @@ func approvalRequest(a ApprovalRequest) (cedar.Request, types.EntityMap, error) 
 	if err != nil {
 		return cedar.Request{}, nil, fmt.Errorf("tool arguments cannot be expressed in Cedar: %w", err)
 	}
-	creq, entities := toolRequest(a.Approver, a.ApproverAttrs, ActionApprove, a.ToolID, a.Driver, a.Tool, cctx)
+	creq, entities := toolRequest(cache, a.Approver, a.ApproverAttrs, ActionApprove, a.ToolID, a.Driver, a.Tool, cctx)
 	return creq, entities, nil
 }
 
@@ -214,7 +214,7 @@ func (e *Engine) DecideApproval(ctx context.Context, a ApprovalRequest) (d Decis
 	if !ok {
 		return d
 	}
-	creq, entities, err := approvalRequest(a)
+	creq, entities, err := approvalRequest(a, e.entities)
 	if err != nil {
 		return failed(d, err.Error())
 	}

@@ -49,7 +49,7 @@ type PolicyInfo struct {
 // for the gateway's hot path.
 func (e *Engine) Explain(ctx context.Context, req Request) Explanation {
 	x := Explanation{Decision: e.Decide(ctx, req)}
-	creq, entities, err := cedarRequest(req)
+	creq, entities, err := cedarRequest(req, e.entities)
 	if err != nil {
 		return x
 	}
@@ -61,7 +61,7 @@ func (e *Engine) Explain(ctx context.Context, req Request) Explanation {
 // for dry runs and policy tests.
 func (e *Engine) ExplainApproval(ctx context.Context, a ApprovalRequest) Explanation {
 	x := Explanation{Decision: e.DecideApproval(ctx, a)}
-	creq, entities, err := approvalRequest(a)
+	creq, entities, err := approvalRequest(a, e.entities)
 	if err != nil {
 		return x
 	}
@@ -69,7 +69,7 @@ func (e *Engine) ExplainApproval(ctx context.Context, a ApprovalRequest) Explana
 }
 
 // listMatched fills x.Matched with the policies of x's set that match creq.
-func (e *Engine) listMatched(ctx context.Context, x Explanation, creq cedar.Request, entities types.EntityMap) Explanation {
+func (e *Engine) listMatched(ctx context.Context, x Explanation, creq cedar.Request, entities types.EntityGetter) Explanation {
 	set, ok := e.sets[x.PolicyRef]
 	if !ok || ctx.Err() != nil {
 		return x

@@ -27,7 +27,7 @@ func fullScan(set *policySet) candidateList {
 // set, in the terms Decide reports.
 func plainDecision(t testing.TB, set *policySet, req Request) (allow bool, ruleID string) {
 	t.Helper()
-	creq, entities, err := cedarRequest(req)
+	creq, entities, err := cedarRequest(req, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func BenchmarkDecisionLatency(b *testing.B) {
 			// The same work but the index: build the Cedar request, then
 			// authorize against every policy.
 			{"plain", func() bool {
-				creq, entities, err := cedarRequest(req)
+				creq, entities, err := cedarRequest(req, nil)
 				if err != nil {
 					return false
 				}

@@ -56,7 +56,7 @@ func load(fsys fs.FS, dir string) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{sets: make(map[string]*policySet)}
+	e := &Engine{sets: make(map[string]*policySet), entities: newEntityCache()}
 	var errs []error
 	for _, entry := range entries {
 		name := entry.Name()
@@ -209,7 +209,7 @@ func compileSet(path, file string, src []byte, sc *schemaCheck) (set *policySet,
 		line, col := lineCol(src, invalidUTF8Offset(src))
 		return nil, []error{fmt.Errorf("%s:%d:%d: invalid UTF-8", path, line, col)}
 	}
-	list, err := cedar.NewPolicyListFromBytes(file, src)
+	list, err := parsePolicies(file, src, parseChunk)
 	if err != nil {
 		return nil, []error{parseError(path, src, err)}
 	}
@@ -224,9 +224,14 @@ func compileSet(path, file string, src []byte, sc *schemaCheck) (set *policySet,
 		byPrincipal: make(map[types.EntityUID][]int),
 	}
 	firstUse := make(map[string]cedar.Position)
+	known := KnownAnnotations()
 	for i, p := range list {
-		pos := p.Position()
-		at := fmt.Sprintf("%s:%d:%d", path, pos.Line, pos.Column)
+		// Built only for a policy with a problem: at 10,000 rules, formatting
+		// every position was a cost of its own.
+		problem := func(format string, args ...any) {
+			pos := p.Position()
+			errs = append(errs, fmt.Errorf("%s:%d:%d: "+format, append([]any{path, pos.Line, pos.Column}, args...)...))
+		}
 		id := cedar.PolicyID("policy" + strconv.Itoa(i))
 		ann := p.Annotations()
 		ruleID := file + ":" + string(id)
@@ -234,26 +239,25 @@ func compileSet(path, file string, src []byte, sc *schemaCheck) (set *policySet,
 			ruleID = string(rid)
 			switch {
 			case ruleID == "":
-				errs = append(errs, fmt.Errorf("%s: @id must not be empty", at))
+				problem("@id must not be empty")
 			case isReservedRuleID(ruleID):
-				errs = append(errs, fmt.Errorf("%s: @id(%q) is reserved for decisions the gateway makes itself", at, ruleID))
+				problem("@id(%q) is reserved for decisions the gateway makes itself", ruleID)
 			}
 			if prev, dup := firstUse[ruleID]; dup {
-				errs = append(errs, fmt.Errorf("%s: @id(%q) is already used by the policy at line %d", at, ruleID, prev.Line))
+				problem("@id(%q) is already used by the policy at line %d", ruleID, prev.Line)
 			} else {
-				firstUse[ruleID] = pos
+				firstUse[ruleID] = p.Position()
 			}
 		}
-		label := strconv.Quote(ruleID)
 		for _, key := range sortedAnnotationKeys(ann) {
-			if !slices.Contains(KnownAnnotations(), string(key)) {
-				errs = append(errs, fmt.Errorf("%s: policy %s: unknown annotation @%s (a policy may carry @%s); an annotation the gateway does not implement is refused rather than ignored",
-					at, label, key, strings.Join(KnownAnnotations(), ", @")))
+			if !slices.Contains(known, string(key)) {
+				problem("policy %q: unknown annotation @%s (a policy may carry @%s); an annotation the gateway does not implement is refused rather than ignored",
+					ruleID, key, strings.Join(known, ", @"))
 			}
 		}
 		problems := append(approvalAnnotationProblems(p), suggestionProblems(p)...)
 		for _, msg := range append(problems, sc.policy(p)...) {
-			errs = append(errs, fmt.Errorf("%s: policy %s: %s", at, label, msg))
+			problem("policy %q: %s", ruleID, msg)
 		}
 
 		_, marked := ann[AnnotationApproval]

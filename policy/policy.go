@@ -178,10 +178,13 @@ type Decision struct {
 	Errors []string
 }
 
-// Engine holds the policy sets of one folder. It is immutable after Load and
-// safe for concurrent use.
+// Engine holds the policy sets of one folder. Its policies are immutable
+// after Load, and it is safe for concurrent use.
 type Engine struct {
 	sets map[string]*policySet
+	// entities caches the Caller and Tool entities decisions build; nil
+	// caches nothing. A reloaded folder is a new Engine, with a new cache.
+	entities *entityCache
 }
 
 // Refs returns the policy_refs of the loaded policy sets, sorted.
@@ -215,7 +218,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (d Decision) {
 	if !ok {
 		return d
 	}
-	creq, entities, err := cedarRequest(req)
+	creq, entities, err := cedarRequest(req, e.entities)
 	if err != nil {
 		return failed(d, err.Error())
 	}
@@ -301,8 +304,8 @@ func (e *Engine) begin(ctx context.Context, policyRef string) (set *policySet, d
 }
 
 // cedarRequest builds the Cedar request and entities Decide evaluates, or
-// says why req cannot be expressed in Cedar.
-func cedarRequest(req Request) (cedar.Request, types.EntityMap, error) {
+// says why req cannot be expressed in Cedar. cache may be nil.
+func cedarRequest(req Request, cache *entityCache) (cedar.Request, *requestEntities, error) {
 	if err := checkRequest(req); err != nil {
 		return cedar.Request{}, nil, err
 	}
@@ -310,21 +313,22 @@ func cedarRequest(req Request) (cedar.Request, types.EntityMap, error) {
 	if err != nil {
 		return cedar.Request{}, nil, fmt.Errorf("tool arguments cannot be expressed in Cedar: %w", err)
 	}
-	creq, entities := toolRequest(req.Caller, req.CallerAttrs, req.Action, req.ToolID, req.Driver, req.Tool, cctx)
+	creq, entities := toolRequest(cache, req.Caller, req.CallerAttrs, req.Action, req.ToolID, req.Driver, req.Tool, cctx)
 	return creq, entities, nil
 }
 
 // toolRequest builds the Cedar request of caller doing action on a tool,
-// and the entities it names: the caller, the tool and its driver.
-func toolRequest(caller string, attrs CallerAttributes, action, toolID, driverName string, tool ToolAttributes,
-	cctx types.Record) (cedar.Request, types.EntityMap) {
+// and the entities it names: the caller, the tool and its driver. The
+// caller and tool entities come from cache when it has them.
+func toolRequest(cache *entityCache, caller string, attrs CallerAttributes, action, toolID, driverName string, tool ToolAttributes,
+	cctx types.Record) (cedar.Request, *requestEntities) {
 	principal := types.NewEntityUID("Caller", types.String(caller))
 	resource := types.NewEntityUID("Tool", types.String(toolID))
 	driver := types.NewEntityUID("Driver", types.String(driverName))
-	entities := types.EntityMap{
-		principal: callerEntity(principal, attrs),
-		driver:    {UID: driver},
-		resource:  toolEntity(resource, driver, driverName, tool),
+	entities := &requestEntities{
+		principal: cache.caller(principal, caller, attrs),
+		driver:    types.Entity{UID: driver},
+		tool:      cache.tool(resource, driver, toolID, driverName, tool),
 	}
 	creq := cedar.Request{
 		Principal: principal,
