@@ -283,7 +283,7 @@ func problemsOf(err error, path string, root *yaml.Node) []problem {
 func problemOf(msg string, root *yaml.Node) problem {
 	if m := atLine.FindStringSubmatch(msg); m != nil {
 		if line, err := strconv.Atoi(m[2]); err == nil && line > 0 {
-			return problem{line: line, msg: strings.TrimSpace(m[1] + " " + m[3])}
+			return problem{line: line, msg: strings.TrimSpace(strings.TrimSpace(m[1]) + " " + m[3])}
 		}
 	}
 	line := 0

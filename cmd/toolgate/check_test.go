@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/toolgate/toolgate/evidence"
+)
+
+const checkPolicy = `@id("read")
+permit (principal, action, resource == Tool::"workspace.readFile");
+`
+
+// checkResult is what a user sees of one `toolgate check config` run.
+type checkResult struct {
+	code           int
+	stdout, stderr string
+}
+
+// runCheck runs `toolgate check config ARGS...` in process, in a fresh
+// folder holding files (mode 0600, or 0644 for a name ending in "#0644"),
+// and returns what it printed and the folder. Unless noPolicies, the folder
+// also holds the default policies folder with one valid policy set.
+func runCheck(t *testing.T, files map[string]string, env map[string]string, noPolicies bool, args ...string) (checkResult, string) {
+	t.Helper()
+	dir := t.TempDir()
+	t.Chdir(dir)
+	all := map[string]string{}
+	if !noPolicies {
+		all["policies/policy.default.cedar"] = checkPolicy
+	}
+	for name, text := range files {
+		all[name] = text
+	}
+	for name, text := range all {
+		mode := os.FileMode(0o600)
+		if base, m, ok := strings.Cut(name, "#"); ok {
+			name = base
+			if m == "0644" {
+				mode = 0o644
+			}
+		}
+		if err := os.MkdirAll(filepath.Dir(name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(name, []byte(text), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(name, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out, errb bytes.Buffer
+	getenv := func(k string) string { return env[k] }
+	code := run(context.Background(), append([]string{"check", "config"}, args...), &out, &errb, getenv)
+	return checkResult{code, out.String(), errb.String()}, dir
+}
+
+// newKeyPEM is a fresh Ed25519 signing key as a key file holds it.
+func newKeyPEM(t *testing.T) string {
+	t.Helper()
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := evidence.EncodePrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+func TestCheckConfigReportsEveryProblemAtItsLine(t *testing.T) {
+	key := newKeyPEM(t)
+	cases := []struct {
+		name       string
+		files      map[string]string
+		env        map[string]string
+		noPolicies bool // the default policies folder is absent
+		code       int
+		lines      []string // stderr, exactly
+		out        string   // stdout, exactly
+	}{
+		{
+			name:  "a fine configuration is ok and says the key would be created, without creating it",
+			files: map[string]string{"cfg.yaml": "policies: {dir: ./policies}\n"},
+			code:  exitOK,
+			out:   "cfg.yaml: ok: listen 127.0.0.1:50051; 1 policy set(s) in ./policies; signing key ./toolgate-signing.key would be created on first start\n",
+		},
+		{
+			name: "every unknown key is reported at its own line",
+			files: map[string]string{"cfg.yaml": "listen: 127.0.0.1:1\nbogus: 1\npolicies:\n  dir: ./policies\n  shadw: x\n" +
+				"drivers:\n  w:\n    type: workspace\n    root: ./w\n    nope: 3\n"},
+			code: exitFailure,
+			lines: []string{
+				"cfg.yaml:2: field bogus not found in type gateway.Config",
+				"cfg.yaml:5: field shadw not found in type gateway.PolicyConfig",
+				"cfg.yaml:10: field nope not found in type workspace.DriverConfig",
+			},
+		},
+		{
+			name:  "a YAML syntax error stops the check at its line",
+			files: map[string]string{"cfg.yaml": "policies:\n  dir: ./policies\n listen: x\n"},
+			code:  exitFailure,
+			lines: []string{"cfg.yaml:2: did not find expected key"},
+		},
+		{
+			name: "a tool id holding dots is placed at the tool's driver key, not at a shorter id",
+			files: map[string]string{"cfg.yaml": "tools:\n  files: {driver: workspace, target: readFile}\n" +
+				"  files.read:\n    target: readFile\n    driver: nodriver\n"},
+			code:  exitFailure,
+			lines: []string{`cfg.yaml:5: tools.files.read.driver "nodriver": no such driver`},
+		},
+		{
+			name: "a front door problem under a key the file does not have is placed at the deepest key it has",
+			files: map[string]string{"cfg.yaml": "front_doors:\n  mcp:\n    listen: 127.0.0.1:8788\n" +
+				"    oauth:\n      issuer: https://idp.example\n"},
+			code:  exitFailure,
+			lines: []string{"cfg.yaml:4: front_doors.mcp.oauth.resource: required"},
+		},
+		{
+			name: "a validation problem, a policy problem and a key problem are each reported",
+			files: map[string]string{
+				"cfg.yaml":               "listen: 0.0.0.0:50051\npolicies:\n  dir: ./p\nevidence:\n  signing_key: {file: ./k.key}\n",
+				"p/y.cedar":              "permit(principal, action ==, resource);\n",
+				"p/policy.default.cedar": checkPolicy,
+			},
+			code: exitFailure,
+			lines: []string{
+				`cfg.yaml:1: listen "0.0.0.0:50051" is not a loopback address and auth.keys is empty: refusing to serve unauthenticated callers beyond this host`,
+				`p/y.cedar:1:30: parse error near "resource": expected ident`,
+				"cfg.yaml:5: evidence.signing_key: open ./k.key: no such file or directory",
+			},
+		},
+		{
+			name:  "a shadow set the folder lacks is placed at policies.shadow",
+			files: map[string]string{"cfg.yaml": "policies:\n  dir: ./policies\n  shadow: {policy.default: policy.next}\n"},
+			code:  exitFailure,
+			lines: []string{`cfg.yaml:3: policies.shadow: no policy set "policy.next" in ./policies`},
+		},
+		{
+			name: "a gateway-owned key that others may read is refused as serve refuses it",
+			files: map[string]string{
+				"cfg.yaml":   "evidence:\n  signing_key: {file: ./k.key, create: true}\n",
+				"k.key#0644": key,
+			},
+			code: exitFailure,
+			lines: []string{"cfg.yaml:2: evidence.signing_key: ./k.key has mode 0644: group or others may read or change the key, " +
+				"and with it sign evidence in the gateway's name; chmod 600 it if nobody else can have read it, else replace it"},
+		},
+		{
+			name:  "a key that is not a key is refused without quoting it",
+			files: map[string]string{"cfg.yaml": "evidence:\n  signing_key: {file: ./k.key}\n", "k.key": "hunter2hunter2\n"},
+			code:  exitFailure,
+		},
+		{
+			name:  "a key file that exists and parses is ok",
+			files: map[string]string{"cfg.yaml": "evidence:\n  signing_key: {file: ./k.key, create: true}\n", "k.key": key},
+			code:  exitOK,
+			out:   "cfg.yaml: ok: listen 127.0.0.1:50051; 1 policy set(s) in ./policies; manifests signed with ./k.key\n",
+		},
+		{
+			name:  "a key in an unset environment variable is a problem",
+			files: map[string]string{"cfg.yaml": "evidence:\n  signing_key:\n    env: TG_KEY\n"},
+			code:  exitFailure,
+			lines: []string{"cfg.yaml:2: evidence.signing_key: environment variable TG_KEY is empty or unset"},
+		},
+		{
+			name:  "a key in a set environment variable is ok",
+			files: map[string]string{"cfg.yaml": "evidence:\n  signing_key:\n    env: TG_KEY\n"},
+			env:   map[string]string{"TG_KEY": key},
+			code:  exitOK,
+			out:   "cfg.yaml: ok: listen 127.0.0.1:50051; 1 policy set(s) in ./policies; manifests signed with the key in $TG_KEY\n",
+		},
+		{
+			name:  "signing_key none is ok and says manifests are unsigned",
+			files: map[string]string{"cfg.yaml": "evidence:\n  signing_key: none\n"},
+			code:  exitOK,
+			out:   "cfg.yaml: ok: listen 127.0.0.1:50051; 1 policy set(s) in ./policies; manifests unsigned (evidence.signing_key: none)\n",
+		},
+		{
+			name:  "a key created in a folder that does not exist is a problem",
+			files: map[string]string{"cfg.yaml": "evidence:\n  signing_key: {file: ./keys/k.key, create: true}\n"},
+			code:  exitFailure,
+			lines: []string{"cfg.yaml:2: evidence.signing_key.file ./keys/k.key: folder keys does not exist, so the key cannot be created there"},
+		},
+		{
+			name:  "a policy folder that does not exist is placed at policies.dir",
+			files: map[string]string{"cfg.yaml": "policies:\n  dir: ./nowhere\n"},
+			code:  exitFailure,
+			lines: []string{"cfg.yaml:2: policies.dir: read policy folder: open ./nowhere: no such file or directory"},
+		},
+		{
+			name:       "a problem with a key the file leaves to the default is placed at line 1",
+			files:      map[string]string{"cfg.yaml": "# policies come from the default\ninstance: a\n"},
+			noPolicies: true,
+			code:       exitFailure,
+			lines:      []string{"cfg.yaml:1: policies.dir: read policy folder: open ./policies: no such file or directory"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, dir := runCheck(t, c.files, c.env, c.noPolicies, "cfg.yaml")
+			if got.code != c.code {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", got.code, c.code, got.stdout, got.stderr)
+			}
+			if c.lines != nil {
+				if want := strings.Join(c.lines, "\n") + "\n"; got.stderr != want {
+					t.Errorf("stderr:\n%s\nwant:\n%s", got.stderr, want)
+				}
+			}
+			if got.stdout != c.out {
+				t.Errorf("stdout %q, want %q", got.stdout, c.out)
+			}
+			if strings.Contains(got.stderr, "hunter2") {
+				t.Errorf("the file's content was quoted: %s", got.stderr)
+			}
+			if _, err := os.Lstat(filepath.Join(dir, "toolgate-signing.key")); err == nil {
+				t.Error("check created the signing key")
+			}
+		})
+	}
+}
