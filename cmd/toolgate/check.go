@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/redact"
 )
 
 const checkUsage = `usage:
@@ -80,7 +81,8 @@ type checkReport struct {
 
 // checkConfig checks the configuration at path as serve reads it: decoded
 // on top of the embedded default, validated, its front doors loaded, its
-// layout checked, its policy folder loaded and its signing key read. It
+// layout checked, its policy folder loaded, its redaction rules compiled
+// and its signing key read. It
 // neither listens, nor contacts a store or a peer, nor creates a file. A
 // file that does not decode stops the check there; every later step is
 // independent of the others, so each reports its own problem.
@@ -128,6 +130,12 @@ func checkConfig(path string, getenv func(string) string) checkReport {
 			add(err)
 		}
 		r.summary = append(r.summary, fmt.Sprintf("%d policy set(s) in %s", len(refs), cfg.Policies.Dir))
+	}
+	// The rule set serve builds its redactor from: the rules file, and the
+	// ids disable_rules names, which must exist.
+	if _, err := redact.New(redact.Config{KeyNames: cfg.Redact.KeyNames, RulesFile: cfg.Redact.RulesFile,
+		DisableRules: cfg.Redact.DisableRules}); err != nil {
+		add(redactProblem(err))
 	}
 	note, err := checkSigningKey(cfg, getenv)
 	if err != nil {
@@ -362,4 +370,15 @@ func keyPrefix(path, k string) bool {
 		return false
 	}
 	return len(path) == len(k) || path[len(k)] == '.' || path[len(k)] == '['
+}
+
+// redactProblem names the key a redaction rule-set error is about: the
+// rules file for a problem in it, else disable_rules.
+func redactProblem(err error) error {
+	msg := strings.TrimPrefix(err.Error(), "redact: ")
+	key := "redact.disable_rules"
+	if strings.HasPrefix(msg, "rules ") {
+		key = "redact.rules_file"
+	}
+	return fmt.Errorf("config: %s: %s", key, msg)
 }

@@ -195,6 +195,25 @@ func TestCheckConfigReportsEveryProblemAtItsLine(t *testing.T) {
 			lines: []string{"cfg.yaml:2: evidence.signing_key.file ./keys/k.key: folder keys does not exist, so the key cannot be created there"},
 		},
 		{
+			name:  "a redaction rules file that does not exist is placed at redact.rules_file",
+			files: map[string]string{"cfg.yaml": "redact:\n  key_names: [a]\n  rules_file: ./rules.toml\n"},
+			code:  exitFailure,
+			lines: []string{"cfg.yaml:3: redact.rules_file: rules file: open ./rules.toml: no such file or directory"},
+		},
+		{
+			name: "a rule that does not compile is placed at redact.rules_file",
+			files: map[string]string{"cfg.yaml": "redact:\n  rules_file: ./rules.toml\n",
+				"rules.toml": "[[rules]]\nid = \"x\"\nregex = \"(\"\nkeywords = [\"a\"]\n"},
+			code:  exitFailure,
+			lines: []string{"cfg.yaml:2: redact.rules_file: rules ./rules.toml: rule x: error parsing regexp: missing closing ): `(`"},
+		},
+		{
+			name:  "disabling a rule that does not exist is placed at redact.disable_rules",
+			files: map[string]string{"cfg.yaml": "redact:\n  disable_rules: [no-such-rule]\n"},
+			code:  exitFailure,
+			lines: []string{`cfg.yaml:2: redact.disable_rules: cannot disable rule "no-such-rule": no such rule`},
+		},
+		{
 			name:  "a policy folder that does not exist is placed at policies.dir",
 			files: map[string]string{"cfg.yaml": "policies:\n  dir: ./nowhere\n"},
 			code:  exitFailure,
@@ -309,24 +328,25 @@ func TestCheckCommandUsageErrorsExitTwo(t *testing.T) {
 	}
 }
 
-// readmeYAMLBlock is one ```yaml block of README.md, with the heading
-// it is under.
-type readmeYAMLBlock struct {
+// readmeBlock is one fenced block of README.md, with its language and
+// the heading it is under.
+type readmeBlock struct {
+	lang    string
 	heading string
 	line    int
 	text    string
 }
 
-// readmeYAMLBlocks returns README.md's yaml blocks.
-func readmeYAMLBlocks(t *testing.T) []readmeYAMLBlock {
+// readmeBlocks returns README.md's fenced blocks.
+func readmeBlocks(t *testing.T) []readmeBlock {
 	t.Helper()
 	data, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var blocks []readmeYAMLBlock
-	var cur *readmeYAMLBlock
-	heading, other := "", false // other: within a block of another language
+	var blocks []readmeBlock
+	var cur *readmeBlock
+	heading := ""
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
 		line := sc.Text()
@@ -336,12 +356,8 @@ func readmeYAMLBlocks(t *testing.T) []readmeYAMLBlock {
 			cur = nil
 		case cur != nil:
 			cur.text += line + "\n"
-		case other:
-			other = !strings.HasPrefix(line, "```")
-		case strings.HasPrefix(line, "```yaml"):
-			cur = &readmeYAMLBlock{heading: heading, line: n}
 		case strings.HasPrefix(line, "```"):
-			other = true
+			cur = &readmeBlock{lang: strings.TrimSpace(line[3:]), heading: heading, line: n}
 		case strings.HasPrefix(line, "#"):
 			heading = line
 		}
@@ -358,30 +374,46 @@ var readmeFragments = map[string]string{
 }
 
 // readmeProblems are the problems `check config` finds in README blocks
-// as README.md stands, by heading: the reference block lets group ops
-// select a policy set, but no auth.keys entry has that group, which serve
-// refuses. The fix is to list ops in the ci key's groups; once README.md
-// carries it, this test fails until the entry is removed.
+// as README.md stands, by heading, each one that serve refuses too: the
+// reference block lets group ops select a policy set, but no auth.keys
+// entry has that group; and both it and the Rules section disable
+// generic-api-key in redact.disable_rules beside a rules.toml whose
+// [extend] disables it already, which the redactor refuses as a rule that
+// does not exist. Once README.md is corrected, this test fails until the
+// entries are removed.
 var readmeProblems = map[string]string{
-	"## Configuration": "cfg.yaml:20: policies.selectable[0].groups: no auth.keys entry has group \"ops\"\n",
+	"## Configuration": "cfg.yaml:20: policies.selectable[0].groups: no auth.keys entry has group \"ops\"\n" +
+		"cfg.yaml:47: redact.disable_rules: cannot disable rule \"generic-api-key\": no such rule\n",
+	"### Rules": "cfg.yaml:3: redact.disable_rules: cannot disable rule \"generic-api-key\": no such rule\n",
 }
 
 // TestReadmeConfigurationsCheck runs `check config` on every yaml block of
 // the README that is a configuration on its own, the Configuration
 // section's reference block first, in a folder holding the policy sets
-// that block names.
+// those blocks name and the README's rules.toml, where paths under
+// /etc/toolgate/ are taken to lie.
 func TestReadmeConfigurationsCheck(t *testing.T) {
-	blocks := readmeYAMLBlocks(t)
-	if len(blocks) == 0 || blocks[0].heading != "## Configuration" {
-		t.Fatalf("the README's first yaml block is not the Configuration reference (%d blocks)", len(blocks))
+	var yamls []readmeBlock
+	rules := ""
+	for _, b := range readmeBlocks(t) {
+		switch {
+		case b.lang == "yaml":
+			yamls = append(yamls, b)
+		case b.lang == "toml" && strings.HasPrefix(b.text, "# rules.toml"):
+			rules = b.text
+		}
+	}
+	if len(yamls) == 0 || yamls[0].heading != "## Configuration" || rules == "" {
+		t.Fatalf("the README's first yaml block is not the Configuration reference, or it has no rules.toml (%d blocks)", len(yamls))
 	}
 	pol := "policies/policy."
-	for _, b := range blocks {
+	for _, b := range yamls {
 		if _, ok := readmeFragments[b.heading]; ok {
 			continue
 		}
 		t.Run(strings.TrimLeft(b.heading, "# "), func(t *testing.T) {
-			got, dir := runCheck(t, map[string]string{"cfg.yaml": b.text,
+			cfg := strings.ReplaceAll(b.text, "/etc/toolgate/", "./")
+			got, dir := runCheck(t, map[string]string{"cfg.yaml": cfg, "rules.toml": rules,
 				pol + "candidate.cedar": checkPolicy, pol + "lenient.cedar": checkPolicy}, nil, false, "cfg.yaml")
 			if want := readmeProblems[b.heading]; got.stderr != want {
 				t.Errorf("README.md line %d: exit %d:\n%s\nwant:\n%s", b.line, got.code, got.stderr, want)
