@@ -73,9 +73,9 @@ func checkDir(t *testing.T, cfg string) string {
 	return dir
 }
 
-// TestHostileCheckConfigSize: whatever FILE names, check reads at most
-// 4 MiB of it (as serve does), so a huge or endless file is refused
-// instead of exhausting memory.
+// TestHostileCheckConfigSize: whatever FILE names, check and serve read at
+// most 4 MiB of it (gateway.MaxConfigBytes), so a huge or endless file is
+// refused instead of exhausting memory; before, both read it whole.
 func TestHostileCheckConfigSize(t *testing.T) {
 	t.Run("a 100 MB configuration is refused after 4 MiB", func(t *testing.T) {
 		dir := t.TempDir()
@@ -99,6 +99,12 @@ func TestHostileCheckConfigSize(t *testing.T) {
 	t.Run("/dev/zero is refused, not read for ever", func(t *testing.T) {
 		r := checkBin(t, t.TempDir(), "/dev/zero")
 		wantCheckFailure(t, r, "/dev/zero:1: larger than 4194304 bytes")
+	})
+	t.Run("serve refuses /dev/zero as its configuration instead of reading it for ever", func(t *testing.T) {
+		stderr := serveMustRefuse(t, t.TempDir(), "--config", "/dev/zero")
+		if !strings.Contains(stderr, "config: /dev/zero: larger than 4194304 bytes") {
+			t.Errorf("stderr: %s", stderr)
+		}
 	})
 	t.Run("an endless stream through a named pipe is refused", func(t *testing.T) {
 		dir := t.TempDir()
