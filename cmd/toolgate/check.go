@@ -81,11 +81,11 @@ type checkReport struct {
 
 // checkConfig checks the configuration at path as serve reads it: decoded
 // on top of the embedded default, validated, its front doors loaded, its
-// layout checked, its policy folder loaded, its redaction rules compiled
-// and its signing key read. It
-// neither listens, nor contacts a store or a peer, nor creates a file. A
-// file that does not decode stops the check there; every later step is
-// independent of the others, so each reports its own problem.
+// layout checked, its policy folder loaded, its secrets read, its
+// redaction rules compiled and its signing key read. It neither listens,
+// nor contacts a store or a peer, nor creates a file. A file that does not
+// decode stops the check there; every later step is independent of the
+// others, so each reports its own problem.
 func checkConfig(path string, getenv func(string) string) checkReport {
 	var r checkReport
 	data, err := gateway.ReadConfigFile(path)
@@ -125,11 +125,16 @@ func checkConfig(path string, getenv func(string) string) checkReport {
 	}
 	refs, lines := checkPolicies(cfg, pathLine(&root, "policies.dir"))
 	r.problems = append(r.problems, lines...)
-	if refs != nil {
+	if len(lines) == 0 {
 		if err := cfg.CheckPolicyRefs(refs); err != nil {
 			add(err)
 		}
 		r.summary = append(r.summary, fmt.Sprintf("%d policy set(s) in %s", len(refs), cfg.Policies.Dir))
+	}
+	if err := secretFilesReadable(cfg); err != nil {
+		add(err)
+	} else if err := cfg.CheckSecrets(getenv); err != nil {
+		add(err)
 	}
 	// The rule set serve builds its redactor from: the rules file, and the
 	// ids disable_rules names, which must exist.
@@ -204,11 +209,9 @@ func checkPolicyFiles(dir string) error {
 // gateway's own reader, never creating it, and says which key signs.
 func checkSigningKey(cfg gateway.Config, getenv func(string) string) (string, error) {
 	src := cfg.Evidence.SigningKey
-	if src != nil && !src.None && src.File != "" && !src.Create {
-		// A configured key file is read whole by serve; one that is not
-		// a regular file would block or never end.
-		if fi, err := os.Stat(src.File); err == nil && !fi.Mode().IsRegular() {
-			return "", fmt.Errorf("config: evidence.signing_key: %s is %s, not a key file", src.File, fileKindOf(fi.Mode()))
+	if src != nil && !src.None && !src.Create {
+		if err := regularFile("evidence.signing_key", src.File); err != nil {
+			return "", err
 		}
 	}
 	_, err := cfg.SigningPublicKey(getenv)
@@ -230,9 +233,37 @@ func checkSigningKey(cfg gateway.Config, getenv func(string) string) (string, er
 	}
 }
 
+// secretFilesReadable refuses secret files other than the signing key
+// (whose check is checkSigningKey's) that would block or never end.
+func secretFilesReadable(cfg gateway.Config) error {
+	var errs []error
+	if fk := cfg.Redact.FingerprintKey; fk != nil {
+		errs = append(errs, regularFile("redact.fingerprint_key", fk.File))
+	}
+	if wh := cfg.Approvals.Webhook; wh != nil {
+		errs = append(errs, regularFile("approvals.webhook.secret", wh.Secret.File))
+	}
+	return errors.Join(errs...)
+}
+
+// regularFile refuses a secret file, given under key, that exists but is
+// not a regular file: serve reads such files whole, so a named pipe would
+// block it and a device could never end.
+func regularFile(key, path string) error {
+	if path == "" {
+		return nil
+	}
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		return fmt.Errorf("config: %s: %s is %s, not a key file", key, path, fileKindOf(fi.Mode()))
+	}
+	return nil
+}
+
 // fileKindOf names what a file that is not a regular file is.
 func fileKindOf(m fs.FileMode) string {
 	switch {
+	case m.IsDir():
+		return "a folder"
 	case m&fs.ModeNamedPipe != 0:
 		return "a named pipe"
 	case m&fs.ModeSocket != 0:
@@ -273,7 +304,8 @@ var atLine = regexp.MustCompile(`(?s)^(.*?)(?:yaml: )?line (\d+): (.*)$`)
 func problemsOf(err error, path string, root *yaml.Node) []problem {
 	var out []problem
 	head := "" // what a list of yaml.v3 errors is an error of
-	for _, msg := range strings.Split(trimConfigPrefix(err.Error(), path), "\n") {
+	for _, msg := range strings.Split(err.Error(), "\n") {
+		msg = trimConfigPrefix(msg, path)
 		switch {
 		case strings.HasSuffix(msg, yamlErrors[:len(yamlErrors)-1]):
 			head = strings.TrimSuffix(msg, yamlErrors[:len(yamlErrors)-1])

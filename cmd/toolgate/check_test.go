@@ -214,6 +214,26 @@ func TestCheckConfigReportsEveryProblemAtItsLine(t *testing.T) {
 			lines: []string{`cfg.yaml:2: redact.disable_rules: cannot disable rule "no-such-rule": no such rule`},
 		},
 		{
+			name: "every secret serve could not read is reported at its key",
+			files: map[string]string{"cfg.yaml": "auth:\n  keys:\n    - caller: a\n      env: TG_API_KEY\n" +
+				"approvals:\n  webhook:\n    url: http://127.0.0.1:9/hook\n    secret: {env: TG_HMAC}\n" +
+				"redact:\n  fingerprint_key: {file: ./fp.key}\n"},
+			code: exitFailure,
+			lines: []string{
+				"cfg.yaml:4: auth.keys[0].env: environment variable TG_API_KEY is empty or unset",
+				"cfg.yaml:8: approvals.webhook.secret: environment variable TG_HMAC is empty or unset",
+				"cfg.yaml:10: redact.fingerprint_key: open ./fp.key: no such file or directory",
+			},
+		},
+		{
+			name: "a webhook secret too short to sign with is a problem",
+			files: map[string]string{"cfg.yaml": "approvals:\n  webhook:\n    url: http://127.0.0.1:9/hook\n" +
+				"    secret:\n      env: TG_HMAC\n"},
+			env:   map[string]string{"TG_HMAC": "short"},
+			code:  exitFailure,
+			lines: []string{"cfg.yaml:4: approvals.webhook.secret: shorter than 16 bytes"},
+		},
+		{
 			name:  "a policy folder that does not exist is placed at policies.dir",
 			files: map[string]string{"cfg.yaml": "policies:\n  dir: ./nowhere\n"},
 			code:  exitFailure,
@@ -387,6 +407,14 @@ var readmeProblems = map[string]string{
 	"### Rules": "cfg.yaml:3: redact.disable_rules: cannot disable rule \"generic-api-key\": no such rule\n",
 }
 
+// readmeEnv sets the environment variables the README's configurations
+// read secrets from, as a deployment would.
+var readmeEnv = map[string]string{
+	"TOOLGATE_CI_KEY":          "ci-key-0123456789abcdef",
+	"TOOLGATE_AGENT_KEY":       "agent-key-0123456789abcdef",
+	"TOOLGATE_FINGERPRINT_KEY": "fingerprint-key-0123456789abcdef",
+}
+
 // TestReadmeConfigurationsCheck runs `check config` on every yaml block of
 // the README that is a configuration on its own, the Configuration
 // section's reference block first, in a folder holding the policy sets
@@ -414,7 +442,7 @@ func TestReadmeConfigurationsCheck(t *testing.T) {
 		t.Run(strings.TrimLeft(b.heading, "# "), func(t *testing.T) {
 			cfg := strings.ReplaceAll(b.text, "/etc/toolgate/", "./")
 			got, dir := runCheck(t, map[string]string{"cfg.yaml": cfg, "rules.toml": rules,
-				pol + "candidate.cedar": checkPolicy, pol + "lenient.cedar": checkPolicy}, nil, false, "cfg.yaml")
+				pol + "candidate.cedar": checkPolicy, pol + "lenient.cedar": checkPolicy}, readmeEnv, false, "cfg.yaml")
 			if want := readmeProblems[b.heading]; got.stderr != want {
 				t.Errorf("README.md line %d: exit %d:\n%s\nwant:\n%s", b.line, got.code, got.stderr, want)
 			}

@@ -247,6 +247,16 @@ func TestHostileCheckConfigPaths(t *testing.T) {
 		r := checkBin(t, dir, "cfg.yaml")
 		wantCheckFailure(t, r, "cfg.yaml:2: evidence.signing_key: ./k.key is a named pipe, not a key file")
 	})
+	t.Run("a fingerprint key that is a named pipe and a webhook secret that is /dev/zero are refused without reading them", func(t *testing.T) {
+		dir := checkDir(t, "redact:\n  fingerprint_key: {file: ./fp.key}\napprovals:\n  webhook:\n"+
+			"    url: http://127.0.0.1:9/hook\n    secret: {file: /dev/zero}\n")
+		if err := syscall.Mkfifo(filepath.Join(dir, "fp.key"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r := checkBin(t, dir, "cfg.yaml")
+		wantCheckFailure(t, r, "cfg.yaml:2: redact.fingerprint_key: ./fp.key is a named pipe, not a key file\n"+
+			"cfg.yaml:6: approvals.webhook.secret: /dev/zero is a device, not a key file\n")
+	})
 }
 
 // TestHostileCheckConfigEncoding: bytes that are not YAML text are a
