@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -81,7 +82,7 @@ type checkReport struct {
 
 // checkConfig checks the configuration at path as serve reads it: decoded
 // on top of the embedded default, validated, its front doors loaded, its
-// layout checked, its policy folder loaded, its secrets read, its
+// layout checked, its policy folder loaded, its TLS pair and secrets read, its
 // redaction rules compiled and its signing key read. It neither listens,
 // nor contacts a store or a peer, nor creates a file. A file that does not
 // decode stops the check there; every later step is independent of the
@@ -131,6 +132,9 @@ func checkConfig(path string, getenv func(string) string) checkReport {
 		}
 		r.summary = append(r.summary, fmt.Sprintf("%d policy set(s) in %s", len(refs), cfg.Policies.Dir))
 	}
+	if err := checkTLS(cfg.TLS); err != nil {
+		add(err)
+	}
 	if err := secretFilesReadable(cfg); err != nil {
 		add(err)
 	} else if err := cfg.CheckSecrets(getenv); err != nil {
@@ -138,7 +142,9 @@ func checkConfig(path string, getenv func(string) string) checkReport {
 	}
 	// The rule set serve builds its redactor from: the rules file, and the
 	// ids disable_rules names, which must exist.
-	if _, err := redact.New(redact.Config{KeyNames: cfg.Redact.KeyNames, RulesFile: cfg.Redact.RulesFile,
+	if err := regularFile("redact.rules_file", cfg.Redact.RulesFile, "rules file"); err != nil {
+		add(err)
+	} else if _, err := redact.New(redact.Config{KeyNames: cfg.Redact.KeyNames, RulesFile: cfg.Redact.RulesFile,
 		DisableRules: cfg.Redact.DisableRules}); err != nil {
 		add(redactProblem(err))
 	}
@@ -210,7 +216,7 @@ func checkPolicyFiles(dir string) error {
 func checkSigningKey(cfg gateway.Config, getenv func(string) string) (string, error) {
 	src := cfg.Evidence.SigningKey
 	if src != nil && !src.None && !src.Create {
-		if err := regularFile("evidence.signing_key", src.File); err != nil {
+		if err := regularFile("evidence.signing_key", src.File, "key file"); err != nil {
 			return "", err
 		}
 	}
@@ -233,28 +239,47 @@ func checkSigningKey(cfg gateway.Config, getenv func(string) string) (string, er
 	}
 }
 
+// checkTLS loads the listener's certificate and key as serve does
+// (credentials.NewServerTLSFromFile loads them with tls.LoadX509KeyPair).
+// A half-given pair is Validate's to report.
+func checkTLS(c gateway.TLSConfig) error {
+	if c.CertFile == "" || c.KeyFile == "" {
+		return nil
+	}
+	err := errors.Join(regularFile("tls.cert_file", c.CertFile, "certificate file"),
+		regularFile("tls.key_file", c.KeyFile, "key file"))
+	if err != nil {
+		return err
+	}
+	if _, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile); err != nil {
+		return fmt.Errorf("config: tls: %w", err)
+	}
+	return nil
+}
+
 // secretFilesReadable refuses secret files other than the signing key
 // (whose check is checkSigningKey's) that would block or never end.
 func secretFilesReadable(cfg gateway.Config) error {
 	var errs []error
 	if fk := cfg.Redact.FingerprintKey; fk != nil {
-		errs = append(errs, regularFile("redact.fingerprint_key", fk.File))
+		errs = append(errs, regularFile("redact.fingerprint_key", fk.File, "key file"))
 	}
 	if wh := cfg.Approvals.Webhook; wh != nil {
-		errs = append(errs, regularFile("approvals.webhook.secret", wh.Secret.File))
+		errs = append(errs, regularFile("approvals.webhook.secret", wh.Secret.File, "key file"))
 	}
 	return errors.Join(errs...)
 }
 
-// regularFile refuses a secret file, given under key, that exists but is
-// not a regular file: serve reads such files whole, so a named pipe would
-// block it and a device could never end.
-func regularFile(key, path string) error {
+// regularFile refuses a file, given under key, that exists but is not a
+// regular file: serve reads key and rules files whole, so a named pipe
+// would block it and a device could never end. what names the file the
+// key wants.
+func regularFile(key, path, what string) error {
 	if path == "" {
 		return nil
 	}
 	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
-		return fmt.Errorf("config: %s: %s is %s, not a key file", key, path, fileKindOf(fi.Mode()))
+		return fmt.Errorf("config: %s: %s is %s, not a %s", key, path, fileKindOf(fi.Mode()), what)
 	}
 	return nil
 }

@@ -234,6 +234,13 @@ func TestCheckConfigReportsEveryProblemAtItsLine(t *testing.T) {
 			lines: []string{"cfg.yaml:4: approvals.webhook.secret: shorter than 16 bytes"},
 		},
 		{
+			name: "a TLS key that does not match its certificate is a problem at tls",
+			files: map[string]string{"cfg.yaml": "tls:\n  cert_file: ./cert.pem\n  key_file: ./k.key\n",
+				"cert.pem": "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", "k.key": key},
+			code:  exitFailure,
+			lines: []string{"cfg.yaml:1: tls: x509: malformed certificate"},
+		},
+		{
 			name:  "a policy folder that does not exist is placed at policies.dir",
 			files: map[string]string{"cfg.yaml": "policies:\n  dir: ./nowhere\n"},
 			code:  exitFailure,
@@ -418,8 +425,8 @@ var readmeEnv = map[string]string{
 // TestReadmeConfigurationsCheck runs `check config` on every yaml block of
 // the README that is a configuration on its own, the Configuration
 // section's reference block first, in a folder holding the policy sets
-// those blocks name and the README's rules.toml, where paths under
-// /etc/toolgate/ are taken to lie.
+// those blocks name, a TLS pair and the README's rules.toml, where paths
+// under /etc/toolgate/ are taken to lie.
 func TestReadmeConfigurationsCheck(t *testing.T) {
 	var yamls []readmeBlock
 	rules := ""
@@ -435,6 +442,15 @@ func TestReadmeConfigurationsCheck(t *testing.T) {
 		t.Fatalf("the README's first yaml block is not the Configuration reference, or it has no rules.toml (%d blocks)", len(yamls))
 	}
 	pol := "policies/policy."
+	certFile, keyFile := writeSelfSigned(t, t.TempDir())
+	cert, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsKey, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, b := range yamls {
 		if _, ok := readmeFragments[b.heading]; ok {
 			continue
@@ -442,6 +458,7 @@ func TestReadmeConfigurationsCheck(t *testing.T) {
 		t.Run(strings.TrimLeft(b.heading, "# "), func(t *testing.T) {
 			cfg := strings.ReplaceAll(b.text, "/etc/toolgate/", "./")
 			got, dir := runCheck(t, map[string]string{"cfg.yaml": cfg, "rules.toml": rules,
+				"cert.pem": string(cert), "key.pem": string(tlsKey),
 				pol + "candidate.cedar": checkPolicy, pol + "lenient.cedar": checkPolicy}, readmeEnv, false, "cfg.yaml")
 			if want := readmeProblems[b.heading]; got.stderr != want {
 				t.Errorf("README.md line %d: exit %d:\n%s\nwant:\n%s", b.line, got.code, got.stderr, want)

@@ -247,6 +247,10 @@ func TestHostileCheckConfigPaths(t *testing.T) {
 		r := checkBin(t, dir, "cfg.yaml")
 		wantCheckFailure(t, r, "cfg.yaml:2: evidence.signing_key: ./k.key is a named pipe, not a key file")
 	})
+	t.Run("a redaction rules file that is /dev/zero is refused without reading it", func(t *testing.T) {
+		r := checkBin(t, checkDir(t, "redact:\n  rules_file: /dev/zero\n"), "cfg.yaml")
+		wantCheckFailure(t, r, "cfg.yaml:2: redact.rules_file: /dev/zero is a device, not a rules file\n")
+	})
 	t.Run("a fingerprint key that is a named pipe and a webhook secret that is /dev/zero are refused without reading them", func(t *testing.T) {
 		dir := checkDir(t, "redact:\n  fingerprint_key: {file: ./fp.key}\napprovals:\n  webhook:\n"+
 			"    url: http://127.0.0.1:9/hook\n    secret: {file: /dev/zero}\n")
