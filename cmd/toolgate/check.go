@@ -118,11 +118,7 @@ func checkConfig(path string, getenv func(string) string) checkReport {
 	}
 	r.summary = append(r.summary, "listen "+cfg.Listen)
 	if len(doors) > 0 {
-		names := make([]string, len(doors))
-		for i, d := range doors {
-			names[i] = d.Name + " " + d.Config.ListenAddr()
-		}
-		r.summary = append(r.summary, "front doors "+strings.Join(names, ", "))
+		r.summary = append(r.summary, "front doors "+doorList(doors))
 	}
 	refs, lines := checkPolicies(cfg, pathLine(&root, "policies.dir"))
 	r.problems = append(r.problems, lines...)
@@ -140,13 +136,8 @@ func checkConfig(path string, getenv func(string) string) checkReport {
 	} else if err := cfg.CheckSecrets(getenv); err != nil {
 		add(err)
 	}
-	// The rule set serve builds its redactor from: the rules file, and the
-	// ids disable_rules names, which must exist.
-	if err := regularFile("redact.rules_file", cfg.Redact.RulesFile, "rules file"); err != nil {
+	if err := checkRedaction(cfg.Redact); err != nil {
 		add(err)
-	} else if _, err := redact.New(redact.Config{KeyNames: cfg.Redact.KeyNames, RulesFile: cfg.Redact.RulesFile,
-		DisableRules: cfg.Redact.DisableRules}); err != nil {
-		add(redactProblem(err))
 	}
 	note, err := checkSigningKey(cfg, getenv)
 	if err != nil {
@@ -427,6 +418,29 @@ func keyPrefix(path, k string) bool {
 		return false
 	}
 	return len(path) == len(k) || path[len(k)] == '.' || path[len(k)] == '['
+}
+
+// doorList is "mcp 127.0.0.1:8788, tpmjs 127.0.0.1:8787".
+func doorList(doors []frontdoor.Loaded) string {
+	names := make([]string, len(doors))
+	for i, d := range doors {
+		names[i] = d.Name + " " + d.Config.ListenAddr()
+	}
+	return strings.Join(names, ", ")
+}
+
+// checkRedaction compiles the rule set serve builds its redactor from: the
+// default rules, the rules file, and the ids disable_rules names, which
+// must exist.
+func checkRedaction(c gateway.RedactConfig) error {
+	if err := regularFile("redact.rules_file", c.RulesFile, "rules file"); err != nil {
+		return err
+	}
+	_, err := redact.New(redact.Config{KeyNames: c.KeyNames, RulesFile: c.RulesFile, DisableRules: c.DisableRules})
+	if err != nil {
+		return redactProblem(err)
+	}
+	return nil
 }
 
 // redactProblem names the key a redaction rule-set error is about: the
