@@ -43,19 +43,8 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	if err != nil {
 		return nil, nil, fmt.Errorf("policies: %w", err)
 	}
-	for _, ref := range sortedKeys(cfg.Policies.Shadow) {
-		for _, name := range []string{ref, cfg.Policies.Shadow[ref]} {
-			if !slices.Contains(engine.Engine().Refs(), name) {
-				return nil, nil, fmt.Errorf("config: policies.shadow: no policy set %q in %s", name, cfg.Policies.Dir)
-			}
-		}
-	}
-	for i, sel := range cfg.Policies.Selectable {
-		for _, ref := range sel.Refs {
-			if !slices.Contains(engine.Engine().Refs(), ref) {
-				return nil, nil, fmt.Errorf("config: policies.selectable[%d].refs: no policy set %q in %s", i, ref, cfg.Policies.Dir)
-			}
-		}
+	if err := cfg.CheckPolicyRefs(engine.Engine().Refs()); err != nil {
+		return nil, nil, err
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -387,4 +376,25 @@ func redactFingerprintKey(src *SecretSource, signer *evidence.Signer, getenv fun
 		}
 		return key, nil
 	}
+}
+
+// CheckPolicyRefs checks that every policy set policies.shadow and
+// policies.selectable name is one of refs, the sets of the loaded policy
+// folder.
+func (c Config) CheckPolicyRefs(refs []string) error {
+	for _, ref := range sortedKeys(c.Policies.Shadow) {
+		for _, name := range []string{ref, c.Policies.Shadow[ref]} {
+			if !slices.Contains(refs, name) {
+				return fmt.Errorf("config: policies.shadow: no policy set %q in %s", name, c.Policies.Dir)
+			}
+		}
+	}
+	for i, sel := range c.Policies.Selectable {
+		for _, ref := range sel.Refs {
+			if !slices.Contains(refs, ref) {
+				return fmt.Errorf("config: policies.selectable[%d].refs: no policy set %q in %s", i, ref, c.Policies.Dir)
+			}
+		}
+	}
+	return nil
 }

@@ -378,13 +378,42 @@ func ParseConfig(data []byte) (Config, error) {
 	return cfg, nil
 }
 
+// MaxConfigBytes bounds what is read of a configuration file: a real one
+// is a few KiB, and a path that names something huge (or endless, like
+// /dev/zero) must not exhaust memory before decoding refuses it.
+const MaxConfigBytes = 4 << 20
+
 // LoadConfig reads and decodes a YAML file, applied on top of the embedded
 // default.
 func LoadConfig(path string) (Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadConfigFile(path)
 	if err != nil {
-		return Config{}, fmt.Errorf("config: %w", err)
+		return Config{}, err
 	}
+	return LoadConfigData(path, data)
+}
+
+// ReadConfigFile reads the configuration file at path, refusing one larger
+// than MaxConfigBytes.
+func ReadConfigFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if len(data) > MaxConfigBytes {
+		return nil, fmt.Errorf("config: %s: larger than %d bytes, too large to be a configuration file", path, MaxConfigBytes)
+	}
+	return data, nil
+}
+
+// LoadConfigData decodes data, read from path, as LoadConfig does: on top
+// of the embedded default, with File set to path.
+func LoadConfigData(path string, data []byte) (Config, error) {
 	cfg, err := ParseConfig(data)
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)

@@ -7,6 +7,7 @@
 //	toolgate policy validate DIR
 //	toolgate policy authorize --caller C --tool T [--driver D] [--args JSON] [--policies DIR] [--json] [flags]
 //	toolgate policy test DIR
+//	toolgate check config FILE...
 //	toolgate evidence (ls | show | verify | pubkey | keygen) [flags]
 //	toolgate redact [--config FILE] [--rules-file FILE] [--disable IDS] [--json] [--list-rules] [FILE]
 //	toolgate version
@@ -43,6 +44,8 @@ Usage:
   toolgate policy validate DIR    parse and schema-validate a policy folder
   toolgate policy authorize [flags]  decide one request without running it
   toolgate policy test DIR        run the policy tests kept beside the policies
+  toolgate check config FILE      check a configuration (and its policies and signing key)
+                                  without starting anything
   toolgate evidence <command>     list, show and verify evidence; manage the signing key
   toolgate redact [flags] [FILE]  redact a file with the gateway's rules; try a rules file
   toolgate version                print the version
@@ -78,6 +81,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return approvalsCmd(ctx, args[1:], stdout, stderr, getenv)
 	case "policy":
 		return policyCmd(ctx, args[1:], stdout, stderr)
+	case "check":
+		return checkCmd(ctx, args[1:], stdout, stderr, getenv)
 	case "evidence":
 		return evidenceCmd(ctx, args[1:], stdout, stderr, getenv)
 	case "redact":

@@ -1,0 +1,27 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+)
+
+// CheckSecrets reads the secrets the configuration names besides the
+// signing key (API keys held in environment variables, the approval
+// webhook's secret, the redaction fingerprint key) exactly as Build reads
+// them, keeps none of them, and reports every one Build would refuse, so
+// that a configuration check and `serve` agree.
+func (c Config) CheckSecrets(getenv func(string) string) error {
+	var errs []error
+	if _, err := NewAuthenticator(c.Auth.Keys, getenv); err != nil {
+		errs = append(errs, fmt.Errorf("config: %w", err))
+	}
+	if _, err := readWebhookSecret(c.Approvals.Webhook, getenv); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Redact.FingerprintKey != nil {
+		if _, err := redactFingerprintKey(c.Redact.FingerprintKey, nil, getenv); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
