@@ -299,6 +299,18 @@ keywords = ["gh:"]
 			}
 		})
 	}
+	t.Run("a rule disabled in the configuration and in the file's [extend] is disabled once", func(t *testing.T) {
+		file := write("twice.toml", "[extend]\ndisabledRules = [\"generic-api-key\"]\n")
+		r, err := New(Config{RulesFile: file, DisableRules: []string{"generic-api-key"}})
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		for _, info := range r.Rules() {
+			if info.ID == "generic-api-key" {
+				t.Fatal("generic-api-key is still enabled")
+			}
+		}
+	})
 	if _, err := New(Config{RulesFile: filepath.Join(dir, "missing.toml")}); err == nil {
 		t.Error("missing rules file accepted")
 	}

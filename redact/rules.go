@@ -208,8 +208,10 @@ func loadRules(cfg Config) ([]*rule, error) {
 			r.allowlistTargets[al.target] = true
 		}
 	}
+	// A rule may be disabled twice (redact.disable_rules and the rules
+	// file's [extend]); only an id no source defines is an error.
 	for _, id := range disabled {
-		if _, found := byID[id]; !found {
+		if !slices.Contains(order, id) {
 			return nil, fmt.Errorf("redact: cannot disable rule %q: no such rule", id)
 		}
 		delete(byID, id)

@@ -400,19 +400,10 @@ var readmeFragments = map[string]string{
 	"#### OAuth 2.1 access tokens": "a door on 0.0.0.0 whose TLS settings the text says to add as ever",
 }
 
-// readmeProblems are the problems `check config` finds in README blocks
-// as README.md stands, by heading, each one that serve refuses too: the
-// reference block lets group ops select a policy set, but no auth.keys
-// entry has that group; and both it and the Rules section disable
-// generic-api-key in redact.disable_rules beside a rules.toml whose
-// [extend] disables it already, which the redactor refuses as a rule that
-// does not exist. Once README.md is corrected, this test fails until the
-// entries are removed.
-var readmeProblems = map[string]string{
-	"## Configuration": "cfg.yaml:20: policies.selectable[0].groups: no auth.keys entry has group \"ops\"\n" +
-		"cfg.yaml:47: redact.disable_rules: cannot disable rule \"generic-api-key\": no such rule\n",
-	"### Rules": "cfg.yaml:3: redact.disable_rules: cannot disable rule \"generic-api-key\": no such rule\n",
-}
+// readmeProblems are the problems `check config` finds in README blocks,
+// by heading: none. A block that gains one fails the test until README.md
+// is corrected, or the problem is listed here on purpose.
+var readmeProblems = map[string]string{}
 
 // readmeEnv sets the environment variables the README's configurations
 // read secrets from, as a deployment would.
