@@ -21,6 +21,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/internal/regularfile"
 )
 
 // DefaultConfigYAML is the configuration `toolgate serve` runs on when it is
@@ -221,7 +222,7 @@ func (s SecretSource) Read(getenv func(string) string) ([]byte, error) {
 	case s.File != "" && s.Env != "":
 		return nil, errors.New("give file or env, not both")
 	case s.File != "":
-		return os.ReadFile(s.File)
+		return regularfile.Read(s.File, maxKeyFileBytes)
 	case s.Env != "":
 		v := getenv(s.Env)
 		if v == "" {

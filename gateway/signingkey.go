@@ -17,6 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/internal/regularfile"
 )
 
 // maxKeyFileBytes bounds what is read of a key file: a PEM Ed25519 key is
@@ -217,7 +218,7 @@ func readOwnedKeyFile(path string) ([]byte, error) {
 		return nil, err
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is %s, not a key file", path, fileKind(fi.Mode()))
+		return nil, fmt.Errorf("%s is %s, not a key file", path, regularfile.Kind(fi.Mode()))
 	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
 		return nil, fmt.Errorf("%s has mode %04o: group or others may read or change the key, and with it sign evidence "+
@@ -234,22 +235,6 @@ func readOwnedKeyFile(path string) ([]byte, error) {
 		return nil, fmt.Errorf("%s is larger than %d bytes, too large to be a key file", path, maxKeyFileBytes)
 	}
 	return data, nil
-}
-
-// fileKind names what a file that is not a regular file is.
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a folder"
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	default:
-		return "not a regular file"
-	}
 }
 
 // createKeyFile creates path holding a new Ed25519 key (PEM PKCS #8, mode

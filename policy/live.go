@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/regularfile"
 )
 
 // Live is an Engine that follows its folder: Reload parses and validates
@@ -119,7 +121,7 @@ func fingerprint(dir string) (string, error) {
 	sort.Strings(names)
 	h := sha256.New()
 	for _, name := range names {
-		data, err := os.ReadFile(filepath.Join(dir, name))
+		data, err := regularfile.Read(filepath.Join(dir, name), MaxPolicyFileBytes)
 		if err != nil {
 			return "", fmt.Errorf("policy: read %s: %w", filepath.Join(dir, name), err)
 		}

@@ -18,7 +18,14 @@ import (
 	"github.com/cedar-policy/cedar-go/types"
 	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
 	"github.com/cedar-policy/cedar-go/x/exp/schema/validate"
+
+	"github.com/toolgate/toolgate/internal/regularfile"
 )
+
+// MaxPolicyFileBytes bounds each file of a policy folder (policies, the
+// schema): 10,000 argument rules take a few megabytes, so a larger file is
+// a mistake or an attack, and is refused rather than read.
+const MaxPolicyFileBytes = 64 << 20
 
 // SchemaFile is the name of the schema in a policy folder.
 const SchemaFile = "toolgate.cedarschema"
@@ -73,7 +80,7 @@ func load(fsys fs.FS, dir string) (*Engine, error) {
 		if info.IsDir() {
 			continue
 		}
-		src, err := fs.ReadFile(fsys, name)
+		src, err := regularfile.ReadFS(fsys, name, MaxPolicyFileBytes)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", filepath.Join(dir, name), err))
 			continue

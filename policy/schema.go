@@ -15,6 +15,8 @@ import (
 	schemaast "github.com/cedar-policy/cedar-go/x/exp/schema/ast"
 	"github.com/cedar-policy/cedar-go/x/exp/schema/resolved"
 	"github.com/cedar-policy/cedar-go/x/exp/schema/validate"
+
+	"github.com/toolgate/toolgate/internal/regularfile"
 )
 
 // builtinSchema is the gateway's own model. Every policy is validated
@@ -46,7 +48,7 @@ func loadSchema(fsys fs.FS, dir string) (*schemaCheck, error) {
 	res := baseResolved
 
 	path := filepath.Join(dir, SchemaFile)
-	src, err := fs.ReadFile(fsys, SchemaFile)
+	src, err := regularfile.ReadFS(fsys, SchemaFile, MaxPolicyFileBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:

@@ -4,7 +4,6 @@ import (
 	_ "embed"
 	"fmt"
 	"math"
-	"os"
 	"regexp"
 	"regexp/syntax"
 	"slices"
@@ -12,7 +11,13 @@ import (
 
 	"github.com/spf13/viper"
 	gitleaks "github.com/zricethezav/gitleaks/v8/config"
+
+	"github.com/toolgate/toolgate/internal/regularfile"
 )
+
+// MaxRulesFileBytes bounds redact.rules_file: a rules file is a few
+// kilobytes of TOML, and is read whole at start.
+const MaxRulesFileBytes = 4 << 20
 
 // toolgateRules are the pattern rules Toolgate adds to the gitleaks set, in the same format:
 // connection strings and URLs with passwords, Authorization header credentials, and private key
@@ -126,7 +131,7 @@ func loadRules(cfg Config) ([]*rule, error) {
 	}
 	disabled := slices.Clone(cfg.DisableRules)
 	if cfg.RulesFile != "" {
-		text, err := os.ReadFile(cfg.RulesFile)
+		text, err := regularfile.Read(cfg.RulesFile, MaxRulesFileBytes)
 		if err != nil {
 			return nil, fmt.Errorf("redact: rules file: %w", err)
 		}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
+	"github.com/toolgate/toolgate/internal/regularfile"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/redact"
 )
@@ -197,7 +197,7 @@ func checkPolicyFiles(dir string) error {
 		if err != nil || fi.IsDir() || fi.Mode().IsRegular() {
 			continue // policy.Load reports (or skips) it
 		}
-		return fmt.Errorf("%s is %s, not a policy file", filepath.Join(dir, name), fileKindOf(fi.Mode()))
+		return fmt.Errorf("%s is %s, not a policy file", filepath.Join(dir, name), regularfile.Kind(fi.Mode()))
 	}
 	return nil
 }
@@ -270,25 +270,9 @@ func regularFile(key, path, what string) error {
 		return nil
 	}
 	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
-		return fmt.Errorf("config: %s: %s is %s, not a %s", key, path, fileKindOf(fi.Mode()), what)
+		return fmt.Errorf("config: %s: %s is %s, not a %s", key, path, regularfile.Kind(fi.Mode()), what)
 	}
 	return nil
-}
-
-// fileKindOf names what a file that is not a regular file is.
-func fileKindOf(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a folder"
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	default:
-		return "not a regular file"
-	}
 }
 
 // trimConfigPrefix drops what a configuration error repeats of the line a
