@@ -16,6 +16,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolgate/toolgate/internal/regularfile"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -61,7 +62,7 @@ func loadStateKey(path string) ([]byte, error) {
 	if path == "" {
 		return randomKey()
 	}
-	b, err := os.ReadFile(path)
+	b, err := regularfile.Read(path, 4*stateKeySize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return createStateKey(path)
 	}

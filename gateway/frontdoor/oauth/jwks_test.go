@@ -14,6 +14,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -273,6 +274,14 @@ func TestJWKSFileIsReadAgainWhenItChanges(t *testing.T) {
 	}
 	if _, err := oauth.NewVerifier(context.Background(), cfg, nil); err == nil {
 		t.Error("a missing jwks_file at start is no error")
+	}
+	// A named pipe in its place would block every token check for ever if
+	// it were read; it is refused at once.
+	if err := syscall.Mkfifo(cfg.JWKSFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oauth.NewVerifier(context.Background(), cfg, nil); err == nil || !strings.Contains(err.Error(), "named pipe") {
+		t.Errorf("a jwks_file that is a named pipe: %v", err)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
+
+	"github.com/toolgate/toolgate/internal/regularfile"
 )
 
 // fetchTimeout bounds one fetch of jwks_url.
@@ -73,10 +75,7 @@ func (f *fileKeys) reload() error {
 	if f.set != nil && fi.ModTime().Equal(f.mod) && fi.Size() == f.size {
 		return nil
 	}
-	if fi.Size() > maxJWKSBytes {
-		return fmt.Errorf("oauth: jwks_file %s: %d bytes, more than %d", f.path, fi.Size(), maxJWKSBytes)
-	}
-	data, err := os.ReadFile(f.path)
+	data, err := regularfile.Read(f.path, maxJWKSBytes)
 	if err != nil {
 		return fmt.Errorf("oauth: jwks_file: %w", err)
 	}
