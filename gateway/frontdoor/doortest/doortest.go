@@ -6,6 +6,8 @@ package doortest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,6 +23,21 @@ import (
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
 )
+
+// AllowNoopPolicy allows RunTool of the tool "noop.run" and nothing else:
+// the policy of the doors' benchmarks, so that each sets the same decision
+// against its own transport.
+const AllowNoopPolicy = `
+@id("allow_noop") @reason("benchmark")
+permit (principal, action == Action::"RunTool", resource == Tool::"noop.run");
+`
+
+// KeyDigest is the hex SHA-256 of an API key, as auth.keys' sha256 holds
+// it.
+func KeyDigest(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
 
 // InstantDriver answers every call at once with Result, so that a
 // benchmark measures the gateway and the door alone.

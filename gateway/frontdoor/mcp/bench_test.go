@@ -21,11 +21,6 @@ import (
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
-const benchPolicy = `
-@id("allow_noop") @reason("benchmark")
-permit (principal, action == Action::"RunTool", resource == Tool::"noop.run");
-`
-
 // benchArgs are the arguments of every benchmarked call, those of
 // gateway's BenchmarkRunTool and the TPMJS door's benchmark.
 const benchArgs = `{"path":"docs/readme.md","limit":10,"verbose":true}`
@@ -33,7 +28,7 @@ const benchArgs = `{"path":"docs/readme.md","limit":10,"verbose":true}`
 // benchGateway is a gateway on a memory store with one allow rule and the
 // tool "noop.run", whose driver answers at once.
 func benchGateway(b *testing.B) *gateway.Gateway {
-	g, _ := doortest.Gateway(b, benchPolicy,
+	g, _ := doortest.Gateway(b, doortest.AllowNoopPolicy,
 		map[string]drivers.Driver{"noop": doortest.InstantDriver{Name: "noop",
 			Result: drivers.Result{Stdout: "ok\n", Data: map[string]any{"done": true}}}},
 		map[string]gateway.Tool{"noop.run": {Driver: "noop", Target: "run"}})

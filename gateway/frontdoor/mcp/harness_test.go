@@ -3,8 +3,6 @@ package mcpdoor
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -25,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
+	"github.com/toolgate/toolgate/gateway/frontdoor/doortest"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -152,8 +151,8 @@ func newLiveGateway(t *testing.T, policyText string, drvs map[string]drivers.Dri
 	must(t, err)
 	t.Cleanup(func() { store.Close() })
 	lg.auth, err = gateway.NewAuthenticator([]gateway.KeyConfig{
-		{Caller: "agent", SHA256: digest(agentKey)},
-		{Caller: "alice", SHA256: digest(aliceKey), Groups: []string{"ops"}},
+		{Caller: "agent", SHA256: doortest.KeyDigest(agentKey)},
+		{Caller: "alice", SHA256: doortest.KeyDigest(aliceKey), Groups: []string{"ops"}},
 	}, func(string) string { return "" })
 	must(t, err)
 	red, err := redact.New(redact.Config{})
@@ -345,11 +344,6 @@ func text(res *mcp.CallToolResult) string {
 		}
 	}
 	return s
-}
-
-func digest(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:])
 }
 
 func must(t testing.TB, err error) {

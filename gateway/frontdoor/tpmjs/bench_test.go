@@ -18,16 +18,11 @@ import (
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
-const benchPolicy = `
-@id("allow_noop") @reason("benchmark")
-permit (principal, action == Action::"RunTool", resource == Tool::"noop.run");
-`
-
 // benchGateway is a gateway with a memory store, one allow rule and a
 // packaged tool "noop.run" (@bench/noop::run) that answers at once, and
 // "noop.deny" which no rule allows.
 func benchGateway(b *testing.B) *gateway.Gateway {
-	g, _ := doortest.Gateway(b, benchPolicy,
+	g, _ := doortest.Gateway(b, doortest.AllowNoopPolicy,
 		map[string]drivers.Driver{"noop": doortest.InstantDriver{Name: "noop",
 			Result: drivers.Result{Stdout: "ok\n", Data: map[string]any{"done": true}}}},
 		map[string]gateway.Tool{

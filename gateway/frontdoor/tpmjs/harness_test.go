@@ -1,8 +1,6 @@
 package tpmjsdoor
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -21,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
+	"github.com/toolgate/toolgate/gateway/frontdoor/doortest"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/redact"
 )
@@ -110,8 +109,8 @@ func newTestEnv(t *testing.T, o envOptions) *testEnv {
 	must(t, err)
 	t.Cleanup(func() { ws.Close() })
 	e.auth, err = gateway.NewAuthenticator([]gateway.KeyConfig{
-		{Caller: "agent", SHA256: digest(testKey)},
-		{Caller: "alice", SHA256: digest(otherKey), Groups: []string{"ops"}},
+		{Caller: "agent", SHA256: doortest.KeyDigest(testKey)},
+		{Caller: "alice", SHA256: doortest.KeyDigest(otherKey), Groups: []string{"ops"}},
 	}, func(string) string { return "" })
 	must(t, err)
 	red, err := redact.New(redact.Config{})
@@ -233,11 +232,6 @@ func (a answer) errCode() string {
 func (a answer) ext() map[string]any {
 	m, _ := a.body["toolgate"].(map[string]any)
 	return m
-}
-
-func digest(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:])
 }
 
 func must(t testing.TB, err error) {
