@@ -105,8 +105,9 @@ type KeyConfig struct {
 // PolicyConfig locates the Cedar policy sets.
 type PolicyConfig struct {
 	Dir string `yaml:"dir"`
-	// ReloadInterval is how often the folder is checked for changes, which
-	// are loaded, validated and swapped in whole (SIGHUP reloads at once).
+	// ReloadInterval is how often the folder is checked for changes. A
+	// change that two checks in a row see the same is loaded, validated
+	// and swapped in whole (SIGHUP reloads at once).
 	// 0 means 2s; a negative value turns the checks off.
 	ReloadInterval time.Duration `yaml:"reload_interval"`
 	// Shadow names, per enforcing policy_ref, a policy set evaluated

@@ -75,6 +75,12 @@ func (l *Live) Reload(force bool) (bool, error) {
 	if fp == l.seen && !force {
 		return false, nil
 	}
+	return l.loadLocked(fp)
+}
+
+// loadLocked loads the folder, whose fingerprint is fp, and swaps it in
+// when it is valid. l.mu is held.
+func (l *Live) loadLocked(fp string) (bool, error) {
 	// Remember a rejected folder too, so it is reported once rather than
 	// on every poll until someone fixes it.
 	l.seen = fp
@@ -87,21 +93,47 @@ func (l *Live) Reload(force bool) (bool, error) {
 }
 
 // Watch reloads whenever the folder's files change, checking every
-// interval until ctx ends. report is called after each reload attempt that
-// swapped or failed.
+// interval until ctx ends. A change is loaded only once the folder has
+// looked the same on two checks in a row: an editor or a copy that
+// truncates a file and then writes it must not have its empty or
+// half-written file swapped in between. report is called after each
+// reload attempt that swapped or failed.
 func (l *Live) Watch(ctx context.Context, interval time.Duration, report func(swapped bool, err error)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var pending string
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if swapped, err := l.Reload(false); swapped || err != nil {
+			var swapped bool
+			var err error
+			pending, swapped, err = l.reloadSettled(pending)
+			if swapped || err != nil {
 				report(swapped, err)
 			}
 		}
 	}
+}
+
+// reloadSettled is one of Watch's checks. pending is the fingerprint a
+// changed folder had at the previous check; the folder is loaded when it
+// still has it now. It returns the fingerprint to wait on next.
+func (l *Live) reloadSettled(pending string) (string, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fp, err := fingerprint(l.dir)
+	switch {
+	case err != nil:
+		return "", false, err
+	case fp == l.seen:
+		return "", false, nil
+	case fp != pending:
+		return fp, false, nil
+	}
+	swapped, err := l.loadLocked(fp)
+	return "", swapped, err
 }
 
 // fingerprint digests the names, sizes and contents of the folder's

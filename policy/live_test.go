@@ -136,3 +136,49 @@ func TestLiveWatch(t *testing.T) {
 		t.Fatal("watched change not in force")
 	}
 }
+
+// TestLiveWatchWaitsForTheFolderToSettle: a file truncated and then
+// written (as os.WriteFile and many editors do) is checked between the
+// two steps. The empty file must never be swapped in; the finished one is,
+// once the folder has looked the same on two checks.
+func TestLiveWatchWaitsForTheFolderToSettle(t *testing.T) {
+	dir := t.TempDir()
+	writeSet(t, dir, allowSet)
+	live, err := NewLive(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := live.Engine()
+	file := filepath.Join(dir, "policy.default.cedar")
+	check := func(pending string, wantSwap bool) string {
+		t.Helper()
+		next, swapped, err := live.reloadSettled(pending)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if swapped != wantSwap {
+			t.Fatalf("swapped = %v, want %v", swapped, wantSwap)
+		}
+		return next
+	}
+
+	if err := os.Truncate(file, 0); err != nil {
+		t.Fatal(err)
+	}
+	pending := check("", false)
+	if live.Engine() != before {
+		t.Fatal("the half-written (empty) folder was swapped in")
+	}
+	if err := os.WriteFile(file, []byte(denySet), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pending = check(pending, false) // changed again since the last check: wait
+	if live.Engine() != before {
+		t.Fatal("a folder seen once was swapped in")
+	}
+	check(pending, true)
+	if live.Decide(context.Background(), call("workspace.readFile")).Allow {
+		t.Fatal("the settled change is not in force")
+	}
+	check("", false) // nothing changed since
+}
