@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -101,7 +102,9 @@ func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int
 	var decision policy.Decision
 	var shadow *evidence.ShadowDecision
 	if p.held == nil || !p.held.final() {
-		decision, shadow = g.decide(ctx, p.caller, p.c, p.tool, p.known, p.args)
+		dctx, stage := g.telemetry.StartStage(ctx, telemetry.StageDecide)
+		decision, shadow = g.decide(dctx, p.caller, p.c, p.tool, p.known, p.args)
+		stage.End()
 	}
 	if p.guestCall != nil {
 		decision = guestRerunDecision(decision, p.guestCall)
@@ -217,11 +220,13 @@ func (g *Gateway) runDispatched(ctx context.Context, p *prepared, rec *recorder,
 		nested = nc
 	}
 	ranAt := g.now()
+	dctx, stage := g.telemetry.StartStage(dctx, telemetry.StageDriver)
 	result, err := runDriver(dctx, g.drivers[p.tool.Driver], drivers.Call{
 		RequestID: p.c.RequestID, ToolID: p.c.ToolID, Target: p.tool.Target,
 		Package: p.tool.Package, Version: p.tool.Version,
 		Args: p.params, Env: p.env, Tools: nested,
 	})
+	stage.End()
 	if dir, ok := g.traceDirs[p.tool.Driver]; ok {
 		if trace := filepath.Join(dir, p.c.RequestID+".jsonl"); fileExists(trace) {
 			resp.LocalEvidencePaths = append(resp.LocalEvidencePaths, trace)

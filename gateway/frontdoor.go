@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"path"
 	"regexp"
 	"slices"
 
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/gateway/telemetry"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -50,7 +52,9 @@ type Call struct {
 // the request id, the decision, the driver and the evidence. Its answers
 // and errors are RunTool's, gRPC statuses included, so every door maps
 // one set of outcomes onto its protocol.
-func (g *Gateway) Run(ctx context.Context, caller string, c Call) (*toolgatev1.RunToolResponse, error) {
+func (g *Gateway) Run(ctx context.Context, caller string, c Call) (resp *toolgatev1.RunToolResponse, err error) {
+	ctx, span := g.telemetry.StartCall(ctx, g.telemetryCall(c))
+	defer func() { span.End(callResult(resp, err)) }()
 	if c.FrontDoor != "" && !frontDoorPattern.MatchString(c.FrontDoor) {
 		return nil, status.Errorf(codes.InvalidArgument, "front door %q: must match %s",
 			truncateForMessage(c.FrontDoor), frontDoorPattern)
@@ -66,7 +70,7 @@ func (g *Gateway) Run(ctx context.Context, caller string, c Call) (*toolgatev1.R
 	if err := validateIdentity(caller, c.Identity); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	trace, err := traceID(c.TraceParent)
+	traceID, err := traceID(c.TraceParent)
 	if err != nil {
 		// It is written into the evidence: a door passes only a valid one.
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -79,7 +83,7 @@ func (g *Gateway) Run(ctx context.Context, caller string, c Call) (*toolgatev1.R
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	parsed.FrontDoor, parsed.Identity, parsed.TraceID = c.FrontDoor, c.Identity, trace
+	parsed.FrontDoor, parsed.Identity, parsed.TraceID = c.FrontDoor, c.Identity, traceID
 	return g.run(ctx, caller, parsed)
 }
 
@@ -159,3 +163,39 @@ func (g *Gateway) Authenticator() *Authenticator { return g.auth }
 
 // CallerForKey is g.Authenticator().CallerForKey.
 func (g *Gateway) CallerForKey(key string) (string, bool) { return g.auth.CallerForKey(key) }
+
+// telemetryCall describes c for telemetry, with a tool label from a
+// bounded set: the catalog's ids, and telemetry.OtherTool for any other.
+func (g *Gateway) telemetryCall(c Call) telemetry.Call {
+	tc := telemetry.Call{Tool: telemetry.OtherTool, FrontDoor: c.FrontDoor}
+	if c.Request != nil {
+		tc.RequestID = c.Request.GetRequestId()
+		if _, ok := g.tools[c.Request.GetToolId()]; ok {
+			tc.Tool = c.Request.GetToolId()
+		}
+	}
+	return tc
+}
+
+// callResult is how a call ended, for telemetry.
+func callResult(resp *toolgatev1.RunToolResponse, err error) telemetry.Result {
+	if err != nil || resp == nil {
+		return telemetry.Result{Outcome: telemetry.OutcomeError}
+	}
+	r := telemetry.Result{
+		Decision: resp.GetPolicyCheck().GetDecision(),
+		RuleID:   resp.GetPolicyCheck().GetRuleId(),
+		Outcome:  telemetry.OutcomeDenied,
+	}
+	if len(resp.EvidenceRefs) > 0 {
+		r.EvidencePrefix = path.Dir(resp.EvidenceRefs[0]) + "/"
+	}
+	switch tr := resp.GetToolResult(); {
+	case tr == nil:
+	case tr.GetExitCode() == 0:
+		r.Outcome = telemetry.OutcomeRan
+	default:
+		r.Outcome = telemetry.OutcomeToolError
+	}
+	return r
+}

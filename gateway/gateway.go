@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -79,6 +80,8 @@ type Options struct {
 	Recovery RecoveryOptions
 	// Approvals tunes calls held for a human's approval.
 	Approvals ApprovalOptions
+	// Telemetry, if set, records metrics and spans of every call.
+	Telemetry *telemetry.Telemetry
 }
 
 // Gateway runs RunTool calls. It is safe for concurrent use.
@@ -116,6 +119,8 @@ type Gateway struct {
 	notifier    Notifier
 	// changes are told of every policy swap (SubscribePolicyChanges).
 	changes policyChanges
+	// telemetry is nil when nothing is recorded.
+	telemetry *telemetry.Telemetry
 }
 
 // New checks opts and returns a Gateway.
@@ -168,6 +173,7 @@ func New(opts Options) (*Gateway, error) {
 		now:            opts.Now,
 		approvalTTL:    opts.Approvals.TTL,
 		notifier:       opts.Approvals.Notifier,
+		telemetry:      opts.Telemetry,
 	}
 	if g.approvalTTL <= 0 {
 		g.approvalTTL = DefaultApprovalTTL
@@ -202,6 +208,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	g.recovery.enter(c.RequestID)
 	defer g.recovery.leave(c.RequestID)
 	rec := p.newRecorder(g)
+	rec.spanCtx = ctx
 	if p.deadlinePassed(g.now()) {
 		return nil, status.Errorf(codes.DeadlineExceeded,
 			"the deadline passed before request_id %q was claimed; nothing was executed", c.RequestID)
@@ -209,7 +216,9 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 
 	// 1. Claim the request id: a create-only write of request.json.
 	pre, cancel := p.beforeDispatch(ctx)
+	pre, claim := g.telemetry.StartStage(pre, telemetry.StageClaim)
 	err = rec.put(pre, evidence.ArtifactRequest, p.request)
+	claim.End()
 	cancel()
 	if errors.Is(err, evidence.ErrExist) {
 		return g.resume(ctx, p, rec)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/telemetry"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
 )
@@ -141,6 +142,9 @@ type recorder struct {
 	related []string
 	digests []evidence.ArtifactDigest
 	report  evidence.RedactionReport
+	// spanCtx carries the call's span, the parent of the redaction
+	// stages, which run where no context is at hand; nil: no parent.
+	spanCtx context.Context
 }
 
 func newRecorder(g *Gateway, requestID, hash, engineRef string) *recorder {
@@ -159,7 +163,13 @@ func (r *recorder) redact(artifact string, v any) ([]byte, error) {
 // redactBytes passes an encoded artifact through the redactor and keeps its
 // findings for the manifest.
 func (r *recorder) redactBytes(artifact string, raw []byte) ([]byte, error) {
+	spanCtx := r.spanCtx
+	if spanCtx == nil {
+		spanCtx = context.Background()
+	}
+	_, stage := r.g.telemetry.StartStage(spanCtx, telemetry.StageRedact)
 	out, findings, err := r.redactor.JSON(artifact, raw)
+	stage.End()
 	if err != nil {
 		return nil, fmt.Errorf("redact %s: %w", artifact, err)
 	}
@@ -189,7 +199,9 @@ func (r *recorder) persist(ctx context.Context, a artifact) error {
 	key := evidence.Key(r.requestID, a.name)
 	var err error
 	if !r.spooled {
-		err = r.g.store.Put(ctx, key, a.data)
+		sctx, stage := r.g.telemetry.StartStage(ctx, telemetry.StageEvidenceWrite)
+		err = r.g.store.Put(sctx, key, a.data)
+		stage.End()
 	}
 	if r.spooled || err != nil {
 		if !r.decided || r.g.spool == nil || errors.Is(err, evidence.ErrExist) {

@@ -1,0 +1,197 @@
+// Package telemetry is the gateway's view for operators: Prometheus
+// metrics and OpenTelemetry spans of every call and of each stage a call
+// passes through. It never records arguments, outputs or secrets: only
+// what a call was (tool, door, decision, rule, outcome) and how long its
+// stages took.
+//
+// A nil *Telemetry records nothing, so the pipeline calls it
+// unconditionally and tests that do not look at telemetry need not build
+// one.
+package telemetry
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// Stage is one step of the pipeline a call's latency is split into.
+type Stage uint8
+
+// The stages, in the order a call meets them.
+const (
+	StageAuth          Stage = iota // who the caller is
+	StageClaim                      // the create-only write of request.json
+	StageDecide                     // Cedar (and the shadow set)
+	StageDriver                     // the tool itself
+	StageRedact                     // the redactor over every artifact
+	StageEvidenceWrite              // each artifact's store write
+	numStages
+)
+
+var stageNames = [numStages]string{"auth", "claim", "decide", "driver", "redact", "evidence_write"}
+
+// String is the stage's label value and span name suffix.
+func (s Stage) String() string {
+	if s >= numStages {
+		return "unknown"
+	}
+	return stageNames[s]
+}
+
+// Options configure a Telemetry. Every field is optional.
+type Options struct {
+	// Registerer receives the metrics; nil keeps them in a registry of
+	// the Telemetry's own (Registry returns it).
+	Registerer prometheus.Registerer
+	// TracerProvider makes the spans; nil makes none.
+	TracerProvider trace.TracerProvider
+}
+
+// Telemetry records the gateway's metrics and spans. It is safe for
+// concurrent use.
+type Telemetry struct {
+	registry *prometheus.Registry // nil when Options.Registerer was given
+	tracer   trace.Tracer
+	// stageSeconds is toolgate_stage_duration_seconds, one observer per
+	// stage bound once so that the hot path does no label lookup.
+	stageSeconds [numStages]prometheus.Observer
+}
+
+// Metric names, the contract with the dashboard and the alert rules in
+// the repository.
+const (
+	MetricStageDuration = "toolgate_stage_duration_seconds"
+)
+
+// New returns a Telemetry with its metrics registered.
+func New(opts Options) (*Telemetry, error) {
+	t := &Telemetry{}
+	reg := opts.Registerer
+	if reg == nil {
+		t.registry = prometheus.NewRegistry()
+		reg = t.registry
+	}
+	tp := opts.TracerProvider
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	t.tracer = tp.Tracer("github.com/toolgate/toolgate/gateway")
+
+	stages := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    MetricStageDuration,
+		Help:    "Time a call spent in each stage of the pipeline.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"stage"})
+	if err := reg.Register(stages); err != nil {
+		return nil, err
+	}
+	for s := range numStages {
+		t.stageSeconds[s] = stages.WithLabelValues(s.String())
+	}
+	return t, nil
+}
+
+// Registry is the registry New made, or nil when Options.Registerer was
+// given.
+func (t *Telemetry) Registry() *prometheus.Registry {
+	if t == nil {
+		return nil
+	}
+	return t.registry
+}
+
+// StageSpan is one stage of one call in progress; End it once.
+type StageSpan struct {
+	t     *Telemetry
+	stage Stage
+	start time.Time
+	span  trace.Span
+}
+
+// StartStage starts stage s of the call in ctx: a child span of the
+// call's, and a timer for the stage's histogram. The returned context
+// carries the stage's span, for work nested inside it.
+func (t *Telemetry) StartStage(ctx context.Context, s Stage) (context.Context, StageSpan) {
+	if t == nil {
+		return ctx, StageSpan{}
+	}
+	ctx, span := t.tracer.Start(ctx, "toolgate."+s.String())
+	return ctx, StageSpan{t: t, stage: s, start: time.Now(), span: span}
+}
+
+// End ends the stage, recording its duration.
+func (s StageSpan) End() {
+	if s.t == nil {
+		return
+	}
+	s.t.stageSeconds[s.stage].Observe(time.Since(s.start).Seconds())
+	s.span.End()
+}
+
+// Call describes a call as it starts: nothing of its arguments.
+type Call struct {
+	// Tool is the tool id as a label: Telemetry never sees an id the
+	// catalog does not know (the gateway passes OtherTool instead), so
+	// a caller cannot grow the label set.
+	Tool string
+	// FrontDoor is the door the call came through; "" for gRPC RunTool.
+	FrontDoor string
+	// RequestID and Nested are span attributes, never labels.
+	RequestID string
+	Nested    bool
+}
+
+// OtherTool is the tool label of every id the catalog does not know.
+const OtherTool = "other"
+
+// Result is how a call ended.
+type Result struct {
+	// Decision is "allow", "deny", or "" when the call ended before one
+	// was made.
+	Decision string
+	// RuleID decided the call; policy authors bound the set.
+	RuleID string
+	// Outcome is one of the Outcome constants.
+	Outcome string
+	// EvidencePrefix is requests/<request_id>/ once the request is
+	// claimed, for an operator to go from a span to the evidence.
+	EvidencePrefix string
+}
+
+// The outcomes of a call.
+const (
+	OutcomeRan       = "ran"        // the tool ran and exited 0
+	OutcomeToolError = "tool_error" // the tool ran and exited non-zero
+	OutcomeDenied    = "denied"     // policy said no; nothing ran
+	OutcomeError     = "error"      // the call failed (a gRPC error)
+)
+
+// CallSpan is one call in progress; End it once.
+type CallSpan struct {
+	t     *Telemetry
+	call  Call
+	start time.Time
+	span  trace.Span
+}
+
+// StartCall starts the span of a call and returns a context carrying it;
+// the stages of the call are its children.
+func (t *Telemetry) StartCall(ctx context.Context, c Call) (context.Context, CallSpan) {
+	if t == nil {
+		return ctx, CallSpan{}
+	}
+	ctx, span := t.tracer.Start(ctx, "execute_tool "+c.Tool)
+	return ctx, CallSpan{t: t, call: c, start: time.Now(), span: span}
+}
+
+// End ends the call.
+func (c CallSpan) End(r Result) {
+	if c.t == nil {
+		return
+	}
+	c.span.End()
+}
