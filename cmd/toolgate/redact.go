@@ -3,42 +3,35 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/redact"
 )
 
-const redactUsage = `usage: toolgate redact [flags] [FILE]
-
-Redacts FILE (or standard input) with the gateway's rules and writes the result to standard
+// redactAbout is what "toolgate redact -h" says before the flags.
+const redactAbout = `Redacts FILE (or standard input) with the gateway's rules and writes the result to standard
 output; each redaction is reported on standard error as one JSON object per line (rule, offset
 or JSON path, never the secret). Use it to try a rules file on real output before deploying it.
 Exit 1 when something was redacted, 0 when nothing was, 2 on errors.
-
-Flags:
 `
 
-// redactCmd runs the redactor the way the gateway configures it, on one file.
-func redactCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("toolgate redact", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, redactUsage); fs.PrintDefaults() }
+// redactCmd runs the redactor the way the gateway configures it, on one
+// file or on standard input.
+func redactCmd(ctx context.Context, args []string, std stdio) int {
+	stdout, stderr := std.Out, std.Err
+	fs := newFlagSet("toolgate redact", "[flags] [FILE]", redactAbout, std)
 	configPath := fs.String("config", "", "take redact.rules_file, disable_rules and key_names from this YAML configuration `file` (default: the embedded default)")
 	rulesFile := fs.String("rules-file", "", "gitleaks-format rules `file` to add; overrides the configuration's redact.rules_file")
 	disable := fs.String("disable", "", "comma-separated rule `ids` to switch off, besides the configuration's")
 	asJSON := fs.Bool("json", false, "redact the input as one JSON document (structure kept, findings name JSON paths)")
 	listRules := fs.Bool("list-rules", false, "print the active rules and exit")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitError
+		return flagExit(err)
 	}
 	if fs.NArg() > 1 {
 		fs.Usage()
@@ -53,15 +46,12 @@ func redactCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "toolgate redact: %v\n", err)
 		return exitError
 	}
-	rc := redact.Config{
-		KeyNames:     cfg.Redact.KeyNames,
-		RulesFile:    cfg.Redact.RulesFile,
-		DisableRules: append(cfg.Redact.DisableRules, splitList(*disable)...),
-	}
+	rc := cfg.Redact
+	rc.DisableRules = append(slices.Clip(rc.DisableRules), splitList(*disable)...)
 	if *rulesFile != "" {
 		rc.RulesFile = *rulesFile
 	}
-	r, err := redact.New(rc)
+	r, err := newRuleRedactor(rc)
 	if err != nil {
 		fmt.Fprintf(stderr, "toolgate redact: %v\n", err)
 		return exitError
@@ -78,7 +68,7 @@ func redactCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitOK
 	}
 
-	name, in := "stdin", io.Reader(os.Stdin)
+	name, in := "stdin", std.In
 	if fs.NArg() == 1 {
 		f, err := os.Open(fs.Arg(0))
 		if err != nil {
@@ -118,4 +108,13 @@ func redactCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitFailure
 	}
 	return exitOK
+}
+
+// newRuleRedactor builds the redactor of a configuration's rules: the
+// default rules, its key names and rules file, less the rules it disables.
+// It is what "redact" runs and what "check config" compiles; serve's
+// redactor (gateway.Build) adds what only a running gateway knows, the
+// values of its secrets and keys.
+func newRuleRedactor(c gateway.RedactConfig) (*redact.Redactor, error) {
+	return redact.New(redact.Config{KeyNames: c.KeyNames, RulesFile: c.RulesFile, DisableRules: c.DisableRules})
 }
