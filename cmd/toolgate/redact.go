@@ -23,7 +23,7 @@ Exit 1 when something was redacted, 0 when nothing was, 2 on errors.
 // redactCmd runs the redactor the way the gateway configures it, on one
 // file or on standard input.
 func redactCmd(ctx context.Context, args []string, std stdio) int {
-	stdout, stderr := std.Out, std.Err
+	exit := func(err error) int { return std.exit("toolgate redact", err) }
 	fs := newFlagSet("toolgate redact", "[flags] [FILE]", redactAbout, std)
 	configPath := fs.String("config", "", "take redact.rules_file, disable_rules and key_names from this YAML configuration `file` (default: the embedded default)")
 	rulesFile := fs.String("rules-file", "", "gitleaks-format rules `file` to add; overrides the configuration's redact.rules_file")
@@ -37,77 +37,84 @@ func redactCmd(ctx context.Context, args []string, std stdio) int {
 		fs.Usage()
 		return exitError
 	}
-
-	cfg, err := gateway.DefaultConfig()
-	if *configPath != "" {
-		cfg, err = gateway.LoadConfig(*configPath)
-	}
+	r, err := redactorFor(*configPath, *rulesFile, *disable)
 	if err != nil {
-		fmt.Fprintf(stderr, "toolgate redact: %v\n", err)
-		return exitError
-	}
-	rc := cfg.Redact
-	rc.DisableRules = append(slices.Clip(rc.DisableRules), splitList(*disable)...)
-	if *rulesFile != "" {
-		rc.RulesFile = *rulesFile
-	}
-	r, err := newRuleRedactor(rc)
-	if err != nil {
-		fmt.Fprintf(stderr, "toolgate redact: %v\n", err)
-		return exitError
+		return exit(err)
 	}
 	if *listRules {
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSOURCE\tKEYWORDS\tDESCRIPTION")
-		for _, info := range r.Rules() {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", info.ID, info.Source, len(info.Keywords), info.Description)
-		}
-		if err := tw.Flush(); err != nil {
-			return exitError
-		}
-		return exitOK
+		return exit(printRules(std.Out, r))
 	}
-
 	name, in := "stdin", std.In
 	if fs.NArg() == 1 {
 		f, err := os.Open(fs.Arg(0))
 		if err != nil {
-			fmt.Fprintf(stderr, "toolgate redact: %v\n", err)
-			return exitError
+			return exit(err)
 		}
 		defer f.Close()
 		name, in = fs.Arg(0), f
 	}
-	var findings []redact.Finding
-	if *asJSON {
-		doc, err := io.ReadAll(in)
-		if err != nil {
-			fmt.Fprintf(stderr, "toolgate redact: %v\n", err)
-			return exitError
-		}
-		out, found, err := r.JSON(name, doc)
-		if err != nil {
-			fmt.Fprintf(stderr, "toolgate redact: %v\n", err)
-			return exitError
-		}
-		findings = found
-		if _, err := stdout.Write(out); err != nil {
-			return exitError
-		}
-	} else if findings, _, err = r.Copy(ctx, name, stdout, in); err != nil {
-		fmt.Fprintf(stderr, "toolgate redact: %v\n", err)
-		return exitError
+	findings, err := redactInput(ctx, r, name, in, std.Out, *asJSON)
+	if err != nil {
+		return exit(err)
 	}
-	enc := json.NewEncoder(stderr)
+	enc := json.NewEncoder(std.Err)
 	for _, f := range findings {
 		if err := enc.Encode(f); err != nil {
-			return exitError
+			return exit(err)
 		}
 	}
 	if len(findings) > 0 {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// redactorFor builds the redactor of the configuration at configPath (the
+// embedded default when empty), with rulesFile instead of its rules file
+// when given and the comma-separated rule ids of disable switched off too.
+func redactorFor(configPath, rulesFile, disable string) (*redact.Redactor, error) {
+	cfg, err := gateway.DefaultConfig()
+	if configPath != "" {
+		cfg, err = gateway.LoadConfig(configPath)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rc := cfg.Redact
+	rc.DisableRules = append(slices.Clip(rc.DisableRules), splitList(disable)...)
+	if rulesFile != "" {
+		rc.RulesFile = rulesFile
+	}
+	return newRuleRedactor(rc)
+}
+
+// printRules prints a table of r's rules.
+func printRules(w io.Writer, r *redact.Redactor) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSOURCE\tKEYWORDS\tDESCRIPTION")
+	for _, info := range r.Rules() {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", info.ID, info.Source, len(info.Keywords), info.Description)
+	}
+	return tw.Flush()
+}
+
+// redactInput redacts in, named name, to out: as a stream of text, or
+// with asJSON as one JSON document. It returns what it redacted.
+func redactInput(ctx context.Context, r *redact.Redactor, name string, in io.Reader, out io.Writer, asJSON bool) ([]redact.Finding, error) {
+	if !asJSON {
+		findings, _, err := r.Copy(ctx, name, out, in)
+		return findings, err
+	}
+	doc, err := io.ReadAll(in)
+	if err != nil {
+		return nil, err
+	}
+	redacted, findings, err := r.JSON(name, doc)
+	if err != nil {
+		return nil, err
+	}
+	_, err = out.Write(redacted)
+	return findings, err
 }
 
 // newRuleRedactor builds the redactor of a configuration's rules: the
