@@ -205,6 +205,8 @@ func requireDir(dir string) error {
 // errLimit stops a walk once --limit lines are printed.
 var errLimit = errors.New("limit reached")
 
+// evidenceLs lists the requests of a store, one line each, as they are
+// found.
 func evidenceLs(ctx context.Context, args []string, std stdio) int {
 	stdout, stderr := std.Out, std.Err
 	exit := func(err error) int { return std.exit("toolgate evidence ls", err) }
@@ -423,6 +425,8 @@ func showRank(id, key string) (place, attempt, within int) {
 	return len(showOrder), 0, 0
 }
 
+// evidenceShow prints every artifact of one request, then the state of
+// its approval.
 func evidenceShow(ctx context.Context, args []string, std stdio) int {
 	stdout := std.Out
 	exit := func(err error) int { return std.exit("toolgate evidence show", err) }
@@ -1010,6 +1014,7 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
+// evidencePubkey prints the public key and key id of a signing key.
 func evidencePubkey(_ context.Context, args []string, std stdio) int {
 	stdout := std.Out
 	exit := func(err error) int { return std.exit("toolgate evidence pubkey", err) }
@@ -1079,6 +1084,7 @@ func configuredPublicKey(path string, getenv func(string) string) (ed25519.Publi
 	return cfg.SigningPublicKey(getenv)
 }
 
+// evidenceKeygen writes a new signing key and prints its public key.
 func evidenceKeygen(_ context.Context, args []string, std stdio) int {
 	stdout, stderr := std.Out, std.Err
 	exit := func(err error) int { return std.exit("toolgate evidence keygen", err) }
