@@ -29,7 +29,10 @@ const approvalsUsage = `Usage:
   toolgate approvals approve ID --reason TEXT [--json] [flags]
   toolgate approvals deny ID --reason TEXT [--json] [flags]
 
-ls lists the approvals you may decide or have asked for (pending ones unless
+` + approvalsAbout
+
+// approvalsAbout is what every approvals usage says after its usage lines.
+const approvalsAbout = `ls lists the approvals you may decide or have asked for (pending ones unless
 --state says otherwise: pending, approved, denied, expired, consumed, all).
 show prints one approval with the call's arguments and its evidence.
 approve and deny decide a pending call; the caller then retries it with the
@@ -51,49 +54,37 @@ var approvalStates = []string{"pending", "approved", "denied", "expired", "consu
 const maxReasonBytes = 1024
 
 // approvalsCmd lists, shows and decides approvals.
-func approvalsCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, approvalsUsage)
-		return exitError
-	}
-	switch args[0] {
-	case "ls", "list":
-		return approvalsLs(ctx, args[1:], stdout, stderr, getenv)
-	case "show":
-		return approvalsShow(ctx, args[1:], stdout, stderr, getenv)
-	case "approve", "deny":
-		return approvalsDecide(ctx, args[0], args[1:], stdout, stderr, getenv)
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, approvalsUsage)
-		return exitOK
-	default:
-		fmt.Fprintf(stderr, "toolgate approvals: unknown command %q\n\n%s", args[0], approvalsUsage)
-		return exitError
-	}
+func approvalsCmd(ctx context.Context, args []string, std stdio) int {
+	return group{name: "toolgate approvals", usage: approvalsUsage, commands: map[string]command{
+		"ls":   approvalsLs,
+		"list": approvalsLs,
+		"show": approvalsShow,
+		"approve": func(ctx context.Context, args []string, std stdio) int {
+			return approvalsDecide(ctx, "approve", args, std)
+		},
+		"deny": func(ctx context.Context, args []string, std stdio) int {
+			return approvalsDecide(ctx, "deny", args, std)
+		},
+	}}.run(ctx, args, std)
 }
 
 // approvalsFlags is a subcommand's flag set, with the connection flags.
-func approvalsFlags(name string, stderr io.Writer) (*flag.FlagSet, *connFlags) {
-	fs := flag.NewFlagSet("toolgate approvals "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, approvalsUsage+"\nFlags of "+name+":\n")
-		fs.PrintDefaults()
-	}
+func approvalsFlags(name, synopsis string, std stdio) (*flag.FlagSet, *connFlags) {
+	fs := newFlagSet("toolgate approvals "+name, synopsis, approvalsAbout, std)
 	return fs, addConnFlags(fs)
 }
 
 // parseWithID parses flags given before or after the one ID argument.
 func parseWithID(fs *flag.FlagSet, args []string) (string, error) {
-	if err := fs.Parse(args); err != nil {
-		return "", errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return "", err
 	}
 	if fs.NArg() == 0 {
 		return "", errors.New("want an approval ID (apr_…)")
 	}
 	id := fs.Arg(0)
-	if err := fs.Parse(fs.Args()[1:]); err != nil {
-		return "", errUsage
+	if err := parseFlags(fs, fs.Args()[1:]); err != nil {
+		return "", err
 	}
 	if fs.NArg() > 0 {
 		return "", fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -105,12 +96,9 @@ func parseWithID(fs *flag.FlagSet, args []string) (string, error) {
 }
 
 // usageFail reports a usage error (already explained when errUsage) and
-// returns exitError.
-func usageFail(stderr io.Writer, cmd string, err error) int {
-	if !errors.Is(err, errUsage) {
-		fmt.Fprintf(stderr, "toolgate approvals %s: %v\n", cmd, err)
-	}
-	return exitError
+// returns exitError, or exitOK for -h.
+func usageFail(std stdio, cmd string, err error) int {
+	return std.exit("toolgate approvals "+cmd, err)
 }
 
 // rpcFail reports a failed RPC and returns its exit code: exitFailure when
@@ -131,27 +119,28 @@ func rpcFail(stderr io.Writer, cmd string, err error) int {
 	}
 }
 
-func approvalsLs(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	fs, conn := approvalsFlags("ls", stderr)
+func approvalsLs(ctx context.Context, args []string, std stdio) int {
+	stdout, stderr := std.Out, std.Err
+	fs, conn := approvalsFlags("ls", "[--state S] [--tool T] [--request ID] [--limit N] [--json] [flags]", std)
 	state := fs.String("state", "pending", "only approvals in this `state`: "+strings.Join(approvalStates, ", "))
 	tool := fs.String("tool", "", "only approvals of this tool `id`")
 	requestID := fs.String("request", "", "only the approval of this request `id`")
 	limit := fs.Int("limit", 0, "print at most `N` approvals (0: all)")
 	asJSON := fs.Bool("json", false, "print the approvals as JSON")
 	if err := fs.Parse(args); err != nil {
-		return exitError
+		return flagExit(err)
 	}
 	switch {
 	case fs.NArg() > 0:
-		return usageFail(stderr, "ls", fmt.Errorf("unexpected arguments %q", fs.Args()))
+		return usageFail(std, "ls", fmt.Errorf("unexpected arguments %q", fs.Args()))
 	case !slices.Contains(approvalStates, *state):
-		return usageFail(stderr, "ls", fmt.Errorf("--state %s: want one of %s", printable(*state), strings.Join(approvalStates, ", ")))
+		return usageFail(std, "ls", fmt.Errorf("--state %s: want one of %s", printable(*state), strings.Join(approvalStates, ", ")))
 	case *limit < 0:
-		return usageFail(stderr, "ls", errors.New("--limit: must not be negative"))
+		return usageFail(std, "ls", errors.New("--limit: must not be negative"))
 	}
-	client, closeConn, ctx, err := conn.dial(ctx, getenv)
+	client, closeConn, ctx, err := conn.dial(ctx, std.Getenv)
 	if err != nil {
-		return usageFail(stderr, "ls", err)
+		return usageFail(std, "ls", err)
 	}
 	defer closeConn()
 	req := &toolgatev1.ListApprovalsRequest{State: *state, ToolId: *tool, RequestId: *requestID}
@@ -251,16 +240,17 @@ func printJSON(stdout, stderr io.Writer, m proto.Message) int {
 	return exitOK
 }
 
-func approvalsShow(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	fs, conn := approvalsFlags("show", stderr)
+func approvalsShow(ctx context.Context, args []string, std stdio) int {
+	stdout, stderr := std.Out, std.Err
+	fs, conn := approvalsFlags("show", "ID [--json] [flags]", std)
 	asJSON := fs.Bool("json", false, "print the approval as JSON")
 	id, err := parseWithID(fs, args)
 	if err != nil {
-		return usageFail(stderr, "show", err)
+		return usageFail(std, "show", err)
 	}
-	client, closeConn, ctx, err := conn.dial(ctx, getenv)
+	client, closeConn, ctx, err := conn.dial(ctx, std.Getenv)
 	if err != nil {
-		return usageFail(stderr, "show", err)
+		return usageFail(std, "show", err)
 	}
 	defer closeConn()
 	resp, err := client.ListApprovals(ctx, &toolgatev1.ListApprovalsRequest{ApprovalId: id, State: "all"})
@@ -335,23 +325,24 @@ func printApproval(w, stderr io.Writer, a *toolgatev1.Approval, now time.Time) i
 	return exitOK
 }
 
-func approvalsDecide(ctx context.Context, decision string, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	fs, conn := approvalsFlags(decision, stderr)
+func approvalsDecide(ctx context.Context, decision string, args []string, std stdio) int {
+	stdout, stderr := std.Out, std.Err
+	fs, conn := approvalsFlags(decision, "ID --reason TEXT [--json] [flags]", std)
 	reason := fs.String("reason", "", "why, for the evidence (required; at most 1024 bytes)")
 	asJSON := fs.Bool("json", false, "print the decided approval as JSON")
 	id, err := parseWithID(fs, args)
 	if err != nil {
-		return usageFail(stderr, decision, err)
+		return usageFail(std, decision, err)
 	}
 	switch {
 	case strings.TrimSpace(*reason) == "":
-		return usageFail(stderr, decision, errors.New("--reason is required: it is recorded in the evidence with your decision"))
+		return usageFail(std, decision, errors.New("--reason is required: it is recorded in the evidence with your decision"))
 	case len(*reason) > maxReasonBytes:
-		return usageFail(stderr, decision, fmt.Errorf("--reason: %d bytes, at most %d", len(*reason), maxReasonBytes))
+		return usageFail(std, decision, fmt.Errorf("--reason: %d bytes, at most %d", len(*reason), maxReasonBytes))
 	}
-	client, closeConn, ctx, err := conn.dial(ctx, getenv)
+	client, closeConn, ctx, err := conn.dial(ctx, std.Getenv)
 	if err != nil {
-		return usageFail(stderr, decision, err)
+		return usageFail(std, decision, err)
 	}
 	defer closeConn()
 	resp, err := client.DecideApproval(ctx, &toolgatev1.DecideApprovalRequest{ApprovalId: id, Decision: decision, Reason: *reason})

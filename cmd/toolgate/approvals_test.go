@@ -132,7 +132,7 @@ func serveFake(t *testing.T, f *fakeGateway) string {
 func runCLI(t *testing.T, env map[string]string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = run(context.Background(), args, &out, &errb, func(k string) string { return env[k] })
+	code = run(context.Background(), args, stdio{Out: &out, Err: &errb, Getenv: func(k string) string { return env[k] }})
 	return out.String(), errb.String(), code
 }
 

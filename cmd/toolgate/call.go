@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
-	"io"
 	"time"
 
 	"google.golang.org/grpc/status"
@@ -16,7 +14,7 @@ import (
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
-// callExitCodes ends "toolgate call -h".
+// callExitCodes is what "toolgate call -h" says before the flags.
 const callExitCodes = `
 Exit 0 when the call ran and the tool succeeded, 1 on a deny or a tool
 failure, 2 on a usage error or a failed call (unreachable gateway, bad
@@ -28,14 +26,9 @@ same --request-id runs once, or ends denied.
 
 // callCmd runs one RunTool call. Exit 0 when the response is ok, 1 on a deny
 // or a tool failure, 2 on any error, 3 when the call waits for approval.
-func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	fs := flag.NewFlagSet("toolgate call", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage of toolgate call:\n")
-		fs.PrintDefaults()
-		fmt.Fprint(stderr, callExitCodes)
-	}
+func callCmd(ctx context.Context, args []string, std stdio) int {
+	stdout, stderr := std.Out, std.Err
+	fs := newFlagSet("toolgate call", "--request-id ID --tool TOOL [flags]", callExitCodes, std)
 	conn := addConnFlags(fs)
 	requestID := fs.String("request-id", "", "stable request `id` (required); retries reuse it")
 	tool := fs.String("tool", "", "tool `id` (required), e.g. workspace.readFile")
@@ -44,7 +37,7 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	stepID := fs.String("step-id", "", "ctx.step_id")
 	policyRef := fs.String("policy-ref", "", "ctx.policy_ref (default policy.default)")
 	if err := fs.Parse(args); err != nil {
-		return exitError
+		return flagExit(err)
 	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "toolgate call: "+format+"\n", a...)
@@ -65,7 +58,7 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	if err != nil {
 		return fail("--args: %v", err)
 	}
-	client, closeConn, ctx, err := conn.dial(ctx, getenv)
+	client, closeConn, ctx, err := conn.dial(ctx, std.Getenv)
 	if err != nil {
 		return fail("%v", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,7 +17,6 @@ import (
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/internal/regularfile"
 	"github.com/toolgate/toolgate/policy"
-	"github.com/toolgate/toolgate/redact"
 )
 
 const checkUsage = `usage:
@@ -26,42 +24,47 @@ const checkUsage = `usage:
                                   anything: every problem as FILE:LINE: message (exit 1 when there is one)
 `
 
-// checkCmd runs the check subcommands. Exit 0 when every file is fine,
-// 1 when one has problems, 2 on a usage error.
-func checkCmd(_ context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, checkUsage)
-		return exitError
+// checkConfigAbout is what "toolgate check config -h" says.
+const checkConfigAbout = `Checks configuration files as serve would read them, without starting
+anything: every problem as FILE:LINE: message on stderr, one FILE: ok line
+on stdout for a file without. Exit 0 when every file is fine, 1 when one
+has problems, 2 on a usage error.
+`
+
+// checkCmd runs the check subcommands.
+func checkCmd(ctx context.Context, args []string, std stdio) int {
+	return group{name: "toolgate check", usage: checkUsage, commands: map[string]command{
+		"config": checkConfigCmd,
+	}}.run(ctx, args, std)
+}
+
+// checkConfigCmd checks configuration files. Exit 0 when every file is
+// fine, 1 when one has problems, 2 on a usage error.
+func checkConfigCmd(_ context.Context, args []string, std stdio) int {
+	fs := newFlagSet("toolgate check config", "FILE...", checkConfigAbout, std)
+	if err := fs.Parse(args); err != nil {
+		return flagExit(err)
 	}
-	switch args[0] {
-	case "config":
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, checkUsage)
-		return exitOK
-	default:
-		fmt.Fprintf(stderr, "toolgate check: unknown command %q\n%s", args[0], checkUsage)
-		return exitError
-	}
-	files := args[1:]
-	if len(files) == 0 || strings.HasPrefix(files[0], "-") {
-		fmt.Fprint(stderr, checkUsage)
+	files := fs.Args()
+	if len(files) == 0 {
+		fs.Usage()
 		return exitError
 	}
 	code := exitOK
 	for _, file := range files {
-		r := checkConfig(file, getenv)
+		r := checkConfig(file, std.Getenv)
 		for _, p := range r.problems {
 			if p.at != "" {
-				fmt.Fprintf(stderr, "%s: %s\n", p.at, p.msg)
+				fmt.Fprintf(std.Err, "%s: %s\n", p.at, p.msg)
 				continue
 			}
-			fmt.Fprintf(stderr, "%s:%d: %s\n", file, p.line, p.msg)
+			fmt.Fprintf(std.Err, "%s:%d: %s\n", file, p.line, p.msg)
 		}
 		if len(r.problems) > 0 {
 			code = exitFailure
 			continue
 		}
-		fmt.Fprintf(stdout, "%s: ok: %s\n", file, strings.Join(r.summary, "; "))
+		fmt.Fprintf(std.Out, "%s: ok: %s\n", file, strings.Join(r.summary, "; "))
 	}
 	return code
 }
@@ -420,7 +423,7 @@ func checkRedaction(c gateway.RedactConfig) error {
 	if err := regularFile("redact.rules_file", c.RulesFile, "rules file"); err != nil {
 		return err
 	}
-	_, err := redact.New(redact.Config{KeyNames: c.KeyNames, RulesFile: c.RulesFile, DisableRules: c.DisableRules})
+	_, err := newRuleRedactor(c)
 	if err != nil {
 		return redactProblem(err)
 	}

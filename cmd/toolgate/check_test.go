@@ -61,7 +61,7 @@ func runCheck(t *testing.T, files map[string]string, env map[string]string, noPo
 	}
 	var out, errb bytes.Buffer
 	getenv := func(k string) string { return env[k] }
-	code := run(context.Background(), append([]string{"check", "config"}, args...), &out, &errb, getenv)
+	code := run(context.Background(), append([]string{"check", "config"}, args...), stdio{Out: &out, Err: &errb, Getenv: getenv})
 	return checkResult{code, out.String(), errb.String()}, dir
 }
 
@@ -344,7 +344,7 @@ func TestCheckCommandUsageErrorsExitTwo(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
-			got := run(context.Background(), c.args, &out, &errb, func(string) string { return "" })
+			got := run(context.Background(), c.args, stdio{Out: &out, Err: &errb, Getenv: func(string) string { return "" }})
 			if got != c.code {
 				t.Fatalf("exit %d, want %d (stderr %q)", got, c.code, errb.String())
 			}

@@ -93,53 +93,23 @@ Exit status 2 on errors, including a request with no evidence at all.
 `
 
 // evidenceCmd runs the auditor's subcommands.
-func evidenceCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, evidenceUsage)
-		return exitError
-	}
-	var err error
-	code := exitOK
-	switch args[0] {
-	case "ls":
-		err = evidenceLs(ctx, args[1:], stdout, stderr)
-	case "show":
-		err = evidenceShow(ctx, args[1:], stdout, stderr)
-	case "verify":
-		code, err = evidenceVerify(ctx, args[1:], stdout, stderr)
-	case "prove":
-		code, err = evidenceProve(ctx, args[1:], stdout, stderr)
-	case "verify-proof":
-		code, err = evidenceVerifyProof(args[1:], stdout, stderr)
-	case "cosign":
-		code, err = evidenceCosign(ctx, args[1:], stdout, stderr)
-	case "vkey":
-		err = evidenceVkey(ctx, args[1:], stdout, stderr)
-	case "pubkey":
-		err = evidencePubkey(args[1:], stdout, stderr, getenv)
-	case "keygen":
-		err = evidenceKeygen(args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, evidenceUsage)
-		return exitOK
-	default:
-		fmt.Fprintf(stderr, "toolgate evidence: unknown command %q\n\n%s", args[0], evidenceUsage)
-		return exitError
-	}
-	if err != nil {
-		if !errors.Is(err, errUsage) {
-			fmt.Fprintf(stderr, "toolgate evidence %s: %v\n", args[0], err)
-		}
-		return exitError
-	}
-	return code
+func evidenceCmd(ctx context.Context, args []string, std stdio) int {
+	return group{name: "toolgate evidence", usage: evidenceUsage, commands: map[string]command{
+		"ls":           evidenceLs,
+		"show":         evidenceShow,
+		"verify":       evidenceVerify,
+		"prove":        evidenceProve,
+		"verify-proof": evidenceVerifyProof,
+		"cosign":       evidenceCosign,
+		"vkey":         evidenceVkey,
+		"pubkey":       evidencePubkey,
+		"keygen":       evidenceKeygen,
+	}}.run(ctx, args, std)
 }
 
 // newEvidenceFlags returns the flag set of one evidence subcommand.
-func newEvidenceFlags(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("toolgate evidence "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
+func newEvidenceFlags(name, synopsis string, std stdio) *flag.FlagSet {
+	return newFlagSet("toolgate evidence "+name, synopsis, "", std)
 }
 
 // parseArgs parses flags that may come before, between or after the
@@ -148,8 +118,8 @@ func newEvidenceFlags(name string, stderr io.Writer) *flag.FlagSet {
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, errUsage
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
@@ -235,8 +205,12 @@ func requireDir(dir string) error {
 // errLimit stops a walk once --limit lines are printed.
 var errLimit = errors.New("limit reached")
 
-func evidenceLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newEvidenceFlags("ls", stderr)
+// evidenceLs lists the requests of a store, one line each, as they are
+// found.
+func evidenceLs(ctx context.Context, args []string, std stdio) int {
+	stdout, stderr := std.Out, std.Err
+	exit := func(err error) int { return std.exit("toolgate evidence ls", err) }
+	fs := newEvidenceFlags("ls", "[--run-id R] [--tool T] [--decision D] [--since TIME] [--limit N] [--evidence URL | --config FILE]", std)
 	sf := addStoreFlags(fs)
 	runID := fs.String("run-id", "", "only requests with this ctx.run_id")
 	tool := fs.String("tool", "", "only requests for this tool `id`")
@@ -245,26 +219,26 @@ func evidenceLs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	limit := fs.Int("limit", 0, "print at most `N` requests (0: all)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
-		return err
+		return exit(err)
 	}
 	if len(pos) > 0 {
-		return fmt.Errorf("unexpected arguments %q", pos)
+		return exit(fmt.Errorf("unexpected arguments %q", pos))
 	}
 	if *decision != "" && *decision != "allow" && *decision != "deny" && *decision != evidence.DecisionApprovalRequired {
-		return fmt.Errorf("--decision %q: want allow, deny or approval_required", *decision)
+		return exit(fmt.Errorf("--decision %q: want allow, deny or approval_required", *decision))
 	}
 	if *limit < 0 {
-		return fmt.Errorf("--limit %d: must not be negative", *limit)
+		return exit(fmt.Errorf("--limit %d: must not be negative", *limit))
 	}
 	var since time.Time
 	if *sinceArg != "" {
 		if since, err = parseSince(*sinceArg, time.Now()); err != nil {
-			return err
+			return exit(err)
 		}
 	}
 	store, _, err := sf.open(ctx)
 	if err != nil {
-		return err
+		return exit(err)
 	}
 	defer store.Close()
 
@@ -320,9 +294,9 @@ func evidenceLs(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	})
 	if errors.Is(err, errLimit) {
-		return nil
+		return exitOK
 	}
-	return err
+	return exit(err)
 }
 
 // approvalCell returns ls's approval column: the approval's state, "-"
@@ -451,26 +425,30 @@ func showRank(id, key string) (place, attempt, within int) {
 	return len(showOrder), 0, 0
 }
 
-func evidenceShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newEvidenceFlags("show", stderr)
+// evidenceShow prints every artifact of one request, then the state of
+// its approval.
+func evidenceShow(ctx context.Context, args []string, std stdio) int {
+	stdout := std.Out
+	exit := func(err error) int { return std.exit("toolgate evidence show", err) }
+	fs := newEvidenceFlags("show", "[--evidence URL | --config FILE] REQUEST_ID", std)
 	sf := addStoreFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
-		return err
+		return exit(err)
 	}
 	if len(pos) != 1 {
-		fmt.Fprintln(stderr, "usage: toolgate evidence show [--evidence URL | --config FILE] REQUEST_ID")
-		return errUsage
+		fs.Usage()
+		return exitError
 	}
 	id := pos[0]
 	store, _, err := sf.open(ctx)
 	if err != nil {
-		return err
+		return exit(err)
 	}
 	defer store.Close()
 	keys, err := listRequest(ctx, store, id)
 	if err != nil {
-		return err
+		return exit(err)
 	}
 	slices.SortStableFunc(keys, func(a, b string) int {
 		pa, na, wa := showRank(id, a)
@@ -480,7 +458,7 @@ func evidenceShow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	for i, key := range keys {
 		data, err := store.Get(ctx, key)
 		if err != nil {
-			return err
+			return exit(err)
 		}
 		if i > 0 {
 			fmt.Fprintln(stdout)
@@ -493,7 +471,7 @@ func evidenceShow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		fmt.Fprintf(stdout, "(not JSON, %d bytes; control characters escaped)\n%s\n", len(data), escapeControl(bytes.TrimSuffix(data, []byte("\n"))))
 	}
-	return showApproval(ctx, stdout, store, id, keys)
+	return exit(showApproval(ctx, stdout, store, id, keys))
 }
 
 // showApproval ends show's output with the state of the request's
@@ -587,8 +565,8 @@ type verifyFlags struct {
 	witnessThreshold        *int
 }
 
-func newVerifyFlags(stderr io.Writer) (*flag.FlagSet, *verifyFlags) {
-	fs := newEvidenceFlags("verify", stderr)
+func newVerifyFlags(std stdio) (*flag.FlagSet, *verifyFlags) {
+	fs := newEvidenceFlags("verify", "[flags] (REQUEST_ID | --all)", std)
 	f := &verifyFlags{store: addStoreFlags(fs)}
 	f.all = fs.Bool("all", false, "verify every request in the store, and the transparency logs with them")
 	fs.Var(&f.pubkeys, "pubkey", "trusted public key `file` (PEM or base64); repeat for several keys")
@@ -641,38 +619,40 @@ func (f *verifyFlags) options() (evidence.VerifyOptions, error) {
 }
 
 // evidenceVerify returns exitFailure when a request shows tampering or
-// lacks what the flags require, or a log is inconsistent, and exitOK
-// otherwise; the error is for everything that kept it from checking.
-func evidenceVerify(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	flags, f := newVerifyFlags(stderr)
+// lacks what the flags require, or a log is inconsistent, exitError when
+// something kept it from checking, and exitOK otherwise.
+func evidenceVerify(ctx context.Context, args []string, std stdio) int {
+	stdout, stderr := std.Out, std.Err
+	exit := func(err error) int { return std.exit("toolgate evidence verify", err) }
+	flags, f := newVerifyFlags(std)
 	pos, err := parseArgs(flags, args)
 	if err != nil {
-		return exitError, err
+		return exit(err)
 	}
 	if (len(pos) == 1) == *f.all || len(pos) > 1 {
-		fmt.Fprintln(stderr, "usage: toolgate evidence verify [flags] (REQUEST_ID | --all)")
-		return exitError, errUsage
+		flags.Usage()
+		return exitError
 	}
 	if !*f.all && (*f.reqLog || *f.checkpoint != "" || len(f.witnessKeys) > 0) {
-		return exitError, errors.New("--require-log, --checkpoint and --witness-key check the logs, which only --all reads")
+		return exit(errors.New("--require-log, --checkpoint and --witness-key check the logs, which only --all reads"))
 	}
 	opts, err := f.options()
 	if err != nil {
-		return exitError, err
+		return exit(err)
 	}
 	store, spoolDir, err := f.store.open(ctx)
 	if err != nil {
-		return exitError, err
+		return exit(err)
 	}
 	defer store.Close()
 	if spoolDir, err = chooseSpool(*f.spool, spoolDir); err != nil {
-		return exitError, err
+		return exit(err)
 	}
 	if spoolDir != "" {
 		// A spool is a folder in the file store's layout.
 		spool, err := evidence.NewFileStore(spoolDir)
 		if err != nil {
-			return exitError, fmt.Errorf("--spool: %w", err)
+			return exit(fmt.Errorf("--spool: %w", err))
 		}
 		defer spool.Close()
 		opts.Spool = spool
@@ -682,12 +662,12 @@ func evidenceVerify(ctx context.Context, args []string, stdout, stderr io.Writer
 		p.printAll = true // one request is always printed
 		rep, err := verifyRequest(ctx, store, pos[0], opts)
 		if err != nil {
-			return exitError, err
+			return exit(err)
 		}
 		if err := p.request(rep); err != nil {
-			return exitError, err
+			return exit(err)
 		}
-		return p.exitCode(), nil
+		return p.exitCode()
 	}
 	if isTerminal(stderr) {
 		p.progress = stderr
@@ -695,7 +675,7 @@ func evidenceVerify(ctx context.Context, args []string, stdout, stderr io.Writer
 	opts.OnLog = p.log
 	if err := evidence.VerifyAll(ctx, store, opts, p.request); err != nil {
 		p.clearProgress()
-		return exitError, err
+		return exit(err)
 	}
 	p.clearProgress()
 	if !*f.asJSON {
@@ -703,10 +683,10 @@ func evidenceVerify(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	if *f.checkpoint != "" && p.exitCode() == exitOK {
 		if err := writeFileAtomic(*f.checkpoint, evidence.FormatCheckpoints(p.kept)); err != nil {
-			return exitError, fmt.Errorf("--checkpoint: %w", err)
+			return exit(fmt.Errorf("--checkpoint: %w", err))
 		}
 	}
-	return p.exitCode(), nil
+	return p.exitCode()
 }
 
 // verifyPrinter prints verify's reports as they come and counts them.
@@ -1034,17 +1014,20 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-func evidencePubkey(args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := newEvidenceFlags("pubkey", stderr)
+// evidencePubkey prints the public key and key id of a signing key.
+func evidencePubkey(_ context.Context, args []string, std stdio) int {
+	stdout := std.Out
+	exit := func(err error) int { return std.exit("toolgate evidence pubkey", err) }
+	fs := newEvidenceFlags("pubkey", "[--config FILE | --key FILE | --key-env VAR]", std)
 	keyFile := fs.String("key", "", "private key `file`: PEM PKCS #8 or the base64 of the 32-byte seed")
 	keyEnv := fs.String("key-env", "", "environment `variable` holding the private key, in either form")
 	configPath := fs.String("config", "", "the key evidence.signing_key of this YAML configuration `file` names (default: the embedded default's)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
-		return err
+		return exit(err)
 	}
 	if len(pos) > 0 {
-		return fmt.Errorf("unexpected arguments %q", pos)
+		return exit(fmt.Errorf("unexpected arguments %q", pos))
 	}
 	given := 0
 	for _, v := range []string{*keyFile, *keyEnv, *configPath} {
@@ -1053,35 +1036,35 @@ func evidencePubkey(args []string, stdout, stderr io.Writer, getenv func(string)
 		}
 	}
 	if given > 1 {
-		fmt.Fprintln(stderr, "usage: toolgate evidence pubkey [--config FILE | --key FILE | --key-env VAR]")
-		return errUsage
+		fs.Usage()
+		return exitError
 	}
 	var data []byte
 	switch {
 	case *keyFile != "":
 		if data, err = os.ReadFile(*keyFile); err != nil {
-			return fmt.Errorf("--key: %w", err)
+			return exit(fmt.Errorf("--key: %w", err))
 		}
 	case *keyEnv != "":
-		if data = []byte(getenv(*keyEnv)); len(data) == 0 {
-			return fmt.Errorf("--key-env: environment variable %s is empty or unset", *keyEnv)
+		if data = []byte(std.Getenv(*keyEnv)); len(data) == 0 {
+			return exit(fmt.Errorf("--key-env: environment variable %s is empty or unset", *keyEnv))
 		}
 	default:
-		pub, err := configuredPublicKey(*configPath, getenv)
+		pub, err := configuredPublicKey(*configPath, std.Getenv)
 		if err != nil {
-			return err
+			return exit(err)
 		}
-		return writePublicKey(stdout, pub)
+		return exit(writePublicKey(stdout, pub))
 	}
 	key, err := evidence.ParsePrivateKey(data)
 	if err != nil {
-		return err
+		return exit(err)
 	}
 	signer, err := evidence.NewSigner(key)
 	if err != nil {
-		return err
+		return exit(err)
 	}
-	return writePublicKey(stdout, signer.PublicKey())
+	return exit(writePublicKey(stdout, signer.PublicKey()))
 }
 
 // configuredPublicKey returns the public key of the key the configuration
@@ -1101,30 +1084,33 @@ func configuredPublicKey(path string, getenv func(string) string) (ed25519.Publi
 	return cfg.SigningPublicKey(getenv)
 }
 
-func evidenceKeygen(args []string, stdout, stderr io.Writer) error {
-	fs := newEvidenceFlags("keygen", stderr)
+// evidenceKeygen writes a new signing key and prints its public key.
+func evidenceKeygen(_ context.Context, args []string, std stdio) int {
+	stdout, stderr := std.Out, std.Err
+	exit := func(err error) int { return std.exit("toolgate evidence keygen", err) }
+	fs := newEvidenceFlags("keygen", "--out FILE", std)
 	out := fs.String("out", "", "`file` to write the new private key to (must not exist)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
-		return err
+		return exit(err)
 	}
 	if len(pos) > 0 || *out == "" {
-		fmt.Fprintln(stderr, "usage: toolgate evidence keygen --out FILE")
-		return errUsage
+		fs.Usage()
+		return exitError
 	}
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
-		return err
+		return exit(err)
 	}
 	data, err := evidence.EncodePrivateKey(key)
 	if err != nil {
-		return err
+		return exit(err)
 	}
 	if err := writeNewFile(*out, data); err != nil {
-		return err
+		return exit(err)
 	}
 	fmt.Fprintf(stderr, "wrote the private key to %s (mode 0600); keep it secret, the public key below verifies its signatures\n", *out)
-	return writePublicKey(stdout, pub)
+	return exit(writePublicKey(stdout, pub))
 }
 
 // writeNewFile writes a key to a file that must not exist yet, readable

@@ -18,32 +18,34 @@ import (
 // evidenceProve writes the proof file of one request. It returns
 // exitFailure when the log shows the request's manifest was deleted or
 // replaced: the search for a proof found tampering.
-func evidenceProve(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	fs := newEvidenceFlags("prove", stderr)
+func evidenceProve(ctx context.Context, args []string, std stdio) int {
+	stdout, stderr := std.Out, std.Err
+	exit := func(err error) int { return std.exit("toolgate evidence prove", err) }
+	fs := newEvidenceFlags("prove", "[--evidence URL | --config FILE] [--out FILE] [--cosigned] REQUEST_ID", std)
 	sf := addStoreFlags(fs)
 	out := fs.String("out", "", "write the proof to this `file` (default: REQUEST_ID.tlog-proof; -: standard output)")
 	cosigned := fs.Bool("cosigned", false, "prove inclusion in the newest witness-cosigned checkpoint (see cosign), so the proof carries the cosignatures")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
-		return exitError, err
+		return exit(err)
 	}
 	if len(pos) != 1 {
-		fmt.Fprintln(stderr, "usage: toolgate evidence prove [--evidence URL | --config FILE] [--out FILE] [--cosigned] REQUEST_ID")
-		return exitError, errUsage
+		fs.Usage()
+		return exitError
 	}
 	id := pos[0]
 	store, _, err := sf.open(ctx)
 	if err != nil {
-		return exitError, err
+		return exit(err)
 	}
 	defer store.Close()
 	data, err := evidence.Prove(ctx, store, id, evidence.ProveOptions{Cosigned: *cosigned})
 	if errors.Is(err, evidence.ErrLoggedManifestGone) {
 		fmt.Fprintf(stdout, "TAMPERED %s: %s\n", cell(id), cell(err.Error()))
-		return exitFailure, nil
+		return exitFailure
 	}
 	if err != nil {
-		return exitError, err
+		return exit(err)
 	}
 	file := *out
 	if file == "" {
@@ -51,25 +53,27 @@ func evidenceProve(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	if file == "-" {
 		_, err = stdout.Write(data)
-		return exitOK, err
+		return exit(err)
 	}
 	if err := os.WriteFile(file, data, 0o644); err != nil {
-		return exitError, err
+		return exit(err)
 	}
 	p, err := tlog.ParseProof(data)
 	if err != nil {
-		return exitError, err
+		return exit(err)
 	}
 	origin, _, _ := strings.Cut(string(p.Checkpoint), "\n")
 	fmt.Fprintf(stderr, "wrote the proof of request %s (entry %d of %s, %d bytes) to %s; check it with: toolgate evidence verify-proof %s --pubkey KEY\n",
 		cell(id), p.Index, origin, len(data), file, file)
-	return exitOK, nil
+	return exitOK
 }
 
 // evidenceVerifyProof checks a proof file offline: exitOK when it is
 // valid, exitFailure when it is not.
-func evidenceVerifyProof(args []string, stdout, stderr io.Writer) (int, error) {
-	fs := newEvidenceFlags("verify-proof", stderr)
+func evidenceVerifyProof(_ context.Context, args []string, std stdio) int {
+	stdout := std.Out
+	exit := func(err error) int { return std.exit("toolgate evidence verify-proof", err) }
+	fs := newEvidenceFlags("verify-proof", "FILE --pubkey KEY [--witness-key VKEY]... [--witness-threshold N] [--json]", std)
 	var pubkeys, witnessKeys stringList
 	fs.Var(&pubkeys, "pubkey", "trusted gateway public key `file` (PEM or base64); repeat for several keys")
 	fs.Var(&witnessKeys, "witness-key", "trusted witness verifier `key` (name+id+base64, as the witness prints it); repeat for several witnesses")
@@ -77,18 +81,18 @@ func evidenceVerifyProof(args []string, stdout, stderr io.Writer) (int, error) {
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
-		return exitError, err
+		return exit(err)
 	}
 	if len(pos) != 1 || len(pubkeys) == 0 {
-		fmt.Fprintln(stderr, "usage: toolgate evidence verify-proof FILE --pubkey KEY [--witness-key VKEY]... [--witness-threshold N] [--json]")
-		return exitError, errUsage
+		fs.Usage()
+		return exitError
 	}
 	var opts evidence.ProofOptions
 	if opts.LogKeys, err = readPublicKeys(pubkeys); err != nil {
-		return exitError, err
+		return exit(err)
 	}
 	if opts.Witnesses, err = parseWitnessKeys(witnessKeys); err != nil {
-		return exitError, err
+		return exit(err)
 	}
 	opts.WitnessThreshold = *threshold
 	if opts.WitnessThreshold == 0 && len(opts.Witnesses) > 0 {
@@ -96,23 +100,23 @@ func evidenceVerifyProof(args []string, stdout, stderr io.Writer) (int, error) {
 	}
 	data, err := os.ReadFile(pos[0])
 	if err != nil {
-		return exitError, err
+		return exit(err)
 	}
 	rep, err := evidence.VerifyProof(data, opts)
 	if err != nil && !errors.Is(err, evidence.ErrInvalidProof) {
-		return exitError, err
+		return exit(err)
 	}
 	if *asJSON {
 		if perr := printProofJSON(stdout, rep, err); perr != nil {
-			return exitError, perr
+			return exit(perr)
 		}
 	} else {
 		printProofReport(stdout, pos[0], rep, err)
 	}
 	if err != nil {
-		return exitFailure, nil
+		return exitFailure
 	}
-	return exitOK, nil
+	return exitOK
 }
 
 // parseWitnessKeys parses the --witness-key values.
@@ -174,31 +178,33 @@ func printProofJSON(w io.Writer, rep evidence.ProofReport, verr error) error {
 // evidenceCosign has every instance's newest checkpoint cosigned by the
 // witnesses. It returns exitFailure when a witness refused a log as
 // forked or rolled back.
-func evidenceCosign(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	fs := newEvidenceFlags("cosign", stderr)
+func evidenceCosign(ctx context.Context, args []string, std stdio) int {
+	stdout, stderr := std.Out, std.Err
+	exit := func(err error) int { return std.exit("toolgate evidence cosign", err) }
+	fs := newEvidenceFlags("cosign", "--witness-url URL... [--instance NAME]... [--evidence URL | --config FILE]", std)
 	sf := addStoreFlags(fs)
 	var urls, instances stringList
 	fs.Var(&urls, "witness-url", "a C2SP tlog-witness submission `URL` (add-checkpoint is posted below it); repeat for several witnesses")
 	fs.Var(&instances, "instance", "cosign only this gateway instance's log (`name`); repeat for several (default: every log in the store)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
-		return exitError, err
+		return exit(err)
 	}
 	if len(pos) > 0 || len(urls) == 0 {
-		fmt.Fprintln(stderr, "usage: toolgate evidence cosign --witness-url URL... [--instance NAME]... [--evidence URL | --config FILE]")
-		return exitError, errUsage
+		fs.Usage()
+		return exitError
 	}
 	store, _, err := sf.open(ctx)
 	if err != nil {
-		return exitError, err
+		return exit(err)
 	}
 	defer store.Close()
 	if len(instances) == 0 {
 		if instances, err = evidence.LogInstances(ctx, store); err != nil {
-			return exitError, err
+			return exit(err)
 		}
 		if len(instances) == 0 {
-			return exitError, errors.New("the store holds no log with a checkpoint")
+			return exit(errors.New("the store holds no log with a checkpoint"))
 		}
 	}
 	code := exitOK
@@ -218,59 +224,61 @@ func evidenceCosign(ctx context.Context, args []string, stdout, stderr io.Writer
 			fmt.Fprintf(stdout, "cosigned %s: checkpoint of %d entries, %d cosignature(s), stored at %s\n", cell(rep.Origin), rep.Size, rep.Cosignatures, rep.Key)
 		}
 	}
-	return code, nil
+	return code
 }
 
 // evidenceVkey prints the signed-note verifier key of each instance's
 // log: what a witness is configured with to cosign it.
-func evidenceVkey(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newEvidenceFlags("vkey", stderr)
+func evidenceVkey(ctx context.Context, args []string, std stdio) int {
+	stdout := std.Out
+	exit := func(err error) int { return std.exit("toolgate evidence vkey", err) }
+	fs := newEvidenceFlags("vkey", "--pubkey FILE [--instance NAME]... [--evidence URL | --config FILE]", std)
 	sf := addStoreFlags(fs)
 	var pubkeys, only stringList
 	fs.Var(&pubkeys, "pubkey", "the gateway's public key `file` (PEM or base64), as pubkey prints it")
 	fs.Var(&only, "instance", "print only this gateway instance's log (`name`); repeat for several (default: every log in the store)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
-		return err
+		return exit(err)
 	}
 	if len(pos) > 0 || len(pubkeys) != 1 {
-		fmt.Fprintln(stderr, "usage: toolgate evidence vkey --pubkey FILE [--instance NAME]... [--evidence URL | --config FILE]")
-		return errUsage
+		fs.Usage()
+		return exitError
 	}
 	keys, err := readPublicKeys(pubkeys)
 	if err != nil {
-		return err
+		return exit(err)
 	}
 	store, _, err := sf.open(ctx)
 	if err != nil {
-		return err
+		return exit(err)
 	}
 	defer store.Close()
 	instances, err := evidence.LogInstances(ctx, store)
 	if err != nil {
-		return err
+		return exit(err)
 	}
 	for _, name := range only {
 		if !slices.Contains(instances, name) {
-			return fmt.Errorf("--instance %s: the store holds no log of that instance", cell(name))
+			return exit(fmt.Errorf("--instance %s: the store holds no log of that instance", cell(name)))
 		}
 	}
 	if len(only) > 0 {
 		instances = only
 	}
 	if len(instances) == 0 {
-		return errors.New("the store holds no log with a checkpoint")
+		return exit(errors.New("the store holds no log with a checkpoint"))
 	}
 	for _, inst := range instances {
 		origin, err := evidence.LogOrigin(ctx, store, inst)
 		if err != nil {
-			return err
+			return exit(err)
 		}
 		vkey, err := note.NewEd25519VerifierKey(origin, keys[0])
 		if err != nil {
-			return err
+			return exit(err)
 		}
 		fmt.Fprintln(stdout, vkey)
 	}
-	return nil
+	return exitOK
 }

@@ -11,13 +11,14 @@
 //	toolgate evidence (ls | show | verify | pubkey | keygen) [flags]
 //	toolgate redact [--config FILE] [--rules-file FILE] [--disable IDS] [--json] [--list-rules] [FILE]
 //	toolgate version
+//
+// Every command has one shape, [command], and ends with one of the exit
+// codes below.
 package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -25,12 +26,25 @@ import (
 	"github.com/toolgate/toolgate/drivers/workspace"
 )
 
-// Exit codes shared by the subcommands.
+// Exit codes, the same for every command. A command's usage (-h) says
+// which of them it uses and when.
+//
+//	0  success: the command did what was asked and found nothing wrong;
+//	   also -h, and a group's "help"
+//	1  the command ran and the answer is no: a deny, a tool failure, a
+//	   check or verification that found problems, a redaction made, a
+//	   refusal by the gateway (approvals)
+//	2  the command could not run: a usage error (an unknown command or
+//	   flag, a missing or extra argument, with the usage on stderr), or an
+//	   error that kept it from answering (an unreachable gateway, a
+//	   configuration or policy folder that does not load, an I/O error)
+//	3  toolgate call only: the call waits for a human's approval and has
+//	   not run
 const (
 	exitOK      = 0
-	exitFailure = 1 // a deny, a tool failure, a check that found problems
-	exitError   = 2 // usage errors, unreachable gateway, bad configuration
-	exitPending = 3 // toolgate call: the call waits for a human approval and has not run
+	exitFailure = 1
+	exitError   = 2
+	exitPending = 3
 )
 
 const usage = `toolgate is a policy-gated evidence gateway for AI tool calls.
@@ -50,6 +64,10 @@ Usage:
   toolgate redact [flags] [FILE]  redact a file with the gateway's rules; try a rules file
   toolgate version                print the version
 
+Exit status: 0 success; 1 the command ran and the answer is no (a deny, a
+tool failure, problems found); 2 a usage error or an error that kept the
+command from answering; 3 (call) the call waits for a human's approval.
+
 Run "toolgate <command> -h" for a command's flags.
 `
 
@@ -58,53 +76,36 @@ func main() {
 	// started again; nothing else may happen before it takes over.
 	workspace.MaybeRunSandbox()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	code := run(ctx, os.Args[1:], stdio{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Getenv: os.Getenv})
 	stop()
 	os.Exit(code)
 }
 
-// run dispatches a subcommand and returns the process exit code.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return exitError
-	}
-	var err error
-	switch args[0] {
-	case "serve":
-		err = serveCmd(ctx, args[1:], stderr, getenv)
-	case "call":
-		return callCmd(ctx, args[1:], stdout, stderr, getenv)
-	case "tools":
-		return toolsCmd(ctx, args[1:], stdout, stderr, getenv)
-	case "approvals":
-		return approvalsCmd(ctx, args[1:], stdout, stderr, getenv)
-	case "policy":
-		return policyCmd(ctx, args[1:], stdout, stderr)
-	case "check":
-		return checkCmd(ctx, args[1:], stdout, stderr, getenv)
-	case "evidence":
-		return evidenceCmd(ctx, args[1:], stdout, stderr, getenv)
-	case "redact":
-		return redactCmd(ctx, args[1:], stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, versionString())
-		return exitOK
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, usage)
-		return exitOK
-	default:
-		fmt.Fprintf(stderr, "toolgate: unknown command %q\n\n%s", args[0], usage)
-		return exitError
-	}
-	if err != nil {
-		if !errors.Is(err, errUsage) {
-			fmt.Fprintf(stderr, "toolgate %s: %v\n", args[0], err)
-		}
-		return exitError
-	}
-	return exitOK
+// run runs the command args name and returns the process exit code.
+func run(ctx context.Context, args []string, std stdio) int {
+	return group{name: "toolgate", usage: usage, commands: map[string]command{
+		"serve":     serveCmd,
+		"call":      callCmd,
+		"tools":     toolsCmd,
+		"approvals": approvalsCmd,
+		"policy":    policyCmd,
+		"check":     checkCmd,
+		"evidence":  evidenceCmd,
+		"redact":    redactCmd,
+		"version":   versionCmd,
+	}}.run(ctx, args, std)
 }
 
-// errUsage marks an error the flag package has already explained.
-var errUsage = errors.New("usage")
+// versionCmd prints the version.
+func versionCmd(_ context.Context, args []string, std stdio) int {
+	fs := newFlagSet("toolgate version", "", "", std)
+	if err := fs.Parse(args); err != nil {
+		return flagExit(err)
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return exitError
+	}
+	fmt.Fprintln(std.Out, versionString())
+	return exitOK
+}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -22,49 +21,52 @@ const policyUsage = `usage:
 `
 
 // policyCmd runs the policy subcommands.
-func policyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, policyUsage)
+func policyCmd(ctx context.Context, args []string, std stdio) int {
+	return group{name: "toolgate policy", usage: policyUsage, commands: map[string]command{
+		"validate":  policyValidate,
+		"check":     policyValidate,
+		"authorize": policyAuthorize,
+		"test":      policyTest,
+		"schema":    policySchema,
+	}}.run(ctx, args, std)
+}
+
+// policySchema prints the built-in Cedar schema.
+func policySchema(_ context.Context, args []string, std stdio) int {
+	fs := newFlagSet("toolgate policy schema", "", "", std)
+	if err := fs.Parse(args); err != nil {
+		return flagExit(err)
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
 		return exitError
 	}
-	switch args[0] {
-	case "validate", "check":
-		return policyValidate(args[1:], stdout, stderr)
-	case "authorize":
-		return policyAuthorize(ctx, args[1:], stdout, stderr)
-	case "test":
-		return policyTest(ctx, args[1:], stdout, stderr)
-	case "schema":
-		if len(args) != 1 {
-			fmt.Fprintln(stderr, "usage: toolgate policy schema")
-			return exitError
-		}
-		stdout.Write(policy.Schema())
-		return exitOK
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, policyUsage)
-		return exitOK
-	default:
-		fmt.Fprintf(stderr, "toolgate policy: unknown command %q\n%s", args[0], policyUsage)
-		return exitError
+	if _, err := std.Out.Write(policy.Schema()); err != nil {
+		return std.exit("toolgate policy schema", err)
 	}
+	return exitOK
 }
 
 // policyValidate loads a folder as serve does (every policy validated
 // against the built-in schema, extended by the folder's) and prints every
 // problem Load reports as file:line:col: message. Exit 1 when there is one.
-func policyValidate(args []string, stdout, stderr io.Writer) int {
-	if len(args) != 1 {
-		fmt.Fprintln(stderr, "usage: toolgate policy validate DIR")
+func policyValidate(_ context.Context, args []string, std stdio) int {
+	fs := newFlagSet("toolgate policy validate", "DIR", "", std)
+	if err := fs.Parse(args); err != nil {
+		return flagExit(err)
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
 		return exitError
 	}
-	engine, err := policy.Load(args[0])
+	dir := fs.Arg(0)
+	engine, err := policy.Load(dir)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(std.Err, err)
 		return exitFailure
 	}
 	refs := engine.Refs()
-	fmt.Fprintf(stdout, "ok: %d policy set(s) in %s: %s\n", len(refs), args[0], strings.Join(refs, ", "))
+	fmt.Fprintf(std.Out, "ok: %d policy set(s) in %s: %s\n", len(refs), dir, strings.Join(refs, ", "))
 	return exitOK
 }
 
@@ -72,9 +74,9 @@ func policyValidate(args []string, stdout, stderr io.Writer) int {
 // anything: a call, or with --action Approve an approver of a pending call.
 // Exit 0 on allow, 1 on deny and on approval_required (the call does not
 // run yet), 2 on a usage or load error.
-func policyAuthorize(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("toolgate policy authorize", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func policyAuthorize(ctx context.Context, args []string, std stdio) int {
+	stdout, stderr := std.Out, std.Err
+	fs := newFlagSet("toolgate policy authorize", "--caller C --tool T [flags]", "", std)
 	dir := fs.String("policies", "policies", "policy `folder`")
 	var spec policy.RequestSpec
 	fs.StringVar(&spec.Caller, "caller", "", "caller `name` (required), as authentication would set it")
@@ -99,7 +101,7 @@ func policyAuthorize(ctx context.Context, args []string, stdout, stderr io.Write
 	roles := fs.String("roles", "", "the caller's roles (principal.roles), comma-separated")
 	asJSON := fs.Bool("json", false, "print the explanation as JSON")
 	if err := fs.Parse(args); err != nil {
-		return exitError
+		return flagExit(err)
 	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "toolgate policy authorize: "+format+"\n", a...)
@@ -267,12 +269,17 @@ func writeExplanation(w io.Writer, x policy.Explanation) error {
 
 // policyTest runs a folder's policy tests. Exit 0 when all pass, 1 when one
 // fails or there are none, 2 when the policies or a test file do not load.
-func policyTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) != 1 {
-		fmt.Fprintln(stderr, "usage: toolgate policy test DIR")
+func policyTest(ctx context.Context, args []string, std stdio) int {
+	stdout, stderr := std.Out, std.Err
+	fs := newFlagSet("toolgate policy test", "DIR", "", std)
+	if err := fs.Parse(args); err != nil {
+		return flagExit(err)
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
 		return exitError
 	}
-	rep, err := policy.RunTests(ctx, args[0])
+	rep, err := policy.RunTests(ctx, fs.Arg(0))
 	switch {
 	case errors.Is(err, policy.ErrNoTests):
 		fmt.Fprintln(stderr, err)

@@ -49,7 +49,7 @@ func TestRedactCommand(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			code := run(context.Background(), append([]string{"redact"}, tc.args...), &stdout, &stderr, func(string) string { return "" })
+			code := run(context.Background(), append([]string{"redact"}, tc.args...), stdio{Out: &stdout, Err: &stderr, Getenv: func(string) string { return "" }})
 			if code != tc.wantCode {
 				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tc.wantCode, stdout.String(), stderr.String())
 			}

@@ -29,7 +29,15 @@ const spoolFlushInterval = 5 * time.Second
 // for changes when the configuration does not say.
 const defaultPolicyReloadInterval = 2 * time.Second
 
-func serveCmd(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {
+// serveCmd runs the gateway until ctx ends: exit 0 after a clean
+// shutdown, 2 when it cannot start or stops on an error.
+func serveCmd(ctx context.Context, args []string, std stdio) int {
+	return std.exit("toolgate serve", serve(ctx, args, std.Err, std.Getenv))
+}
+
+// serve is serveCmd's body: it returns why the gateway could not start or
+// stopped, or nil after a clean shutdown (and for -h).
+func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {
 	// Before anything secret is read: keys and API keys must not be
 	// readable from /proc by another process of the gateway's user.
 	if err := hideProcess(); err != nil {
@@ -43,8 +51,8 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	evidenceURL := fs.String("evidence", "", "evidence store `URL` (file://DIR), overrides evidence.url")
 	workspaceRoot := fs.String("workspace", "", "workspace `folder` of the driver named workspace, overrides drivers.workspace.root")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "toolgate serve: unexpected arguments %q\n", fs.Args())

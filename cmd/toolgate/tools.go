@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"io"
 	"strings"
 
 	"google.golang.org/grpc/status"
@@ -14,14 +12,14 @@ import (
 
 // toolsCmd lists the tools the gateway would let this caller run. Exit 0
 // when it answered (even with no tools), 2 on an error.
-func toolsCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	fs := flag.NewFlagSet("toolgate tools", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func toolsCmd(ctx context.Context, args []string, std stdio) int {
+	stdout, stderr := std.Out, std.Err
+	fs := newFlagSet("toolgate tools", "[flags] [QUERY]", "", std)
 	conn := addConnFlags(fs)
 	limit := fs.Int("limit", 0, "print at most `N` tools (0: the gateway's default, 100)")
 	policyRef := fs.String("policy-ref", "", "policy set to check with (default policy.default)")
 	if err := fs.Parse(args); err != nil {
-		return exitError
+		return flagExit(err)
 	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "toolgate tools: "+format+"\n", a...)
@@ -30,7 +28,7 @@ func toolsCmd(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	if fs.NArg() > 1 {
 		return fail("want at most one QUERY argument (quote several words)")
 	}
-	client, closeConn, ctx, err := conn.dial(ctx, getenv)
+	client, closeConn, ctx, err := conn.dial(ctx, std.Getenv)
 	if err != nil {
 		return fail("%v", err)
 	}
