@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"unicode/utf8"
 
@@ -265,9 +266,15 @@ func (r *recorder) finish(ctx context.Context, resp *toolgatev1.RunToolResponse,
 	return reply, nil
 }
 
-// encodeResponse encodes and redacts response.json, and decodes it back
-// for the reply: a response that cannot be read back must not become the
-// request's permanent answer.
+// encodeResponse encodes and redacts response.json, and returns it with
+// the reply: the response as read back from the stored bytes. A response
+// that cannot be read back must not become the request's permanent
+// answer.
+//
+// When the redactor left the bytes as MarshalResponse wrote them and
+// readBack can tell what reading them gives, that is the reply, without
+// parsing the bytes again (which cost a twentieth of an allowed call);
+// otherwise they are decoded.
 func (r *recorder) encodeResponse(resp *toolgatev1.RunToolResponse) (stored []byte, reply *toolgatev1.RunToolResponse, err error) {
 	body, err := MarshalResponse(resp)
 	if err != nil {
@@ -276,10 +283,107 @@ func (r *recorder) encodeResponse(resp *toolgatev1.RunToolResponse) (stored []by
 	if stored, err = r.redactBytes(evidence.ArtifactResponse, body); err != nil {
 		return nil, nil, err
 	}
+	if bytes.Equal(stored, body) {
+		if reply, ok := readBack(resp); ok {
+			return stored, reply, nil
+		}
+	}
 	if reply, err = decodeResponse(stored); err != nil {
 		return nil, nil, err
 	}
 	return stored, reply, nil
+}
+
+// readBack returns decodeResponse(MarshalResponse(resp)) without encoding
+// or decoding, when it can tell what that is: the fields MarshalResponse
+// writes, each as decoding gives it back (an absent policy_check as an
+// empty one). That holds when every string is valid UTF-8, which JSON
+// encoding would otherwise change, and tool_result.data is a value
+// protojson writes and reads back unchanged (wellFormedValue). A pending
+// approval, never stored as response.json, is not read back here. ok is
+// false when readBack cannot tell; TestReadBackIsWhatDecodingGives and
+// FuzzReadBack pin the equality.
+func readBack(resp *toolgatev1.RunToolResponse) (reply *toolgatev1.RunToolResponse, ok bool) {
+	pc := resp.GetPolicyCheck()
+	if resp.GetPendingApproval() != nil ||
+		!validStrings(resp.GetEngineRef(), resp.GetRunId(), resp.GetStepId(),
+			pc.GetDecision(), pc.GetReason(), pc.GetRuleId(), pc.GetSuggestion()) ||
+		!validStrings(resp.GetEvidenceRefs()...) || !validStrings(resp.GetLocalEvidencePaths()...) {
+		return nil, false
+	}
+	reply = &toolgatev1.RunToolResponse{
+		Ok: resp.GetOk(),
+		PolicyCheck: &toolgatev1.PolicyCheck{
+			Decision: pc.GetDecision(), Reason: pc.GetReason(), RuleId: pc.GetRuleId(), Suggestion: pc.GetSuggestion(),
+		},
+		EvidenceRefs:       resp.GetEvidenceRefs(),
+		LocalEvidencePaths: resp.GetLocalEvidencePaths(),
+		EngineRef:          resp.GetEngineRef(),
+		RunId:              resp.GetRunId(),
+		StepId:             resp.GetStepId(),
+	}
+	if tr := resp.GetToolResult(); tr != nil {
+		if !validStrings(tr.GetStdout(), tr.GetStderr()) || (tr.GetData() != nil && !wellFormedValue(tr.GetData(), 1)) {
+			return nil, false
+		}
+		reply.ToolResult = &toolgatev1.ToolResult{
+			ExitCode: tr.GetExitCode(), Stdout: tr.GetStdout(), Stderr: tr.GetStderr(), Data: tr.GetData(),
+		}
+	}
+	return reply, true
+}
+
+func validStrings(ss ...string) bool {
+	for _, s := range ss {
+		if !utf8.ValidString(s) {
+			return false
+		}
+	}
+	return true
+}
+
+// maxReadBackDepth bounds the nesting readBack vouches for, far inside
+// protojson's own limit on reading.
+const maxReadBackDepth = 64
+
+// wellFormedValue reports whether protojson writes v and reads it back as
+// an equal value: a kind is set everywhere, numbers are finite, strings
+// and keys are valid UTF-8, and v is nested at most maxReadBackDepth
+// levels.
+func wellFormedValue(v *structpb.Value, depth int) bool {
+	if depth > maxReadBackDepth {
+		return false
+	}
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NullValue, *structpb.Value_BoolValue:
+		return true
+	case *structpb.Value_NumberValue:
+		return !math.IsNaN(k.NumberValue) && !math.IsInf(k.NumberValue, 0)
+	case *structpb.Value_StringValue:
+		return utf8.ValidString(k.StringValue)
+	case *structpb.Value_StructValue:
+		if k.StructValue == nil {
+			return false
+		}
+		for key, item := range k.StructValue.GetFields() {
+			if !utf8.ValidString(key) || !wellFormedValue(item, depth+1) {
+				return false
+			}
+		}
+		return true
+	case *structpb.Value_ListValue:
+		if k.ListValue == nil {
+			return false
+		}
+		for _, item := range k.ListValue.GetValues() {
+			if !wellFormedValue(item, depth+1) {
+				return false
+			}
+		}
+		return true
+	default:
+		return false
+	}
 }
 
 // unrecorded answers a call whose response could be stored neither in the
