@@ -204,7 +204,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	}
 	// Evidence must be completed even when the caller goes away: a claimed
 	// request with half its evidence is worse than a late answer.
-	ctx = context.WithoutCancel(ctx)
+	ctx = detach(ctx)
 	g.recovery.enter(c.RequestID)
 	defer g.recovery.leave(c.RequestID)
 	rec := p.newRecorder(g)
