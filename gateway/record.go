@@ -82,11 +82,84 @@ func parseRequestRecord(data []byte) (evidence.RequestRecord, error) {
 }
 
 // toValue converts a driver's structured output into a protobuf Value by way
-// of JSON, the form drivers promise it has.
+// of JSON, the form drivers promise it has. Plain JSON values (what
+// encoding/json decodes into, and ints) are converted directly, to the
+// Value the JSON round trip gives (FuzzToValue pins it); anything else
+// takes the round trip.
 func toValue(v any) (*structpb.Value, error) {
 	if v == nil {
 		return nil, nil
 	}
+	if out, ok := directValue(v, 1); ok {
+		return out, nil
+	}
+	return toValueByJSON(v)
+}
+
+// maxDirectDepth bounds the nesting directValue converts; deeper values,
+// and values built in Go with a cycle, take the JSON round trip, which
+// reports them.
+const maxDirectDepth = 64
+
+// directValue converts v to the Value that json.Marshal followed by
+// protojson.Unmarshal gives, or reports false when v holds something it
+// does not convert exactly that way: another Go type, a string or key
+// that is not valid UTF-8 (JSON encoding replaces its bytes), a NaN or an
+// infinity (no JSON form), or nesting beyond maxDirectDepth.
+func directValue(v any, depth int) (*structpb.Value, bool) {
+	if depth > maxDirectDepth {
+		return nil, false
+	}
+	switch v := v.(type) {
+	case nil:
+		return structpb.NewNullValue(), true
+	case bool:
+		return structpb.NewBoolValue(v), true
+	case string:
+		return structpb.NewStringValue(v), utf8.ValidString(v)
+	case float64:
+		return structpb.NewNumberValue(v), !math.IsNaN(v) && !math.IsInf(v, 0)
+	case int:
+		// JSON carries the decimal digits; reading them back rounds to
+		// the nearest float64, as the conversion does.
+		return structpb.NewNumberValue(float64(v)), true
+	case int64:
+		return structpb.NewNumberValue(float64(v)), true
+	case map[string]any:
+		if v == nil {
+			return structpb.NewNullValue(), true
+		}
+		fields := make(map[string]*structpb.Value, len(v))
+		for k, item := range v {
+			if !utf8.ValidString(k) {
+				return nil, false
+			}
+			cv, ok := directValue(item, depth+1)
+			if !ok {
+				return nil, false
+			}
+			fields[k] = cv
+		}
+		return structpb.NewStructValue(&structpb.Struct{Fields: fields}), true
+	case []any:
+		if v == nil {
+			return structpb.NewNullValue(), true
+		}
+		values := make([]*structpb.Value, len(v))
+		for i, item := range v {
+			cv, ok := directValue(item, depth+1)
+			if !ok {
+				return nil, false
+			}
+			values[i] = cv
+		}
+		return structpb.NewListValue(&structpb.ListValue{Values: values}), true
+	}
+	return nil, false
+}
+
+// toValueByJSON is toValue's round trip through JSON.
+func toValueByJSON(v any) (*structpb.Value, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("tool_result.data is not JSON: %w", err)
