@@ -234,15 +234,16 @@ func (r *recorder) redact(artifact string, v any) ([]byte, error) {
 	return r.redactBytes(artifact, raw)
 }
 
-// redactBytes passes an encoded artifact through the redactor and keeps its
-// findings for the manifest.
+// redactBytes passes an artifact marshalJSON encoded through the redactor
+// and keeps its findings for the manifest.
 func (r *recorder) redactBytes(artifact string, raw []byte) ([]byte, error) {
 	spanCtx := r.spanCtx
 	if spanCtx == nil {
 		spanCtx = context.Background()
 	}
 	_, stage := r.g.telemetry.StartStage(spanCtx, telemetry.StageRedact)
-	out, findings, err := r.redactor.JSON(artifact, raw)
+	// marshalJSON's output is valid JSON by construction.
+	out, findings, err := r.redactor.EncodedJSON(artifact, raw)
 	stage.End()
 	if err != nil {
 		return nil, fmt.Errorf("redact %s: %w", artifact, err)
