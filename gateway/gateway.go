@@ -256,9 +256,12 @@ func (g *Gateway) prepare(ctx context.Context, caller string, c call) (*prepared
 	if p.known {
 		p.engineRef += "/" + g.drivers[p.tool.Driver].Engine()
 	}
-	if p.args, err = decodeArgs(c.Args); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+	if p.args = c.decodedArgs; p.args == nil {
+		if p.args, err = decodeArgs(c.Args); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
 	}
+	c.decodedArgs = nil
 	if p.known {
 		if c, p.args, err = g.canonicalise(c, p.tool, p.args); err != nil {
 			var invalid *invalidArgument
