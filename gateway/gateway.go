@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -100,7 +101,10 @@ type Gateway struct {
 	selection selection
 	// shadowFlips counts decisions a shadow set would have flipped.
 	shadowFlips atomic.Int64
-	limits      LimitsConfig
+	// encodeBuffers holds *bytes.Buffer to encode artifacts in (see
+	// encodeBuffer).
+	encodeBuffers sync.Pool
+	limits        LimitsConfig
 	// running counts the top-level calls in flight, against
 	// limits.max_concurrent_calls.
 	running    atomic.Int64

@@ -173,7 +173,14 @@ func toValueByJSON(v any) (*structpb.Value, error) {
 
 func marshalJSON(v any) ([]byte, error) {
 	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
+	return encodeJSON(&buf, v)
+}
+
+// encodeJSON is marshalJSON encoding by way of buf, which it resets; the
+// result does not share buf's memory.
+func encodeJSON(buf *bytes.Buffer, v any) ([]byte, error) {
+	buf.Reset()
+	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
 		return nil, err
@@ -185,6 +192,26 @@ func marshalJSON(v any) ([]byte, error) {
 	compact := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	out := evidence.AppendIndent(make([]byte, 0, len(compact)+len(compact)/2+1), compact)
 	return append(out, '\n'), nil
+}
+
+// maxPooledEncodeBuffer bounds the buffers kept for the next artifact: one
+// large tool result must not pin its size for the gateway's lifetime.
+const maxPooledEncodeBuffer = 64 << 10
+
+// encodeBuffer returns a buffer to encode an artifact in: artifacts of a
+// few kilobytes are encoded on every call, and a fresh buffer grew to
+// that size each time.
+func (g *Gateway) encodeBuffer() *bytes.Buffer {
+	if buf, ok := g.encodeBuffers.Get().(*bytes.Buffer); ok {
+		return buf
+	}
+	return new(bytes.Buffer)
+}
+
+func (g *Gateway) releaseEncodeBuffer(buf *bytes.Buffer) {
+	if buf.Cap() <= maxPooledEncodeBuffer {
+		g.encodeBuffers.Put(buf)
+	}
 }
 
 // recorder writes one request's artifacts, redacting each, and remembers
@@ -227,7 +254,9 @@ func newRecorder(g *Gateway, requestID, hash, engineRef string) *recorder {
 
 // redact encodes v and passes it through the redactor.
 func (r *recorder) redact(artifact string, v any) ([]byte, error) {
-	raw, err := marshalJSON(v)
+	buf := r.g.encodeBuffer()
+	raw, err := encodeJSON(buf, v)
+	r.g.releaseEncodeBuffer(buf)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", artifact, err)
 	}
