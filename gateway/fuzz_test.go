@@ -3,6 +3,8 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"math"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -25,6 +27,9 @@ func FuzzParseRequest(f *testing.F) {
 	}
 	args, _ := structpb.NewStruct(map[string]any{"path": "a.txt", "n": 1.5, "l": []any{nil, true, "x"}, "o": map[string]any{"k": 1e300}})
 	seed(&toolgatev1.RunToolRequest{RequestId: "r-1", ToolId: "workspace.readFile", Args: args})
+	numbers, _ := structpb.NewStruct(map[string]any{"n": []any{1e21, 1e20, 1e-6, 1e-7, 9.999999e-7, -0.0, 5e-324, math.MaxFloat64,
+		123456789012345678.0, 0.1, -2.5e-100, 1e100}, "e": []any{}, "m": map[string]any{}})
+	seed(&toolgatev1.RunToolRequest{RequestId: "r-3", ToolId: "t", Args: numbers})
 	seed(&toolgatev1.RunToolRequest{RequestId: "../x", ToolId: "t"})
 	seed(&toolgatev1.RunToolRequest{RequestId: "r:2", ToolId: "t", Ctx: &toolgatev1.RunContext{RunId: "a", PolicyRef: "p"}})
 	f.Add([]byte{0x0a, 0x02, 0xff, 0xfe})
@@ -59,6 +64,10 @@ func FuzzParseRequest(f *testing.F) {
 		m, err := decodeArgs(c.Args)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// What parseRequest builds directly is what decoding gives.
+		if !reflect.DeepEqual(c.decodedArgs, m) {
+			t.Fatalf("args built from the Struct\n%#v\ndecoded from %s\n%#v", c.decodedArgs, c.Args, m)
 		}
 		again, err := marshalJSON(m)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -100,7 +101,10 @@ type Gateway struct {
 	selection selection
 	// shadowFlips counts decisions a shadow set would have flipped.
 	shadowFlips atomic.Int64
-	limits      LimitsConfig
+	// encodeBuffers holds *bytes.Buffer to encode artifacts in (see
+	// encodeBuffer).
+	encodeBuffers sync.Pool
+	limits        LimitsConfig
 	// running counts the top-level calls in flight, against
 	// limits.max_concurrent_calls.
 	running    atomic.Int64
@@ -204,7 +208,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	}
 	// Evidence must be completed even when the caller goes away: a claimed
 	// request with half its evidence is worse than a late answer.
-	ctx = context.WithoutCancel(ctx)
+	ctx = detach(ctx)
 	g.recovery.enter(c.RequestID)
 	defer g.recovery.leave(c.RequestID)
 	rec := p.newRecorder(g)
@@ -256,9 +260,12 @@ func (g *Gateway) prepare(ctx context.Context, caller string, c call) (*prepared
 	if p.known {
 		p.engineRef += "/" + g.drivers[p.tool.Driver].Engine()
 	}
-	if p.args, err = decodeArgs(c.Args); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+	if p.args = c.decodedArgs; p.args == nil {
+		if p.args, err = decodeArgs(c.Args); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
 	}
+	c.decodedArgs = nil
 	if p.known {
 		if c, p.args, err = g.canonicalise(c, p.tool, p.args); err != nil {
 			var invalid *invalidArgument

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"unicode/utf8"
 
@@ -81,11 +82,84 @@ func parseRequestRecord(data []byte) (evidence.RequestRecord, error) {
 }
 
 // toValue converts a driver's structured output into a protobuf Value by way
-// of JSON, the form drivers promise it has.
+// of JSON, the form drivers promise it has. Plain JSON values (what
+// encoding/json decodes into, and ints) are converted directly, to the
+// Value the JSON round trip gives (FuzzToValue pins it); anything else
+// takes the round trip.
 func toValue(v any) (*structpb.Value, error) {
 	if v == nil {
 		return nil, nil
 	}
+	if out, ok := directValue(v, 1); ok {
+		return out, nil
+	}
+	return toValueByJSON(v)
+}
+
+// maxDirectDepth bounds the nesting directValue converts; deeper values,
+// and values built in Go with a cycle, take the JSON round trip, which
+// reports them.
+const maxDirectDepth = 64
+
+// directValue converts v to the Value that json.Marshal followed by
+// protojson.Unmarshal gives, or reports false when v holds something it
+// does not convert exactly that way: another Go type, a string or key
+// that is not valid UTF-8 (JSON encoding replaces its bytes), a NaN or an
+// infinity (no JSON form), or nesting beyond maxDirectDepth.
+func directValue(v any, depth int) (*structpb.Value, bool) {
+	if depth > maxDirectDepth {
+		return nil, false
+	}
+	switch v := v.(type) {
+	case nil:
+		return structpb.NewNullValue(), true
+	case bool:
+		return structpb.NewBoolValue(v), true
+	case string:
+		return structpb.NewStringValue(v), utf8.ValidString(v)
+	case float64:
+		return structpb.NewNumberValue(v), !math.IsNaN(v) && !math.IsInf(v, 0)
+	case int:
+		// JSON carries the decimal digits; reading them back rounds to
+		// the nearest float64, as the conversion does.
+		return structpb.NewNumberValue(float64(v)), true
+	case int64:
+		return structpb.NewNumberValue(float64(v)), true
+	case map[string]any:
+		if v == nil {
+			return structpb.NewNullValue(), true
+		}
+		fields := make(map[string]*structpb.Value, len(v))
+		for k, item := range v {
+			if !utf8.ValidString(k) {
+				return nil, false
+			}
+			cv, ok := directValue(item, depth+1)
+			if !ok {
+				return nil, false
+			}
+			fields[k] = cv
+		}
+		return structpb.NewStructValue(&structpb.Struct{Fields: fields}), true
+	case []any:
+		if v == nil {
+			return structpb.NewNullValue(), true
+		}
+		values := make([]*structpb.Value, len(v))
+		for i, item := range v {
+			cv, ok := directValue(item, depth+1)
+			if !ok {
+				return nil, false
+			}
+			values[i] = cv
+		}
+		return structpb.NewListValue(&structpb.ListValue{Values: values}), true
+	}
+	return nil, false
+}
+
+// toValueByJSON is toValue's round trip through JSON.
+func toValueByJSON(v any) (*structpb.Value, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("tool_result.data is not JSON: %w", err)
@@ -99,7 +173,14 @@ func toValue(v any) (*structpb.Value, error) {
 
 func marshalJSON(v any) ([]byte, error) {
 	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
+	return encodeJSON(&buf, v)
+}
+
+// encodeJSON is marshalJSON encoding by way of buf, which it resets; the
+// result does not share buf's memory.
+func encodeJSON(buf *bytes.Buffer, v any) ([]byte, error) {
+	buf.Reset()
+	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
 		return nil, err
@@ -111,6 +192,26 @@ func marshalJSON(v any) ([]byte, error) {
 	compact := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	out := evidence.AppendIndent(make([]byte, 0, len(compact)+len(compact)/2+1), compact)
 	return append(out, '\n'), nil
+}
+
+// maxPooledEncodeBuffer bounds the buffers kept for the next artifact: one
+// large tool result must not pin its size for the gateway's lifetime.
+const maxPooledEncodeBuffer = 64 << 10
+
+// encodeBuffer returns a buffer to encode an artifact in: artifacts of a
+// few kilobytes are encoded on every call, and a fresh buffer grew to
+// that size each time.
+func (g *Gateway) encodeBuffer() *bytes.Buffer {
+	if buf, ok := g.encodeBuffers.Get().(*bytes.Buffer); ok {
+		return buf
+	}
+	return new(bytes.Buffer)
+}
+
+func (g *Gateway) releaseEncodeBuffer(buf *bytes.Buffer) {
+	if buf.Cap() <= maxPooledEncodeBuffer {
+		g.encodeBuffers.Put(buf)
+	}
 }
 
 // recorder writes one request's artifacts, redacting each, and remembers
@@ -153,22 +254,25 @@ func newRecorder(g *Gateway, requestID, hash, engineRef string) *recorder {
 
 // redact encodes v and passes it through the redactor.
 func (r *recorder) redact(artifact string, v any) ([]byte, error) {
-	raw, err := marshalJSON(v)
+	buf := r.g.encodeBuffer()
+	raw, err := encodeJSON(buf, v)
+	r.g.releaseEncodeBuffer(buf)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", artifact, err)
 	}
 	return r.redactBytes(artifact, raw)
 }
 
-// redactBytes passes an encoded artifact through the redactor and keeps its
-// findings for the manifest.
+// redactBytes passes an artifact marshalJSON encoded through the redactor
+// and keeps its findings for the manifest.
 func (r *recorder) redactBytes(artifact string, raw []byte) ([]byte, error) {
 	spanCtx := r.spanCtx
 	if spanCtx == nil {
 		spanCtx = context.Background()
 	}
 	_, stage := r.g.telemetry.StartStage(spanCtx, telemetry.StageRedact)
-	out, findings, err := r.redactor.JSON(artifact, raw)
+	// marshalJSON's output is valid JSON by construction.
+	out, findings, err := r.redactor.EncodedJSON(artifact, raw)
 	stage.End()
 	if err != nil {
 		return nil, fmt.Errorf("redact %s: %w", artifact, err)
@@ -265,9 +369,15 @@ func (r *recorder) finish(ctx context.Context, resp *toolgatev1.RunToolResponse,
 	return reply, nil
 }
 
-// encodeResponse encodes and redacts response.json, and decodes it back
-// for the reply: a response that cannot be read back must not become the
-// request's permanent answer.
+// encodeResponse encodes and redacts response.json, and returns it with
+// the reply: the response as read back from the stored bytes. A response
+// that cannot be read back must not become the request's permanent
+// answer.
+//
+// When the redactor left the bytes as MarshalResponse wrote them and
+// readBack can tell what reading them gives, that is the reply, without
+// parsing the bytes again (which cost a twentieth of an allowed call);
+// otherwise they are decoded.
 func (r *recorder) encodeResponse(resp *toolgatev1.RunToolResponse) (stored []byte, reply *toolgatev1.RunToolResponse, err error) {
 	body, err := MarshalResponse(resp)
 	if err != nil {
@@ -276,10 +386,107 @@ func (r *recorder) encodeResponse(resp *toolgatev1.RunToolResponse) (stored []by
 	if stored, err = r.redactBytes(evidence.ArtifactResponse, body); err != nil {
 		return nil, nil, err
 	}
+	if bytes.Equal(stored, body) {
+		if reply, ok := readBack(resp); ok {
+			return stored, reply, nil
+		}
+	}
 	if reply, err = decodeResponse(stored); err != nil {
 		return nil, nil, err
 	}
 	return stored, reply, nil
+}
+
+// readBack returns decodeResponse(MarshalResponse(resp)) without encoding
+// or decoding, when it can tell what that is: the fields MarshalResponse
+// writes, each as decoding gives it back (an absent policy_check as an
+// empty one). That holds when every string is valid UTF-8, which JSON
+// encoding would otherwise change, and tool_result.data is a value
+// protojson writes and reads back unchanged (wellFormedValue). A pending
+// approval, never stored as response.json, is not read back here. ok is
+// false when readBack cannot tell; TestReadBackIsWhatDecodingGives and
+// FuzzReadBack pin the equality.
+func readBack(resp *toolgatev1.RunToolResponse) (reply *toolgatev1.RunToolResponse, ok bool) {
+	pc := resp.GetPolicyCheck()
+	if resp.GetPendingApproval() != nil ||
+		!validStrings(resp.GetEngineRef(), resp.GetRunId(), resp.GetStepId(),
+			pc.GetDecision(), pc.GetReason(), pc.GetRuleId(), pc.GetSuggestion()) ||
+		!validStrings(resp.GetEvidenceRefs()...) || !validStrings(resp.GetLocalEvidencePaths()...) {
+		return nil, false
+	}
+	reply = &toolgatev1.RunToolResponse{
+		Ok: resp.GetOk(),
+		PolicyCheck: &toolgatev1.PolicyCheck{
+			Decision: pc.GetDecision(), Reason: pc.GetReason(), RuleId: pc.GetRuleId(), Suggestion: pc.GetSuggestion(),
+		},
+		EvidenceRefs:       resp.GetEvidenceRefs(),
+		LocalEvidencePaths: resp.GetLocalEvidencePaths(),
+		EngineRef:          resp.GetEngineRef(),
+		RunId:              resp.GetRunId(),
+		StepId:             resp.GetStepId(),
+	}
+	if tr := resp.GetToolResult(); tr != nil {
+		if !validStrings(tr.GetStdout(), tr.GetStderr()) || (tr.GetData() != nil && !wellFormedValue(tr.GetData(), 1)) {
+			return nil, false
+		}
+		reply.ToolResult = &toolgatev1.ToolResult{
+			ExitCode: tr.GetExitCode(), Stdout: tr.GetStdout(), Stderr: tr.GetStderr(), Data: tr.GetData(),
+		}
+	}
+	return reply, true
+}
+
+func validStrings(ss ...string) bool {
+	for _, s := range ss {
+		if !utf8.ValidString(s) {
+			return false
+		}
+	}
+	return true
+}
+
+// maxReadBackDepth bounds the nesting readBack vouches for, far inside
+// protojson's own limit on reading.
+const maxReadBackDepth = 64
+
+// wellFormedValue reports whether protojson writes v and reads it back as
+// an equal value: a kind is set everywhere, numbers are finite, strings
+// and keys are valid UTF-8, and v is nested at most maxReadBackDepth
+// levels.
+func wellFormedValue(v *structpb.Value, depth int) bool {
+	if depth > maxReadBackDepth {
+		return false
+	}
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NullValue, *structpb.Value_BoolValue:
+		return true
+	case *structpb.Value_NumberValue:
+		return !math.IsNaN(k.NumberValue) && !math.IsInf(k.NumberValue, 0)
+	case *structpb.Value_StringValue:
+		return utf8.ValidString(k.StringValue)
+	case *structpb.Value_StructValue:
+		if k.StructValue == nil {
+			return false
+		}
+		for key, item := range k.StructValue.GetFields() {
+			if !utf8.ValidString(key) || !wellFormedValue(item, depth+1) {
+				return false
+			}
+		}
+		return true
+	case *structpb.Value_ListValue:
+		if k.ListValue == nil {
+			return false
+		}
+		for _, item := range k.ListValue.GetValues() {
+			if !wellFormedValue(item, depth+1) {
+				return false
+			}
+		}
+		return true
+	default:
+		return false
+	}
 }
 
 // unrecorded answers a call whose response could be stored neither in the

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strconv"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 
@@ -75,6 +77,10 @@ type call struct {
 	// TraceID is the trace id of the call's traceparent; recorded, never
 	// hashed.
 	TraceID string
+	// decodedArgs, when set, is decodeArgs(Args), which parseRequest
+	// builds from the request's Struct without reading Args back. Only
+	// prepare reads it, and clears it: Args may change after.
+	decodedArgs map[string]any
 }
 
 // invalidArgument is a validation failure; its message names the field and
@@ -129,7 +135,59 @@ func parseRequest(req *toolgatev1.RunToolRequest) (call, error) {
 		return call{}, invalidf("args: %d bytes encoded as JSON, the limit is %d", buf.Len(), maxArgsBytes)
 	}
 	c.Args = bytes.TrimRight(buf.Bytes(), "\n")
+	c.decodedArgs = structArgs(args)
 	return c, nil
+}
+
+// structArgs is what decodeArgs gives for the JSON parseRequest encodes
+// s as, built from s directly (a JSON decoder was a twentieth of a denied
+// call): objects as map[string]any, lists as []any, numbers as the
+// json.Number of the text encoding/json writes for them, an unset value
+// as nil, as AsMap has it. s has passed checkStruct. FuzzParseRequest
+// pins the equality.
+func structArgs(s *structpb.Struct) map[string]any {
+	m := make(map[string]any, len(s.GetFields()))
+	for k, v := range s.GetFields() {
+		m[k] = valueArg(v)
+	}
+	return m
+}
+
+func valueArg(v *structpb.Value) any {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NumberValue:
+		return jsonNumber(k.NumberValue)
+	case *structpb.Value_StringValue:
+		return k.StringValue
+	case *structpb.Value_BoolValue:
+		return k.BoolValue
+	case *structpb.Value_StructValue:
+		return structArgs(k.StructValue)
+	case *structpb.Value_ListValue:
+		items := make([]any, len(k.ListValue.GetValues()))
+		for i, item := range k.ListValue.GetValues() {
+			items[i] = valueArg(item)
+		}
+		return items
+	}
+	return nil // null, or no kind set
+}
+
+// jsonNumber is the text encoding/json writes for a finite float64: the
+// shortest decimal that reads back as f, in plain notation unless f is
+// below 1e-6 or from 1e21 on (as in JavaScript), then in exponent notation
+// with at least two exponent digits dropped to one for negative exponents
+// (1e-07 is written 1e-7; 1e+21 stays).
+func jsonNumber(f float64) json.Number {
+	abs := math.Abs(f)
+	if abs == 0 || (abs >= 1e-6 && abs < 1e21) {
+		return json.Number(strconv.FormatFloat(f, 'f', -1, 64))
+	}
+	text := strconv.FormatFloat(f, 'e', -1, 64)
+	if mantissa, exp, ok := strings.Cut(text, "e-0"); ok {
+		text = mantissa + "e-" + exp
+	}
+	return json.Number(text)
 }
 
 // validateToolID applies the tool id rules: non-empty, bounded, printable,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"reflect"
 	"regexp"
 	"strings"
 	"sync"
@@ -97,7 +98,8 @@ func FuzzText(f *testing.F) {
 }
 
 // FuzzJSON: never panics; valid JSON in gives valid JSON out with no known value left in any
-// string; a second pass changes nothing; invalid JSON is an error.
+// string; a second pass changes nothing; invalid JSON is an error; EncodedJSON gives JSON's
+// result for every valid document.
 func FuzzJSON(f *testing.F) {
 	f.Add(`{"password": "hunter2", "n": 1}`, "hunter2!")
 	f.Add(`{"stdout": "token `+fakeGitHubPAT+`\n", "items": [1, 2.5e3, true, null]}`, "2.5e3x")
@@ -106,7 +108,7 @@ func FuzzJSON(f *testing.F) {
 	f.Add(`[{"a": "x\"y\\z"}, "`+"\xff"+`"]`, `x"y\z`)
 	f.Fuzz(func(t *testing.T, doc, known string) {
 		r := fuzzRedactor(t, known)
-		out, _, err := r.JSON("fuzz", []byte(doc))
+		out, found, err := r.JSON("fuzz", []byte(doc))
 		if !json.Valid([]byte(doc)) {
 			if err == nil {
 				t.Fatalf("invalid JSON accepted: %q", doc)
@@ -115,6 +117,9 @@ func FuzzJSON(f *testing.F) {
 		}
 		if err != nil {
 			t.Fatalf("valid JSON rejected: %v", err)
+		}
+		if enc, encFound, err := r.EncodedJSON("fuzz", []byte(doc)); err != nil || !bytes.Equal(enc, out) || !reflect.DeepEqual(encFound, found) {
+			t.Fatalf("EncodedJSON differs from JSON (%v):\nJSON        %q %v\nEncodedJSON %q %v", err, out, found, enc, encFound)
 		}
 		if !json.Valid(out) {
 			t.Fatalf("invalid JSON out: %q", out)

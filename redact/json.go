@@ -28,21 +28,30 @@ const maxJSONDepth = 10000
 // real newlines). The value under a key that names a secret is replaced whole. Findings are in
 // document order.
 func (r *Redactor) JSON(artifact string, doc []byte) ([]byte, []Finding, error) {
-	return r.json(artifact, doc, 0)
+	return r.json(artifact, doc, 0, false)
+}
+
+// EncodedJSON is JSON for a document the caller encoded itself with encoding/json, which is one
+// valid JSON value by construction: a document with nothing to redact is returned without the
+// validity check JSON makes of it (a fifth of the cost of redacting a typical artifact). The
+// result is JSON's for every valid document; for anything else it is unspecified.
+func (r *Redactor) EncodedJSON(artifact string, doc []byte) ([]byte, []Finding, error) {
+	return r.json(artifact, doc, 0, true)
 }
 
 // maxNesting bounds how deep JSON inside JSON strings is walked as JSON.
 const maxNesting = 2
 
-// json redacts doc, which is nesting levels down in strings of an outer document.
-func (r *Redactor) json(artifact string, doc []byte, nesting int) ([]byte, []Finding, error) {
+// json redacts doc, which is nesting levels down in strings of an outer document. valid says
+// the caller vouches that doc is one valid JSON value.
+func (r *Redactor) json(artifact string, doc []byte, nesting int, valid bool) ([]byte, []Finding, error) {
 	sc := r.getScratch()
 	defer r.scratch.Put(sc)
 	// Most artifacts hold no keyword, known value or key name at all: one pass of the automaton
 	// and a validity check settle them. Escapes (\u0070assword) could hide a keyword from the
 	// automaton, so a document with \u escapes is always walked.
 	hits := slices.Clone(r.hits(doc, sc))
-	if len(hits) == 0 && !bytes.Contains(doc, []byte(`\u`)) && !(r.canWrap() && hasWrappedRun(doc, true)) && json.Valid(doc) {
+	if len(hits) == 0 && !bytes.Contains(doc, []byte(`\u`)) && !(r.canWrap() && hasWrappedRun(doc, true)) && (valid || json.Valid(doc)) {
 		return doc, nil, nil
 	}
 	docSpans, structural, err := r.scanDocument(doc, hits, sc)
@@ -259,7 +268,7 @@ func (w *jsonWalker) nested(start, end int, value []byte) bool {
 		return false
 	}
 	// The scratch buffers belong to this walk; the inner one gets its own.
-	out, findings, err := w.r.json(w.artifact, value, w.nesting+1)
+	out, findings, err := w.r.json(w.artifact, value, w.nesting+1, false)
 	if err != nil {
 		return false
 	}

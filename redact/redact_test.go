@@ -198,6 +198,9 @@ func TestJSONKeepsStructure(t *testing.T) {
 			if string(out) != tc.want {
 				t.Fatalf("got  %s\nwant %s", out, tc.want)
 			}
+			if enc, encFindings, err := r.EncodedJSON("tool_result.json", []byte(tc.in)); err != nil || string(enc) != tc.want || len(encFindings) != len(findings) {
+				t.Fatalf("EncodedJSON gave %s, %d findings (%v); JSON %d", enc, len(encFindings), err, len(findings))
+			}
 			if !json.Valid(out) {
 				t.Fatalf("invalid JSON out: %s", out)
 			}

@@ -34,6 +34,11 @@ const (
 
 var stageNames = [numStages]string{"auth", "claim", "decide", "driver", "redact", "evidence_write"}
 
+// stageSpanNames are the stages' span names, built once: a name built per
+// span was an allocation per stage of every call.
+var stageSpanNames = [numStages]string{"toolgate.auth", "toolgate.claim", "toolgate.decide", "toolgate.driver",
+	"toolgate.redact", "toolgate.evidence_write"}
+
 // String is the stage's label value and span name suffix.
 func (s Stage) String() string {
 	if s >= numStages {
@@ -56,6 +61,10 @@ type Options struct {
 type Telemetry struct {
 	registry *prometheus.Registry // nil when Options.Registerer was given
 	tracer   trace.Tracer
+	// tracing is false when the provider makes no spans (none given, or
+	// a noop one): then no span is started at all, which with a noop
+	// tracer still cost a context and a span per stage.
+	tracing bool
 	// stageSeconds is toolgate_stage_duration_seconds, one observer per
 	// stage bound once so that the hot path does no label lookup.
 	stageSeconds [numStages]prometheus.Observer
@@ -76,6 +85,8 @@ func New(opts Options) (*Telemetry, error) {
 		reg = t.registry
 	}
 	tp := opts.TracerProvider
+	_, isNoop := tp.(noop.TracerProvider)
+	t.tracing = tp != nil && !isNoop
 	if tp == nil {
 		tp = noop.NewTracerProvider()
 	}
@@ -119,7 +130,14 @@ func (t *Telemetry) StartStage(ctx context.Context, s Stage) (context.Context, S
 	if t == nil {
 		return ctx, StageSpan{}
 	}
-	ctx, span := t.tracer.Start(ctx, "toolgate."+s.String())
+	span := trace.SpanFromContext(context.Background()) // a noop span
+	if t.tracing {
+		name := "toolgate.unknown"
+		if s < numStages {
+			name = stageSpanNames[s]
+		}
+		ctx, span = t.tracer.Start(ctx, name)
+	}
 	return ctx, StageSpan{t: t, stage: s, start: time.Now(), span: span}
 }
 
@@ -184,7 +202,10 @@ func (t *Telemetry) StartCall(ctx context.Context, c Call) (context.Context, Cal
 	if t == nil {
 		return ctx, CallSpan{}
 	}
-	ctx, span := t.tracer.Start(ctx, "execute_tool "+c.Tool)
+	span := trace.SpanFromContext(context.Background()) // a noop span
+	if t.tracing {
+		ctx, span = t.tracer.Start(ctx, "execute_tool "+c.Tool)
+	}
 	return ctx, CallSpan{t: t, call: c, start: time.Now(), span: span}
 }
 
