@@ -140,7 +140,9 @@ type Call struct {
 	Tool string
 	// FrontDoor is the door the call came through; "" for gRPC RunTool.
 	FrontDoor string
-	// RequestID and Nested are span attributes, never labels.
+	// RequestID and Nested are span attributes, never labels. RequestID
+	// is set only once it is known to match the request id pattern: a
+	// caller's malformed id never reaches a span.
 	RequestID string
 	Nested    bool
 }
@@ -160,6 +162,9 @@ type Result struct {
 	// EvidencePrefix is requests/<request_id>/ once the request is
 	// claimed, for an operator to go from a span to the evidence.
 	EvidencePrefix string
+	// ErrorType is the gRPC code of an OutcomeError ("InvalidArgument"),
+	// the span's error.type.
+	ErrorType string
 }
 
 // The outcomes of a call.
@@ -184,7 +189,7 @@ func (t *Telemetry) StartCall(ctx context.Context, c Call) (context.Context, Cal
 	if t == nil {
 		return ctx, CallSpan{}
 	}
-	ctx, span := t.tracer.Start(ctx, "execute_tool "+c.Tool)
+	ctx, span := t.startCallSpan(ctx, c)
 	return ctx, CallSpan{t: t, call: c, start: time.Now(), span: span}
 }
 
@@ -193,5 +198,5 @@ func (c CallSpan) End(r Result) {
 	if c.t == nil {
 		return
 	}
-	c.span.End()
+	endCallSpan(c.span, r)
 }
