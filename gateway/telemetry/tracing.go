@@ -61,9 +61,13 @@ func (c Config) Validate() error {
 // carry a credential.
 func checkEndpoint(raw string) error {
 	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+	if err == nil && u.User != nil {
+		// Not quoted: the value holds a password, perhaps.
+		return errors.New("must not carry a user or password (give collector credentials in OTEL_EXPORTER_OTLP_HEADERS)")
+	}
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
 		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
-		return fmt.Errorf("%q: want http://host:port (plaintext) or https://host:port (TLS), with no path, query or user",
+		return fmt.Errorf("%q: want http://host:port (plaintext) or https://host:port (TLS), with no path or query",
 			truncate(raw))
 	}
 	return nil
@@ -168,10 +172,8 @@ func (t *Tracing) Close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
-	if err := t.provider.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("telemetry: flushing spans: %w", err)
-	} else if err != nil {
-		return fmt.Errorf("telemetry: spans still queued after %v were dropped: %w", shutdownTimeout, err)
+	if err := t.provider.Shutdown(ctx); err != nil {
+		return fmt.Errorf("telemetry: flushing spans (at most %v): %w", shutdownTimeout, err)
 	}
 	return nil
 }
