@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -177,7 +178,8 @@ type traceGateway struct {
 }
 
 const (
-	traceKey    = "tg-trace-key-0123456789"
+	traceKey        = "tg-trace-key-0123456789"
+	traceToolSecret = "gw-tool-secret-5f1e9c7a"
 	tracePolicy = `@id("allow_reads") permit (principal, action == Action::"RunTool", resource == Tool::"workspace.readFile");
 @id("allow_echo") permit (principal, action == Action::"RunTool", resource == Tool::"fake.echo");
 @id("no_shell") forbid (principal, action == Action::"RunTool", resource == Tool::"workspace.shell");
@@ -188,7 +190,15 @@ const (
 // fresh collector; env is added to its environment.
 func startTraceGateway(t *testing.T, env ...string) *traceGateway {
 	t.Helper()
-	g := &traceGateway{col: startCollector(t), executor: tpmjstest.New(t, tpmjstest.NodeV10)}
+	col := startCollector(t)
+	return startGatewayTracingTo(t, col, "telemetry: {otlp_endpoint: http://"+col.addr+"}", env...)
+}
+
+// startGatewayTracingTo starts the binary with the telemetry section
+// section (which may be ""), col being the collector the test watches.
+func startGatewayTracingTo(t *testing.T, col *collector, section string, env ...string) *traceGateway {
+	t.Helper()
+	g := &traceGateway{col: col, executor: tpmjstest.New(t, tpmjstest.NodeV10)}
 	dir := t.TempDir()
 	writePolicy(t, dir, tracePolicy)
 	cfg := fmt.Sprintf(`
@@ -198,22 +208,22 @@ auth:
   keys:
     - {caller: agent, env: TG_TRACE_KEY}
 evidence: {url: file://./evidence}
-telemetry:
-  otlp_endpoint: http://%s
+%s
 drivers:
   workspace: {type: workspace, root: ./ws}
   tpmjs: {type: tpmjs, url: %q}
 tools:
-  fake.echo: {driver: tpmjs, package: %q, version: "1.0.0", export: %s, caller_env: [API_KEY]}
+  fake.echo: {driver: tpmjs, package: %q, version: "1.0.0", export: %s, caller_env: [API_KEY],
+    env: {GW_TOKEN: {from_env: TG_TRACE_TOOL_SECRET}}}
 front_doors:
   mcp: {listen: 127.0.0.1:0}
-`, g.col.addr, g.executor.URL, tpmjstest.Package, tpmjstest.EchoTool)
+`, section, g.executor.URL, tpmjstest.Package, tpmjstest.EchoTool)
 	for name, text := range map[string]string{"toolgate.yaml": cfg, "ws/notes.txt": "hello from the workspace\n"} {
 		mcpMust(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o700))
 		mcpMust(t, os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600))
 	}
 	// The batch processor's 5 s default would make every test wait.
-	env = append([]string{"TG_TRACE_KEY=" + traceKey, "OTEL_BSP_SCHEDULE_DELAY=50"}, env...)
+	env = append([]string{"TG_TRACE_KEY=" + traceKey, "TG_TRACE_TOOL_SECRET=" + traceToolSecret, "OTEL_BSP_SCHEDULE_DELAY=50"}, env...)
 	g.srv = startServerEnv(t, dir, env, "--config", "toolgate.yaml")
 	g.client = dial(t, g.srv.addr)
 	deadline := time.Now().Add(10 * time.Second)
@@ -361,4 +371,25 @@ func TestTraces(t *testing.T) {
 			t.Errorf("request.json trace_id %q, want _meta's %s", got, callerTrace)
 		}
 	})
+}
+
+// TestTracesAreFlushedOnShutdown: spans still queued when serve is
+// stopped reach the collector before it exits, whatever the batch delay.
+func TestTracesAreFlushedOnShutdown(t *testing.T) {
+	g := startTraceGateway(t, "OTEL_BSP_SCHEDULE_DELAY=600000")
+	g.call(t, "trace-flush", "workspace.readFile", map[string]any{"path": "notes.txt"})
+	if err := g.srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-g.srv.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not exit after SIGTERM")
+	}
+	for _, s := range g.col.all() {
+		if s.attr("toolgate.request_id") == "trace-flush" {
+			return
+		}
+	}
+	t.Fatalf("the call's span was not exported before exit; %d spans received", len(g.col.all()))
 }
