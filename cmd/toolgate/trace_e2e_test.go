@@ -180,7 +180,7 @@ type traceGateway struct {
 const (
 	traceKey        = "tg-trace-key-0123456789"
 	traceToolSecret = "gw-tool-secret-5f1e9c7a"
-	tracePolicy = `@id("allow_reads") permit (principal, action == Action::"RunTool", resource == Tool::"workspace.readFile");
+	tracePolicy     = `@id("allow_reads") permit (principal, action == Action::"RunTool", resource == Tool::"workspace.readFile");
 @id("allow_echo") permit (principal, action == Action::"RunTool", resource == Tool::"fake.echo");
 @id("no_shell") forbid (principal, action == Action::"RunTool", resource == Tool::"workspace.shell");
 `
