@@ -83,33 +83,20 @@ func Incoming(ctx context.Context, traceParent string) context.Context {
 	if sc.IsValid() {
 		return ctx
 	}
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		return Extract(ctx, metadataCarrier(md))
-	}
-	return ctx
+	return extractMetadata(ctx)
 }
 
-// metadataCarrier reads gRPC metadata as a TextMapCarrier. A key sent
-// more than once is no valid trace context: it reads as absent.
-type metadataCarrier metadata.MD
-
-// Get implements propagation.TextMapCarrier.
-func (m metadataCarrier) Get(key string) string {
-	if v := metadata.MD(m).Get(key); len(v) == 1 {
-		return v[0]
+// extractMetadata extracts the trace context of the call's gRPC metadata
+// without copying the rest of it: this runs on every call. A field sent
+// more than once is no valid trace context and reads as absent.
+func extractMetadata(ctx context.Context) context.Context {
+	tp := metadata.ValueFromIncomingContext(ctx, TraceParentField)
+	if len(tp) != 1 {
+		return ctx
 	}
-	return ""
-}
-
-// Set implements propagation.TextMapCarrier; incoming metadata is never
-// written.
-func (m metadataCarrier) Set(string, string) {}
-
-// Keys implements propagation.TextMapCarrier.
-func (m metadataCarrier) Keys() []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+	carrier := propagation.MapCarrier{TraceParentField: tp[0]}
+	if ts := metadata.ValueFromIncomingContext(ctx, TraceStateField); len(ts) == 1 {
+		carrier[TraceStateField] = ts[0]
 	}
-	return keys
+	return Extract(ctx, carrier)
 }

@@ -33,6 +33,11 @@ const ToolTypeExtension = "extension"
 // conventions: INTERNAL, named "execute_tool {gen_ai.tool.name}"), and
 // the auth stage span the transport timed before the call existed.
 func (t *Telemetry) startCallSpan(ctx context.Context, c Call) (context.Context, trace.Span) {
+	if !t.tracing {
+		// The no-op tracer: keeps the caller's span context, records
+		// nothing, so nothing is worth building.
+		return t.tracer.Start(ctx, "execute_tool")
+	}
 	attrs := []attribute.KeyValue{
 		semconv.GenAIOperationNameExecuteTool,
 		semconv.GenAIToolName(c.Tool),
@@ -48,10 +53,26 @@ func (t *Telemetry) startCallSpan(ctx context.Context, c Call) (context.Context,
 	ctx, span := t.tracer.Start(ctx, "execute_tool "+c.Tool,
 		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
 	if a, ok := ctx.Value(authKey{}).(authTiming); ok && !c.Nested && span.IsRecording() {
-		_, auth := t.tracer.Start(ctx, "toolgate."+StageAuth.String(), trace.WithTimestamp(a.start))
+		_, auth := t.tracer.Start(ctx, stageSpanName(StageAuth), trace.WithTimestamp(a.start))
 		auth.End(trace.WithTimestamp(a.end))
 	}
 	return ctx, span
+}
+
+// stageSpanNames are the stage spans' names, built once.
+var stageSpanNames = func() (names [numStages]string) {
+	for s := range numStages {
+		names[s] = "toolgate." + s.String()
+	}
+	return names
+}()
+
+// stageSpanName is stage s's span name, "toolgate.<stage>".
+func stageSpanName(s Stage) string {
+	if s >= numStages {
+		return "toolgate.unknown"
+	}
+	return stageSpanNames[s]
 }
 
 // frontDoorLabel is the door's name, "grpc" for plain RunTool.

@@ -56,6 +56,9 @@ type Options struct {
 type Telemetry struct {
 	registry *prometheus.Registry // nil when Options.Registerer was given
 	tracer   trace.Tracer
+	// tracing is false when no TracerProvider was given: spans then cost
+	// no attributes.
+	tracing bool
 	// stageSeconds is toolgate_stage_duration_seconds, one observer per
 	// stage bound once so that the hot path does no label lookup.
 	stageSeconds [numStages]prometheus.Observer
@@ -76,6 +79,7 @@ func New(opts Options) (*Telemetry, error) {
 		reg = t.registry
 	}
 	tp := opts.TracerProvider
+	t.tracing = tp != nil
 	if tp == nil {
 		tp = noop.NewTracerProvider()
 	}
@@ -119,7 +123,7 @@ func (t *Telemetry) StartStage(ctx context.Context, s Stage) (context.Context, S
 	if t == nil {
 		return ctx, StageSpan{}
 	}
-	ctx, span := t.tracer.Start(ctx, "toolgate."+s.String())
+	ctx, span := t.tracer.Start(ctx, stageSpanName(s))
 	return ctx, StageSpan{t: t, stage: s, start: time.Now(), span: span}
 }
 
