@@ -92,6 +92,8 @@ func TestHostileTraceContext(t *testing.T) {
 			md: []string{"traceparent", callerParent, "tracestate", bigState}, trace: callerTrace},
 		{name: "a malformed tracestate is dropped, the traceparent kept",
 			md: []string{"traceparent", callerParent, "tracestate", traceMarker + "==,=="}, trace: callerTrace},
+		{name: "a caller's unsampled flag does not keep the call out of the traces",
+			md: []string{"traceparent", "00-" + callerTrace + "-" + callerSpan + "-00"}, trace: callerTrace},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := fmt.Sprintf("hostile-tc-%d", i)

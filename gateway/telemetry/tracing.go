@@ -39,6 +39,7 @@ const (
 	EnvProtocol       = "OTEL_EXPORTER_OTLP_PROTOCOL"
 	EnvSDKDisabled    = "OTEL_SDK_DISABLED"
 	EnvTracesExporter = "OTEL_TRACES_EXPORTER"
+	EnvTracesSampler  = "OTEL_TRACES_SAMPLER"
 )
 
 // shutdownTimeout bounds the flush of the spans still queued when the
@@ -117,8 +118,15 @@ func NewTracing(cfg Config, svc Service, getenv func(string) string) (*Tracing, 
 		semconv.ServiceVersion(svc.Version),
 		semconv.ServiceInstanceID(svc.Instance),
 	)
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
-	return &Tracing{provider: tp}, nil
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exporter), sdktrace.WithResource(res)}
+	if getenv(EnvTracesSampler) == "" {
+		// Every call is traced: the default would follow the sampled
+		// flag of the caller's traceparent, and let a caller keep its
+		// calls out of the operator's traces. OTEL_TRACES_SAMPLER, when
+		// set, is the operator's choice and the SDK honours it.
+		opts = append(opts, sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	}
+	return &Tracing{provider: sdktrace.NewTracerProvider(opts...)}, nil
 }
 
 // tracingEndpoint is the collector's URL, or "" when tracing is off.
