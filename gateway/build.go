@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/redact"
 )
@@ -103,6 +104,15 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 			instance = "localhost"
 		}
 	}
+	tracing, err := telemetry.NewTracing(cfg.Telemetry, telemetry.Service{Version: Version, Instance: instance}, getenv)
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, closerFunc(tracing.Close))
+	tel, err := telemetry.New(telemetry.Options{TracerProvider: tracing.TracerProvider()})
+	if err != nil {
+		return fail(fmt.Errorf("telemetry: %w", err))
+	}
 	if signer != nil {
 		logged, closeLog, err := openTransparencyLog(ctx, cfg, store, signer, instance, log)
 		if err != nil {
@@ -171,6 +181,7 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 			OpTimeout:        cfg.Evidence.opTimeout(),
 		},
 		Approvals: approvals,
+		Telemetry: tel,
 	})
 	if err != nil {
 		return fail(err)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/internal/regularfile"
 )
 
@@ -60,6 +61,10 @@ type Config struct {
 	// one, and package frontdoor decodes each section strictly into its
 	// kind's settings. Every door is off unless its section sets listen.
 	FrontDoors map[string]RawSection `yaml:"front_doors"`
+	// Telemetry says where the gateway's spans go (telemetry.Config):
+	// tracing is off unless it names an OTLP endpoint or the standard
+	// OTEL_EXPORTER_OTLP_* endpoint variables are set.
+	Telemetry telemetry.Config `yaml:"telemetry"`
 
 	// File is the path the configuration was read from (LoadConfig sets
 	// it; it is not a key of the file). CheckLayout keeps every workspace
@@ -511,6 +516,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Approvals.validate(); err != nil {
 		return err
+	}
+	if err := c.Telemetry.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	if c.Evidence.OpTimeout < 0 {
 		return fmt.Errorf("config: evidence.op_timeout: must not be negative (0: %v)", evidence.DefaultOpTimeout)

@@ -39,10 +39,12 @@ type Call struct {
 	// auth, outside the canonical request hash.
 	Identity *Identity
 	// TraceParent is the W3C traceparent the client sent with the call
-	// ("00-<32 hex>-<16 hex>-<2 hex>", ids not all zero), or "". Its trace
-	// id is recorded as request.json's trace_id, never hashed, so that
-	// evidence leads to the caller's trace. A malformed one is
-	// INVALID_ARGUMENT: a door drops what it cannot vouch for.
+	// ("00-<32 hex>-<16 hex>-<2 hex>", ids not all zero), or "". It is
+	// the parent of the call's span unless ctx holds a span of this
+	// process already (see telemetry.Incoming); request.json's trace_id,
+	// never hashed, is the call span's trace id, so that evidence leads to
+	// the trace and back (with tracing off, this trace's). A malformed one
+	// is INVALID_ARGUMENT: a door drops what it cannot vouch for.
 	TraceParent string
 }
 
@@ -53,6 +55,8 @@ type Call struct {
 // and errors are RunTool's, gRPC statuses included, so every door maps
 // one set of outcomes onto its protocol.
 func (g *Gateway) Run(ctx context.Context, caller string, c Call) (resp *toolgatev1.RunToolResponse, err error) {
+	// The call's span continues the caller's trace (telemetry.Incoming).
+	ctx = telemetry.Incoming(ctx, c.TraceParent)
 	ctx, span := g.telemetry.StartCall(ctx, g.telemetryCall(c))
 	defer func() { span.End(callResult(resp, err)) }()
 	if c.FrontDoor != "" && !frontDoorPattern.MatchString(c.FrontDoor) {
@@ -70,8 +74,7 @@ func (g *Gateway) Run(ctx context.Context, caller string, c Call) (resp *toolgat
 	if err := validateIdentity(caller, c.Identity); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	traceID, err := traceID(c.TraceParent)
-	if err != nil {
+	if _, err := traceID(c.TraceParent); err != nil {
 		// It is written into the evidence: a door passes only a valid one.
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -83,7 +86,9 @@ func (g *Gateway) Run(ctx context.Context, caller string, c Call) (resp *toolgat
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	parsed.FrontDoor, parsed.Identity, parsed.TraceID = c.FrontDoor, c.Identity, traceID
+	// request.json's trace_id is the call span's trace, so that evidence
+	// and trace lead to each other; with tracing off, the caller's.
+	parsed.FrontDoor, parsed.Identity, parsed.TraceID = c.FrontDoor, c.Identity, telemetry.TraceID(ctx)
 	return g.run(ctx, caller, parsed)
 }
 
@@ -161,6 +166,11 @@ func (g *Gateway) DriverHealth() map[string]drivers.Health {
 // callers are anonymous.
 func (g *Gateway) Authenticator() *Authenticator { return g.auth }
 
+// Telemetry is the gateway's telemetry (nil when it records nothing): a
+// front door starts its own protocol's span with it, the parent of the
+// call's, through the one pipeline.
+func (g *Gateway) Telemetry() *telemetry.Telemetry { return g.telemetry }
+
 // CallerForKey is g.Authenticator().CallerForKey.
 func (g *Gateway) CallerForKey(key string) (string, bool) { return g.auth.CallerForKey(key) }
 
@@ -169,7 +179,9 @@ func (g *Gateway) CallerForKey(key string) (string, bool) { return g.auth.Caller
 func (g *Gateway) telemetryCall(c Call) telemetry.Call {
 	tc := telemetry.Call{Tool: telemetry.OtherTool, FrontDoor: c.FrontDoor}
 	if c.Request != nil {
-		tc.RequestID = c.Request.GetRequestId()
+		if id := c.Request.GetRequestId(); requestIDPattern.MatchString(id) {
+			tc.RequestID = id
+		}
 		if _, ok := g.tools[c.Request.GetToolId()]; ok {
 			tc.Tool = c.Request.GetToolId()
 		}
@@ -180,7 +192,7 @@ func (g *Gateway) telemetryCall(c Call) telemetry.Call {
 // callResult is how a call ended, for telemetry.
 func callResult(resp *toolgatev1.RunToolResponse, err error) telemetry.Result {
 	if err != nil || resp == nil {
-		return telemetry.Result{Outcome: telemetry.OutcomeError}
+		return telemetry.Result{Outcome: telemetry.OutcomeError, ErrorType: status.Code(err).String()}
 	}
 	r := telemetry.Result{
 		Decision: resp.GetPolicyCheck().GetDecision(),

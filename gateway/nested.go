@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -171,7 +172,7 @@ func (n *nestedCaller) callTool(ctx context.Context, callID, toolID string, inpu
 	if approved := n.useApproved(ctx, c); approved != "" {
 		id, c.RequestID = approved, approved
 	}
-	resp, err := n.g.run(ctx, n.caller, c)
+	resp, err := n.runTraced(ctx, c)
 	recorded = err == nil || hasEvidence(err)
 	if err != nil {
 		if recorded {
@@ -308,4 +309,13 @@ func nestedRequestID(parent, callID string) string {
 		prefix = prefix[:100]
 	}
 	return prefix + ":n-" + hex.EncodeToString(sum[:8])
+}
+
+// runTraced runs a guest's call under an execute_tool span of its own, a
+// child of the parent call's driver stage, which ctx carries.
+func (n *nestedCaller) runTraced(ctx context.Context, c call) (resp *toolgatev1.RunToolResponse, err error) {
+	tc := telemetry.Call{Tool: c.ToolID, RequestID: c.RequestID, Nested: true}
+	ctx, span := n.g.telemetry.StartCall(ctx, tc)
+	defer func() { span.End(callResult(resp, err)) }()
+	return n.g.run(ctx, n.caller, c)
 }

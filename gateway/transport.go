@@ -3,12 +3,15 @@ package gateway
 import (
 	"context"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/toolgate/toolgate/gateway/telemetry"
 )
 
 // callerKey marks the caller name the transport authenticated in a call's
@@ -27,11 +30,14 @@ func (g *Gateway) authenticateStream(ctx context.Context, info *tap.Info) (conte
 	if strings.HasPrefix(info.FullMethodName, "/"+healthpb.Health_ServiceDesc.ServiceName+"/") {
 		return ctx, nil
 	}
+	start := time.Now()
 	caller, err := g.auth.Authenticate(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return context.WithValue(ctx, callerKey{}, caller), nil
+	// The call's span does not exist yet: its auth stage is recorded
+	// from these times.
+	return telemetry.WithAuth(context.WithValue(ctx, callerKey{}, caller), start, time.Now()), nil
 }
 
 // authenticate returns the caller the transport authenticated, or

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/toolgate/toolgate/drivers"
 )
 
@@ -429,6 +431,9 @@ func (d *Driver) exchange(ctx, callCtx context.Context, body []byte, budget time
 	}
 	d.setHeaders(req.Header)
 	req.Header.Set("Content-Type", "application/json")
+	// The executor continues the call's trace: traceparent (and
+	// tracestate) of the span in ctx, the gateway's driver stage.
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 
 	if err := callCtx.Err(); err != nil {
 		// Whatever the transport, a request never handed to it was

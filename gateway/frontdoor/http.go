@@ -17,9 +17,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc"
 
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/telemetry"
 )
 
 // DefaultMaxBodyBytes caps a request body when a door sets no cap.
@@ -158,7 +160,9 @@ func (p Plumbing) authRequired() bool {
 //   - a request with an Origin not allowed is refused (403), and so is,
 //     without authentication (no auth.keys, no verifier), one whose Host
 //     is not loopback (DNS rebinding); an allowed Origin gets
-//     Access-Control-Allow-Origin.
+//     Access-Control-Allow-Origin;
+//   - the W3C traceparent and tracestate headers are put in the request's
+//     context (telemetry.Extract), the parent of the call's span.
 func (p Plumbing) Wrap(next http.Handler) http.Handler {
 	authRequired := p.authRequired()
 	origins := p.Origins
@@ -197,7 +201,10 @@ func (p Plumbing) Wrap(next http.Handler) http.Handler {
 		} else {
 			r2.Body = http.MaxBytesReader(w, r2.Body, limit)
 		}
-		r2 = r2.WithContext(context.WithValue(r2.Context(), callerKey{}, res))
+		// The caller's W3C trace context becomes the parent of the call's
+		// span; a malformed one is ignored.
+		ctx := telemetry.Extract(context.WithValue(r2.Context(), callerKey{}, res), propagation.HeaderCarrier(r2.Header))
+		r2 = r2.WithContext(ctx)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		start := time.Now()
 		next.ServeHTTP(rec, r2)

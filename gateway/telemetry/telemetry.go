@@ -34,11 +34,6 @@ const (
 
 var stageNames = [numStages]string{"auth", "claim", "decide", "driver", "redact", "evidence_write"}
 
-// stageSpanNames are the stages' span names, built once: a name built per
-// span was an allocation per stage of every call.
-var stageSpanNames = [numStages]string{"toolgate.auth", "toolgate.claim", "toolgate.decide", "toolgate.driver",
-	"toolgate.redact", "toolgate.evidence_write"}
-
 // String is the stage's label value and span name suffix.
 func (s Stage) String() string {
 	if s >= numStages {
@@ -132,11 +127,7 @@ func (t *Telemetry) StartStage(ctx context.Context, s Stage) (context.Context, S
 	}
 	span := trace.SpanFromContext(context.Background()) // a noop span
 	if t.tracing {
-		name := "toolgate.unknown"
-		if s < numStages {
-			name = stageSpanNames[s]
-		}
-		ctx, span = t.tracer.Start(ctx, name)
+		ctx, span = t.tracer.Start(ctx, stageSpanName(s))
 	}
 	return ctx, StageSpan{t: t, stage: s, start: time.Now(), span: span}
 }
@@ -158,7 +149,9 @@ type Call struct {
 	Tool string
 	// FrontDoor is the door the call came through; "" for gRPC RunTool.
 	FrontDoor string
-	// RequestID and Nested are span attributes, never labels.
+	// RequestID and Nested are span attributes, never labels. RequestID
+	// is set only once it is known to match the request id pattern: a
+	// caller's malformed id never reaches a span.
 	RequestID string
 	Nested    bool
 }
@@ -178,6 +171,9 @@ type Result struct {
 	// EvidencePrefix is requests/<request_id>/ once the request is
 	// claimed, for an operator to go from a span to the evidence.
 	EvidencePrefix string
+	// ErrorType is the gRPC code of an OutcomeError ("InvalidArgument"),
+	// the span's error.type.
+	ErrorType string
 }
 
 // The outcomes of a call.
@@ -204,7 +200,7 @@ func (t *Telemetry) StartCall(ctx context.Context, c Call) (context.Context, Cal
 	}
 	span := trace.SpanFromContext(context.Background()) // a noop span
 	if t.tracing {
-		ctx, span = t.tracer.Start(ctx, "execute_tool "+c.Tool)
+		ctx, span = t.startCallSpan(ctx, c)
 	}
 	return ctx, CallSpan{t: t, call: c, start: time.Now(), span: span}
 }
@@ -214,5 +210,5 @@ func (c CallSpan) End(r Result) {
 	if c.t == nil {
 		return
 	}
-	c.span.End()
+	endCallSpan(c.span, r)
 }

@@ -75,8 +75,16 @@ func toolErrorf(format string, args ...any) error {
 	return &toolError{msg: fmt.Sprintf(format, args...)}
 }
 
-// callTool serves tools/call: one RunTool call through the gateway.
-func (d *Door) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+// callTool serves tools/call: one RunTool call through the gateway, under
+// the request's MCP server span.
+func (d *Door) callTool(ctx context.Context, req *mcp.CallToolRequest) (res *mcp.CallToolResult, err error) {
+	ctx, span := d.gw.Telemetry().StartMCP(ctx, mcpRequest(req))
+	defer func() { span.End(mcpErrorType(res, err)) }()
+	return d.runCall(ctx, req)
+}
+
+// runCall is callTool's call.
+func (d *Door) runCall(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	p, err := principalOf(ctx)
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/frontdoor/oauth"
+	"github.com/toolgate/toolgate/gateway/telemetry"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -36,6 +37,8 @@ type Gateway interface {
 	// (approval_tools).
 	ListApprovalsAs(ctx context.Context, caller string, identity *gateway.Identity, req *toolgatev1.ListApprovalsRequest) (*toolgatev1.ListApprovalsResponse, error)
 	DecideApprovalAs(ctx context.Context, caller string, identity *gateway.Identity, id, decision, reason string) (*toolgatev1.Approval, error)
+	// Telemetry records the door's spans, parents of the calls' spans.
+	Telemetry() *telemetry.Telemetry
 }
 
 // Door serves MCP's Streamable HTTP transport at /mcp for one gateway:
