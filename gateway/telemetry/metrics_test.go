@@ -76,11 +76,11 @@ func TestCountersAndGaugesReadWhatTheGatewayReports(t *testing.T) {
 	tel.RedactionFindings("aws_key", 3)
 	tel.RedactionFindings("aws_key", 0)
 	tel.FrontDoorRequest(DoorGRPC)
+	tel.ObserveStage(StageAuth, time.Millisecond)
 	tel.SetGauges(Gauges{
-		CallsInFlight:    func() float64 { return 2 },
-		SpoolArtifacts:   func() float64 { return 5 },
-		SpoolOldestAge:   func() time.Duration { return 90 * time.Second },
-		ApprovalsPending: func() float64 { return 1 },
+		CallsInFlight:    func() int { return 2 },
+		Spool:            func() (int, time.Duration) { return 5, 90 * time.Second },
+		ApprovalsPending: func() int { return 1 },
 	})
 	for name, want := range map[string]float64{
 		MetricLimitHits: 1, MetricStoreErrors: 2, MetricStoreRetries: 1, MetricShadowFlips: 1,
@@ -92,6 +92,9 @@ func TestCountersAndGaugesReadWhatTheGatewayReports(t *testing.T) {
 		}
 	}
 	want := map[string]float64{`result="ok"`: 1, `result="rejected"`: 1}
+	if got := samples(t, tel, MetricStageDuration)[`stage="auth"`]; got != 1 {
+		t.Errorf("%s{stage=auth} has %v observations, want 1", MetricStageDuration, got)
+	}
 	if got := samples(t, tel, MetricPolicyReloads); !maps.Equal(got, want) {
 		t.Fatalf("%s = %v, want %v", MetricPolicyReloads, got, want)
 	}
