@@ -345,3 +345,43 @@ func TestShadowFlipsAreCounted(t *testing.T) {
 		t.Errorf("shadow flips = %v, want 1", got)
 	}
 }
+
+// TestAdminListenIsValidated: the admin listener serves without
+// authentication, so only loopback unless allowed, and never on the gRPC
+// listener's port.
+func TestAdminListenIsValidated(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, want string
+		addr             string
+	}{
+		{"unset is the default, on loopback", "", "", DefaultAdminListen},
+		{"off turns it off", "admin: {listen: off}", "", ""},
+		{"another loopback port is served", "admin: {listen: \"[::1]:9999\"}", "", "[::1]:9999"},
+		{"every interface is refused", "admin: {listen: \"0.0.0.0:9464\"}", `admin.listen "0.0.0.0:9464" is not a loopback address`, ""},
+		{"an empty host is every interface, refused", "admin: {listen: \":9464\"}", `admin.listen ":9464" is not a loopback address`, ""},
+		{"a host name is refused", "admin: {listen: \"metrics.example:9464\"}", "is not a loopback address", ""},
+		{"every interface is served when allowed", "admin: {listen: \"0.0.0.0:9464\", allow_non_loopback: true}", "", "0.0.0.0:9464"},
+		{"the gRPC listener's port is refused", "listen: 127.0.0.1:9464", `admin.listen "127.0.0.1:9464": the gRPC listener's address`, ""},
+		{"the gRPC port on every interface is refused", "listen: 127.0.0.1:7000\nadmin: {listen: \"0.0.0.0:7000\", allow_non_loopback: true}", "the gRPC listener's address", ""},
+		{"no port is refused", "admin: {listen: localhost}", `config: admin.listen "localhost"`, ""},
+		{"a misspelt key is refused", "admin: {lisen: off}", "lisen", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := ParseConfig([]byte(tc.yaml))
+			if err == nil {
+				cfg, err = cfg.WithDefaults()
+			}
+			if err == nil {
+				err = cfg.Validate()
+			}
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			case tc.want == "" && cfg.Admin.Addr() != tc.addr:
+				t.Fatalf("Addr = %q, want %q", cfg.Admin.Addr(), tc.addr)
+			}
+		})
+	}
+}

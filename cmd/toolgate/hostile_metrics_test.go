@@ -455,3 +455,32 @@ func TestHostileMetricsMoveAsAUserExpects(t *testing.T) {
 		t.Errorf("toolgate_calls_in_flight while a call ran = %q, want 1", inFlight)
 	}
 }
+
+// TestHostileFrontDoorRequestsCountedByDoor: requests to a door's routes
+// count under the door's name (the TPMJS door answers every path), and
+// probing random paths adds no series: the label is the door, never the
+// path.
+func TestHostileFrontDoorRequestsCountedByDoor(t *testing.T) {
+	base, _, srv := tpmjsDoorGateway(t)
+	count := func() int {
+		var n int
+		fmt.Sscan(sampleValue(scrape(t, srv), "toolgate_frontdoor_requests_total", `door="tpmjs"`), &n)
+		return n
+	}
+	before := count()
+	if before < 1 {
+		t.Fatalf("the door's /health probes were not counted: %d", before)
+	}
+	for range 3 {
+		adminDo(t, http.MethodGet, base+"/health", "")
+	}
+	for i := range 20 {
+		adminDo(t, http.MethodGet, fmt.Sprintf("%s/probe-%d", base, i), "")
+	}
+	if got := count(); got != before+23 {
+		t.Errorf("tpmjs requests went from %d to %d, want +23", before, got)
+	}
+	if n := len(series(scrape(t, srv), "toolgate_frontdoor_requests_total")); n != 1 {
+		t.Errorf("toolgate_frontdoor_requests_total has %d series, want 1 (tpmjs)", n)
+	}
+}
