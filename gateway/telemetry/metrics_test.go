@@ -171,9 +171,10 @@ func sum(t *testing.T, tel *Telemetry, name string) float64 {
 	return total
 }
 
-// BenchmarkCallSpanEnd is the per-call cost of the call metrics
-// (calls_total and call_duration_seconds, with no tracer) against a nil
-// Telemetry, the baseline, in the same run.
+// BenchmarkCallSpanEnd is the per-call cost of StartCall and End with
+// metrics (calls_total and call_duration_seconds, a no-op tracer) against
+// a nil Telemetry, the baseline, in the same run, and of the metrics
+// alone.
 func BenchmarkCallSpanEnd(b *testing.B) {
 	ctx := context.Background()
 	c := Call{Tool: "fs.read", RequestID: "req-1"}
@@ -190,4 +191,13 @@ func BenchmarkCallSpanEnd(b *testing.B) {
 			}
 		})
 	}
+	// The metrics alone, without the (no-op) span: one histogram
+	// observation and one counter increment through the bound-series map.
+	b.Run("counters-only", func(b *testing.B) {
+		tel := newTestTelemetry(b)
+		b.ReportAllocs()
+		for b.Loop() {
+			tel.m.countCall(c.Tool, r, time.Millisecond)
+		}
+	})
 }
