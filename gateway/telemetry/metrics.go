@@ -197,6 +197,14 @@ func (m *metrics) register(reg prometheus.Registerer, version string) error {
 	}
 	buildInfo.WithLabelValues(version).Set(1)
 
+	// The label values known in advance read 0 from the start, so that a
+	// rate over them is defined before the first hit.
+	for _, l := range []string{LimitMaxConcurrentCalls, LimitMaxConnections, LimitMaxRequestBytes, LimitArgs} {
+		m.limitHits.WithLabelValues(l)
+	}
+	for _, op := range []string{StoreOpPut, StoreOpGet, StoreOpList} {
+		m.storeErrors.WithLabelValues(op)
+	}
 	m.callSeries.init(maxCallSeries)
 	m.findingSeries.init(maxLabelValues)
 	m.doorSeries.init(maxLabelValues)

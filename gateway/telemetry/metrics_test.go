@@ -102,6 +102,11 @@ func TestCountersAndGaugesReadWhatTheGatewayReports(t *testing.T) {
 
 func TestGaugesReadZeroBeforeTheGatewayGivesThem(t *testing.T) {
 	tel := newTestTelemetry(t)
+	for name, want := range map[string]int{MetricLimitHits: 4, MetricStoreErrors: 3, MetricPolicyReloads: 2} {
+		if got := len(samples(t, tel, name)); got != want {
+			t.Errorf("%s has %d series before anything happened, want %d at 0", name, got, want)
+		}
+	}
 	for _, name := range []string{MetricCallsInFlight, MetricSpoolArtifacts, MetricSpoolOldestAge, MetricApprovalsPending} {
 		if got := sum(t, tel, name); got != 0 {
 			t.Errorf("%s = %v before SetGauges, want 0", name, got)
