@@ -109,7 +109,9 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		return fail(err)
 	}
 	closers = append(closers, closerFunc(tracing.Close))
-	tel, err := telemetry.New(telemetry.Options{TracerProvider: tracing.TracerProvider()})
+	// Every built gateway records metrics (the admin listener serves
+	// them), and spans when tracing is on.
+	tel, err := telemetry.New(telemetry.Options{Version: Version, TracerProvider: tracing.TracerProvider()})
 	if err != nil {
 		return fail(fmt.Errorf("telemetry: %w", err))
 	}

@@ -32,6 +32,7 @@ func (g *Gateway) authenticateStream(ctx context.Context, info *tap.Info) (conte
 	}
 	start := time.Now()
 	caller, err := g.auth.Authenticate(ctx)
+	g.telemetry.ObserveStage(telemetry.StageAuth, time.Since(start))
 	if err != nil {
 		return nil, err
 	}
@@ -59,6 +60,7 @@ func (g *Gateway) authenticate(ctx context.Context) (string, error) {
 func (g *Gateway) admitCall() error {
 	if n := g.running.Add(1); n > int64(g.limits.MaxConcurrentCalls) {
 		g.running.Add(-1)
+		g.telemetry.LimitHit(telemetry.LimitMaxConcurrentCalls)
 		return status.Errorf(codes.ResourceExhausted,
 			"limits.max_concurrent_calls: %d calls are running, the limit; retry later", g.limits.MaxConcurrentCalls)
 	}

@@ -1,6 +1,6 @@
 // Command toolgate is the Toolgate gateway and its companion tools.
 //
-//	toolgate serve   [--config FILE] [--listen ADDR] [--policies DIR] [--evidence URL] [--workspace DIR]
+//	toolgate serve   [--config FILE] [--listen ADDR] [--admin-listen ADDR|off] [--policies DIR] [--evidence URL] [--workspace DIR]
 //	toolgate call    --addr ADDR --request-id ID --tool TOOL [--args JSON] [--run-id R] [--step-id S] [--policy-ref P] [--key-env VAR]
 //	toolgate tools   [--addr ADDR] [--key-env VAR] [--limit N] [--policy-ref P] [QUERY]
 //	toolgate approvals (ls | show ID | approve ID --reason T | deny ID --reason T) [flags]

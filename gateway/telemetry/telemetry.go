@@ -49,6 +49,8 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// TracerProvider makes the spans; nil makes none.
 	TracerProvider trace.TracerProvider
+	// Version is toolgate_build_info's version label; "" reads unknown.
+	Version string
 }
 
 // Telemetry records the gateway's metrics and spans. It is safe for
@@ -63,6 +65,8 @@ type Telemetry struct {
 	// stageSeconds is toolgate_stage_duration_seconds, one observer per
 	// stage bound once so that the hot path does no label lookup.
 	stageSeconds [numStages]prometheus.Observer
+	// m are the other metrics (metrics.go).
+	m metrics
 }
 
 // Metric names, the contract with the dashboard and the alert rules in
@@ -90,13 +94,16 @@ func New(opts Options) (*Telemetry, error) {
 	stages := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    MetricStageDuration,
 		Help:    "Time a call spent in each stage of the pipeline.",
-		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		Buckets: durationBuckets,
 	}, []string{"stage"})
 	if err := reg.Register(stages); err != nil {
 		return nil, err
 	}
 	for s := range numStages {
 		t.stageSeconds[s] = stages.WithLabelValues(s.String())
+	}
+	if err := t.m.register(reg, opts.Version); err != nil {
+		return nil, err
 	}
 	return t, nil
 }
@@ -210,5 +217,6 @@ func (c CallSpan) End(r Result) {
 	if c.t == nil {
 		return
 	}
+	c.t.m.countCall(c.call.Tool, r, time.Since(c.start))
 	endCallSpan(c.span, r)
 }
