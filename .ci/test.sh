@@ -9,12 +9,15 @@ export PATH="$bin:$PATH"
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 
 # Pinned tool versions. protoc-gen-go matches google.golang.org/protobuf in go.mod.
+# promtool checks and unit-tests operate/'s alert rules and the dashboard's queries
+# (operate/operate_test.go); v0.316.0 is Prometheus 3.16.0.
 tools=(
   "buf github.com/bufbuild/buf/cmd/buf@v1.75.0"
   "protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12"
   "protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2"
   "grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3"
   "minio github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c"
+  "promtool github.com/prometheus/prometheus/cmd/promtool@v0.316.0"
 )
 step() { printf '\n==> %s\n' "$*"; }
 

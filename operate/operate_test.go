@@ -9,7 +9,6 @@ package operate_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -314,11 +313,11 @@ func TestDashboardQueriesAreValidPromQL(t *testing.T) {
 // TestTheQueryCheckRejectsBrokenQueries shows promtool parses what
 // checkQueries writes: a typo in a panel's query fails the test command.
 func TestTheQueryCheckRejectsBrokenQueries(t *testing.T) {
-	tests := []struct{ name, expr string }{
-		{"an unclosed parenthesis", `sum(rate(toolgate_calls_total[$__rate_interval])`},
-		{"a range vector where an instant one is needed", `sum(toolgate_calls_total[5m])`},
-		{"a misspelt function", `histogram_quantil(0.99, rate(toolgate_call_duration_seconds_bucket[5m]))`},
-		{"a variable the dashboard does not define", `rate(toolgate_calls_total{job="$job"}[5m])`},
+	tests := []struct{ name, expr, want string }{
+		{"an unclosed parenthesis", `sum(rate(toolgate_calls_total[$__rate_interval])`, "unclosed left parenthesis"},
+		{"a range vector where an instant one is needed", `sum(toolgate_calls_total[5m])`, "got range vector"},
+		{"a misspelt function", `histogram_quantil(0.99, rate(toolgate_call_duration_seconds_bucket[5m]))`, "unknown function"},
+		{"a variable the dashboard does not define", `rate(toolgate_calls_total{job="$job"}[5m])`, "variable the dashboard does not define"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -327,9 +326,51 @@ func TestTheQueryCheckRejectsBrokenQueries(t *testing.T) {
 			if err == nil {
 				t.Fatalf("%q passed the check:\n%s", tc.expr, out)
 			}
-			var exit *exec.ExitError
-			if strings.Contains(tc.expr, "$job") != !errors.As(err, &exit) {
-				t.Fatalf("%q failed for the wrong reason: %v\n%s", tc.expr, err, out)
+			if !strings.Contains(out+err.Error(), tc.want) {
+				t.Fatalf("%q failed, but not with %q: %v\n%s", tc.expr, tc.want, err, out)
+			}
+		})
+	}
+}
+
+// TestTheAlertTestsCatchABrokenAlert shows each alert's unit tests are not
+// vacuous: with the part of its rule that keeps it quiet (or makes it
+// fire) taken out, its test group fails.
+func TestTheAlertTestsCatchABrokenAlert(t *testing.T) {
+	rules, err := os.ReadFile(alertsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ name, group, from, to string }{
+		{"a store alert without its 5 minutes fires on one retried blip", "^store failing",
+			"(rate(toolgate_evidence_store_errors_total[5m])) > 0\n        for: 5m\n", "(rate(toolgate_evidence_store_errors_total[5m])) > 0\n"},
+		{"a spool alert on depth alone fires on a steady spool", "^a spool that keeps growing", "\n          and deriv(toolgate_spool_artifacts[10m]) > 0", ""},
+		{"a spool age threshold of 100 minutes misses a 12-minute-old artifact", "^spooled evidence older", "toolgate_spool_oldest_age_seconds > 600", "toolgate_spool_oldest_age_seconds > 6000"},
+		{"a reload alert on any result fires on accepted reloads", "^a rejected reload", `toolgate_policy_reloads_total{result="rejected"}`, "toolgate_policy_reloads_total"},
+		{"a deny spike without the traffic guard fires on two denies", "^a deny ratio far above", "\n          and\n          sum by (job, instance) (increase(toolgate_calls_total{decision=\"deny\"}[5m])) >= 10", ""},
+		{"a capacity alert on every limit fires on oversized requests", "^calls turned away", `toolgate_limit_hits_total{limit=~"max_concurrent_calls|max_connections"}`, "toolgate_limit_hits_total"},
+		{"an approvals alert without its 2 hours fires on a queue emptied now and then", "^approvals pending for 2 hours", "        for: 2h\n", ""},
+	}
+	dir := t.TempDir()
+	tests0, err := os.ReadFile(alertTestsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "alerts_test.yml"), tests0, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if n := strings.Count(string(rules), tc.from); n != 1 {
+				t.Fatalf("%s holds %q %d times, want once", alertsFile, tc.from, n)
+			}
+			broken := strings.Replace(string(rules), tc.from, tc.to, 1)
+			if err := os.WriteFile(filepath.Join(dir, "alerts.yml"), []byte(broken), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, err := runPromtool(t, "test", "rules", "--run", tc.group, filepath.Join(dir, "alerts_test.yml"))
+			if err == nil || !strings.Contains(out, "FAILED") {
+				t.Fatalf("the unit tests passed with the alert broken: %v\n%s", err, out)
 			}
 		})
 	}
