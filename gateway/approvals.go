@@ -151,6 +151,7 @@ func (g *Gateway) DecideApprovalAs(ctx context.Context, caller string, identity 
 	if !written {
 		return g.decidedAlready(v, caller, decision)
 	}
+	g.recovery.approvalDecided(v.h.request.RequestID)
 	g.log.Info("approval decided", "approval_id", id, "request_id", v.h.request.RequestID, "approver", caller, "decision", word)
 	return g.afterDecision(ctx, v).proto(), nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/redact"
 )
@@ -149,7 +150,14 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		approvals.Notifier = notifier
 	}
 
+	// Every built gateway records metrics: the admin listener serves
+	// them.
+	tel, err := telemetry.New(telemetry.Options{Version: Version})
+	if err != nil {
+		return fail(fmt.Errorf("telemetry: %w", err))
+	}
 	g, err := New(Options{
+		Telemetry:  tel,
 		Decider:    engine,
 		Store:      store,
 		Spool:      spool,

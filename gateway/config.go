@@ -55,6 +55,8 @@ type Config struct {
 	Tools map[string]ToolConfig `yaml:"tools"`
 	// Limits bound connections and concurrent calls.
 	Limits LimitsConfig `yaml:"limits"`
+	// Admin is the admin listener: metrics and health over HTTP.
+	Admin AdminConfig `yaml:"admin"`
 	// FrontDoors maps a front door's name ("tpmjs", "agent_spaces") to its
 	// section, kept undecoded: the doors live in packages that import this
 	// one, and package frontdoor decodes each section strictly into its
@@ -502,6 +504,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Limits.validate(); err != nil {
 		return fmt.Errorf("config: %w", err)
+	}
+	if err := c.Admin.validate(c.Listen); err != nil {
+		return err
 	}
 	if err := c.Policies.validate(c.Auth.Keys); err != nil {
 		return err

@@ -152,7 +152,7 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g := &Gateway{
 		decider:        opts.Decider,
-		store:          opts.Store,
+		store:          meterStore(opts.Store, opts.Telemetry),
 		spool:          opts.Spool,
 		spoolKick:      make(chan struct{}, 1),
 		signer:         opts.Signer,
@@ -181,6 +181,7 @@ func New(opts Options) (*Gateway, error) {
 	if g.now == nil {
 		g.now = time.Now
 	}
+	g.observeState()
 	return g, nil
 }
 
@@ -348,6 +349,7 @@ func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, 
 	}
 	if sr.Differs {
 		g.shadowFlips.Add(1)
+		g.telemetry.ShadowFlip()
 		g.log.Info("shadow policy would decide otherwise", "request_id", c.RequestID, "tool_id", c.ToolID,
 			"policy_ref", d.PolicyRef, "decision", d.Word(), "rule_id", d.RuleID,
 			"shadow_ref", sd.PolicyRef, "shadow_decision", sr.Decision, "shadow_rule_id", sd.RuleID)

@@ -29,6 +29,7 @@ import (
 	"github.com/toolgate/toolgate/drivers/execbox/execboxtest"
 	"github.com/toolgate/toolgate/drivers/workspace"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -73,6 +74,8 @@ type envOptions struct {
 	now func() time.Time
 	// logger is Options.Logger.
 	logger *slog.Logger
+	// telemetry is Options.Telemetry.
+	telemetry *telemetry.Telemetry
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -142,7 +145,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	e.gw, err = New(Options{
 		Decider: engine, Store: e.store, Spool: spool, Signer: o.signer, Redactor: red, Auth: auth,
 		Drivers: drvs, Tools: tools, Instance: "test-host", Shadows: o.shadows, Selectable: o.selectable,
-		Limits: o.limits, Now: o.now, Logger: o.logger,
+		Limits: o.limits, Now: o.now, Logger: o.logger, Telemetry: o.telemetry,
 	})
 	if err != nil {
 		t.Fatal(err)

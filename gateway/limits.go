@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"sync"
 	"time"
 
-	"golang.org/x/net/netutil"
+	"github.com/toolgate/toolgate/gateway/telemetry"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 )
@@ -169,7 +171,72 @@ func (l LimitsConfig) serverOptions() []grpc.ServerOption {
 
 // LimitListener wraps the gateway's listener so that it holds at most
 // limits.max_connections connections: further ones are accepted only when
-// one closes, and wait in the kernel's backlog meanwhile.
+// one closes, and wait in the kernel's backlog meanwhile. Each time every
+// slot is taken and the listener has to stop accepting, telemetry counts a
+// max_connections hit.
 func (g *Gateway) LimitListener(lis net.Listener) net.Listener {
-	return netutil.LimitListener(lis, g.limits.MaxConnections)
+	return &limitListener{Listener: lis, t: g.telemetry,
+		slots: make(chan struct{}, g.limits.MaxConnections), done: make(chan struct{})}
+}
+
+// limitListener is netutil.LimitListener that tells telemetry when it
+// is full.
+type limitListener struct {
+	net.Listener
+	t         *telemetry.Telemetry
+	slots     chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// acquire takes a slot, waiting for one while all are held; false when
+// the listener closed meanwhile.
+func (l *limitListener) acquire() bool {
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	default:
+	}
+	l.t.LimitHit(telemetry.LimitMaxConnections)
+	select {
+	case <-l.done:
+		return false
+	case l.slots <- struct{}{}:
+		return true
+	}
+}
+
+func (l *limitListener) release() { <-l.slots }
+
+// Accept waits for a free slot, then for a connection.
+func (l *limitListener) Accept() (net.Conn, error) {
+	if !l.acquire() {
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		l.release()
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: l.release}, nil
+}
+
+// Close closes the listener and ends an Accept waiting for a slot.
+func (l *limitListener) Close() error {
+	err := l.Listener.Close()
+	l.closeOnce.Do(func() { close(l.done) })
+	return err
+}
+
+// limitConn gives its slot back on its first Close.
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }

@@ -174,6 +174,7 @@ func (r *recorder) redactBytes(artifact string, raw []byte) ([]byte, error) {
 		return nil, fmt.Errorf("redact %s: %w", artifact, err)
 	}
 	for _, f := range findings {
+		r.g.telemetry.RedactionFindings(f.Rule, 1)
 		r.report.Add(evidence.Redaction{Rule: f.Rule, Artifact: f.Artifact, Path: f.Path, Offset: f.Offset, Fingerprint: f.Fingerprint})
 	}
 	return out, nil

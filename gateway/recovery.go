@@ -104,10 +104,37 @@ type recovery struct {
 	// asked for or found at start-up to when their approval expires: the
 	// sweep ends them denied once it has, without walking the store.
 	approvals map[string]time.Time
+	// decided are the watched approvals a person has answered: no longer
+	// pending, though still watched until their request ends.
+	decided map[string]struct{}
 }
 
 func newRecovery() *recovery {
-	return &recovery{inFlight: map[string]int{}, left: map[string]unfinished{}, approvals: map[string]time.Time{}}
+	return &recovery{inFlight: map[string]int{}, left: map[string]unfinished{}, approvals: map[string]time.Time{},
+		decided: map[string]struct{}{}}
+}
+
+// approvalDecided notes that a person answered a watched approval.
+func (r *recovery) approvalDecided(requestID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.approvals[requestID]; ok {
+		r.decided[requestID] = struct{}{}
+	}
+}
+
+// pendingApprovals counts the watched approvals still waiting for a
+// person at now: not answered, not expired.
+func (r *recovery) pendingApprovals(now time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for id, expires := range r.approvals {
+		if _, done := r.decided[id]; !done && now.Before(expires) {
+			n++
+		}
+	}
+	return n
 }
 
 // watchApproval notes a request held for approval until expires.
@@ -122,6 +149,7 @@ func (r *recovery) unwatchApproval(requestID string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.approvals, requestID)
+	delete(r.decided, requestID)
 }
 
 // expiredApprovals returns the watched requests whose approval expired by
@@ -263,6 +291,9 @@ func (g *Gateway) watchHeld(ctx context.Context, id string, keys []string) {
 		expires = time.Time{} // denied, not yet ended: due now
 	}
 	g.recovery.watchApproval(id, expires)
+	if h.verdict != nil {
+		g.recovery.approvalDecided(id)
+	}
 }
 
 // sweepApprovals ends denied the watched requests whose approval expired

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/toolgate/toolgate/gateway/telemetry"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -73,11 +74,20 @@ var toolGatewayDesc = grpc.ServiceDesc{
 }
 
 func runToolHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	var tel *telemetry.Telemetry
+	if g, ok := srv.(*Gateway); ok {
+		tel = g.telemetry
+	}
+	tel.FrontDoorRequest(telemetry.DoorGRPC)
 	var raw rawMessage
 	if err := dec(&raw); err != nil {
+		if status.Code(err) == codes.ResourceExhausted {
+			tel.LimitHit(telemetry.LimitMaxRequestBytes)
+		}
 		return nil, err
 	}
 	if err := scanRequestArgs(raw.data); err != nil {
+		tel.LimitHit(telemetry.LimitArgs)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	req := new(toolgatev1.RunToolRequest)

@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"time"
+
+	"github.com/toolgate/toolgate/evidence"
 )
 
 // kickFlusher asks the spool flusher to run soon. It never blocks: one
@@ -20,7 +22,11 @@ func (g *Gateway) FlushSpool(ctx context.Context) (int, error) {
 	if g.spool == nil {
 		return 0, nil
 	}
-	return g.spool.Flush(ctx, g.store)
+	var dst evidence.Store = g.store
+	if g.telemetry != nil {
+		dst = retriedStore{Store: g.store, t: g.telemetry}
+	}
+	return g.spool.Flush(ctx, dst)
 }
 
 // RunSpoolFlusher flushes the spool at once (a previous run may have left
@@ -65,6 +71,7 @@ func (g *Gateway) ReloadPolicies() (bool, error) {
 		return false, nil
 	}
 	swapped, err := r.Reload(true)
+	g.telemetry.PolicyReload(err == nil)
 	if swapped {
 		g.changes.fire()
 	}
@@ -83,6 +90,7 @@ func (g *Gateway) WatchPolicies(ctx context.Context, interval time.Duration) {
 }
 
 func (g *Gateway) logReload(swapped bool, err error) {
+	g.telemetry.PolicyReload(err == nil)
 	switch {
 	case err != nil:
 		g.log.Error("policy change rejected; the running policies stay in force", "err", err)

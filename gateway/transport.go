@@ -3,12 +3,15 @@ package gateway
 import (
 	"context"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/toolgate/toolgate/gateway/telemetry"
 )
 
 // callerKey marks the caller name the transport authenticated in a call's
@@ -27,7 +30,9 @@ func (g *Gateway) authenticateStream(ctx context.Context, info *tap.Info) (conte
 	if strings.HasPrefix(info.FullMethodName, "/"+healthpb.Health_ServiceDesc.ServiceName+"/") {
 		return ctx, nil
 	}
+	start := time.Now()
 	caller, err := g.auth.Authenticate(ctx)
+	g.telemetry.ObserveStage(telemetry.StageAuth, time.Since(start))
 	if err != nil {
 		return nil, err
 	}
@@ -53,6 +58,7 @@ func (g *Gateway) authenticate(ctx context.Context) (string, error) {
 func (g *Gateway) admitCall() error {
 	if n := g.running.Add(1); n > int64(g.limits.MaxConcurrentCalls) {
 		g.running.Add(-1)
+		g.telemetry.LimitHit(telemetry.LimitMaxConcurrentCalls)
 		return status.Errorf(codes.ResourceExhausted,
 			"limits.max_concurrent_calls: %d calls are running, the limit; retry later", g.limits.MaxConcurrentCalls)
 	}

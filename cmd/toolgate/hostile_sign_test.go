@@ -172,7 +172,7 @@ func TestServeFirstStartsAtOnceShareOneKey(t *testing.T) {
 // listens or exits, stops it, and returns its log. It may run in any
 // goroutine: it reports nothing to a testing.T.
 func serveUntilListening(dir string) string {
-	cmd := exec.Command(toolgateBin, "serve", "--listen", "127.0.0.1:0")
+	cmd := exec.Command(toolgateBin, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
 	cmd.Dir = dir
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

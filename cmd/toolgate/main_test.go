@@ -79,7 +79,9 @@ func startServer(t *testing.T, dir string, args ...string) *server {
 // startServerEnv is startServer with extra environment variables.
 func startServerEnv(t *testing.T, dir string, env []string, args ...string) *server {
 	t.Helper()
-	cmd := exec.Command(toolgateBin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
+	// The admin listener takes a free port too: a fixed one would clash
+	// between servers. A test's own --admin-listen comes later and wins.
+	cmd := exec.Command(toolgateBin, append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()

@@ -39,6 +39,7 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "YAML configuration `file` (default: the embedded default)")
 	listen := fs.String("listen", "", "gRPC listen `address`, overrides listen")
+	adminListen := fs.String("admin-listen", "", "admin (metrics, health) listen `address` or off, overrides admin.listen")
 	policies := fs.String("policies", "", "policy `folder`, overrides policies.dir")
 	evidenceURL := fs.String("evidence", "", "evidence store `URL` (file://DIR), overrides evidence.url")
 	workspaceRoot := fs.String("workspace", "", "workspace `folder` of the driver named workspace, overrides drivers.workspace.root")
@@ -63,6 +64,9 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	}
 	if *listen != "" {
 		cfg.Listen = *listen
+	}
+	if *adminListen != "" {
+		cfg.Admin.Listen = *adminListen
 	}
 	if *policies != "" {
 		cfg.Policies.Dir = *policies
@@ -114,6 +118,12 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		opts = append(opts, grpc.Creds(creds))
 	}
 	srv, health := g.NewServer(opts...)
+	admin, err := startAdmin(ctx, cfg.Admin, g, health, log)
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	defer admin.Close()
 	// The doors listen before the gRPC server serves, so that a door that
 	// cannot start stops the gateway before it takes calls.
 	doorServers, err := frontdoor.Serve(ctx, cfg, g, doors, log)

@@ -35,6 +35,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/telemetry"
 )
 
 // Kind is a front door implementation: Name is its section under
@@ -223,6 +224,9 @@ func checkListener(cfg gateway.Config, l Loaded, doorAuth bool) error {
 	if addr == cfg.Listen && !strings.HasSuffix(addr, ":0") {
 		return fmt.Errorf("config: %s %q: the gRPC listener's address (listen); give the door another port", key, addr)
 	}
+	if gateway.SameListenAddr(addr, cfg.Admin.Addr()) {
+		return fmt.Errorf("config: %s %q: the admin listener's address (admin.listen); give the door another port", key, addr)
+	}
 	return nil
 }
 
@@ -274,15 +278,17 @@ func WithCaller(ctx context.Context, caller string) context.Context {
 }
 
 // mount opens the doors served on one address and registers their routes
-// on one mux. A pattern conflict between doors is an error naming both,
+// on one mux, counting each request under its door when the gateway
+// records telemetry. A pattern conflict between doors is an error naming both,
 // reported before anything listens.
-func mount(doors []Loaded, deps Deps) (*http.ServeMux, []Door, error) {
+func mount(doors []Loaded, deps Deps) (http.Handler, []Door, error) {
 	mux := http.NewServeMux()
 	var opened []Door
-	fail := func(err error) (*http.ServeMux, []Door, error) {
+	fail := func(err error) (http.Handler, []Door, error) {
 		return nil, nil, errors.Join(err, closeDoors(opened))
 	}
 	var names []string
+	counted := &countingMux{mux: mux, t: deps.Gateway.Telemetry()}
 	for _, l := range doors {
 		d := deps
 		d.Name = l.Name
@@ -292,16 +298,45 @@ func mount(doors []Loaded, deps Deps) (*http.ServeMux, []Door, error) {
 		}
 		opened = append(opened, door)
 		// Alone first, so that a door's own clash is not blamed on another.
-		if err := register(http.NewServeMux(), door); err != nil {
+		alone := http.NewServeMux()
+		if err := register(alone, door); err != nil {
 			return fail(fmt.Errorf("config: front_doors.%s: its routes conflict with each other: %w", l.Name, err))
 		}
+		counted.doors = append(counted.doors, doorRoutes{name: l.Name, mux: alone})
 		if err := register(mux, door); err != nil {
 			return fail(fmt.Errorf("config: front_doors.%s: its routes conflict with those of front_doors.%s on %s: %w",
 				l.Name, strings.Join(names, ", front_doors."), l.Config.ListenAddr(), err))
 		}
 		names = append(names, l.Name)
 	}
-	return mux, opened, nil
+	if counted.t == nil {
+		return mux, opened, nil
+	}
+	return counted, opened, nil
+}
+
+// countingMux serves mux, counting each request under the door whose
+// routes match it; a request no door's routes match is not counted.
+type countingMux struct {
+	mux   *http.ServeMux
+	doors []doorRoutes
+	t     *telemetry.Telemetry
+}
+
+// doorRoutes are the routes of one door alone.
+type doorRoutes struct {
+	name string
+	mux  *http.ServeMux
+}
+
+func (c *countingMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	for _, d := range c.doors {
+		if _, pattern := d.mux.Handler(r); pattern != "" {
+			c.t.FrontDoorRequest(d.name)
+			break
+		}
+	}
+	c.mux.ServeHTTP(w, r)
 }
 
 // register calls door.Routes, turning http.ServeMux's panic on a

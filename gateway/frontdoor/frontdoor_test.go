@@ -90,6 +90,7 @@ func TestDoorValidationNamesTheKey(t *testing.T) {
 		{"a kind's own key", "  echo: {listen: 127.0.0.1:1, routes: []}\n", `config: front_doors.echo.routes`},
 		{"any origin without keys", "  echo: {listen: 127.0.0.1:1, cors_origins: ['*']}\n", `config: front_doors.echo.cors_origins: "*" without auth.keys`},
 		{"the gRPC listener's address", "  echo: {listen: 127.0.0.1:50051}\n", `the gRPC listener's address`},
+		{"the admin listener's default address", "  echo: {listen: 127.0.0.1:9464}\n", `the admin listener's address (admin.listen)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := newConfig(t, false, tc.doors)

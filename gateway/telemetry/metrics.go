@@ -107,12 +107,16 @@ func outcomeIndex(o string) int {
 }
 
 // Gauges read state the gateway holds, at scrape time. Any field may be
-// nil; its gauge then reads 0.
+// nil; its gauges then read 0.
 type Gauges struct {
-	CallsInFlight    func() float64
-	SpoolArtifacts   func() float64
-	SpoolOldestAge   func() time.Duration
-	ApprovalsPending func() float64
+	// CallsInFlight is toolgate_calls_in_flight.
+	CallsInFlight func() int
+	// Spool is toolgate_spool_artifacts and
+	// toolgate_spool_oldest_age_seconds, read together so that a scrape
+	// looks at the spool once.
+	Spool func() (artifacts int, oldestAge time.Duration)
+	// ApprovalsPending is toolgate_approvals_pending.
+	ApprovalsPending func() int
 }
 
 // metrics are the Telemetry's Prometheus metrics other than the stage
@@ -182,7 +186,7 @@ func (m *metrics) register(reg prometheus.Registerer, version string) error {
 	}, []string{"rule"})
 	m.doors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: MetricFrontDoorRequests,
-		Help: "Requests each front door received, by door (grpc for RunTool), counted before authentication.",
+		Help: "Requests each front door received, by door: grpc for RunTool, else the door's name in front_doors.",
 	}, []string{"door"})
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: MetricBuildInfo,
@@ -237,6 +241,16 @@ func (m *metrics) callCounter(k callKey) prometheus.Counter {
 	c := m.calls.WithLabelValues(k.decision, k.rule, k.tool, k.outcome)
 	m.callSeries.put(orig, c)
 	return c
+}
+
+// ObserveStage records d as a duration of stage s without a span: for a
+// stage timed where no call span exists yet (authentication in the
+// transport).
+func (t *Telemetry) ObserveStage(s Stage, d time.Duration) {
+	if t == nil || s >= numStages {
+		return
+	}
+	t.stageSeconds[s].Observe(d.Seconds())
 }
 
 // LimitHit counts one refusal by limit, one of the Limit constants.
@@ -353,19 +367,20 @@ func (gc *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	if g == nil {
 		g = &Gauges{}
 	}
-	read := func(f func() float64) float64 {
+	read := func(f func() int) float64 {
 		if f == nil {
 			return 0
 		}
-		return f()
+		return float64(f())
 	}
-	age := 0.0
-	if g.SpoolOldestAge != nil {
-		age = g.SpoolOldestAge().Seconds()
+	var spooled int
+	var age time.Duration
+	if g.Spool != nil {
+		spooled, age = g.Spool()
 	}
 	ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, read(g.CallsInFlight))
-	ch <- prometheus.MustNewConstMetric(descSpool, prometheus.GaugeValue, read(g.SpoolArtifacts))
-	ch <- prometheus.MustNewConstMetric(descSpoolAge, prometheus.GaugeValue, age)
+	ch <- prometheus.MustNewConstMetric(descSpool, prometheus.GaugeValue, float64(spooled))
+	ch <- prometheus.MustNewConstMetric(descSpoolAge, prometheus.GaugeValue, age.Seconds())
 	ch <- prometheus.MustNewConstMetric(descApprovals, prometheus.GaugeValue, read(g.ApprovalsPending))
 }
 

@@ -76,11 +76,11 @@ func TestCountersAndGaugesReadWhatTheGatewayReports(t *testing.T) {
 	tel.RedactionFindings("aws_key", 3)
 	tel.RedactionFindings("aws_key", 0)
 	tel.FrontDoorRequest(DoorGRPC)
+	tel.ObserveStage(StageAuth, time.Millisecond)
 	tel.SetGauges(Gauges{
-		CallsInFlight:    func() float64 { return 2 },
-		SpoolArtifacts:   func() float64 { return 5 },
-		SpoolOldestAge:   func() time.Duration { return 90 * time.Second },
-		ApprovalsPending: func() float64 { return 1 },
+		CallsInFlight:    func() int { return 2 },
+		Spool:            func() (int, time.Duration) { return 5, 90 * time.Second },
+		ApprovalsPending: func() int { return 1 },
 	})
 	for name, want := range map[string]float64{
 		MetricLimitHits: 1, MetricStoreErrors: 2, MetricStoreRetries: 1, MetricShadowFlips: 1,
@@ -92,6 +92,9 @@ func TestCountersAndGaugesReadWhatTheGatewayReports(t *testing.T) {
 		}
 	}
 	want := map[string]float64{`result="ok"`: 1, `result="rejected"`: 1}
+	if got := samples(t, tel, MetricStageDuration)[`stage="auth"`]; got != 1 {
+		t.Errorf("%s{stage=auth} has %v observations, want 1", MetricStageDuration, got)
+	}
 	if got := samples(t, tel, MetricPolicyReloads); !maps.Equal(got, want) {
 		t.Fatalf("%s = %v, want %v", MetricPolicyReloads, got, want)
 	}
@@ -168,9 +171,10 @@ func sum(t *testing.T, tel *Telemetry, name string) float64 {
 	return total
 }
 
-// BenchmarkCallSpanEnd is the per-call cost of the call metrics
-// (calls_total and call_duration_seconds, with no tracer) against a nil
-// Telemetry, the baseline, in the same run.
+// BenchmarkCallSpanEnd is the per-call cost of StartCall and End with
+// metrics (calls_total and call_duration_seconds, a no-op tracer) against
+// a nil Telemetry, the baseline, in the same run, and of the metrics
+// alone.
 func BenchmarkCallSpanEnd(b *testing.B) {
 	ctx := context.Background()
 	c := Call{Tool: "fs.read", RequestID: "req-1"}
@@ -187,4 +191,13 @@ func BenchmarkCallSpanEnd(b *testing.B) {
 			}
 		})
 	}
+	// The metrics alone, without the (no-op) span: one histogram
+	// observation and one counter increment through the bound-series map.
+	b.Run("counters-only", func(b *testing.B) {
+		tel := newTestTelemetry(b)
+		b.ReportAllocs()
+		for b.Loop() {
+			tel.m.countCall(c.Tool, r, time.Millisecond)
+		}
+	})
 }
