@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -63,7 +62,6 @@ func gatewayMetrics(t *testing.T) (map[string]string, []string) {
 	tel.PolicyReload(false)
 	tel.RedactionFindings("r", 1)
 	tel.FrontDoorRequest(telemetry.DoorGRPC)
-	tel.SetGauges(telemetry.Gauges{SpoolOldestAge: func() time.Duration { return time.Second }})
 
 	mfs, err := reg.Gather()
 	if err != nil {
