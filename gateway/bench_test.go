@@ -227,6 +227,50 @@ func BenchmarkRunTool(b *testing.B) {
 	}
 }
 
+// BenchmarkOverhead is the overhead goal measured so that a shared
+// machine's drift cancels out: every iteration makes one bare echo call
+// and one RunTool call on the same connection, one right after the other,
+// timing each, and reports the ratio of the summed times as x-echo. The
+// gateway runs with metrics and tracing on (benchTelemetry) and the
+// memory store. BenchmarkRunTool's separate cases give the absolute
+// figures; their ratios move with whatever else the machine runs between
+// them.
+func BenchmarkOverhead(b *testing.B) {
+	args, _ := structpb.NewStruct(map[string]any{"path": "docs/readme.md", "limit": 10.0, "verbose": true})
+	for _, path := range []struct{ name, tool string }{{"deny", "other.run"}, {"allow", "noop.run"}} {
+		b.Run(path.name, func(b *testing.B) {
+			conn, client := benchClientWith(b, evidence.NewMemoryStore(), benchTelemetry(b))
+			var echoTime, callTime time.Duration
+			i := 0
+			for b.Loop() {
+				req := &toolgatev1.RunToolRequest{
+					RequestId: fmt.Sprintf("overhead-%d", i), ToolId: path.tool, Args: args,
+					Ctx: &toolgatev1.RunContext{RunId: "run-1", StepId: "step-1"},
+				}
+				start := time.Now()
+				var echoed toolgatev1.RunToolResponse
+				if err := conn.Invoke(context.Background(), "/toolgate.bench.Echo/Echo", req, &echoed); err != nil {
+					b.Fatal(err)
+				}
+				mid := time.Now()
+				resp, err := client.RunTool(context.Background(), req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				callTime += time.Since(mid)
+				echoTime += mid.Sub(start)
+				if resp.GetPolicyCheck().GetDecision() != path.name {
+					b.Fatalf("decision %q, want %q", resp.GetPolicyCheck().GetDecision(), path.name)
+				}
+				i++
+			}
+			b.ReportMetric(float64(echoTime)/float64(i), "echo-ns/op")
+			b.ReportMetric(float64(callTime)/float64(i), "call-ns/op")
+			b.ReportMetric(float64(callTime)/float64(echoTime), "x-echo")
+		})
+	}
+}
+
 // BenchmarkNestedCall measures one nested tool call made by sandboxed code:
 // tool_call from the runner, the whole gate (claim, CallTool decision,
 // redaction, evidence in memory), tool_result back. "direct" is the same

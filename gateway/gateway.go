@@ -213,7 +213,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	g.recovery.enter(c.RequestID)
 	defer g.recovery.leave(c.RequestID)
 	rec := p.newRecorder(g)
-	rec.spanCtx = ctx
+	defer func() { g.telemetry.AnnotateCall(ctx, rec.stageTimes) }()
 	if p.deadlinePassed(g.now()) {
 		return nil, status.Errorf(codes.DeadlineExceeded,
 			"the deadline passed before request_id %q was claimed; nothing was executed", c.RequestID)

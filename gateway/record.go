@@ -243,9 +243,8 @@ type recorder struct {
 	related []string
 	digests []evidence.ArtifactDigest
 	report  evidence.RedactionReport
-	// spanCtx carries the call's span, the parent of the redaction
-	// stages, which run where no context is at hand; nil: no parent.
-	spanCtx context.Context
+	// stageTimes sums the per-artifact stages for the call's span.
+	stageTimes telemetry.StageTimes
 }
 
 func newRecorder(g *Gateway, requestID, hash, engineRef string) *recorder {
@@ -266,14 +265,11 @@ func (r *recorder) redact(artifact string, v any) ([]byte, error) {
 // redactBytes passes an artifact marshalJSON encoded through the redactor
 // and keeps its findings for the manifest.
 func (r *recorder) redactBytes(artifact string, raw []byte) ([]byte, error) {
-	spanCtx := r.spanCtx
-	if spanCtx == nil {
-		spanCtx = context.Background()
-	}
-	_, stage := r.g.telemetry.StartStage(spanCtx, telemetry.StageRedact)
+	// A per-artifact stage has no span of its own, so needs no parent.
+	_, stage := r.g.telemetry.StartStage(context.Background(), telemetry.StageRedact)
 	// marshalJSON's output is valid JSON by construction.
 	out, findings, err := r.redactor.EncodedJSON(artifact, raw)
-	stage.End()
+	r.stageTimes.Add(telemetry.StageRedact, stage.End())
 	if err != nil {
 		return nil, fmt.Errorf("redact %s: %w", artifact, err)
 	}
@@ -304,9 +300,7 @@ func (r *recorder) persist(ctx context.Context, a artifact) error {
 	key := evidence.Key(r.requestID, a.name)
 	var err error
 	if !r.spooled {
-		sctx, stage := r.g.telemetry.StartStage(ctx, telemetry.StageEvidenceWrite)
-		err = r.g.store.Put(sctx, key, a.data)
-		stage.End()
+		err = r.storePut(ctx, key, a.data)
 	}
 	if r.spooled || err != nil {
 		if !r.decided || r.g.spool == nil || errors.Is(err, evidence.ErrExist) {
@@ -325,6 +319,15 @@ func (r *recorder) persist(ctx context.Context, a artifact) error {
 	r.refs = append(r.refs, key)
 	r.digests = append(r.digests, evidence.Digest(key, a.data))
 	return nil
+}
+
+// storePut writes one artifact to the store, timed as an evidence_write
+// stage.
+func (r *recorder) storePut(ctx context.Context, key string, data []byte) error {
+	_, stage := r.g.telemetry.StartStage(ctx, telemetry.StageEvidenceWrite)
+	err := r.g.store.Put(ctx, key, data)
+	r.stageTimes.Add(telemetry.StageEvidenceWrite, stage.End())
+	return err
 }
 
 func (r *recorder) put(ctx context.Context, name string, v any) error {
@@ -533,7 +536,7 @@ func (r *recorder) putDispatch(ctx context.Context, state, reason string) error 
 		return err
 	}
 	key := evidence.Key(r.requestID, name)
-	if err := r.g.store.Put(ctx, key, data); err != nil {
+	if err := r.storePut(ctx, key, data); err != nil {
 		return err
 	}
 	r.refs = append(r.refs, key)

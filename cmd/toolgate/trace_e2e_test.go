@@ -44,6 +44,16 @@ type span struct {
 
 // attr is the string (or bool, or int) value of a span attribute, "" when
 // absent.
+// attrDouble is a float attribute's value, 0 when absent.
+func (s *span) attrDouble(key string) float64 {
+	for _, kv := range s.Attributes {
+		if kv.Key == key {
+			return kv.Value.GetDoubleValue()
+		}
+	}
+	return 0
+}
+
 func (s *span) attr(key string) string {
 	for _, kv := range s.Attributes {
 		if kv.Key == key {
@@ -265,7 +275,9 @@ func (g *traceGateway) requestTraceID(t *testing.T, id string) string {
 }
 
 // stages are the stage spans every allowed call has under its call span.
-var stages = []string{"toolgate.auth", "toolgate.claim", "toolgate.decide", "toolgate.driver", "toolgate.redact", "toolgate.evidence_write"}
+// Redaction and store writes, once per artifact, are summed on the call
+// span instead.
+var stages = []string{"toolgate.auth", "toolgate.claim", "toolgate.decide", "toolgate.driver"}
 
 const (
 	callerTrace  = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -299,7 +311,21 @@ func TestTraces(t *testing.T) {
 				t.Errorf("resource %s = %q, want %q", k, s.resource[k], v)
 			}
 		}
-		g.col.waitChildren(t, s, stages...)
+		children := g.col.waitChildren(t, s, stages...)
+		for _, name := range []string{"toolgate.redact", "toolgate.evidence_write"} {
+			if children[name] != nil {
+				t.Errorf("%s has a span per artifact; it is summed on the call span", name)
+			}
+		}
+		// request, decision, dispatch marker, result, response, manifest
+		if got := s.attr("toolgate.evidence_write.count"); got != "6" {
+			t.Errorf("toolgate.evidence_write.count = %q, want 6", got)
+		}
+		for _, k := range []string{"toolgate.redact.seconds", "toolgate.evidence_write.seconds"} {
+			if s.attrDouble(k) <= 0 {
+				t.Errorf("%s = %v, want the summed time", k, s.attrDouble(k))
+			}
+		}
 		if got := g.requestTraceID(t, "trace-allow"); got != s.traceID() {
 			t.Errorf("request.json trace_id %q, span's trace %q", got, s.traceID())
 		}

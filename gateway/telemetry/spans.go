@@ -22,6 +22,10 @@ const (
 	AttrFrontDoor      = attribute.Key("toolgate.front_door")
 	AttrRequestID      = attribute.Key("toolgate.request_id")
 	AttrNested         = attribute.Key("toolgate.nested")
+	// The per-artifact stages, summed over a call (see StartStage).
+	AttrRedactSeconds        = attribute.Key("toolgate.redact.seconds")
+	AttrEvidenceWriteSeconds = attribute.Key("toolgate.evidence_write.seconds")
+	AttrEvidenceWriteCount   = attribute.Key("toolgate.evidence_write.count")
 )
 
 // ToolTypeExtension is gen_ai.tool.type of every call: the tool runs on
@@ -106,6 +110,24 @@ func endCallSpan(span trace.Span, r Result) {
 		span.SetAttributes(attrs...)
 	}
 	span.End()
+}
+
+// AnnotateCall records st on the call span in ctx, when one is being
+// recorded: toolgate.redact.seconds, toolgate.evidence_write.seconds and
+// toolgate.evidence_write.count.
+func (t *Telemetry) AnnotateCall(ctx context.Context, st StageTimes) {
+	if t == nil || !t.tracing || st == (StageTimes{}) {
+		return
+	}
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(
+		AttrRedactSeconds.Float64(st.Redact.Seconds()),
+		AttrEvidenceWriteSeconds.Float64(st.EvidenceWrite.Seconds()),
+		AttrEvidenceWriteCount.Int(st.Artifacts),
+	)
 }
 
 // authKey holds an authTiming in a context.

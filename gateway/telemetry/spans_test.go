@@ -58,6 +58,13 @@ func TestCallSpanFollowsTheGenAIConventions(t *testing.T) {
 	ctx, call := tel.StartCall(ctx, Call{Tool: "workspace.read_file", RequestID: "req-1"})
 	_, claim := tel.StartStage(ctx, StageClaim)
 	claim.End()
+	var times StageTimes
+	for _, s := range []Stage{StageRedact, StageEvidenceWrite, StageRedact, StageEvidenceWrite} {
+		_, st := tel.StartStage(ctx, s)
+		time.Sleep(time.Millisecond)
+		times.Add(s, st.End())
+	}
+	tel.AnnotateCall(ctx, times)
 	if got := TraceID(ctx); got != "4bf92f3577b34da6a3ce929d0e0e4736" {
 		t.Fatalf("TraceID = %q, want the caller's trace", got)
 	}
@@ -86,6 +93,19 @@ func TestCallSpanFollowsTheGenAIConventions(t *testing.T) {
 		child := spanNamed(t, rec, name)
 		if child.Parent().SpanID() != span.SpanContext().SpanID() {
 			t.Errorf("%s is not a child of the call span", name)
+		}
+	}
+	for _, s := range rec.Ended() {
+		if s.Name() == "toolgate.redact" || s.Name() == "toolgate.evidence_write" {
+			t.Errorf("%s has a span of its own; per-artifact stages are summed on the call span", s.Name())
+		}
+	}
+	if n := got[AttrEvidenceWriteCount].AsInt64(); n != 2 {
+		t.Errorf("%s = %d, want 2", AttrEvidenceWriteCount, n)
+	}
+	for _, k := range []attribute.Key{AttrRedactSeconds, AttrEvidenceWriteSeconds} {
+		if v := got[k].AsFloat64(); v < 0.002 {
+			t.Errorf("%s = %v, want the two stages' sum (at least 2ms)", k, v)
 		}
 	}
 	if auth := spanNamed(t, rec, "toolgate.auth"); !auth.StartTime().Equal(authStart) {
@@ -224,14 +244,14 @@ type discard struct{}
 func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discard) Shutdown(context.Context) error                             { return nil }
 
-// allowedCallStages are the stage spans of an allowed call that writes
-// six artifacts: each is redacted and written once.
+// allowedCallStages are the stages of an allowed call that writes six
+// artifacts: each is redacted and written once (timed, without a span).
 var allowedCallStages = []Stage{StageClaim, StageEvidenceWrite, StageDecide, StageDriver,
 	StageRedact, StageRedact, StageRedact, StageRedact, StageRedact, StageRedact,
 	StageEvidenceWrite, StageEvidenceWrite, StageEvidenceWrite, StageEvidenceWrite, StageEvidenceWrite}
 
 // BenchmarkStartCall is the telemetry cost of one allowed call, its
-// execute_tool span, its auth span and the fifteen stage spans such a
+// execute_tool span, its auth span and the fifteen stages such a
 // call has, with a caller's traceparent: nil Telemetry (nothing
 // recorded), a no-op provider (metrics only), and the SDK with a batch
 // processor over an exporter that discards.
@@ -255,10 +275,12 @@ func BenchmarkStartCall(b *testing.B) {
 			ctx := WithAuth(context.Background(), time.Now(), time.Now())
 			for b.Loop() {
 				cctx, call := bc.tel.StartCall(Incoming(ctx, incoming), Call{Tool: "workspace.read_file", RequestID: "req-1"})
+				var times StageTimes
 				for _, s := range allowedCallStages {
 					_, st := bc.tel.StartStage(cctx, s)
-					st.End()
+					times.Add(s, st.End())
 				}
+				bc.tel.AnnotateCall(cctx, times)
 				call.End(Result{Decision: "allow", RuleID: "r", Outcome: OutcomeRan, EvidencePrefix: "requests/req-1/"})
 			}
 		})
