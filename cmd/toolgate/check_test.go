@@ -398,6 +398,8 @@ func readmeBlocks(t *testing.T) []readmeBlock {
 var readmeFragments = map[string]string{
 	"## Policy":                    "selectable entries naming groups and callers of an auth.keys section it does not repeat",
 	"#### OAuth 2.1 access tokens": "a door on 0.0.0.0 whose TLS settings the text says to add as ever",
+	"#### Scraping":                "Prometheus's configuration, not Toolgate's",
+	"### Dashboard":                "Grafana's provisioning file, not Toolgate's",
 }
 
 // readmeProblems are the problems `check config` finds in README blocks,
