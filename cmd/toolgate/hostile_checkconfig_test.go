@@ -5,12 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -290,22 +288,7 @@ func TestHostileCheckConfigEncoding(t *testing.T) {
 // checks fine, and nothing connects to that address, nothing listens on
 // it, and no file appears.
 func TestHostileCheckConfigStartsNothing(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	var accepted atomic.Int32
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Close()
-		}
-	}()
+	lis := listenCounting(t)
 	addr := lis.Addr().String()
 	cfg := fmt.Sprintf(`listen: %[1]s
 evidence:
@@ -329,7 +312,7 @@ front_doors:
 	if r.code != exitOK {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	if n := accepted.Load(); n != 0 {
+	if n := lis.accepted.Load(); n != 0 {
 		t.Errorf("the check connected to the store, a driver or the identity provider %d time(s)", n)
 	}
 	if after := listFiles(t, dir); after != before {

@@ -153,38 +153,41 @@ func TestHostileTraceContext(t *testing.T) {
 	}
 }
 
-// countingListener counts the connections a listener accepts.
+// countingListener is a loopback listener that accepts and closes every
+// connection, counting them: an address nothing should connect to.
 type countingListener struct {
 	net.Listener
 	accepted atomic.Int32
 }
 
-func (l *countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.accepted.Add(1)
+// listenCounting starts a countingListener, closed when t ends.
+func listenCounting(t *testing.T) *countingListener {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return c, err
+	l := &countingListener{Listener: lis}
+	t.Cleanup(func() { lis.Close() })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			l.accepted.Add(1)
+			c.Close()
+		}
+	}()
+	return l
 }
 
 // TestHostileTracingOff: with no endpoint configured, no exporter is
 // built and nothing connects anywhere, whatever other OTLP variables a
 // stale environment holds; request.json keeps the caller's trace id.
 func TestHostileTracingOff(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	mcpMust(t, err)
-	counting := &countingListener{Listener: lis}
-	t.Cleanup(func() { lis.Close() })
-	go func() {
-		for {
-			c, err := counting.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	stale := "http://" + lis.Addr().String()
+	counting := listenCounting(t)
+	stale := "http://" + counting.Addr().String()
 	for _, tc := range []struct {
 		name, section string
 		env           []string
