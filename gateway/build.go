@@ -71,13 +71,10 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	if err != nil {
 		return nil, nil, err
 	}
-	redactor, err := redact.New(redact.Config{
-		KnownSecrets:   configuredSecrets(cfg, getenv, tools, signingKey, fingerprintKey, webhookSecret),
-		KeyNames:       cfg.Redact.KeyNames,
-		RulesFile:      cfg.Redact.RulesFile,
-		DisableRules:   cfg.Redact.DisableRules,
-		FingerprintKey: fingerprintKey,
-	})
+	redactCfg := cfg.Redact.Rules()
+	redactCfg.KnownSecrets = configuredSecrets(cfg, getenv, tools, signingKey, fingerprintKey, webhookSecret)
+	redactCfg.FingerprintKey = fingerprintKey
+	redactor, err := redact.New(redactCfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("config: redact: %w", err)
 	}

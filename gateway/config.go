@@ -23,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/internal/regularfile"
+	"github.com/toolgate/toolgate/redact"
 )
 
 // DefaultConfigYAML is the configuration `toolgate serve` runs on when it is
@@ -261,6 +262,14 @@ type RedactConfig struct {
 	// with signing_key: none drawn at random at start (fingerprints then
 	// compare only within one run).
 	FingerprintKey *SecretSource `yaml:"fingerprint_key"`
+}
+
+// Rules is the redactor configuration of c's rules alone: the default
+// rules, its key names and rules file, less the rules it disables. It is
+// what "toolgate redact" runs and "check config" compiles; a running
+// gateway adds the values of its secrets and its fingerprint key.
+func (c RedactConfig) Rules() redact.Config {
+	return redact.Config{KeyNames: c.KeyNames, RulesFile: c.RulesFile, DisableRules: c.DisableRules}
 }
 
 // DriverSection is one drivers.<name> section: its type, and its other

@@ -117,11 +117,8 @@ func redactInput(ctx context.Context, r *redact.Redactor, name string, in io.Rea
 	return findings, err
 }
 
-// newRuleRedactor builds the redactor of a configuration's rules: the
-// default rules, its key names and rules file, less the rules it disables.
-// It is what "redact" runs and what "check config" compiles; serve's
-// redactor (gateway.Build) adds what only a running gateway knows, the
-// values of its secrets and keys.
+// newRuleRedactor builds the redactor of a configuration's rules
+// (RedactConfig.Rules), the one "redact" runs and "check config" compiles.
 func newRuleRedactor(c gateway.RedactConfig) (*redact.Redactor, error) {
-	return redact.New(redact.Config{KeyNames: c.KeyNames, RulesFile: c.RulesFile, DisableRules: c.DisableRules})
+	return redact.New(c.Rules())
 }
