@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,6 +55,11 @@ func startAdmin(ctx context.Context, cfg gateway.AdminConfig, g *gateway.Gateway
 		return nil, nil
 	}
 	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		// The default address is one per host: a second gateway on the
+		// same host needs its own.
+		return nil, fmt.Errorf("admin.listen: %w (give each gateway on a host its own admin.listen, or --admin-listen ADDR|off)", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("admin.listen: %w", err)
 	}

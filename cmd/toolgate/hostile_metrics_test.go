@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -169,6 +170,21 @@ func TestHostileAdminListenerAddress(t *testing.T) {
 			}
 		})
 	}
+	t.Run("an admin address another process holds stops serve and says how to choose another", func(t *testing.T) {
+		held, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Close()
+		dir := tourDir(t)
+		writeMetricsConfig(t, dir, "")
+		stderr := serveMustRefuse(t, dir, "--config", "toolgate.yaml", "--admin-listen", held.Addr().String())
+		for _, want := range []string{"address already in use", "admin.listen", "--admin-listen ADDR|off"} {
+			if !strings.Contains(stderr, want) {
+				t.Errorf("refused, but stderr does not say %q:\n%s", want, stderr)
+			}
+		}
+	})
 	t.Run("check config points at the admin.listen line", func(t *testing.T) {
 		dir := tourDir(t)
 		writeMetricsConfig(t, dir, "admin:\n  listen: 0.0.0.0:9464\n")
