@@ -289,6 +289,13 @@ func TestPolicyReloadsAreCountedOKOrRejected(t *testing.T) {
 	tel := newTelemetry(t)
 	g := e.gws[0]
 	g.telemetry = tel
+	lastOK := func(want float64, after string) {
+		t.Helper()
+		if got := metricValue(t, tel, telemetry.MetricPolicyLastReloadOK); got != want {
+			t.Errorf("%s = %v after %s, want %v", telemetry.MetricPolicyLastReloadOK, got, after, want)
+		}
+	}
+	lastOK(1, "start")
 	if _, err := g.ReloadPolicies(); err != nil {
 		t.Fatal(err)
 	}
@@ -296,8 +303,11 @@ func TestPolicyReloadsAreCountedOKOrRejected(t *testing.T) {
 	if _, err := g.ReloadPolicies(); err == nil {
 		t.Fatal("a broken policy folder was accepted")
 	}
+	lastOK(0, "a rejected reload")
 	g.logReload(false, fmt.Errorf("policy: broken"))
+	lastOK(0, "a second rejected reload")
 	g.logReload(true, nil)
+	lastOK(1, "the folder was fixed")
 	if ok, rejected := metricValue(t, tel, telemetry.MetricPolicyReloads, "result=ok"),
 		metricValue(t, tel, telemetry.MetricPolicyReloads, "result=rejected"); ok != 2 || rejected != 2 {
 		t.Errorf("reloads ok %v, rejected %v; want 2 and 2", ok, rejected)

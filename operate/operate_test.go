@@ -346,7 +346,7 @@ func TestTheAlertTestsCatchABrokenAlert(t *testing.T) {
 			"(rate(toolgate_evidence_store_errors_total[5m])) > 0\n        for: 5m\n", "(rate(toolgate_evidence_store_errors_total[5m])) > 0\n"},
 		{"a spool alert on depth alone fires on a steady spool", "^a spool that keeps growing", "\n          and deriv(toolgate_spool_artifacts[10m]) > 0", ""},
 		{"a spool age threshold of 100 minutes misses a 12-minute-old artifact", "^spooled evidence older", "toolgate_spool_oldest_age_seconds > 600", "toolgate_spool_oldest_age_seconds > 6000"},
-		{"a reload alert on any result fires on accepted reloads", "^a rejected reload", `toolgate_policy_reloads_total{result="rejected"}`, "toolgate_policy_reloads_total"},
+		{"a reload alert on the wrong value fires on accepted reloads", "^a rejected reload", "(toolgate_policy_last_reload_successful) == 0", "(toolgate_policy_last_reload_successful) == 1"},
 		{"a deny spike without the traffic guard fires on two denies", "^a deny ratio far above", "\n          and\n          sum by (job, instance) (increase(toolgate_calls_total{decision=\"deny\"}[5m])) >= 10", ""},
 		{"a capacity alert on every limit fires on oversized requests", "^calls turned away", `toolgate_limit_hits_total{limit=~"max_concurrent_calls|max_connections"}`, "toolgate_limit_hits_total"},
 		{"an approvals alert without its 2 hours fires on a queue emptied now and then", "^approvals pending for 2 hours", "        for: 2h\n", ""},

@@ -42,6 +42,10 @@ const (
 	MetricApprovalsPending = "toolgate_approvals_pending"
 	// MetricPolicyReloads counts policy reloads by result (ok, rejected).
 	MetricPolicyReloads = "toolgate_policy_reloads_total"
+	// MetricPolicyLastReloadOK is 1 when the last policy reload took (or
+	// none was tried since start), 0 while the last one is rejected: an
+	// alert on it lasts as long as the folder stays broken.
+	MetricPolicyLastReloadOK = "toolgate_policy_last_reload_successful"
 	// MetricRedactionFindings counts secrets the redactor removed from
 	// evidence, by the redaction rule that found them.
 	MetricRedactionFindings = "toolgate_redaction_findings_total"
@@ -133,6 +137,7 @@ type metrics struct {
 	retries     prometheus.Counter
 	shadowFlips prometheus.Counter
 	reloads     [2]prometheus.Counter // ok, rejected
+	lastReload  prometheus.Gauge
 
 	findings      *prometheus.CounterVec
 	findingSeries boundedMap[string, prometheus.Counter]
@@ -180,6 +185,11 @@ func (m *metrics) register(reg prometheus.Registerer, version string) error {
 		Help: "Policy reloads, by result: ok (the new sets are in force, or nothing changed) or rejected (the running sets stay).",
 	}, []string{"result"})
 	m.reloads = [2]prometheus.Counter{reloads.WithLabelValues(ReloadOK), reloads.WithLabelValues(ReloadRejected)}
+	m.lastReload = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: MetricPolicyLastReloadOK,
+		Help: "1 when the last policy reload took (or none was tried since start), 0 while the last one is rejected and the previous sets stay.",
+	})
+	m.lastReload.Set(1)
 	m.findings = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: MetricRedactionFindings,
 		Help: "Secrets the redactor removed from evidence, by the redaction rule that found them.",
@@ -210,7 +220,7 @@ func (m *metrics) register(reg prometheus.Registerer, version string) error {
 	m.doorSeries.init(maxLabelValues)
 	m.callRules.max, m.callTools.max = maxLabelValues, maxLabelValues
 	for _, c := range []prometheus.Collector{m.calls, callSeconds, m.limitHits, m.storeErrors,
-		m.retries, m.shadowFlips, reloads, m.findings, m.doors, buildInfo, &gaugeCollector{m: m}} {
+		m.retries, m.shadowFlips, reloads, m.lastReload, m.findings, m.doors, buildInfo, &gaugeCollector{m: m}} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
@@ -302,8 +312,10 @@ func (t *Telemetry) PolicyReload(ok bool) {
 	}
 	if ok {
 		t.m.reloads[0].Inc()
+		t.m.lastReload.Set(1)
 	} else {
 		t.m.reloads[1].Inc()
+		t.m.lastReload.Set(0)
 	}
 }
 
