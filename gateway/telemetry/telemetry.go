@@ -1,8 +1,9 @@
 // Package telemetry is the gateway's view for operators: Prometheus
-// metrics and OpenTelemetry spans of every call and of each stage a call
-// passes through. It never records arguments, outputs or secrets: only
-// what a call was (tool, door, decision, rule, outcome) and how long its
-// stages took.
+// metrics of every call and of each stage it passes through, and
+// OpenTelemetry spans of every call and of the stages it passes once
+// (StartStage says why not the others). It never records arguments,
+// outputs or secrets: only what a call was (tool, door, decision, rule,
+// outcome) and how long its stages took.
 //
 // A nil *Telemetry records nothing, so the pipeline calls it
 // unconditionally and tests that do not look at telemetry need not build
