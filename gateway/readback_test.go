@@ -44,6 +44,14 @@ func TestReadBackIsWhatDecodingGives(t *testing.T) {
 		"list": []any{nil, 1.5, "x", map[string]any{}}, "empty": []any{},
 	})
 	invalid := string([]byte{0xff, 'a'})
+	withUnknown := func(m proto.Message) proto.Message {
+		m.ProtoReflect().SetUnknown([]byte{0xc2, 0x3e, 0x01, '0'}) // field 1000, bytes "0"
+		return m
+	}
+	unknownInList := structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{
+		withUnknown(structpb.NewNumberValue(1)).(*structpb.Value)}})
+	unknownOnList := structpb.NewListValue(withUnknown(&structpb.ListValue{}).(*structpb.ListValue))
+	unknownOnStruct := structpb.NewStructValue(withUnknown(&structpb.Struct{}).(*structpb.Struct))
 	nested := structpb.NewNullValue()
 	for range maxReadBackDepth + 1 {
 		nested = structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{nested}})
@@ -79,6 +87,19 @@ func TestReadBackIsWhatDecodingGives(t *testing.T) {
 		{"data with a NaN is left to decoding", &toolgatev1.RunToolResponse{
 			ToolResult: &toolgatev1.ToolResult{Data: structpb.NewNumberValue(math.NaN())},
 		}, false},
+		{"a value with unknown fields, which JSON drops, is left to decoding", &toolgatev1.RunToolResponse{
+			ToolResult: &toolgatev1.ToolResult{Data: unknownInList},
+		}, false},
+		{"a list with unknown fields is left to decoding", &toolgatev1.RunToolResponse{
+			ToolResult: &toolgatev1.ToolResult{Data: unknownOnList},
+		}, false},
+		{"a struct with unknown fields is left to decoding", &toolgatev1.RunToolResponse{
+			ToolResult: &toolgatev1.ToolResult{Data: unknownOnStruct},
+		}, false},
+		{"unknown fields outside data are dropped as decoding drops them", withUnknown(&toolgatev1.RunToolResponse{
+			ToolResult:  withUnknown(&toolgatev1.ToolResult{Stdout: "x"}).(*toolgatev1.ToolResult),
+			PolicyCheck: withUnknown(&toolgatev1.PolicyCheck{Decision: "allow"}).(*toolgatev1.PolicyCheck),
+		}).(*toolgatev1.RunToolResponse), true},
 		{"data nested beyond the bound is left to decoding", &toolgatev1.RunToolResponse{
 			ToolResult: &toolgatev1.ToolResult{Data: nested},
 		}, false},
@@ -103,7 +124,11 @@ func FuzzReadBack(f *testing.F) {
 		Ok: true, ToolResult: &toolgatev1.ToolResult{Stdout: "ok", ExitCode: 2, Data: data},
 		PolicyCheck: &toolgatev1.PolicyCheck{Decision: "allow"}, EvidenceRefs: []string{"x"}, RunId: "r",
 	})
+	unknown := structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewNumberValue(1e-76)}})
+	unknown.GetListValue().GetValues()[0].ProtoReflect().SetUnknown([]byte{0xc2, 0x3e, 0x01, '0'})
+	seedUnknown, _ := proto.Marshal(&toolgatev1.RunToolResponse{ToolResult: &toolgatev1.ToolResult{Data: unknown}})
 	f.Add(seed, uint8(0), "\u2028")
+	f.Add(seedUnknown, uint8(9), "")
 	f.Add(seed, uint8(3), "\xff")
 	f.Add([]byte{}, uint8(9), "")
 	f.Fuzz(func(t *testing.T, wire []byte, field uint8, s string) {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/toolgate/toolgate/drivers"
@@ -455,10 +456,10 @@ const maxReadBackDepth = 64
 
 // wellFormedValue reports whether protojson writes v and reads it back as
 // an equal value: a kind is set everywhere, numbers are finite, strings
-// and keys are valid UTF-8, and v is nested at most maxReadBackDepth
-// levels.
+// and keys are valid UTF-8, no message carries unknown fields (JSON does
+// not write them), and v is nested at most maxReadBackDepth levels.
 func wellFormedValue(v *structpb.Value, depth int) bool {
-	if depth > maxReadBackDepth {
+	if depth > maxReadBackDepth || hasUnknown(v) {
 		return false
 	}
 	switch k := v.GetKind().(type) {
@@ -469,7 +470,7 @@ func wellFormedValue(v *structpb.Value, depth int) bool {
 	case *structpb.Value_StringValue:
 		return utf8.ValidString(k.StringValue)
 	case *structpb.Value_StructValue:
-		if k.StructValue == nil {
+		if k.StructValue == nil || hasUnknown(k.StructValue) {
 			return false
 		}
 		for key, item := range k.StructValue.GetFields() {
@@ -479,7 +480,7 @@ func wellFormedValue(v *structpb.Value, depth int) bool {
 		}
 		return true
 	case *structpb.Value_ListValue:
-		if k.ListValue == nil {
+		if k.ListValue == nil || hasUnknown(k.ListValue) {
 			return false
 		}
 		for _, item := range k.ListValue.GetValues() {
@@ -491,6 +492,12 @@ func wellFormedValue(v *structpb.Value, depth int) bool {
 	default:
 		return false
 	}
+}
+
+// hasUnknown reports whether m carries fields its schema does not name,
+// as a message decoded from another version's wire form may.
+func hasUnknown(m proto.Message) bool {
+	return len(m.ProtoReflect().GetUnknown()) > 0
 }
 
 // unrecorded answers a call whose response could be stored neither in the
