@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,53 +15,19 @@ import (
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/gateway/telemetry"
+	"github.com/toolgate/toolgate/gateway/telemetry/telemetrytest"
 )
 
 // newTelemetry is a Telemetry with a registry of its own.
 func newTelemetry(t *testing.T) *telemetry.Telemetry {
 	t.Helper()
-	tel, err := telemetry.New(telemetry.Options{Version: Version})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tel
+	return telemetrytest.New(t, Version)
 }
 
-// metricValue is the value of the series of name whose labels include
-// every name="value" pair of labels (a counter's or gauge's value; a
-// histogram's count), summed over the series that match.
+// metricValue is telemetrytest.Value.
 func metricValue(t *testing.T, tel *telemetry.Telemetry, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := tel.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var have []string
-			for _, l := range m.GetLabel() {
-				have = append(have, fmt.Sprintf("%s=%s", l.GetName(), l.GetValue()))
-			}
-			if !containsAll(have, labels) {
-				continue
-			}
-			total += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
-		}
-	}
-	return total
-}
-
-func containsAll(have, want []string) bool {
-	for _, w := range want {
-		if !slices.Contains(have, w) {
-			return false
-		}
-	}
-	return true
+	return telemetrytest.Value(t, tel, name, labels...)
 }
 
 // TestMetricsOfCallsReadAsAUserExpects: an allowed call, a denied one and

@@ -373,7 +373,7 @@ func TestTraces(t *testing.T) {
 		}
 	})
 
-	t.Run("an MCP tools/call is a SERVER span parenting the call", func(t *testing.T) {
+	t.Run("an MCP tools/call is a SERVER span parenting the call and its stages", func(t *testing.T) {
 		a := mcpCall(t, g.mcp, traceKey, "workspace.readFile", map[string]any{"path": "notes.txt"},
 			map[string]any{mcpIdemKey: "trace-mcp", "traceparent": callerParent})
 		if a.isError() {
@@ -393,6 +393,8 @@ func TestTraces(t *testing.T) {
 		if call.attr("toolgate.front_door") != "mcp" || call.attr("toolgate.request_id") != "trace-mcp" {
 			t.Errorf("call span front_door %q request_id %q", call.attr("toolgate.front_door"), call.attr("toolgate.request_id"))
 		}
+		// The door's authentication of the bearer key is the call's auth stage.
+		g.col.waitChildren(t, call, stages...)
 		if got := g.requestTraceID(t, "trace-mcp"); got != callerTrace {
 			t.Errorf("request.json trace_id %q, want _meta's %s", got, callerTrace)
 		}

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -134,6 +136,10 @@ type Plumbing struct {
 	// tried in order on an Authorization: Bearer token that is no API key.
 	// With any, authentication is required even without auth.keys.
 	Verifiers []BearerVerifier
+	// Telemetry, when set, times each request's authentication (the auth
+	// stage, and the call span's toolgate.auth child) and counts bodies
+	// refused as too large under the max_request_bytes limit.
+	Telemetry *telemetry.Telemetry
 }
 
 // authRequired reports whether every request must authenticate: with
@@ -162,7 +168,10 @@ func (p Plumbing) authRequired() bool {
 //     is not loopback (DNS rebinding); an allowed Origin gets
 //     Access-Control-Allow-Origin;
 //   - the W3C traceparent and tracestate headers are put in the request's
-//     context (telemetry.Extract), the parent of the call's span.
+//     context (telemetry.Extract), the parent of the call's span;
+//   - with Telemetry, authentication is timed, and a request whose body
+//     outgrew the cap, or that the door answered 413, counts once as a
+//     max_request_bytes limit hit.
 func (p Plumbing) Wrap(next http.Handler) http.Handler {
 	authRequired := p.authRequired()
 	origins := p.Origins
@@ -193,21 +202,32 @@ func (p Plumbing) Wrap(next http.Handler) http.Handler {
 			w.Header().Add("Vary", "Origin")
 		}
 		r2, pathKey, hasPathKey := stripKey(r)
+		authStart := time.Now()
 		res := p.authenticate(r2, pathKey, hasPathKey)
+		authEnd := time.Now()
+		p.Telemetry.ObserveStage(telemetry.StageAuth, authEnd.Sub(authStart))
 		r2.Header.Del("Authorization")
+		body := &cappedBody{}
 		if res.err != nil {
 			r2.Body = refusedBody{}
 			r2.ContentLength = 0
 		} else {
-			r2.Body = http.MaxBytesReader(w, r2.Body, limit)
+			body.ReadCloser = http.MaxBytesReader(w, r2.Body, limit)
+			r2.Body = body
 		}
 		// The caller's W3C trace context becomes the parent of the call's
 		// span; a malformed one is ignored.
 		ctx := telemetry.Extract(context.WithValue(r2.Context(), callerKey{}, res), propagation.HeaderCarrier(r2.Header))
+		if res.err == nil {
+			ctx = telemetry.WithAuth(ctx, authStart, authEnd)
+		}
 		r2 = r2.WithContext(ctx)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		start := time.Now()
 		next.ServeHTTP(rec, r2)
+		if body.overCap.Load() || rec.status == http.StatusRequestEntityTooLarge {
+			p.Telemetry.LimitHit(telemetry.LimitMaxRequestBytes)
+		}
 		log.Debug("front door request", "method", r.Method, "route", routeOf(r2), "status", rec.status,
 			"caller", res.caller, "authenticated", res.err == nil, "duration", time.Since(start))
 	})
@@ -362,6 +382,22 @@ func loopbackHost(hostport string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// cappedBody is an authenticated request's body behind the address's cap,
+// remembering whether a read ran into the cap. A door may cap its body
+// lower, and answer 413 itself, or leave the cap to the plumbing.
+type cappedBody struct {
+	io.ReadCloser
+	overCap atomic.Bool
+}
+
+func (b *cappedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		b.overCap.Store(true)
+	}
+	return n, err
+}
+
 // refusedBody is the body of an unauthenticated request: nothing of it is
 // read, so a caller without a key cannot make the gateway read or decode
 // anything.
@@ -485,6 +521,7 @@ func Serve(ctx context.Context, cfg gateway.Config, g *gateway.Gateway, doors []
 			return nil, errors.Join(err, closeDoors(s.doors))
 		}
 		p, err := plumbingFor(byAddr[a], opened, g.Authenticator(), log)
+		p.Telemetry = g.Telemetry()
 		if err != nil {
 			return nil, errors.Join(err, closeDoors(s.doors))
 		}

@@ -60,7 +60,7 @@ const (
 const (
 	LimitMaxConcurrentCalls = "max_concurrent_calls" // a call refused RESOURCE_EXHAUSTED
 	LimitMaxConnections     = "max_connections"      // a connection left waiting in the backlog
-	LimitMaxRequestBytes    = "max_request_bytes"    // a request body refused as too large
+	LimitMaxRequestBytes    = "max_request_bytes"    // a gRPC request or front-door body refused as too large
 	LimitArgs               = "args"                 // arguments too many or nested too deep
 )
 
