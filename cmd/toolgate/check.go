@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
+	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/internal/regularfile"
 	"github.com/toolgate/toolgate/policy"
 )
@@ -86,7 +87,8 @@ type checkReport struct {
 // checkConfig checks the configuration at path as serve reads it: decoded
 // on top of the embedded default, validated, its front doors loaded, its
 // layout checked, its policy folder loaded, its TLS pair and secrets read, its
-// redaction rules compiled and its signing key read. It neither listens,
+// redaction rules compiled, its signing key read and its tracing settings,
+// with the OTEL_* environment, checked. It neither listens,
 // nor contacts a store or a peer, nor creates a file. A file that does not
 // decode stops the check there; every later step is independent of the
 // others, so each reports its own problem.
@@ -133,6 +135,15 @@ func checkConfig(path string, getenv func(string) string) checkReport {
 	}
 	if err := checkTLS(cfg.TLS); err != nil {
 		add(err)
+	}
+	// An invalid telemetry.otlp_endpoint is Validate's problem; what is
+	// left is the OTEL_* environment, which serve refuses the same way.
+	if cfg.Telemetry.Validate() == nil {
+		if endpoint, err := telemetry.TracingEndpoint(cfg.Telemetry, getenv); err != nil {
+			add(err)
+		} else if endpoint != "" {
+			r.summary = append(r.summary, "traces to "+endpoint)
+		}
 	}
 	if err := secretFilesReadable(cfg); err != nil {
 		add(err)

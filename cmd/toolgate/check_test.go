@@ -226,6 +226,29 @@ func TestCheckConfigReportsEveryProblemAtItsLine(t *testing.T) {
 			},
 		},
 		{
+			name:  "tracing the environment turns on is named in the summary",
+			files: map[string]string{"cfg.yaml": "evidence:\n  signing_key: none\n"},
+			env:   map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317"},
+			code:  exitOK,
+			out: "cfg.yaml: ok: listen 127.0.0.1:50051; 1 policy set(s) in ./policies; traces to http://127.0.0.1:4317; " +
+				"manifests unsigned (evidence.signing_key: none)\n",
+		},
+		{
+			name:  "an OTEL_* environment serve would refuse is a problem, its password not echoed",
+			files: map[string]string{"cfg.yaml": "evidence:\n  signing_key: none\n"},
+			env:   map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://u:hunter2secret@c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+			code:  exitFailure,
+			lines: []string{"cfg.yaml:1: telemetry: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT must not carry a user or password " +
+				"(give collector credentials in OTEL_EXPORTER_OTLP_HEADERS)"},
+		},
+		{
+			name:  "an OTLP protocol serve cannot speak is a problem",
+			files: map[string]string{"cfg.yaml": "telemetry:\n  otlp_endpoint: http://127.0.0.1:4317\n"},
+			env:   map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"},
+			code:  exitFailure,
+			lines: []string{`cfg.yaml:1: telemetry: OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf": toolgate exports OTLP over grpc only`},
+		},
+		{
 			name: "a webhook secret too short to sign with is a problem",
 			files: map[string]string{"cfg.yaml": "approvals:\n  webhook:\n    url: http://127.0.0.1:9/hook\n" +
 				"    secret:\n      env: TG_HMAC\n"},

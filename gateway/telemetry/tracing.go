@@ -105,7 +105,7 @@ type Tracing struct {
 // OTEL_TRACES_EXPORTER is none. Nothing connects until the first batch
 // is exported.
 func NewTracing(cfg Config, svc Service, getenv func(string) string) (*Tracing, error) {
-	endpoint, err := tracingEndpoint(cfg, getenv)
+	endpoint, err := TracingEndpoint(cfg, getenv)
 	if endpoint == "" || err != nil {
 		return nil, err
 	}
@@ -129,8 +129,10 @@ func NewTracing(cfg Config, svc Service, getenv func(string) string) (*Tracing, 
 	return &Tracing{provider: sdktrace.NewTracerProvider(opts...)}, nil
 }
 
-// tracingEndpoint is the collector's URL, or "" when tracing is off.
-func tracingEndpoint(cfg Config, getenv func(string) string) (string, error) {
+// TracingEndpoint is the collector NewTracing would export to, or "" when
+// tracing is off, and the error NewTracing would refuse cfg and the
+// environment with; it builds nothing, for checking a configuration.
+func TracingEndpoint(cfg Config, getenv func(string) string) (string, error) {
 	if strings.EqualFold(strings.TrimSpace(getenv(EnvSDKDisabled)), "true") {
 		return "", nil
 	}
