@@ -21,13 +21,17 @@ import (
 // newTelemetry is a Telemetry with a registry of its own.
 func newTelemetry(t *testing.T) *telemetry.Telemetry {
 	t.Helper()
-	return telemetrytest.New(t, Version)
+	tel, err := telemetry.New(telemetry.Options{Version: Version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tel
 }
 
-// metricValue is telemetrytest.Value.
+// metricValue is telemetrytest.Value of tel's registry.
 func metricValue(t *testing.T, tel *telemetry.Telemetry, name string, labels ...string) float64 {
 	t.Helper()
-	return telemetrytest.Value(t, tel, name, labels...)
+	return telemetrytest.Value(t, tel.Registry(), name, labels...)
 }
 
 // TestMetricsOfCallsReadAsAUserExpects: an allowed call, a denied one and

@@ -54,17 +54,20 @@ func TestPlumbingCountsOversizedBodiesAndTimesAuth(t *testing.T) {
 		{"a body without a key is never read", readAll, "", 10_000, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tel := telemetrytest.New(t, "test")
+			tel, err := telemetry.New(telemetry.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
 			h := frontdoor.Plumbing{Keys: frontdoor.Keys(auth), MaxBodyBytes: 100, Telemetry: tel}.Wrap(tc.handler)
 			req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1/door", strings.NewReader(strings.Repeat("x", tc.body)))
 			if tc.key != "" {
 				req.Header.Set("Authorization", "Bearer "+tc.key)
 			}
 			h.ServeHTTP(httptest.NewRecorder(), req)
-			if got := telemetrytest.Value(t, tel, telemetry.MetricLimitHits, "limit="+telemetry.LimitMaxRequestBytes); got != tc.hits {
+			if got := telemetrytest.Value(t, tel.Registry(), telemetry.MetricLimitHits, "limit="+telemetry.LimitMaxRequestBytes); got != tc.hits {
 				t.Errorf("max_request_bytes hits: %v, want %v", got, tc.hits)
 			}
-			if got := telemetrytest.Value(t, tel, telemetry.MetricStageDuration, "stage=auth"); got != 1 {
+			if got := telemetrytest.Value(t, tel.Registry(), telemetry.MetricStageDuration, "stage=auth"); got != 1 {
 				t.Errorf("auth stage observations: %v, want 1", got)
 			}
 		})

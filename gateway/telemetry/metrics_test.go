@@ -4,9 +4,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/gateway/telemetry/telemetrytest"
 )
 
 func newTestTelemetry(t testing.TB) *Telemetry {
@@ -130,50 +131,16 @@ func TestANilTelemetryRecordsNothingAndDoesNotPanic(t *testing.T) {
 	}
 }
 
-// samples are the series of the metric called name, by their labels
-// (name="value",… in name order), with a counter's or gauge's value or a
-// histogram's sample count.
+// samples are telemetrytest.Samples of tel's registry.
 func samples(t *testing.T, tel *Telemetry, name string) map[string]float64 {
 	t.Helper()
-	mfs, err := tel.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var labels []string
-			for _, l := range m.GetLabel() {
-				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
-			}
-			out[strings.Join(labels, ",")] = m.GetCounter().GetValue() + m.GetGauge().GetValue() +
-				float64(m.GetHistogram().GetSampleCount())
-		}
-	}
-	return out
+	return telemetrytest.Samples(t, tel.Registry(), name)
 }
 
-// sum is the sum of every sample of the metric called name (a counter's or
-// gauge's value).
+// sum is the sum of every sample of the metric called name.
 func sum(t *testing.T, tel *Telemetry, name string) float64 {
 	t.Helper()
-	mfs, err := tel.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
-	return total
+	return telemetrytest.Value(t, tel.Registry(), name)
 }
 
 // BenchmarkCallSpanEnd is the per-call cost of StartCall and End with

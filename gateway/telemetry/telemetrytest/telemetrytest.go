@@ -1,55 +1,76 @@
-// Package telemetrytest reads a Telemetry's metrics back in tests.
+// Package telemetrytest reads metrics back in tests, from a Telemetry's
+// registry or any other prometheus.Gatherer.
 package telemetrytest
 
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
-	"github.com/toolgate/toolgate/gateway/telemetry"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
-// New is a Telemetry with a registry of its own, labelled with version.
-func New(t testing.TB, version string) *telemetry.Telemetry {
+// Samples are the series of the metric called name, keyed by their labels
+// (name="value",… in name order), each with a counter's or gauge's value
+// or a histogram's sample count.
+func Samples(t testing.TB, g prometheus.Gatherer, name string) map[string]float64 {
 	t.Helper()
-	tel, err := telemetry.New(telemetry.Options{Version: version})
-	if err != nil {
-		t.Fatal(err)
+	out := map[string]float64{}
+	for _, s := range gather(t, g, name) {
+		out[strings.Join(s.labels, ",")] = s.value
 	}
-	return tel
+	return out
 }
 
-// Value is the value of the series of name whose labels include every
-// name=value pair of labels (a counter's or gauge's value; a histogram's
-// count), summed over the series that match.
-func Value(t testing.TB, tel *telemetry.Telemetry, name string, labels ...string) float64 {
+// Value sums the series of name whose labels include every name=value
+// pair of labels (unquoted: "stage=auth"); with no labels, every series.
+func Value(t testing.TB, g prometheus.Gatherer, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := tel.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var have []string
-			for _, l := range m.GetLabel() {
-				have = append(have, fmt.Sprintf("%s=%s", l.GetName(), l.GetValue()))
-			}
-			if !containsAll(have, labels) {
-				continue
-			}
-			total += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
+	for _, s := range gather(t, g, name) {
+		if hasAll(s.labels, labels) {
+			total += s.value
 		}
 	}
 	return total
 }
 
-func containsAll(have, want []string) bool {
+// series is one series: its labels as name="value" and its value.
+type series struct {
+	labels []string
+	value  float64
+}
+
+func gather(t testing.TB, g prometheus.Gatherer, name string) []series {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []series
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var s series
+			for _, l := range m.GetLabel() {
+				s.labels = append(s.labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			s.value = m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// hasAll reports whether have (name="value" pairs) holds each name=value
+// pair of want.
+func hasAll(have, want []string) bool {
 	for _, w := range want {
-		if !slices.Contains(have, w) {
+		name, value, _ := strings.Cut(w, "=")
+		if !slices.Contains(have, fmt.Sprintf("%s=%q", name, value)) {
 			return false
 		}
 	}
