@@ -521,10 +521,10 @@ func Serve(ctx context.Context, cfg gateway.Config, g *gateway.Gateway, doors []
 			return nil, errors.Join(err, closeDoors(s.doors))
 		}
 		p, err := plumbingFor(byAddr[a], opened, g.Authenticator(), log)
-		p.Telemetry = g.Telemetry()
 		if err != nil {
 			return nil, errors.Join(err, closeDoors(s.doors))
 		}
+		p.Telemetry = g.Telemetry()
 		handlers[a] = p.Wrap(mux)
 	}
 	for _, a := range addrs {
