@@ -161,7 +161,7 @@ func (g *Gateway) DecideApprovalAs(ctx context.Context, caller string, identity 
 func (g *Gateway) afterDecision(ctx context.Context, v *approvalView) *approvalView {
 	id := v.h.request.RequestID
 	if v.h.final() && !g.finaliseHeld(ctx, id) {
-		g.recovery.watchApproval(id, time.Time{}) // the sweep ends it
+		g.recovery.watchApproval(id, v.h.request.RequestedAt, time.Time{}) // the sweep ends it
 	}
 	g.notify(ctx, EventApprovalDecided, id)
 	if now, err := g.loadApproval(ctx, id); err == nil {

@@ -163,7 +163,7 @@ func (g *Gateway) askApproval(ctx, pre context.Context, p *prepared, rec *record
 		return nil, rec.failure(p.notRunCode(g.now()),
 			"evidence store unavailable, nothing was executed (retry with the same request_id): %v", err)
 	}
-	g.recovery.watchApproval(p.c.RequestID, stored.ExpiresAt)
+	g.recovery.watchApproval(p.c.RequestID, stored.RequestedAt, stored.ExpiresAt)
 	g.notify(ctx, EventApprovalPending, p.c.RequestID)
 	reason := evidence.AwaitingApprovalReason(id)
 	if err := rec.putDispatch(pre, evidence.NotDispatched, reason); err != nil {

@@ -17,9 +17,9 @@ const spoolScanTimeout = 2 * time.Second
 // the calls holding a slot, the spool, and the approvals waiting.
 func (g *Gateway) observeState() {
 	g.telemetry.SetGauges(telemetry.Gauges{
-		CallsInFlight:    func() int { return int(g.running.Load()) },
-		Spool:            g.spoolState,
-		ApprovalsPending: func() int { return g.recovery.pendingApprovals(g.now()) },
+		CallsInFlight: func() int { return int(g.running.Load()) },
+		Spool:         g.spoolState,
+		Approvals:     func() (int, time.Duration) { return g.recovery.pendingApprovals(g.now()) },
 	})
 }
 

@@ -284,23 +284,41 @@ func TestPolicyReloadsAreCountedOKOrRejected(t *testing.T) {
 }
 
 // TestApprovalsPendingCountsOnlyThoseWaitingForAPerson: an approval asked
-// for is pending until a person decides it or it expires.
+// for is pending until a person decides it or it expires, and the age
+// reported is that of the one waiting longest.
 func TestApprovalsPendingCountsOnlyThoseWaitingForAPerson(t *testing.T) {
 	e := newApprovalEnv(t, approvalEnvOptions{})
 	g := e.gws[0]
-	pending := func() int { return g.recovery.pendingApprovals(e.clock.Now()) }
+	check := func(when string, wantN int, wantAge time.Duration) {
+		t.Helper()
+		if n, age := g.recovery.pendingApprovals(e.clock.Now()); n != wantN || age != wantAge {
+			t.Fatalf("%s: %d pending, oldest %v; want %d, %v", when, n, age, wantN, wantAge)
+		}
+	}
+	check("before any approval", 0, 0)
 	first := e.pendingID("alice", "ap-1", nil)
+	e.clock.advance(10 * time.Minute)
 	e.pendingID("alice", "ap-2", nil)
-	if got := pending(); got != 2 {
-		t.Fatalf("pending = %d after two approvals were asked for, want 2", got)
-	}
+	e.clock.advance(5 * time.Minute)
+	check("two asked for", 2, 15*time.Minute)
 	e.mustDecide("bob", first, "approve", "fine")
-	if got := pending(); got != 1 {
-		t.Fatalf("pending = %d after one was approved, want 1", got)
-	}
+	check("the first approved", 1, 5*time.Minute)
 	e.clock.advance(2 * time.Hour)
-	if got := pending(); got != 0 {
-		t.Fatalf("pending = %d once the rest expired, want 0", got)
+	check("the rest expired", 0, 0)
+}
+
+// TestApprovalAgeSurvivesARestart: a gateway that finds a held request at
+// start-up reports how long it has waited since it was asked for, not
+// since the gateway started.
+func TestApprovalAgeSurvivesARestart(t *testing.T) {
+	e := newApprovalEnv(t, approvalEnvOptions{replicas: 2})
+	e.pendingID("alice", "ap-old", nil)
+	e.clock.advance(40 * time.Minute)
+	if _, err := e.gws[1].Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n, age := e.gws[1].recovery.pendingApprovals(e.clock.Now()); n != 1 || age != 40*time.Minute {
+		t.Fatalf("the replica that found it reports %d pending, oldest %v; want 1, 40m0s", n, age)
 	}
 }
 

@@ -101,16 +101,17 @@ type recovery struct {
 	inFlight map[string]int
 	left     map[string]unfinished
 	// approvals maps the requests held for approval that this process
-	// asked for or found at start-up to when their approval expires: the
-	// sweep ends them denied once it has, without walking the store.
-	approvals map[string]time.Time
+	// asked for or found at start-up to when their approval was asked
+	// for and when it expires: the sweep ends them denied once it has,
+	// without walking the store.
+	approvals map[string]watchedApproval
 	// decided are the watched approvals a person has answered: no longer
 	// pending, though still watched until their request ends.
 	decided map[string]struct{}
 }
 
 func newRecovery() *recovery {
-	return &recovery{inFlight: map[string]int{}, left: map[string]unfinished{}, approvals: map[string]time.Time{},
+	return &recovery{inFlight: map[string]int{}, left: map[string]unfinished{}, approvals: map[string]watchedApproval{},
 		decided: map[string]struct{}{}}
 }
 
@@ -123,25 +124,32 @@ func (r *recovery) approvalDecided(requestID string) {
 	}
 }
 
+// watchedApproval is when a watched approval was asked for and when it
+// expires (zero: due now).
+type watchedApproval struct{ requested, expires time.Time }
+
 // pendingApprovals counts the watched approvals still waiting for a
-// person at now: not answered, not expired.
-func (r *recovery) pendingApprovals(now time.Time) int {
+// person at now (not answered, not expired), and how long the one asked
+// for first has waited.
+func (r *recovery) pendingApprovals(now time.Time) (n int, oldestAge time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := 0
-	for id, expires := range r.approvals {
-		if _, done := r.decided[id]; !done && now.Before(expires) {
-			n++
+	for id, a := range r.approvals {
+		if _, done := r.decided[id]; done || !now.Before(a.expires) {
+			continue
 		}
+		n++
+		oldestAge = max(oldestAge, now.Sub(a.requested))
 	}
-	return n
+	return n, oldestAge
 }
 
-// watchApproval notes a request held for approval until expires.
-func (r *recovery) watchApproval(requestID string, expires time.Time) {
+// watchApproval notes a request whose approval was asked for at
+// requested, held until expires.
+func (r *recovery) watchApproval(requestID string, requested, expires time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.approvals[requestID] = expires
+	r.approvals[requestID] = watchedApproval{requested: requested, expires: expires}
 }
 
 // unwatchApproval forgets a request whose approval has ended.
@@ -158,8 +166,8 @@ func (r *recovery) expiredApprovals(now time.Time) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var ids []string
-	for id, expires := range r.approvals {
-		if !now.Before(expires) {
+	for id, a := range r.approvals {
+		if !now.Before(a.expires) {
 			ids = append(ids, id)
 		}
 	}
@@ -290,7 +298,7 @@ func (g *Gateway) watchHeld(ctx context.Context, id string, keys []string) {
 	if h.final() {
 		expires = time.Time{} // denied, not yet ended: due now
 	}
-	g.recovery.watchApproval(id, expires)
+	g.recovery.watchApproval(id, h.request.RequestedAt, expires)
 	if h.verdict != nil {
 		g.recovery.approvalDecided(id)
 	}

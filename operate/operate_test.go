@@ -349,7 +349,8 @@ func TestTheAlertTestsCatchABrokenAlert(t *testing.T) {
 		{"a reload alert on the wrong value fires on accepted reloads", "^a rejected reload", "(toolgate_policy_last_reload_successful) == 0", "(toolgate_policy_last_reload_successful) == 1"},
 		{"a deny spike without the traffic guard fires on two denies", "^a deny ratio far above", "\n          and\n          sum by (job, instance) (increase(toolgate_calls_total{decision=\"deny\"}[5m])) >= 10", ""},
 		{"a capacity alert on every limit fires on oversized requests", "^calls turned away", `toolgate_limit_hits_total{limit=~"max_concurrent_calls|max_connections"}`, "toolgate_limit_hits_total"},
-		{"an approvals alert without its 2 hours fires on a queue emptied now and then", "^approvals pending for 2 hours", "        for: 2h\n", ""},
+		{"an approvals alert at 20 hours misses a 2-hour wait", "^an approval waiting over 2 hours", "toolgate_approvals_oldest_pending_age_seconds > 2 * 3600", "toolgate_approvals_oldest_pending_age_seconds > 20 * 3600"},
+		{"an approvals alert at 1 hour fires on a 100-minute wait", "^an approval waiting over 2 hours", "toolgate_approvals_oldest_pending_age_seconds > 2 * 3600", "toolgate_approvals_oldest_pending_age_seconds > 1 * 3600"},
 	}
 	dir := t.TempDir()
 	tests0, err := os.ReadFile(alertTestsFile)

@@ -40,6 +40,9 @@ const (
 	MetricShadowFlips = "toolgate_shadow_flips_total"
 	// MetricApprovalsPending is the approval requests waiting for a person.
 	MetricApprovalsPending = "toolgate_approvals_pending"
+	// MetricApprovalsOldestAge is how long the longest-waiting of them has
+	// waited; 0 when none waits.
+	MetricApprovalsOldestAge = "toolgate_approvals_oldest_pending_age_seconds"
 	// MetricPolicyReloads counts policy reloads by result (ok, rejected).
 	MetricPolicyReloads = "toolgate_policy_reloads_total"
 	// MetricPolicyLastReloadOK is 1 when the last policy reload took (or
@@ -119,8 +122,9 @@ type Gauges struct {
 	// toolgate_spool_oldest_age_seconds, read together so that a scrape
 	// looks at the spool once.
 	Spool func() (artifacts int, oldestAge time.Duration)
-	// ApprovalsPending is toolgate_approvals_pending.
-	ApprovalsPending func() int
+	// Approvals is toolgate_approvals_pending and
+	// toolgate_approvals_oldest_pending_age_seconds, read together.
+	Approvals func() (pending int, oldestAge time.Duration)
 }
 
 // metrics are the Telemetry's Prometheus metrics other than the stage
@@ -371,6 +375,8 @@ var (
 		"Age of the oldest artifact in the local spool; 0 when it is empty.", nil, nil)
 	descApprovals = prometheus.NewDesc(MetricApprovalsPending,
 		"Approval requests waiting for a person's answer.", nil, nil)
+	descApprovalsAge = prometheus.NewDesc(MetricApprovalsOldestAge,
+		"How long the approval request waiting longest has waited; 0 when none waits.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -379,6 +385,7 @@ func (gc *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descSpool
 	ch <- descSpoolAge
 	ch <- descApprovals
+	ch <- descApprovalsAge
 }
 
 // Collect implements prometheus.Collector.
@@ -387,21 +394,25 @@ func (gc *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	if g == nil {
 		g = &Gauges{}
 	}
-	read := func(f func() int) float64 {
-		if f == nil {
-			return 0
-		}
-		return float64(f())
+	inFlight := 0
+	if g.CallsInFlight != nil {
+		inFlight = g.CallsInFlight()
 	}
-	var spooled int
-	var age time.Duration
-	if g.Spool != nil {
-		spooled, age = g.Spool()
+	ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(inFlight))
+	countAndAge(ch, g.Spool, descSpool, descSpoolAge)
+	countAndAge(ch, g.Approvals, descApprovals, descApprovalsAge)
+}
+
+// countAndAge reports a queue's length and its oldest entry's age, read
+// once by f; both are 0 when f is nil.
+func countAndAge(ch chan<- prometheus.Metric, f func() (int, time.Duration), count, age *prometheus.Desc) {
+	var n int
+	var oldest time.Duration
+	if f != nil {
+		n, oldest = f()
 	}
-	ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, read(g.CallsInFlight))
-	ch <- prometheus.MustNewConstMetric(descSpool, prometheus.GaugeValue, float64(spooled))
-	ch <- prometheus.MustNewConstMetric(descSpoolAge, prometheus.GaugeValue, age.Seconds())
-	ch <- prometheus.MustNewConstMetric(descApprovals, prometheus.GaugeValue, read(g.ApprovalsPending))
+	ch <- prometheus.MustNewConstMetric(count, prometheus.GaugeValue, float64(n))
+	ch <- prometheus.MustNewConstMetric(age, prometheus.GaugeValue, oldest.Seconds())
 }
 
 // boundedMap is a read-mostly map that stops growing at max entries.

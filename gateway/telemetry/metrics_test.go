@@ -79,14 +79,15 @@ func TestCountersAndGaugesReadWhatTheGatewayReports(t *testing.T) {
 	tel.FrontDoorRequest(DoorGRPC)
 	tel.ObserveStage(StageAuth, time.Millisecond)
 	tel.SetGauges(Gauges{
-		CallsInFlight:    func() int { return 2 },
-		Spool:            func() (int, time.Duration) { return 5, 90 * time.Second },
-		ApprovalsPending: func() int { return 1 },
+		CallsInFlight: func() int { return 2 },
+		Spool:         func() (int, time.Duration) { return 5, 90 * time.Second },
+		Approvals:     func() (int, time.Duration) { return 1, time.Hour },
 	})
 	for name, want := range map[string]float64{
 		MetricLimitHits: 1, MetricStoreErrors: 2, MetricStoreRetries: 1, MetricShadowFlips: 1,
 		MetricRedactionFindings: 3, MetricFrontDoorRequests: 1, MetricCallsInFlight: 2,
-		MetricSpoolArtifacts: 5, MetricSpoolOldestAge: 90, MetricApprovalsPending: 1, MetricBuildInfo: 1,
+		MetricSpoolArtifacts: 5, MetricSpoolOldestAge: 90, MetricApprovalsPending: 1, MetricApprovalsOldestAge: 3600,
+		MetricBuildInfo: 1,
 	} {
 		if got := sum(t, tel, name); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
@@ -108,7 +109,7 @@ func TestGaugesReadZeroBeforeTheGatewayGivesThem(t *testing.T) {
 			t.Errorf("%s has %d series before anything happened, want %d at 0", name, got, want)
 		}
 	}
-	for _, name := range []string{MetricCallsInFlight, MetricSpoolArtifacts, MetricSpoolOldestAge, MetricApprovalsPending} {
+	for _, name := range []string{MetricCallsInFlight, MetricSpoolArtifacts, MetricSpoolOldestAge, MetricApprovalsPending, MetricApprovalsOldestAge} {
 		if got := sum(t, tel, name); got != 0 {
 			t.Errorf("%s = %v before SetGauges, want 0", name, got)
 		}
