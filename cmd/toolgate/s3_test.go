@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -219,6 +220,15 @@ func TestStoreOutages(t *testing.T) {
 	if n := lines(t, filepath.Join(ws, "a.count")); n != 0 {
 		t.Fatal("(a) the tool ran although its evidence could not be written")
 	}
+	// An operator sees the outage on /metrics: the store's failed writes
+	// (what ToolgateEvidenceStoreFailing fires on) and the spooled artifacts.
+	text := scrape(t, gw)
+	if v := sampleValue(text, "toolgate_evidence_store_errors_total", `op="put"`); v == "" || v == "0" {
+		t.Errorf("store errors{op=put} = %q while the store refused writes", v)
+	}
+	if v := sampleValue(text, "toolgate_spool_artifacts"); v != "3" {
+		t.Errorf("spool artifacts = %q, want 3", v)
+	}
 
 	// The gateway stops while the store is still down; the spool outlives
 	// it, and the next gateway flushes it once the store is back.
@@ -236,6 +246,15 @@ func TestStoreOutages(t *testing.T) {
 	gw = startServerEnv(t, dir, m.Env(), "--config", cfg)
 	client = dial(t, gw.addr)
 	waitForKey(t, bucket, evidence.Key("outage-b", evidence.ArtifactManifest))
+	eventually(t, 10*time.Second, "the flush shows on /metrics", func() error {
+		text := scrape(t, gw)
+		spooled := sampleValue(text, "toolgate_spool_artifacts")
+		retries, _ := strconv.ParseFloat(sampleValue(text, "toolgate_evidence_store_retries_total"), 64)
+		if spooled != "0" || retries < 3 {
+			return fmt.Errorf("spool artifacts %q, retries %v; want 0 and at least one per spooled artifact (3)", spooled, retries)
+		}
+		return nil
+	})
 	rep, err = evidence.Verify(ctx, bucket, "outage-b")
 	if err != nil || rep.Status != evidence.StatusOK {
 		t.Fatalf("(b) verify after the flush = %+v, %v; want ok", rep, err)
