@@ -73,7 +73,9 @@ step "the MCP TypeScript SDK and the MCP Inspector, at pinned versions, for the 
 (cd gateway/frontdoor/mcp/testdata/inspector && npm ci --ignore-scripts --no-audit --no-fund)
 
 step "go test -race"
-go test -race -count=1 ./...
+# cmd/toolgate runs the real binary, MinIO and the npm clients end to end: about 7.5 minutes on an
+# idle 2-core machine, too close to go test's default 10-minute limit per package on a busy one.
+go test -race -count=1 -timeout=30m ./...
 
 step "fuzz targets, briefly"
 # A count, not a duration: with a duration, Go 1.26's fuzz coordinator can report a spurious
