@@ -191,7 +191,8 @@ func (m *MinIO) Kill(t testing.TB) {
 }
 
 // Freeze stops the server with SIGSTOP, as a hung disk or a paused VM
-// would: connections are accepted by the kernel but nothing answers. Thaw
+// would: connections are accepted by the kernel but nothing answers. It
+// returns once /proc shows every thread of the server stopped. Thaw
 // resumes it; a frozen server is thawed when the test ends, before it is
 // stopped.
 func (m *MinIO) Freeze(t testing.TB) {
@@ -202,6 +203,37 @@ func (m *MinIO) Freeze(t testing.TB) {
 			m.cmd.Process.Signal(syscall.SIGCONT)
 		}
 	})
+	// kill returns once the signal is sent; a thread running on another
+	// CPU may still answer a request until it is stopped.
+	deadline := time.Now().Add(10 * time.Second)
+	for !allThreadsStopped(m.cmd.Process.Pid) {
+		if time.Now().After(deadline) {
+			t.Fatal("evidencetest: MinIO.Freeze: the server's threads did not all stop within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// allThreadsStopped reports whether every thread of process pid is in
+// the stopped state ("T" in /proc/<pid>/task/<tid>/stat).
+func allThreadsStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		// The state follows the command name, which is in parentheses
+		// and may itself hold spaces or parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) || stat[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
 
 // Thaw resumes a server stopped by Freeze (SIGCONT).
