@@ -346,15 +346,7 @@ func TestHostileReadinessDuringShutdown(t *testing.T) {
 			"--tool", "workspace.shell", "--args", `{"command": "sleep 3; echo finished"}`)
 		done <- code
 	}()
-	decision := filepath.Join(dir, "toolgate-evidence", "requests", "drain-1", "policy_decision.json")
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(decision); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the call never started")
-		}
-	}
+	waitForFile(t, filepath.Join(dir, "toolgate-evidence", "requests", "drain-1", "policy_decision.json"), "the call never started")
 	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -417,15 +409,7 @@ func TestHostileMetricsMoveAsAUserExpects(t *testing.T) {
 		_, err := runCall(t, c, "slow-1", "workspace.shell", map[string]any{"command": "sleep 2"})
 		slow <- err
 	}()
-	decision := filepath.Join(dir, "evidence", "requests", "slow-1", "policy_decision.json")
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(decision); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the slow call never started")
-		}
-	}
+	waitForFile(t, filepath.Join(dir, "evidence", "requests", "slow-1", "policy_decision.json"), "the slow call never started")
 	inFlight := sampleValue(scrape(t, srv), "toolgate_calls_in_flight")
 	if _, err := runCall(t, c, "busy-1", "workspace.shell", map[string]any{"command": "true"}); err == nil {
 		t.Fatal("a second call ran beside the first under max_concurrent_calls: 1")

@@ -281,17 +281,7 @@ func TestGracefulShutdown(t *testing.T) {
 			"--tool", "workspace.shell", "--args", `{"command": "sleep 2; echo finished"}`)
 		res <- result{out, code}
 	}()
-	decision := filepath.Join(dir, "toolgate-evidence", "requests", "slow-1", "policy_decision.json")
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := os.Stat(decision); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the call never started")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitForFile(t, filepath.Join(dir, "toolgate-evidence", "requests", "slow-1", "policy_decision.json"), "the call never started")
 	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -530,4 +520,19 @@ permit (principal, action, resource);`)
 		t.Fatal(err)
 	}
 	waitRule("reads_again")
+}
+
+// waitForFile waits up to 20 s for path to exist, polling every 20 ms,
+// and fails the test with why when it does not: a call's
+// policy_decision.json says the call has started.
+func waitForFile(t *testing.T, path, why string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(why)
+		}
+	}
 }
