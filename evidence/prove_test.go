@@ -71,7 +71,7 @@ func mustProve(t testing.TB, r Reader, id string, opts ProveOptions) []byte {
 	return p
 }
 
-func trust(signers ...*Signer) ProofOptions {
+func trustLogs(signers ...*Signer) ProofOptions {
 	var o ProofOptions
 	for _, s := range signers {
 		o.LogKeys = append(o.LogKeys, s.PublicKey())
@@ -106,7 +106,7 @@ func TestAProofRoundTripsOfflineOnMemoryAndFileStores(t *testing.T) {
 			mustFlush(t, l)
 			for i, id := range []string{ids[0], ids[99], ids[100], ids[149]} {
 				data := mustProve(t, s, id, ProveOptions{})
-				rep, err := VerifyProof(data, trust(testSigner(t, 9), signer))
+				rep, err := VerifyProof(data, trustLogs(testSigner(t, 9), signer))
 				if err != nil {
 					t.Fatalf("%s: %v\n%s", id, err, data)
 				}
@@ -143,7 +143,7 @@ func provedLog(t *testing.T, signer *Signer) (*MemoryStore, []byte) {
 func TestAFlippedBitAnywhereInAProofFails(t *testing.T) {
 	signer := testSigner(t, 1)
 	_, data := provedLog(t, signer)
-	opts := trust(signer)
+	opts := trustLogs(signer)
 	if _, err := VerifyProof(data, opts); err != nil {
 		t.Fatal(err)
 	}
@@ -203,13 +203,13 @@ func TestAProofFailsWhenWhatItProvesIsSwappedOrUntrusted(t *testing.T) {
 		opts  ProofOptions
 		want  string
 	}{
-		{"a proof checked with another gateway's key fails", data, trust(testSigner(t, 2)), "no trusted log key"},
+		{"a proof checked with another gateway's key fails", data, trustLogs(testSigner(t, 2)), "no trusted log key"},
 		{"a manifest swapped for another valid signed manifest fails", reextra(t, data, func(x *proofExtra) { x.Manifest = otherExtra.Manifest }),
-			trust(signer), "the entry commits to"},
+			trustLogs(signer), "the entry commits to"},
 		{"an entry and manifest swapped for another request's fail the inclusion proof", reextra(t, data, func(x *proofExtra) { *x = otherExtra }),
-			trust(signer), "not included"},
-		{"a proof of an unsigned manifest fails", mustProve(t, unsigned, "u1", ProveOptions{}), trust(signer), "not signed"},
-		{"unknown fields in the extra data fail", bytes.Replace(data, []byte("extra "), []byte("extra eyJ"), 1), trust(signer), "malformed"},
+			trustLogs(signer), "not included"},
+		{"a proof of an unsigned manifest fails", mustProve(t, unsigned, "u1", ProveOptions{}), trustLogs(signer), "not signed"},
+		{"unknown fields in the extra data fail", bytes.Replace(data, []byte("extra "), []byte("extra eyJ"), 1), trustLogs(signer), "malformed"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -250,7 +250,7 @@ func TestAProofOfACosignedCheckpointNeedsItsWitnesses(t *testing.T) {
 	mustPut(t, s, fmt.Sprintf("%s%s%020d", LogPrefix("gw-1"), cosignedDir, heads[0].size), testCosign(t, cp, w.signer))
 	data := mustProve(t, s, "r1", ProveOptions{Cosigned: true})
 
-	withWitness := trust(signer)
+	withWitness := trustLogs(signer)
 	withWitness.Witnesses = []note.Verifier{w.verifier}
 	withWitness.WitnessThreshold = 1
 	rep, err := VerifyProof(data, withWitness)
@@ -262,7 +262,7 @@ func TestAProofOfACosignedCheckpointNeedsItsWitnesses(t *testing.T) {
 		name string
 		opts ProofOptions
 	}{
-		{"a cosignature by a witness not given fails: no line goes unchecked", trust(signer)},
+		{"a cosignature by a witness not given fails: no line goes unchecked", trustLogs(signer)},
 		{"a threshold of two witnesses with one cosignature fails", ProofOptions{LogKeys: withWitness.LogKeys,
 			Witnesses: []note.Verifier{w.verifier, other.verifier}, WitnessThreshold: 2}},
 	}
@@ -396,7 +396,7 @@ func TestProofSizeAtOneHundredThousandEntries(t *testing.T) {
 	}
 	mustPut(t, s, seqKey(LogPrefix("gw-1")+checkpointDir, uint64(size)), cp)
 	data := mustProve(t, s, fmt.Sprintf("01J%023d", target), ProveOptions{})
-	rep, err := VerifyProof(data, trust(signer))
+	rep, err := VerifyProof(data, trustLogs(signer))
 	if err != nil || rep.Index != uint64(target) || rep.CheckpointSize != uint64(size) {
 		t.Fatalf("report %+v, err %v", rep, err)
 	}
@@ -457,7 +457,7 @@ func FuzzVerifyProof(f *testing.F) {
 		proofs = append(proofs, mustProve(f, s, id, ProveOptions{}))
 		f.Add(proofs[len(proofs)-1])
 	}
-	opts := trust(signer)
+	opts := trustLogs(signer)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, err := VerifyProof(data, opts)
 		switch {

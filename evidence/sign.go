@@ -2,6 +2,7 @@ package evidence
 
 import (
 	"github.com/toolgate/toolgate/evidence/tlog"
+	"github.com/toolgate/toolgate/evidence/trust"
 	"golang.org/x/mod/sumdb/note"
 
 	"bytes"
@@ -314,4 +315,15 @@ func (s *Signer) DeriveKey(purpose string) []byte {
 	mac := hmac.New(sha256.New, s.key.Seed())
 	mac.Write([]byte(purpose))
 	return mac.Sum(nil)
+}
+
+// recordMACPurpose labels the key Sealer derives for record MACs.
+const recordMACPurpose = "toolgate record seal mac v1"
+
+// Sealer returns the sealer of the records the gateway reads back and
+// acts on (see package trust): it signs with this key and MACs with a key
+// derived from it, so one signing key gives a gateway everything it needs
+// to authenticate its own store.
+func (s *Signer) Sealer() (*trust.Sealer, error) {
+	return trust.NewSealer(s.key, s.DeriveKey(recordMACPurpose))
 }

@@ -25,7 +25,7 @@ func mustCosign(t *testing.T, s Store, urls ...string) CosignReport {
 
 func witnessOpts(t *testing.T, signer *Signer, ws ...*evidencetest.Witness) ProofOptions {
 	t.Helper()
-	o := trust(signer)
+	o := trustLogs(signer)
 	for _, w := range ws {
 		v, err := tlog.ParseWitnessKey(w.VKey)
 		if err != nil {

@@ -6,6 +6,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/evidence/trust"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
@@ -52,11 +54,15 @@ type Options struct {
 	// decision is durable; RunSpoolFlusher moves them to the store later.
 	Spool *evidence.Spool
 	// Signer, if set, signs every manifest.
-	Signer   *evidence.Signer
-	Redactor *redact.Redactor
-	Auth     *Authenticator
-	Drivers  map[string]drivers.Driver
-	Tools    map[string]Tool
+	Signer *evidence.Signer
+	// TrustedKeys are the public keys of the replicas sharing the store,
+	// whose signed records (manifests, approvals, attempts closed not
+	// dispatched) this gateway believes; its own key is always trusted.
+	TrustedKeys []ed25519.PublicKey
+	Redactor    *redact.Redactor
+	Auth        *Authenticator
+	Drivers     map[string]drivers.Driver
+	Tools       map[string]Tool
 	// Shadows maps an enforcing policy_ref to a policy set evaluated beside
 	// it on every call and recorded, never enforced. No caller may name a
 	// shadow set in ctx.policy_ref.
@@ -92,6 +98,10 @@ type Gateway struct {
 	spool     *evidence.Spool
 	spoolKick chan struct{}
 	signer    *evidence.Signer
+	// sealer seals, and trusted opens, the records the gateway reads
+	// back and acts on; both nil when manifests are not signed.
+	sealer    *trust.Sealer
+	trusted   *trust.Keyring
 	redactor  *redact.Redactor
 	auth      *Authenticator
 	drivers   map[string]drivers.Driver
@@ -181,6 +191,9 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if g.approvalTTL <= 0 {
 		g.approvalTTL = DefaultApprovalTTL
+	}
+	if err := g.setTrust(opts.TrustedKeys); err != nil {
+		return nil, err
 	}
 	if g.now == nil {
 		g.now = time.Now

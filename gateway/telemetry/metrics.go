@@ -55,6 +55,11 @@ const (
 	// MetricFrontDoorRequests counts requests each door received, by door
 	// (grpc, mcp, tpmjs, agentspaces, …), before authentication.
 	MetricFrontDoorRequests = "toolgate_frontdoor_requests_total"
+	// MetricTampering counts records read back from the evidence store
+	// that failed authentication, by record (the Record constants): a
+	// forged, altered, moved or untrusted record the gateway refused to
+	// act on.
+	MetricTampering = "toolgate_evidence_tampering_total"
 	// MetricBuildInfo is 1, labelled with the running version.
 	MetricBuildInfo = "toolgate_build_info"
 )
@@ -73,6 +78,20 @@ const (
 	StoreOpGet  = "get"
 	StoreOpList = "list"
 )
+
+// The records MetricTampering counts, by what the gateway was about to
+// do with them.
+const (
+	RecordApproval      = "approval"       // approval.json or approval_request.json
+	RecordAttempt       = "attempt"        // a decision or dispatch record
+	RecordClaim         = "claim"          // request.json, read by recovery
+	RecordResponse      = "response"       // a stored response and its manifest, replayed
+	RecordLog           = "log"            // a log batch, lease or checkpoint
+	RecordInstanceLease = "instance_lease" // the instance's writer lease
+)
+
+// tamperingRecords are MetricTampering's record label values.
+var tamperingRecords = [...]string{RecordApproval, RecordAttempt, RecordClaim, RecordResponse, RecordLog, RecordInstanceLease}
 
 // The results MetricPolicyReloads counts.
 const (
@@ -138,6 +157,7 @@ type metrics struct {
 
 	limitHits   *prometheus.CounterVec
 	storeErrors *prometheus.CounterVec
+	tampering   *prometheus.CounterVec
 	retries     prometheus.Counter
 	shadowFlips prometheus.Counter
 	reloads     [2]prometheus.Counter // ok, rejected
@@ -176,6 +196,10 @@ func (m *metrics) register(reg prometheus.Registerer, version string) error {
 		Name: MetricStoreErrors,
 		Help: "Evidence store operations that failed, by op (put, get, list).",
 	}, []string{"op"})
+	m.tampering = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: MetricTampering,
+		Help: "Records read back from the evidence store that failed authentication and were not acted on, by record (approval, attempt, claim, response, log, instance_lease).",
+	}, []string{"record"})
 	m.retries = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: MetricStoreRetries,
 		Help: "Evidence store writes tried again: each spooled artifact the flusher tries to move to the store.",
@@ -219,11 +243,14 @@ func (m *metrics) register(reg prometheus.Registerer, version string) error {
 	for _, op := range []string{StoreOpPut, StoreOpGet, StoreOpList} {
 		m.storeErrors.WithLabelValues(op)
 	}
+	for _, r := range tamperingRecords {
+		m.tampering.WithLabelValues(r)
+	}
 	m.callSeries.init(maxCallSeries)
 	m.findingSeries.init(maxLabelValues)
 	m.doorSeries.init(maxLabelValues)
 	m.callRules.max, m.callTools.max = maxLabelValues, maxLabelValues
-	for _, c := range []prometheus.Collector{m.calls, callSeconds, m.limitHits, m.storeErrors,
+	for _, c := range []prometheus.Collector{m.calls, callSeconds, m.limitHits, m.storeErrors, m.tampering,
 		m.retries, m.shadowFlips, reloads, m.lastReload, m.findings, m.doors, buildInfo, &gaugeCollector{m: m}} {
 		if err := reg.Register(c); err != nil {
 			return err
@@ -290,6 +317,21 @@ func (t *Telemetry) StoreError(op string) {
 		return
 	}
 	t.m.storeErrors.WithLabelValues(op).Inc()
+}
+
+// Tampering counts one record that failed authentication; record is one
+// of the Record constants (any other counts as log).
+func (t *Telemetry) Tampering(record string) {
+	if t == nil {
+		return
+	}
+	for _, r := range tamperingRecords {
+		if r == record {
+			t.m.tampering.WithLabelValues(r).Inc()
+			return
+		}
+	}
+	t.m.tampering.WithLabelValues(RecordLog).Inc()
 }
 
 // StoreRetry counts one store write tried again.

@@ -1,0 +1,135 @@
+package trust
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func testSealer(t testing.TB, seed byte) *Sealer {
+	t.Helper()
+	seedBytes := make([]byte, 32)
+	seedBytes[0] = seed
+	mac := make([]byte, 32)
+	mac[0] = seed
+	s, err := NewSealer(ed25519.NewKeyFromSeed(seedBytes), mac)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestSealOpenRoundTrip(t *testing.T) {
+	t.Parallel()
+	s := testSealer(t, 1)
+	ring, err := NewKeyring([]ed25519.PublicKey{s.PublicKey()}, s.MACKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, body string }{
+		{"object", `{"a":1,"b":"x"}`},
+		{"indented with newline", "{\n  \"a\": 1\n}\n"},
+		{"empty object", `{}`},
+		{"text that looks like a seal", `{"note":"\"seal\":{}"}`},
+	} {
+		for _, alg := range []string{AlgEd25519, AlgHMAC} {
+			t.Run(tc.name+"/"+alg, func(t *testing.T) {
+				seal := s.Sign
+				if alg == AlgHMAC {
+					seal = s.MAC
+				}
+				sealed, err := seal("requests/r1/x.json", []byte(tc.body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, got, err := ring.Open("requests/r1/x.json", sealed)
+				if err != nil {
+					t.Fatalf("Open: %v (sealed %s)", err, sealed)
+				}
+				if string(body) != tc.body || got.Algorithm != alg {
+					t.Fatalf("Open = %q, %s; want %q, %s", body, got.Algorithm, tc.body, alg)
+				}
+			})
+		}
+	}
+}
+
+func TestOpenRefusesTampering(t *testing.T) {
+	t.Parallel()
+	s := testSealer(t, 1)
+	other := testSealer(t, 2)
+	ring, _ := NewKeyring([]ed25519.PublicKey{s.PublicKey()}, s.MACKey())
+	const key = "requests/r1/approval.json"
+	good, _ := s.Sign(key, []byte(`{"decision":"deny"}`))
+	mac, _ := s.MAC(key, []byte(`{"decision":"deny"}`))
+	foreign, _ := other.Sign(key, []byte(`{"decision":"approve"}`))
+	foreignMAC, _ := other.MAC(key, []byte(`{"decision":"approve"}`))
+	for _, tc := range []struct {
+		name, key string
+		data      []byte
+		want      error
+	}{
+		{"unsealed", key, []byte(`{"decision":"approve"}`), ErrUnsealed},
+		{"content changed", key, []byte(strings.Replace(string(good), "deny", "allo", 1)), nil},
+		{"moved to another request", "requests/r2/approval.json", good, nil},
+		{"signed by an untrusted key", key, foreign, ErrUntrustedKey},
+		{"MAC by an unknown key", key, foreignMAC, ErrUntrustedKey},
+		{"MAC changed", key, []byte(strings.Replace(string(mac), "deny", "dent", 1)), nil},
+		{"seal value not base64", key, []byte(`{"decision":"approve","seal":{"alg":"ed25519","key_id":"x","value":"!!"}}`), nil},
+		{"unknown algorithm", key, []byte(`{"decision":"approve","seal":{"alg":"none","key_id":"x","value":""}}`), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := ring.Open(tc.key, tc.data)
+			if !errors.Is(err, ErrTampered) {
+				t.Fatalf("Open = %v, want ErrTampered", err)
+			}
+			if tc.want != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("Open = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	if _, _, err := ring.OpenSigned(key, mac); !errors.Is(err, ErrTampered) {
+		t.Fatalf("OpenSigned of a MAC = %v, want ErrTampered", err)
+	}
+}
+
+func TestSealRefusesNonObjectsAndDoubleSeals(t *testing.T) {
+	t.Parallel()
+	s := testSealer(t, 1)
+	for _, body := range []string{``, `[]`, `"x"`, `{"a":1`} {
+		if _, err := s.Sign("k", []byte(body)); err == nil {
+			t.Errorf("Sign(%q) succeeded", body)
+		}
+	}
+	once, _ := s.Sign("k", []byte(`{"a":1}`))
+	if _, err := s.MAC("k", once); err == nil {
+		t.Error("sealing a sealed record succeeded")
+	}
+}
+
+func FuzzOpen(f *testing.F) {
+	s := testSealer(f, 1)
+	ring, _ := NewKeyring([]ed25519.PublicKey{s.PublicKey()}, s.MACKey())
+	good, _ := s.Sign("k", []byte(`{"a":1}`))
+	f.Add(good)
+	f.Add([]byte(`{"seal":{"alg":"ed25519","key_id":"","value":""}}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		body, seal, err := ring.Open("k", data)
+		if err != nil {
+			if !errors.Is(err, ErrTampered) {
+				t.Fatalf("Open error %v does not wrap ErrTampered", err)
+			}
+			return
+		}
+		// Whatever opens must be what the sealer made of body.
+		resealed, err := s.Sign("k", body)
+		if seal.Algorithm == AlgHMAC {
+			resealed, err = s.MAC("k", body)
+		}
+		if err != nil || string(resealed) != string(data) {
+			t.Fatalf("opened %q to %q, which seals to %q (%v)", data, body, resealed, err)
+		}
+	})
+}
