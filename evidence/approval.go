@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/evidence/tlog"
+	"github.com/toolgate/toolgate/evidence/trust"
 )
 
 // approvalIDPrefix starts every approval id.
@@ -71,8 +72,11 @@ const DecisionApprovalRequired = "approval_required"
 
 // decodeStrict decodes data into v as ParseManifest does: unknown fields,
 // fields given twice and trailing data are errors, so that a reader and
-// the verifier cannot see two different records in one file.
+// the verifier cannot see two different records in one file. A seal (see
+// package trust) is not part of the record and is left out; whoever acts
+// on the record checks it.
 func decodeStrict(data []byte, v any) error {
+	data, _, _ = trust.Split(data)
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

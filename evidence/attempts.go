@@ -2,9 +2,12 @@ package evidence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/toolgate/toolgate/evidence/trust"
 )
 
 // AttemptOpen is the state of an attempt that has no dispatch record yet:
@@ -33,15 +36,29 @@ type Attempt struct {
 // in order; a request always has at least its first. An unreadable
 // dispatch record is an error: the state it would settle cannot be told.
 func ReadAttempts(ctx context.Context, s Reader, requestID string, keys []string) ([]Attempt, error) {
-	return readAttempts(ctx, s.Get, requestID, keys)
+	return readAttempts(ctx, s.Get, requestID, keys, nil)
+}
+
+// ReadAttemptsTrusted is ReadAttempts for a reader about to act on the
+// attempts: every record that closes an attempt not dispatched, the only
+// record that lets a retry run a request again, must carry a signature by
+// a key ring trusts (see package trust). One that does not is an error
+// wrapping trust.ErrTampered. A dispatch marker is not checked: it only
+// ever stops a request from running.
+func ReadAttemptsTrusted(ctx context.Context, s Reader, requestID string, keys []string, ring *trust.Keyring) ([]Attempt, error) {
+	if ring == nil {
+		return nil, errors.New("evidence: read attempts: no keys to check them with")
+	}
+	return readAttempts(ctx, s.Get, requestID, keys, ring)
 }
 
 // getFunc reads one artifact, as Reader.Get does.
 type getFunc func(ctx context.Context, key string) ([]byte, error)
 
 // readAttempts is ReadAttempts reading dispatch records with get, which
-// lets the verifier read them from the store or the spool.
-func readAttempts(ctx context.Context, get getFunc, requestID string, keys []string) ([]Attempt, error) {
+// lets the verifier read them from the store or the spool, and checking
+// the closing records' signatures with ring, when set.
+func readAttempts(ctx context.Context, get getFunc, requestID string, keys []string, ring *trust.Keyring) ([]Attempt, error) {
 	byNumber := map[int]*Attempt{1: {Number: 1, State: AttemptOpen}}
 	has := map[string]bool{}
 	for _, k := range keys {
@@ -65,7 +82,7 @@ func readAttempts(ctx context.Context, get getFunc, requestID string, keys []str
 	attempts := make([]Attempt, 0, len(numbers))
 	for _, n := range numbers {
 		a := byNumber[n]
-		if err := settle(ctx, get, requestID, a, has); err != nil {
+		if err := settle(ctx, get, requestID, a, has, ring); err != nil {
 			return nil, err
 		}
 		attempts = append(attempts, *a)
@@ -74,12 +91,12 @@ func readAttempts(ctx context.Context, get getFunc, requestID string, keys []str
 }
 
 // settle fills in a's state from its dispatch records, when it has any.
-func settle(ctx context.Context, get getFunc, requestID string, a *Attempt, has map[string]bool) error {
+func settle(ctx context.Context, get getFunc, requestID string, a *Attempt, has map[string]bool, ring *trust.Keyring) error {
 	dispatchKey := AttemptKey(requestID, a.Number, ArtifactDispatch)
 	if !has[dispatchKey] {
 		return nil
 	}
-	d, err := readDispatch(ctx, get, requestID, a.Number, dispatchKey)
+	d, err := readDispatch(ctx, get, requestID, a.Number, dispatchKey, ring)
 	if err != nil {
 		return err
 	}
@@ -88,7 +105,7 @@ func settle(ctx context.Context, get getFunc, requestID string, a *Attempt, has 
 	if d.State != Dispatched || !has[closeKey] {
 		return nil
 	}
-	c, err := readDispatch(ctx, get, requestID, a.Number, closeKey)
+	c, err := readDispatch(ctx, get, requestID, a.Number, closeKey, ring)
 	if err != nil {
 		return err
 	}
@@ -99,7 +116,7 @@ func settle(ctx context.Context, get getFunc, requestID string, a *Attempt, has 
 	return nil
 }
 
-func readDispatch(ctx context.Context, get getFunc, requestID string, attempt int, key string) (DispatchRecord, error) {
+func readDispatch(ctx context.Context, get getFunc, requestID string, attempt int, key string, ring *trust.Keyring) (DispatchRecord, error) {
 	data, err := get(ctx, key)
 	if err != nil {
 		return DispatchRecord{}, err
@@ -107,6 +124,11 @@ func readDispatch(ctx context.Context, get getFunc, requestID string, attempt in
 	d, err := ParseDispatchRecord(data, requestID, attempt)
 	if err != nil {
 		return DispatchRecord{}, fmt.Errorf("%s: %w", key, err)
+	}
+	if ring != nil && d.State == NotDispatched {
+		if _, _, err := ring.OpenSigned(key, data); err != nil {
+			return DispatchRecord{}, fmt.Errorf("an attempt closed as not dispatched must be signed by a trusted gateway: %w", err)
+		}
 	}
 	return d, nil
 }

@@ -1,9 +1,7 @@
 package evidence
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -368,15 +366,7 @@ func ParseAttemptKey(requestID, key string) (attempt int, name string, ok bool) 
 // two different records in one file.
 func ParseDispatchRecord(data []byte, requestID string, attempt int) (DispatchRecord, error) {
 	var d DispatchRecord
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&d); err != nil {
-		return DispatchRecord{}, fmt.Errorf("evidence: dispatch record: %w", err)
-	}
-	if dec.More() {
-		return DispatchRecord{}, errors.New("evidence: dispatch record: trailing data after the record")
-	}
-	if err := rejectDuplicateNames(data); err != nil {
+	if err := decodeStrict(data, &d); err != nil {
 		return DispatchRecord{}, fmt.Errorf("evidence: dispatch record: %w", err)
 	}
 	switch {

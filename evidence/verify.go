@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/evidence/tlog"
+	"github.com/toolgate/toolgate/evidence/trust"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -501,9 +502,11 @@ func requestIDs(ctx context.Context, s Reader) ([]string, error) {
 
 // verifier holds what Verify and VerifyAll share across requests.
 type verifier struct {
-	store     Reader
-	spool     Reader
-	trusted   map[string]ed25519.PublicKey // by KeyID
+	store   Reader
+	spool   Reader
+	trusted map[string]ed25519.PublicKey // by KeyID
+	// ring opens sealed records with the trusted keys; nil without them.
+	ring      *trust.Keyring
 	witnesses []note.Verifier
 	threshold int
 	kept      map[string]*tlog.Checkpoint // by origin
@@ -541,6 +544,13 @@ func newVerifier(s Reader, opts VerifyOptions) (*verifier, error) {
 			return nil, fmt.Errorf("evidence: verify: TrustedKeys[%d] is %d bytes, want %d", i, len(k), ed25519.PublicKeySize)
 		}
 		v.trusted[KeyID(k)] = k
+	}
+	if len(opts.TrustedKeys) > 0 {
+		ring, err := trust.NewKeyring(opts.TrustedKeys)
+		if err != nil {
+			return nil, fmt.Errorf("evidence: verify: %w", err)
+		}
+		v.ring = ring
 	}
 	return v, nil
 }

@@ -34,7 +34,7 @@ func (r *requestCopies) attempts(ctx context.Context, id string, present []strin
 			keys = append(keys, k)
 		}
 	}
-	attempts, err := readAttempts(ctx, r.getRecord, id, keys)
+	attempts, err := readAttempts(ctx, r.getRecord, id, keys, r.v.ring)
 	if se, isStore := errors.AsType[storeError](err); isStore {
 		return nil, nil, se.err
 	}

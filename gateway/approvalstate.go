@@ -244,7 +244,7 @@ func pendingReply(p *prepared, a evidence.ApprovalRequestRecord, keys []string) 
 // record. A retry that loses the race for attempt n > 1 gets ABORTED;
 // any other failure closes the attempt: nothing ran.
 func (g *Gateway) putDecision(ctx, pre context.Context, p *prepared, rec *recorder, n int, record evidence.DecisionRecord, log *slog.Logger) error {
-	err := rec.put(pre, evidence.AttemptArtifact(n, evidence.ArtifactPolicyDecision), record)
+	err := rec.putSealed(pre, evidence.AttemptArtifact(n, evidence.ArtifactPolicyDecision), record)
 	if n > 1 && errors.Is(err, evidence.ErrExist) {
 		// Another retry opened this attempt first: it is the one that runs.
 		return rec.failure(codes.Aborted,

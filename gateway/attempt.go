@@ -311,7 +311,7 @@ func (g *Gateway) closeAttempt(ctx context.Context, requestID string, n int, mar
 		Reason: truncateText(reason, maxManifestError), Gateway: g.engineBase, At: g.now().UTC(),
 	}
 	slot := evidence.AttemptKey(requestID, n, evidence.ArtifactDispatch)
-	data, err := encode(evidence.ArtifactDispatch, rec)
+	data, err := g.encodeSigned(slot, evidence.ArtifactDispatch, rec, encode)
 	if err != nil {
 		return "", err
 	}
@@ -328,16 +328,39 @@ func (g *Gateway) closeAttempt(ctx context.Context, requestID string, n int, mar
 	case err != nil:
 		return "", err
 	case d.State == evidence.NotDispatched:
-		return "", nil // closed already
+		return "", g.checkClosed(slot, stored) // closed already
 	case !marked:
 		return "", errDispatchedElsewhere
 	}
 	after := evidence.AttemptKey(requestID, n, evidence.ArtifactNotDispatched)
-	if data, err = encode(evidence.ArtifactNotDispatched, rec); err != nil {
+	if data, err = g.encodeSigned(after, evidence.ArtifactNotDispatched, rec, encode); err != nil {
 		return "", err
 	}
 	if err := g.store.Put(ctx, after, data); err != nil && !errors.Is(err, evidence.ErrExist) {
 		return "", err
 	}
 	return after, nil
+}
+
+// encodeSigned encodes and signs a record that closes an attempt not
+// dispatched, stored under key.
+func (g *Gateway) encodeSigned(key, name string, rec evidence.DispatchRecord, encode func(name string, v any) ([]byte, error)) ([]byte, error) {
+	data, err := encode(name, rec)
+	if err != nil {
+		return nil, err
+	}
+	return g.sealRecord(key, data, true)
+}
+
+// checkClosed checks that the record found closing an attempt, stored
+// under key, was signed by a trusted gateway: a forged close would let a
+// retry run the request again.
+func (g *Gateway) checkClosed(key string, stored []byte) error {
+	if g.trusted == nil {
+		return nil
+	}
+	if _, _, err := g.trusted.OpenSigned(key, stored); err != nil {
+		return fmt.Errorf("the record closing this attempt failed authentication: %w", err)
+	}
+	return nil
 }

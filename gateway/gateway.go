@@ -235,7 +235,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	// 1. Claim the request id: a create-only write of request.json.
 	pre, cancel := p.beforeDispatch(ctx)
 	pre, claim := g.telemetry.StartStage(pre, telemetry.StageClaim)
-	err = rec.put(pre, evidence.ArtifactRequest, p.request)
+	err = rec.putSealed(pre, evidence.ArtifactRequest, p.request)
 	claim.End()
 	cancel()
 	if errors.Is(err, evidence.ErrExist) {
@@ -427,7 +427,12 @@ func (g *Gateway) resume(ctx context.Context, p *prepared, rec *recorder) (*tool
 	if resp, answered, err := g.storedAnswer(ctx, p, rec, keys); answered {
 		return resp, err
 	}
-	attempts, err := evidence.ReadAttempts(ctx, g.store, id, keys)
+	attempts, err := g.readAttempts(ctx, id, keys)
+	if errors.Is(err, trust.ErrTampered) {
+		g.tampered(nil, telemetry.RecordAttempt, id, err)
+		return nil, rec.failure(codes.DataLoss, "the attempts of request_id %q failed authentication (evidence tampering); "+
+			"nothing was executed; toolgate evidence verify names the record: %v", id, err)
+	}
 	if err != nil {
 		return nil, rec.failure(codes.Unavailable, "the attempts of request_id %q cannot be read: %v", id, err)
 	}

@@ -339,6 +339,19 @@ func (r *recorder) put(ctx context.Context, name string, v any) error {
 	return r.persist(ctx, artifact{name: name, data: data})
 }
 
+// putSealed is put for a record the gateway reads back and acts on (the
+// claim, a decision): it carries the gateway's MAC (see sealRecord).
+func (r *recorder) putSealed(ctx context.Context, name string, v any) error {
+	data, err := r.redact(name, v)
+	if err == nil {
+		data, err = r.g.sealRecord(evidence.Key(r.requestID, name), data, false)
+	}
+	if err != nil {
+		return err
+	}
+	return r.persist(ctx, artifact{name: name, data: data})
+}
+
 // finish stores the artifacts written beside the response (the tool's
 // result), then response.json, then the manifest, and returns the response
 // decoded from the stored bytes, so the caller receives exactly what is on
@@ -539,10 +552,15 @@ func (r *recorder) putDispatch(ctx context.Context, state, reason string) error 
 		RequestID: r.requestID, Attempt: r.attempt, State: state, Reason: reason,
 		Gateway: r.g.engineBase, At: r.g.now().UTC(),
 	})
+	key := evidence.Key(r.requestID, name)
+	if err == nil {
+		// Closing an attempt not dispatched lets any replica run the
+		// request again, so that record is signed; a marker is MACed.
+		data, err = r.g.sealRecord(key, data, state == evidence.NotDispatched)
+	}
 	if err != nil {
 		return err
 	}
-	key := evidence.Key(r.requestID, name)
 	if err := r.storePut(ctx, key, data); err != nil {
 		return err
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/evidence/trust"
+	"github.com/toolgate/toolgate/gateway/telemetry"
 )
 
 // DefaultSweepInterval is how often recovery revisits the requests this
@@ -427,6 +429,11 @@ func (g *Gateway) recoverRequest(ctx context.Context, id string, keys []string) 
 		return recoveryNone, nil // never claimed
 	}
 	s, err := g.readStored(ctx, id, keys)
+	if errors.Is(err, trust.ErrTampered) {
+		// Finalising it would sign a record no trusted gateway wrote.
+		g.tampered(nil, telemetry.RecordClaim, id, err)
+		return recoveryNone, nil
+	}
 	if err != nil {
 		return recoveryWait, err
 	}
@@ -488,11 +495,43 @@ type storedRequest struct {
 	decision *evidence.DecisionRecord
 	// lastActivity is the latest time a record of the request shows.
 	lastActivity time.Time
+	// foreign is set when the record that names the last attempt's owner
+	// is sealed by another replica's key.
+	foreign bool
+}
+
+// authenticateStored checks, before recovery or a retry acts on s, the
+// records that say whose the request is: the claim, and the last
+// attempt's decision when it has one. A record no trusted gateway wrote
+// is tampering, and nothing is finalised or signed for the request. The
+// claim may be another replica's when this gateway owns the decision: a
+// retry it ran after checking the caller's request against that claim.
+func (g *Gateway) authenticateStored(s *storedRequest, claimKey string, claim []byte, decisionKey string, decision []byte) error {
+	_, claimErr := g.openOwn(claimKey, claim)
+	if claimErr != nil && !errors.Is(claimErr, errForeignRecord) {
+		return fmt.Errorf("the claim: %w", claimErr)
+	}
+	if decision == nil {
+		s.foreign = claimErr != nil
+		return nil
+	}
+	_, err := g.openOwn(decisionKey, decision)
+	switch {
+	case errors.Is(err, errForeignRecord):
+		s.foreign = true
+	case err != nil:
+		return fmt.Errorf("the decision of attempt %d: %w", s.attempts[len(s.attempts)-1].Number, err)
+	}
+	return nil
 }
 
 // owner names the gateway that owns the last attempt: the one that
 // claimed the request, or for a later attempt the one that decided it.
+// It is empty when that record is another replica's (see openOwn).
 func (s *storedRequest) owner() string {
+	if s.foreign {
+		return ""
+	}
 	if s.decision != nil && s.decision.Gateway != "" {
 		return s.decision.Gateway
 	}
@@ -506,26 +545,34 @@ func (s *storedRequest) has(name string) bool {
 // readStored reads the records recovery judges a request by.
 func (g *Gateway) readStored(ctx context.Context, id string, keys []string) (*storedRequest, error) {
 	s := &storedRequest{id: id, keys: keys}
-	raw, err := g.store.Get(ctx, evidence.Key(id, evidence.ArtifactRequest))
+	claimKey := evidence.Key(id, evidence.ArtifactRequest)
+	raw, err := g.store.Get(ctx, claimKey)
 	if err != nil {
 		return nil, err
 	}
 	if s.request, err = parseRequestRecord(raw); err != nil {
 		return nil, fmt.Errorf("request.json is unreadable: %w", err)
 	}
-	if s.attempts, err = evidence.ReadAttempts(ctx, g.store, id, keys); err != nil {
+	if s.attempts, err = g.readAttempts(ctx, id, keys); err != nil {
 		return nil, err
 	}
 	last := s.attempts[len(s.attempts)-1]
 	s.lastActivity = latest(s.request.ReceivedAt, last.At)
 	decisionKey := evidence.AttemptKey(id, last.Number, evidence.ArtifactPolicyDecision)
+	var decisionRaw []byte
 	if slices.Contains(keys, decisionKey) {
-		var d evidence.DecisionRecord
-		if err := g.readJSON(ctx, decisionKey, &d); err != nil {
+		if decisionRaw, err = g.store.Get(ctx, decisionKey); err != nil {
 			return nil, err
+		}
+		var d evidence.DecisionRecord
+		if err := json.Unmarshal(decisionRaw, &d); err != nil {
+			return nil, fmt.Errorf("%s is unreadable: %w", decisionKey, err)
 		}
 		s.decision = &d
 		s.lastActivity = latest(s.lastActivity, d.DecidedAt)
+	}
+	if err := g.authenticateStored(s, claimKey, raw, decisionKey, decisionRaw); err != nil {
+		return nil, err
 	}
 	if s.has(evidence.ArtifactToolResult) {
 		var tr struct {

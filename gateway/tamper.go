@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"context"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"log/slog"
 
+	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/trust"
 )
 
@@ -41,4 +44,49 @@ func (g *Gateway) tampered(log *slog.Logger, record, requestID string, err error
 	log.Error("evidence tampering: a stored record failed authentication and was not acted on",
 		"record", record, "request_id", requestID, "err", err)
 	g.telemetry.Tampering(record)
+}
+
+// sealRecord seals data, a record stored under key (see package trust):
+// with a signature when the record lets any replica run something, so that
+// each can check it, else with the cheaper MAC only this gateway (and one
+// holding its key) checks. Without a sealer data is returned as it is.
+func (g *Gateway) sealRecord(key string, data []byte, signed bool) ([]byte, error) {
+	switch {
+	case g.sealer == nil:
+		return data, nil
+	case signed:
+		return g.sealer.Sign(key, data)
+	}
+	return g.sealer.MAC(key, data)
+}
+
+// errForeignRecord is returned by openOwn for a record sealed with a MAC
+// key this gateway does not hold: another replica's, which it can neither
+// vouch for nor act on, and leaves to that replica.
+var errForeignRecord = errors.New("sealed by another replica's key")
+
+// openOwn checks the seal of a record the gateway is about to act on as
+// its own (recovery finalising a claim, a retry closing an abandoned
+// attempt) and returns it without the seal. It returns errForeignRecord
+// for another replica's record, and an error wrapping trust.ErrTampered
+// for one no trusted gateway wrote.
+func (g *Gateway) openOwn(key string, raw []byte) ([]byte, error) {
+	if g.trusted == nil {
+		return raw, nil
+	}
+	body, seal, err := g.trusted.Open(key, raw)
+	if errors.Is(err, trust.ErrUntrustedKey) && seal.Algorithm == trust.AlgHMAC {
+		return nil, errForeignRecord
+	}
+	return body, err
+}
+
+// readAttempts reads the attempts of request id, whose keys are keys, to
+// act on them: a record closing an attempt not dispatched must be signed
+// by a trusted gateway (evidence.ReadAttemptsTrusted).
+func (g *Gateway) readAttempts(ctx context.Context, id string, keys []string) ([]evidence.Attempt, error) {
+	if g.trusted == nil {
+		return evidence.ReadAttempts(ctx, g.store, id, keys)
+	}
+	return evidence.ReadAttemptsTrusted(ctx, g.store, id, keys, g.trusted)
 }
