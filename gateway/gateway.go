@@ -479,7 +479,12 @@ func (g *Gateway) storedAnswer(ctx context.Context, p *prepared, rec *recorder, 
 	}
 	switch {
 	case err == nil:
-		if err := g.checkReplay(ctx, id, p.hash, body); err != nil {
+		err := g.checkReplay(ctx, id, p.hash, body)
+		if errors.Is(err, errAwaitingManifest) {
+			return nil, true, rec.failure(codes.Aborted, "request_id %q was answered by another replica, which has not "+
+				"finished its record yet; retry with the same request_id shortly", id)
+		}
+		if err != nil {
 			return nil, true, rec.failure(codes.DataLoss, "%v", err)
 		}
 		resp, err := decodeResponse(body)
@@ -617,7 +622,7 @@ func (g *Gateway) checkReplay(ctx context.Context, requestID, hash string, body 
 		raw, err = g.spool.Get(ctx, key)
 	}
 	if errors.Is(err, evidence.ErrNotExist) {
-		return nil
+		return g.checkUnmanifested(requestID, body)
 	}
 	if err != nil {
 		return fmt.Errorf("the manifest of %s cannot be read to check the stored response against it: %w", requestID, err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/evidence/trust"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -62,8 +63,10 @@ func MarshalResponse(r *toolgatev1.RunToolResponse) ([]byte, error) {
 }
 
 // decodeResponse reads response.json back into the wire type. The proto
-// field names are the contract's, which protojson accepts.
+// field names are the contract's, which protojson accepts. The seal, which
+// is not the caller's, is left out.
 func decodeResponse(data []byte) (*toolgatev1.RunToolResponse, error) {
+	data, _, _ = trust.Split(data)
 	var r toolgatev1.RunToolResponse
 	if err := protojson.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("decode response: %w", err)
@@ -401,10 +404,16 @@ func (r *recorder) encodeResponse(resp *toolgatev1.RunToolResponse) (stored []by
 	if err != nil {
 		return nil, nil, err
 	}
-	if stored, err = r.redactBytes(evidence.ArtifactResponse, body); err != nil {
+	redacted, err := r.redactBytes(evidence.ArtifactResponse, body)
+	if err != nil {
 		return nil, nil, err
 	}
-	if bytes.Equal(stored, body) {
+	// The MAC lets a retry replay a response whose manifest was never
+	// written (see checkReplay) without taking one planted in the store.
+	if stored, err = r.g.sealRecord(evidence.Key(r.requestID, evidence.ArtifactResponse), redacted, false); err != nil {
+		return nil, nil, err
+	}
+	if bytes.Equal(redacted, body) {
 		if reply, ok := readBack(resp); ok {
 			return stored, reply, nil
 		}

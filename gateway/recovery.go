@@ -458,7 +458,11 @@ func (g *Gateway) finalise(ctx context.Context, s *storedRequest, noted bool, le
 		if !noted && age < g.recoveryLimits.respondedAfter {
 			return recoveryWait, nil
 		}
-		return recoveryRolledForward, g.rollForward(ctx, s)
+		err := g.rollForward(ctx, s)
+		if errors.Is(err, trust.ErrTampered) {
+			return recoveryNone, nil // counted; nothing is signed for it
+		}
+		return recoveryRolledForward, err
 	case last.State == evidence.NotDispatched:
 		return recoveryNone, nil
 	case last.State == evidence.AttemptOpen:
@@ -612,6 +616,9 @@ func (g *Gateway) rollForward(ctx context.Context, s *storedRequest) error {
 	raw, err := g.store.Get(ctx, evidence.Key(s.id, evidence.ArtifactResponse))
 	if err != nil {
 		return err
+	}
+	if err := g.checkUnmanifested(s.id, raw); err != nil {
+		return err // a manifest would sign a response no trusted gateway wrote
 	}
 	if _, err := decodeResponse(raw); err != nil {
 		missing = append(missing, "response.json is unreadable")

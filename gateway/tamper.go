@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/trust"
+	"github.com/toolgate/toolgate/gateway/telemetry"
 )
 
 // setTrust builds the sealer of this gateway's records and the keyring it
@@ -89,4 +90,24 @@ func (g *Gateway) readAttempts(ctx context.Context, id string, keys []string) ([
 		return evidence.ReadAttempts(ctx, g.store, id, keys)
 	}
 	return evidence.ReadAttemptsTrusted(ctx, g.store, id, keys, g.trusted)
+}
+
+// errAwaitingManifest is returned by checkUnmanifested for another
+// replica's response whose manifest is not written yet.
+var errAwaitingManifest = errors.New("the response awaits its manifest")
+
+// checkUnmanifested checks a response stored without a manifest (its
+// gateway stopped between the two writes) before it is replayed or rolled
+// forward: only its seal vouches for it. Without one it is tampering.
+func (g *Gateway) checkUnmanifested(requestID string, body []byte) error {
+	_, err := g.openOwn(evidence.Key(requestID, evidence.ArtifactResponse), body)
+	switch {
+	case errors.Is(err, errForeignRecord):
+		return errAwaitingManifest
+	case err != nil:
+		g.tampered(nil, telemetry.RecordResponse, requestID, err)
+		return fmt.Errorf("the stored response of %s, which has no manifest, failed authentication (evidence tampering); "+
+			"it is not replayed: %w", requestID, err)
+	}
+	return nil
 }
