@@ -64,8 +64,26 @@ func (st *story) putJSON(name string, v any) []byte {
 	if err != nil {
 		st.t.Fatal(err)
 	}
+	if d, ok := v.(DispatchRecord); ok && d.State == NotDispatched && st.signer != nil {
+		data = sealClose(st.t, st.signer, Key(st.id, name), data)
+	}
 	st.put(name, data)
 	return data
+}
+
+// sealClose signs a record closing an attempt not dispatched, as the
+// gateway does.
+func sealClose(t testing.TB, signer *Signer, key string, data []byte) []byte {
+	t.Helper()
+	sealer, err := signer.Sealer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := sealer.Sign(key, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func sha(data []byte) string {

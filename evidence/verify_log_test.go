@@ -317,7 +317,8 @@ func TestVerifyAllHonestStatesAreNotFailures(t *testing.T) {
 	}
 	storeClaim(t, s, "not-yet-sequenced", b.cfg.Gateway)
 	storeClaim(t, s, "ran-nothing", b.cfg.Gateway)
-	mustPut(t, b.mem, Key("ran-nothing", ArtifactDispatch), []byte(dispatchJSON(t, "ran-nothing", 1, NotDispatched)))
+	mustPut(t, b.mem, Key("ran-nothing", ArtifactDispatch),
+		sealClose(t, b.signer, Key("ran-nothing", ArtifactDispatch), []byte(dispatchJSON(t, "ran-nothing", 1, NotDispatched))))
 	verdicts, logs := b.audit(t, VerifyOptions{Kept: [][]byte{b.kept}, Spool: spool})
 	want := map[string]string{"in-flight": "incomplete", "not-yet-sequenced": "incomplete", "ran-nothing": "not-dispatched", "spooled": "pending"}
 	for id, v := range want {
