@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -87,14 +89,20 @@ func benchClient(b *testing.B, store evidence.Store) (*grpc.ClientConn, toolgate
 	return benchClientWith(b, store, nil)
 }
 
+// benchClientWith is benchClientSigned without a signer: nothing is
+// signed or sealed.
+func benchClientWith(b *testing.B, store evidence.Store, tel *telemetry.Telemetry) (*grpc.ClientConn, toolgatev1.ToolGatewayClient) {
+	return benchClientSigned(b, store, tel, nil)
+}
+
 // benchClientWith is benchClient with tel recording the gateway's metrics
 // and spans (nil: none).
-func benchClientWith(b *testing.B, store evidence.Store, tel *telemetry.Telemetry) (*grpc.ClientConn, toolgatev1.ToolGatewayClient) {
+func benchClientSigned(b *testing.B, store evidence.Store, tel *telemetry.Telemetry, signer *evidence.Signer) (*grpc.ClientConn, toolgatev1.ToolGatewayClient) {
 	b.Helper()
 	engine, red := benchDecider(b)
 	auth, _ := NewAuthenticator(nil, nil)
 	g, err := New(Options{
-		Decider: engine, Store: store, Redactor: red, Auth: auth, Instance: "bench", Telemetry: tel,
+		Decider: engine, Store: store, Redactor: red, Auth: auth, Instance: "bench", Telemetry: tel, Signer: signer,
 		Drivers: map[string]drivers.Driver{"noop": noopDriver{}, "other": noopDriver{}},
 		Tools:   map[string]Tool{"noop.run": {Driver: "noop", Target: "run"}, "other.run": {Driver: "other", Target: "run"}},
 	})
@@ -185,8 +193,12 @@ func BenchmarkRunTool(b *testing.B) {
 		name      string
 		open      func(b *testing.B) evidence.Store
 		telemetry bool
+		// signed: manifests signed and records sealed, as on every
+		// gateway whose configuration does not say signing_key: none.
+		signed bool
 	}{
 		{name: "memory", open: func(*testing.B) evidence.Store { return evidence.NewMemoryStore() }},
+		{name: "memory-signed", open: func(*testing.B) evidence.Store { return evidence.NewMemoryStore() }, signed: true},
 		{name: "memory-telemetry", open: func(*testing.B) evidence.Store { return evidence.NewMemoryStore() }, telemetry: true},
 		// The transparency log's own cost per call: building the claim's
 		// and the completion's entries (sequencing runs once a second).
@@ -207,7 +219,11 @@ func BenchmarkRunTool(b *testing.B) {
 				if st.telemetry {
 					tel = benchTelemetry(b)
 				}
-				_, client := benchClientWith(b, st.open(b), tel)
+				var signer *evidence.Signer
+				if st.signed {
+					signer = benchSigner(b)
+				}
+				_, client := benchClientSigned(b, st.open(b), tel, signer)
 				b.ReportAllocs()
 				cpu := startCPU()
 				i := 0
@@ -347,4 +363,14 @@ permit (principal, action, resource == Tool::"noop.run");
 			i++
 		}
 	})
+}
+
+// benchSigner is a signer with a fixed key.
+func benchSigner(b *testing.B) *evidence.Signer {
+	b.Helper()
+	s, err := evidence.NewSigner(ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
 }

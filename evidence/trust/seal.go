@@ -10,7 +10,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"slices"
+	"sync"
 )
 
 // Seal algorithms.
@@ -76,6 +78,10 @@ type Sealer struct {
 	mac    []byte
 	macID  string
 	public ed25519.PublicKey
+	// hmacs holds HMAC states keyed with mac, reset for each use: a
+	// call seals several records, and a fresh state costs four
+	// allocations.
+	hmacs sync.Pool
 }
 
 // NewSealer returns a Sealer that signs with key and MACs with macKey
@@ -88,7 +94,9 @@ func NewSealer(key ed25519.PrivateKey, macKey []byte) (*Sealer, error) {
 		return nil, fmt.Errorf("trust: MAC key is %d bytes, want at least 32", len(macKey))
 	}
 	pub := key.Public().(ed25519.PublicKey)
-	return &Sealer{key: key, keyID: Ed25519KeyID(pub), mac: bytes.Clone(macKey), macID: macKeyID(macKey), public: pub}, nil
+	s := &Sealer{key: key, keyID: Ed25519KeyID(pub), mac: bytes.Clone(macKey), macID: macKeyID(macKey), public: pub}
+	s.hmacs.New = func() any { return hmac.New(sha256.New, s.mac) }
+	return s, nil
 }
 
 // PublicKey is the key that checks the Sealer's signatures.
@@ -109,14 +117,26 @@ func (s *Sealer) Sign(key string, body []byte) ([]byte, error) {
 // MAC returns body with an HMAC-SHA256 seal appended.
 func (s *Sealer) MAC(key string, body []byte) ([]byte, error) {
 	return appendSeal(body, func(b []byte) Seal {
-		return Seal{Algorithm: AlgHMAC, KeyID: s.macID, Value: base64.StdEncoding.EncodeToString(mac(s.mac, key, b))}
+		h := s.hmacs.Get().(hash.Hash)
+		defer s.hmacs.Put(h)
+		h.Reset()
+		var sum [sha256.Size]byte
+		return Seal{Algorithm: AlgHMAC, KeyID: s.macID, Value: base64.StdEncoding.EncodeToString(writeMessage(h, key, b).Sum(sum[:0]))}
 	})
 }
 
+// writeMessage writes what a seal of key's record with body covers into
+// h, as message lays it out, and returns h.
+func writeMessage(h hash.Hash, key string, body []byte) hash.Hash {
+	h.Write([]byte(sealDomain))
+	h.Write([]byte(key))
+	h.Write([]byte{'\n'})
+	h.Write(body)
+	return h
+}
+
 func mac(k []byte, key string, body []byte) []byte {
-	h := hmac.New(sha256.New, k)
-	h.Write(message(key, body))
-	return h.Sum(nil)
+	return writeMessage(hmac.New(sha256.New, k), key, body).Sum(nil)
 }
 
 // appendSeal seals the object body (trailing white space allowed and
@@ -129,10 +149,7 @@ func appendSeal(body []byte, sealFor func([]byte) Seal) ([]byte, error) {
 	if _, s, _ := Split(body); s != nil {
 		return nil, errors.New("trust: the record is sealed already")
 	}
-	seal, err := json.Marshal(sealFor(obj))
-	if err != nil {
-		return nil, fmt.Errorf("trust: encode seal: %w", err)
-	}
+	seal := encodeSeal(sealFor(obj))
 	out := make([]byte, 0, len(body)+len(seal)+16)
 	out = append(out, obj[:len(obj)-1]...)
 	if len(bytes.TrimSpace(obj[1:len(obj)-1])) > 0 {
@@ -142,6 +159,19 @@ func appendSeal(body []byte, sealFor func([]byte) Seal) ([]byte, error) {
 	out = append(out, seal...)
 	out = append(out, '}')
 	return append(out, tail...), nil
+}
+
+// encodeSeal is json.Marshal(s), which Split requires of a seal, for
+// the values a Sealer writes: none needs escaping.
+func encodeSeal(s Seal) []byte {
+	out := make([]byte, 0, 32+len(s.Algorithm)+len(s.KeyID)+len(s.Value))
+	out = append(out, `{"alg":"`...)
+	out = append(out, s.Algorithm...)
+	out = append(out, `","key_id":"`...)
+	out = append(out, s.KeyID...)
+	out = append(out, `","value":"`...)
+	out = append(out, s.Value...)
+	return append(out, `"}`...)
 }
 
 // splitTail splits trailing white space off data.
