@@ -71,7 +71,12 @@ func TestHostileStoreAttemptsAndClaims(t *testing.T) {
 				go callWithin(client, countRequest(t, id, "sleep 60"), faultCallDeadline)
 			}
 			for _, id := range ids {
-				waitForFile(t, filepath.Join(dir, "ws", id+".count"), id+" never started")
+				eventually(t, faultSettle, id+" never started", func() error {
+					if runsOf(t, dir, id) == 0 {
+						return fmt.Errorf("%s has not started", id)
+					}
+					return nil
+				})
 			}
 			if err := gw.cmd.Process.Kill(); err != nil {
 				t.Fatal(err)
