@@ -350,6 +350,8 @@ func TestTheAlertTestsCatchABrokenAlert(t *testing.T) {
 		{"a deny spike without the traffic guard fires on two denies", "^a deny ratio far above", "\n          and\n          sum by (job, instance) (increase(toolgate_calls_total{decision=\"deny\"}[5m])) >= 10", ""},
 		{"a capacity alert on every limit fires on oversized requests", "^calls turned away", `toolgate_limit_hits_total{limit=~"max_concurrent_calls|max_connections"}`, "toolgate_limit_hits_total"},
 		{"an approvals alert at 20 hours misses a 2-hour wait", "^an approval waiting over 2 hours", "toolgate_approvals_oldest_pending_age_seconds > 2 * 3600", "toolgate_approvals_oldest_pending_age_seconds > 20 * 3600"},
+		{"a tampering alert that waits for a second refusal misses the first", "^one refused record fires",
+			"(increase(toolgate_evidence_tampering_total[1h])) > 0", "(increase(toolgate_evidence_tampering_total[1h])) > 1"},
 		{"an approvals alert at 1 hour fires on a 100-minute wait", "^an approval waiting over 2 hours", "toolgate_approvals_oldest_pending_age_seconds > 2 * 3600", "toolgate_approvals_oldest_pending_age_seconds > 1 * 3600"},
 	}
 	dir := t.TempDir()
