@@ -3,6 +3,7 @@ package evidence
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -357,6 +358,26 @@ func ParseAttemptKey(requestID, key string) (attempt int, name string, ok bool) 
 		return 0, "", false
 	}
 	return n, name, true
+}
+
+// IsArtifactKey reports whether key names an artifact a gateway writes
+// for requestID: one of the request's own, or one of an attempt after the
+// first. A gateway lists only these in the manifests it signs, so that
+// anything else found in a request's folder stays outside its signature.
+func IsArtifactKey(requestID, key string) bool {
+	n, name, ok := ParseAttemptKey(requestID, key)
+	switch {
+	case !ok:
+		return false
+	case n > 1:
+		return slices.Contains(attemptArtifacts, name)
+	}
+	switch name {
+	case ArtifactRequest, ArtifactPolicyDecision, ArtifactDispatch, ArtifactNotDispatched, ArtifactToolResult,
+		ArtifactResponse, ArtifactManifest, ArtifactApprovalRequest, ArtifactApproval:
+		return true
+	}
+	return false
 }
 
 // ParseDispatchRecord decodes dispatch.json or not_dispatched.json and

@@ -568,6 +568,9 @@ func (g *Gateway) abandoned(ctx context.Context, id string, keys []string) bool 
 func (g *Gateway) nextAttempt(ctx context.Context, p *prepared, rec *recorder, keys []string, n int) (*toolgatev1.RunToolResponse, error) {
 	rec.refs, rec.digests = nil, nil
 	for _, key := range keys {
+		if !evidence.IsArtifactKey(p.c.RequestID, key) {
+			continue // not the gateway's: never signed into a manifest
+		}
 		data, err := g.store.Get(ctx, key)
 		if err != nil {
 			return nil, rec.failure(codes.Unavailable, "evidence store unavailable, nothing was executed: %v", err)

@@ -659,8 +659,8 @@ func (g *Gateway) writeRecoveredManifest(ctx context.Context, s *storedRequest, 
 		m.PolicySetDigest = s.decision.PolicySetDigest
 	}
 	for _, key := range s.keys {
-		if key == evidence.Key(s.id, evidence.ArtifactManifest) {
-			continue
+		if key == evidence.Key(s.id, evidence.ArtifactManifest) || !evidence.IsArtifactKey(s.id, key) {
+			continue // a manifest signs only what a gateway writes
 		}
 		data, err := g.store.Get(ctx, key)
 		if err != nil {

@@ -245,6 +245,8 @@ func TestRecoverySignsNoPlantedRequest(t *testing.T) {
 		return out
 	})
 
+	s.writer.replace(evidence.Key("genuine", "extra.json"), []byte(`{"planted":true}`))
+
 	later := newSignedEnv(t, signer, dir)
 	later.gw.now = func() time.Time { return time.Now().Add(2 * time.Hour) }
 	if _, err := later.gw.Recover(context.Background()); err != nil {
@@ -252,6 +254,15 @@ func TestRecoverySignsNoPlantedRequest(t *testing.T) {
 	}
 	if names := later.artifactNames("genuine"); !slices.Contains(names, evidence.ArtifactManifest) {
 		t.Errorf("the genuine abandoned request has %v; want it finalised with a manifest", names)
+	}
+	m, err := evidence.ParseManifest(later.artifact("genuine", evidence.ArtifactManifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range m.Artifacts {
+		if strings.HasSuffix(a.Key, "/extra.json") {
+			t.Errorf("the recovered manifest signs %s, a file no gateway wrote", a.Key)
+		}
 	}
 	for _, id := range []string{"planted-unsealed", "planted-foreign-mac"} {
 		if names := later.artifactNames(id); slices.Contains(names, evidence.ArtifactManifest) {
