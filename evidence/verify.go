@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/evidence/tlog"
+	"github.com/toolgate/toolgate/evidence/trust"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -85,7 +86,7 @@ const (
 // only: signed manifests are reported as SignatureUnchecked.
 type VerifyOptions struct {
 	// TrustedKeys are the public keys whose signatures are accepted, on
-	// manifests and on the logs' checkpoints.
+	// manifests, approval records and the logs' checkpoints.
 	TrustedKeys []ed25519.PublicKey
 	// Spool, if set, is a local store with the same layout from which a
 	// gateway uploads artifacts to the store later. An artifact (or
@@ -248,7 +249,9 @@ func (r VerifyReport) Verdict() string {
 // A request that asked for a human's approval is checked against it (see
 // VerifyReport.Approval): one that waits for it, or for its retry once
 // approved, is StatusAwaitingApproval; approval evidence that contradicts
-// itself, the claim or the attempts is a StatusMismatch.
+// itself, the claim or the attempts is a StatusMismatch, and so, with
+// TrustedKeys, is an approval record none of them signed (see
+// ApprovalSummary.Signature).
 //
 // At most one VerifyOptions may be given; none means the zero value.
 // Verify returns an error only for an invalid request id or options, or
@@ -509,6 +512,9 @@ type verifier struct {
 	kept      map[string]*tlog.Checkpoint // by origin
 	// The requirements every report is judged under.
 	requireSignature, requireLog bool
+	// seals opens the sealed records verification authenticates (the
+	// approvals'); nil without trusted keys.
+	seals *trust.Keyring
 }
 
 // required marks a report with the requirements it is judged under.
@@ -541,6 +547,13 @@ func newVerifier(s Reader, opts VerifyOptions) (*verifier, error) {
 			return nil, fmt.Errorf("evidence: verify: TrustedKeys[%d] is %d bytes, want %d", i, len(k), ed25519.PublicKeySize)
 		}
 		v.trusted[KeyID(k)] = k
+	}
+	if len(opts.TrustedKeys) > 0 {
+		ring, err := trust.NewKeyring(opts.TrustedKeys)
+		if err != nil {
+			return nil, fmt.Errorf("evidence: verify: %w", err)
+		}
+		v.seals = ring
 	}
 	return v, nil
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -109,6 +110,10 @@ type approvalEnvOptions struct {
 	interval time.Duration
 	// noAuth turns authentication off: every caller is anonymous.
 	noAuth bool
+	// signer, if set, gives replica i its signing key (nil: none).
+	signer func(i int) *evidence.Signer
+	// trusted is Options.TrustedKeys of every replica.
+	trusted []ed25519.PublicKey
 }
 
 func newApprovalEnv(t testing.TB, o approvalEnvOptions) *approvalEnv {
@@ -156,8 +161,12 @@ func newApprovalEnv(t testing.TB, o approvalEnvOptions) *approvalEnv {
 		if o.wrap != nil {
 			store = o.wrap(i, store)
 		}
+		var signer *evidence.Signer
+		if o.signer != nil {
+			signer = o.signer(i)
+		}
 		gw, err := New(Options{
-			Decider: e.live, Store: store, Redactor: red, Auth: auth,
+			Decider: e.live, Store: store, Redactor: red, Auth: auth, Signer: signer, TrustedKeys: o.trusted,
 			Drivers:   map[string]drivers.Driver{"counting": e.driver},
 			Tools:     map[string]Tool{"counting.run": {Driver: "counting", Target: "run"}},
 			Instance:  "replica-" + string(rune('a'+i)),
