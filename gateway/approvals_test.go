@@ -905,23 +905,32 @@ permit (principal, action, resource in Driver::"workspace");`,
 
 // BenchmarkApprovalPending measures, over gRPC on a file store, a call
 // being held (claim, decision, index, approval request, close) and a retry
-// while it is pending (reads only).
+// while it is pending (reads only), unsigned and signed: a signing gateway
+// signs approval_request.json once and checks its signature on every
+// retry.
 func BenchmarkApprovalPending(b *testing.B) {
-	e := newApprovalEnv(b, approvalEnvOptions{})
-	b.Run("held", func(b *testing.B) {
-		for i := range b.N {
-			if resp, err := e.run(0, "alice", fmt.Sprintf("bench-held-%d", i), nil); err != nil || resp.GetPendingApproval() == nil {
-				b.Fatal(resp, err)
-			}
+	for _, signed := range []bool{false, true} {
+		o := approvalEnvOptions{}
+		name := "unsigned"
+		if signed {
+			o.signer, name = func(int) *evidence.Signer { return testSigner(b, 1) }, "signed"
 		}
-	})
-	b.Run("retry-while-pending", func(b *testing.B) {
-		for range b.N {
-			if resp, err := e.run(0, "alice", "bench-held-0", nil); err != nil || resp.GetPendingApproval() == nil {
-				b.Fatal(resp, err)
+		e := newApprovalEnv(b, o)
+		b.Run(name+"/held", func(b *testing.B) {
+			for i := range b.N {
+				if resp, err := e.run(0, "alice", fmt.Sprintf("bench-held-%d", i), nil); err != nil || resp.GetPendingApproval() == nil {
+					b.Fatal(resp, err)
+				}
 			}
-		}
-	})
+		})
+		b.Run(name+"/retry-while-pending", func(b *testing.B) {
+			for range b.N {
+				if resp, err := e.run(0, "alice", "bench-held-0", nil); err != nil || resp.GetPendingApproval() == nil {
+					b.Fatal(resp, err)
+				}
+			}
+		})
+	}
 }
 
 // TestTokenGroupsMayDecideApprovals: an approver whose group comes from a

@@ -287,3 +287,33 @@ func TestSignedGuestApprovalRunsOnceAndForgedOneIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkApprovalSeal measures what signing adds to an approval's
+// paths: signing a record as it is stored (once per ask and per decision)
+// and checking one as it is read back (A on every retry while pending, A
+// and V on the retry that uses the approval).
+func BenchmarkApprovalSeal(b *testing.B) {
+	e := newApprovalEnv(b, approvalEnvOptions{signer: func(int) *evidence.Signer { return testSigner(b, 1) }})
+	g := e.gws[0]
+	e.mustPend("alice", "held", nil)
+	key := evidence.Key("held", evidence.ArtifactApprovalRequest)
+	raw, err := e.store.Get(context.Background(), key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	body, _, _ := trust.Split(raw)
+	b.Run("sign", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := g.signApproval(key, body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("open", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := g.openApproval(key, "held", raw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
