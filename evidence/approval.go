@@ -242,6 +242,15 @@ type ApprovalSummary struct {
 	// that waits: the approval, and its approval.json, are that nested
 	// request's.
 	NestedRequestID string `json:"nested_request_id,omitempty"`
+	// Signature says whether the approval's records (approval_request.json
+	// and approval.json) were authenticated: SignatureValid, every one
+	// signed by a trusted key; SignatureUnchecked, signed, but no trusted
+	// keys were given (or, from ReadApproval, nothing was checked);
+	// SignatureUnsigned, a record carries no seal. With trusted keys a
+	// record they did not sign is a problem, and verification a mismatch.
+	Signature string `json:"signature,omitempty"`
+	// KeyID names the key the records say signed them.
+	KeyID string `json:"key_id,omitempty"`
 }
 
 // approvalState derives an approval's state from its decision v (nil when
@@ -270,6 +279,9 @@ func approvalState(asked int, v *ApprovalRecord, attempts []Attempt) string {
 // guest's call) and its state given the attempts. found is false when the
 // request never asked for approval. A record that does not parse is an
 // error wrapping ErrMalformedApproval; verification says more of it.
+// Seals are stripped, not checked (summary.Signature says
+// SignatureUnchecked or SignatureUnsigned): Verify with trusted keys
+// checks them.
 func ReadApproval(ctx context.Context, s Reader, requestID string, keys []string) (summary ApprovalSummary, found bool, err error) {
 	if !slices.Contains(keys, Key(requestID, ArtifactApprovalRequest)) {
 		return ApprovalSummary{}, false, nil
@@ -278,17 +290,17 @@ func ReadApproval(ctx context.Context, s Reader, requestID string, keys []string
 	if err != nil {
 		return ApprovalSummary{}, false, fmt.Errorf("evidence: read approval of %q: %w", requestID, err)
 	}
-	a, err := ParseApprovalRequestRecord(data, requestID)
+	a, err := ParseApprovalRequestRecord(splitApproval(data, &summary), requestID)
 	if err != nil {
 		return ApprovalSummary{}, true, fmt.Errorf("%w: %w", ErrMalformedApproval, err)
 	}
-	summary = ApprovalSummary{ApprovalID: a.ApprovalID, NestedRequestID: a.NestedRequestID}
+	summary.ApprovalID, summary.NestedRequestID = a.ApprovalID, a.NestedRequestID
 	decider := cmp.Or(a.NestedRequestID, requestID)
 	vData, err := s.Get(ctx, Key(decider, ArtifactApproval))
 	var v *ApprovalRecord
 	switch {
 	case err == nil:
-		parsed, err := ParseApprovalRecord(vData, decider)
+		parsed, err := ParseApprovalRecord(splitApproval(vData, &summary), decider)
 		if err != nil {
 			return summary, true, fmt.Errorf("%w: %w", ErrMalformedApproval, err)
 		}

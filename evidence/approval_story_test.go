@@ -25,7 +25,8 @@ const (
 // story writes the evidence of one request as a gateway does (the
 // approvals contract): its claim, the attempt that asks for approval and
 // approval_request.json, the approver's approval.json, the attempt that
-// uses it, and the manifest. Each step may be bent to forge evidence.
+// uses it, and the manifest. With a signer, the approval records are
+// signed and the manifest too. Each step may be bent to forge evidence.
 type story struct {
 	t      testing.TB
 	s      Store
@@ -64,15 +65,15 @@ func (st *story) putJSON(name string, v any) []byte {
 	if err != nil {
 		st.t.Fatal(err)
 	}
-	if d, ok := v.(DispatchRecord); ok && d.State == NotDispatched && st.signer != nil {
-		data = sealClose(st.t, st.signer, Key(st.id, name), data)
+	if d, ok := v.(DispatchRecord); ok && d.State == NotDispatched {
+		data = st.seal(name, data) // a close is signed as approvals are
 	}
 	st.put(name, data)
 	return data
 }
 
-// sealClose signs a record closing an attempt not dispatched, as the
-// gateway does.
+// sealClose signs data, a record to be stored under key, with signer's
+// seal, as a gateway signs its closes of attempts and its approvals.
 func sealClose(t testing.TB, signer *Signer, key string, data []byte) []byte {
 	t.Helper()
 	sealer, err := signer.Sealer()
@@ -84,6 +85,29 @@ func sealClose(t testing.TB, signer *Signer, key string, data []byte) []byte {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// seal signs data, an approval record to be stored as name, with the
+// story's signer, as a gateway signs its approval records; unsigned when
+// the story has no signer.
+func (st *story) seal(name string, data []byte) []byte {
+	st.t.Helper()
+	if st.signer == nil {
+		return data
+	}
+	return sealClose(st.t, st.signer, Key(st.id, name), data)
+}
+
+// putSealed stores v, an approval record, as name, sealed (see seal).
+func (st *story) putSealed(name string, v any) []byte {
+	st.t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		st.t.Fatal(err)
+	}
+	data = st.seal(name, data)
+	st.put(name, data)
+	return data
 }
 
 func sha(data []byte) string {
@@ -116,7 +140,7 @@ func (st *story) ask(n int, change ...func(*ApprovalRequestRecord)) *story {
 	for _, c := range change {
 		c(&st.a)
 	}
-	st.aData = st.putJSON(ArtifactApprovalRequest, st.a)
+	st.aData = st.putSealed(ArtifactApprovalRequest, st.a)
 	st.dispatch(n, NotDispatched, AwaitingApprovalReason(st.a.ApprovalID))
 	return st
 }
@@ -142,7 +166,7 @@ func (st *story) settle(word string, at time.Time, change ...func(*ApprovalRecor
 		c(&v)
 	}
 	st.v = &v
-	st.vData = st.putJSON(ArtifactApproval, v)
+	st.vData = st.putSealed(ArtifactApproval, v)
 	return st
 }
 

@@ -86,7 +86,7 @@ const (
 // only: signed manifests are reported as SignatureUnchecked.
 type VerifyOptions struct {
 	// TrustedKeys are the public keys whose signatures are accepted, on
-	// manifests and on the logs' checkpoints.
+	// manifests, approval records and the logs' checkpoints.
 	TrustedKeys []ed25519.PublicKey
 	// Spool, if set, is a local store with the same layout from which a
 	// gateway uploads artifacts to the store later. An artifact (or
@@ -249,7 +249,9 @@ func (r VerifyReport) Verdict() string {
 // A request that asked for a human's approval is checked against it (see
 // VerifyReport.Approval): one that waits for it, or for its retry once
 // approved, is StatusAwaitingApproval; approval evidence that contradicts
-// itself, the claim or the attempts is a StatusMismatch.
+// itself, the claim or the attempts is a StatusMismatch, and so, with
+// TrustedKeys, is an approval record none of them signed (see
+// ApprovalSummary.Signature).
 //
 // At most one VerifyOptions may be given; none means the zero value.
 // Verify returns an error only for an invalid request id or options, or
@@ -502,16 +504,17 @@ func requestIDs(ctx context.Context, s Reader) ([]string, error) {
 
 // verifier holds what Verify and VerifyAll share across requests.
 type verifier struct {
-	store   Reader
-	spool   Reader
-	trusted map[string]ed25519.PublicKey // by KeyID
-	// ring opens sealed records with the trusted keys; nil without them.
-	ring      *trust.Keyring
+	store     Reader
+	spool     Reader
+	trusted   map[string]ed25519.PublicKey // by KeyID
 	witnesses []note.Verifier
 	threshold int
 	kept      map[string]*tlog.Checkpoint // by origin
 	// The requirements every report is judged under.
 	requireSignature, requireLog bool
+	// ring opens the sealed records verification authenticates (the
+	// approvals', attempts' closes); nil without trusted keys.
+	ring *trust.Keyring
 }
 
 // required marks a report with the requirements it is judged under.

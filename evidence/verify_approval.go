@@ -33,6 +33,9 @@ type approvalCheck struct {
 	vSum      string // hex SHA-256 of V's stored bytes
 	// summary is set once A parses.
 	summary *ApprovalSummary
+	// signature and keyID say how the approval's records were sealed
+	// (see openApproval).
+	signature, keyID string
 }
 
 func (c *approvalCheck) problem(format string, args ...any) {
@@ -42,7 +45,8 @@ func (c *approvalCheck) problem(format string, args ...any) {
 // checkApproval checks request id's approval evidence, keys being its
 // keys in the store and the spool and attempts its attempts. A request
 // that never asked for approval is checked only for decision records that
-// claim it did. Only a failing store is an error.
+// claim it did. With trusted keys, each approval record must be signed
+// by one of them (see openApproval). Only a failing store is an error.
 func (r *requestCopies) checkApproval(ctx context.Context, id string, keys []string, attempts []Attempt) (*approvalCheck, error) {
 	c := &approvalCheck{r: r, id: id, has: map[string]bool{}, attempts: attempts, decisions: map[int]DecisionRecord{}}
 	for _, k := range keys {
@@ -63,7 +67,11 @@ func (r *requestCopies) checkApproval(ctx context.Context, id string, keys []str
 	if err != nil || aData == nil {
 		return c, err
 	}
-	a, err := ParseApprovalRequestRecord(aData, id)
+	aBody := c.openApproval(aKey, aData)
+	if aBody == nil {
+		return c, nil
+	}
+	a, err := ParseApprovalRequestRecord(aBody, id)
 	if err != nil {
 		c.problem("%s: %v", aKey, err)
 		return c, nil
@@ -80,7 +88,7 @@ func (r *requestCopies) checkApproval(ctx context.Context, id string, keys []str
 		return nil, err
 	}
 	c.summary = &ApprovalSummary{ApprovalID: a.ApprovalID, NestedRequestID: a.NestedRequestID,
-		State: approvalState(a.Attempt, c.v, attempts)}
+		State: approvalState(a.Attempt, c.v, attempts), Signature: c.signature, KeyID: c.keyID}
 	if c.v != nil {
 		c.summary.Approver = c.v.Approver
 	}
@@ -244,8 +252,9 @@ func (c *approvalCheck) checkOwn(ctx context.Context, aData []byte) error {
 	return nil
 }
 
-// readDecision parses V (the stored bytes vData of vKey, which belongs to
-// request owner) and checks it is bound to A, whose stored bytes are aData.
+// readDecision authenticates and parses V (the stored bytes vData of
+// vKey, which belongs to request owner) and checks it is bound to A, whose
+// stored bytes are aData.
 // Order is proved by the digests, not by clocks: V holds A's SHA-256 and
 // the attempt that uses V holds V's, so neither can predate what it
 // names, while replicas' clocks may disagree by seconds. Times are only
@@ -255,7 +264,11 @@ func (c *approvalCheck) readDecision(vKey string, vData []byte, owner string, aD
 	if vData == nil {
 		return
 	}
-	v, err := ParseApprovalRecord(vData, owner)
+	body := c.openApproval(vKey, vData)
+	if body == nil {
+		return
+	}
+	v, err := ParseApprovalRecord(body, owner)
 	if err != nil {
 		c.problem("%s: %v", vKey, err)
 		return
@@ -405,7 +418,11 @@ func (c *approvalCheck) readNested(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n, err := ParseApprovalRequestRecord(nData, a.NestedRequestID)
+	nBody := c.openApproval(nestedKey, nData)
+	if nBody == nil {
+		return nil
+	}
+	n, err := ParseApprovalRequestRecord(nBody, a.NestedRequestID)
 	switch {
 	case err != nil:
 		c.problem("%s: %v", nestedKey, err)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/evidence/trust"
 )
 
 // waitOn writes a parent's attempt n that ran sandboxed code whose guest's
@@ -24,7 +26,7 @@ func (st *story) waitOn(n int, nested *story) *story {
 	st.a = nested.a
 	st.a.RequestID, st.a.Attempt, st.a.ToolID, st.a.CanonicalRequestHash = st.id, n, "code.run", st.hash
 	st.a.ParentRequestID, st.a.NestedRequestID = "", nested.id
-	st.aData = st.putJSON(ArtifactApprovalRequest, st.a)
+	st.aData = st.putSealed(ArtifactApprovalRequest, st.a)
 	return st
 }
 
@@ -204,7 +206,7 @@ func TestVerifyCatchesEveryTamperWithAnApproval(t *testing.T) {
 		}, `request_id is "other"`},
 		{"approval.json with a field the format does not have", func(t *testing.T, s Store) {
 			st := newStory(t, s, "r", signer).ask(1)
-			st.put(ArtifactApproval, []byte(`{"request_id":"r","override":true}`))
+			st.put(ArtifactApproval, st.seal(ArtifactApproval, []byte(`{"request_id":"r","override":true}`)))
 		}, "unknown field"},
 		{"a run that names an approval nobody decided", func(t *testing.T, s Store) {
 			st := newStory(t, s, "r", signer).ask(1)
@@ -253,7 +255,7 @@ func TestVerifyCatchesEveryTamperWithAnApproval(t *testing.T) {
 			st.a.Attempt = 2
 			st.decide(2, DecisionRecord{Decision: "allow", RuleID: storyRule, DecidedAt: storyT0})
 			s.(*MemoryStore).remove(Key(st.id, ArtifactApprovalRequest))
-			st.aData = st.putJSON(ArtifactApprovalRequest, st.a)
+			st.aData = st.putSealed(ArtifactApprovalRequest, st.a)
 		}, `asked for approval, but its decision is "allow"`},
 		{"a second ask after the approval was asked for", func(t *testing.T, s Store) {
 			st := newStory(t, s, "r", signer).ask(1)
@@ -306,7 +308,7 @@ func TestVerifyCatchesEveryTamperWithAnApproval(t *testing.T) {
 			st.a.RequestID, st.a.ParentRequestID, st.a.NestedRequestID = "r", "", nested.id
 			st.decide(1, DecisionRecord{Decision: "allow", RuleID: "run-code", DecidedAt: storyT0})
 			st.dispatch(1, NotDispatched, "connection refused")
-			st.putJSON(ArtifactApprovalRequest, st.a)
+			st.putSealed(ArtifactApprovalRequest, st.a)
 		}, "was not dispatched and then closed"},
 	}
 	for _, tc := range tests {
@@ -409,4 +411,96 @@ func TestACallThatNeverManagedToAskIsNoTamper(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Approvals are signed decisions: with the gateway's public key, an
+// approval record it did not sign is tampering, named with its reason,
+// however well its digests agree; without a key, the seals are reported
+// unchecked.
+func TestVerifyAuthenticatesApprovalRecords(t *testing.T) {
+	signer, stranger := newSigner(t), newSigner(t)
+	keys := VerifyOptions{TrustedKeys: []ed25519.PublicKey{signer.PublicKey()}}
+	resealed := func(st *story, name string, by *Signer, change func([]byte) []byte) {
+		t.Helper()
+		key := Key(st.id, name)
+		body, _, _ := trust.Split(mustGet(t, st.s, key))
+		st.s.(*MemoryStore).remove(key)
+		other := &story{t: t, s: st.s, id: st.id, signer: by}
+		mustPut(t, st.s, key, other.seal(name, change(body)))
+	}
+	same := func(b []byte) []byte { return b }
+	for _, tc := range []struct {
+		name    string
+		write   func(t *testing.T, s Store)
+		problem string
+	}{
+		{"an unsigned approval.json with the digests copied", func(t *testing.T, s Store) {
+			st := newStory(t, s, "r", signer).ask(1).settle(ApprovalApprove, hourIn).use(2, twoHours)
+			resealed(st, ArtifactApproval, nil, same)
+			st.finish()
+		}, "requests/r/approval.json: failed authentication: the record carries no seal"},
+		{"an approval.json signed by an untrusted key", func(t *testing.T, s Store) {
+			st := newStory(t, s, "r", signer).ask(1).settle(ApprovalApprove, hourIn)
+			resealed(st, ArtifactApproval, stranger, same)
+		}, "requests/r/approval.json: failed authentication: the record is sealed by a key that is not trusted"},
+		{"an approval.json altered after it was signed", func(t *testing.T, s Store) {
+			st := newStory(t, s, "r", signer).ask(1).settle(ApprovalDeny, hourIn)
+			key := Key(st.id, ArtifactApproval)
+			altered := strings.Replace(string(mustGet(t, s, key)), `"decision":"deny"`, `"decision":"approve"`, 1)
+			s.(*MemoryStore).remove(key)
+			mustPut(t, s, key, []byte(altered))
+		}, "requests/r/approval.json: failed authentication: the signature by"},
+		{"an approval.json moved from another request", func(t *testing.T, s Store) {
+			other := newStory(t, s, "o", signer).ask(1).settle(ApprovalApprove, hourIn)
+			st := newStory(t, s, "r", signer).ask(1)
+			st.put(ArtifactApproval, other.vData)
+		}, "requests/r/approval.json: failed authentication: the signature by"},
+		{"an unsigned approval_request.json, as an older version wrote it", func(t *testing.T, s Store) {
+			st := newStory(t, s, "r", signer).ask(1)
+			resealed(st, ArtifactApprovalRequest, nil, same)
+		}, "requests/r/approval_request.json: failed authentication: the record carries no seal"},
+		{"a nested request's approval.json signed by an untrusted key", func(t *testing.T, s Store) {
+			nested := nestedStory(t, s, "r", signer).settle(ApprovalApprove, hourIn)
+			newStory(t, s, "r", signer).waitOn(1, nested)
+			resealed(nested, ArtifactApproval, stranger, same)
+		}, "requests/r:c1/approval.json: failed authentication"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewMemoryStore()
+			tc.write(t, s)
+			rep, err := Verify(context.Background(), s, "r", keys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Status != StatusMismatch || !rep.Tampered() || !strings.Contains(fmt.Sprint(rep.Problems), tc.problem) {
+				t.Fatalf("status %s, problems %q; want a mismatch naming %q", rep.Status, rep.Problems, tc.problem)
+			}
+		})
+	}
+	t.Run("signed records, checked and unchecked", func(t *testing.T) {
+		s := NewMemoryStore()
+		newStory(t, s, "r", signer).ask(1).settle(ApprovalApprove, hourIn).use(2, twoHours).finish()
+		for _, c := range []struct {
+			opts VerifyOptions
+			want string
+		}{{keys, SignatureValid}, {VerifyOptions{}, SignatureUnchecked}} {
+			rep, err := Verify(context.Background(), s, "r", c.opts)
+			if err != nil || rep.Failed() || rep.Approval == nil || rep.Approval.Signature != c.want ||
+				rep.Approval.KeyID != signer.KeyID() {
+				t.Fatalf("%+v, %v; want the approval %s by %s", rep, err, c.want, signer.KeyID())
+			}
+		}
+		sum, found, err := ReadApproval(context.Background(), s, "r", mustList(t, s, RequestPrefix("r")))
+		if err != nil || !found || sum.State != ApprovalStateConsumed || sum.Signature != SignatureUnchecked {
+			t.Fatalf("ReadApproval = %+v, %v, %v", sum, found, err)
+		}
+	})
+	t.Run("unsigned records, unchecked", func(t *testing.T) {
+		s := NewMemoryStore()
+		newStory(t, s, "r", nil).ask(1).settle(ApprovalApprove, hourIn)
+		rep, err := Verify(context.Background(), s, "r")
+		if err != nil || rep.Failed() || rep.Approval == nil || rep.Approval.Signature != SignatureUnsigned {
+			t.Fatalf("%+v, %v; want an unsigned approval, not failed", rep, err)
+		}
+	})
 }

@@ -194,6 +194,7 @@ func (j *logJoin) judge(ctx context.Context, rep *VerifyReport, r *requestCopies
 		}
 		j.judgeArtifact(rep, key, stored, recordsOf(recs, a.kind), infos)
 	}
+	j.judgeUsedApproval(rep, recs, infos)
 	return nil
 }
 

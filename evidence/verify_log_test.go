@@ -248,6 +248,15 @@ func TestVerifyAllDetectsEveryTamperWithTheLog(t *testing.T) {
 			st.s = b.mem
 			st.settle(ApprovalApprove, hourIn)
 		}, with(map[string]string{"r6": "unlogged"}), []string{LogOK}},
+		{"an approval a run used, stored behind the log's back, is a mismatch", func(t *testing.T, b *auditedBucket) {
+			l, s := openLogged(t, b.mem, b.cfg)
+			st := newStory(t, s, "r6", b.signer).ask(1)
+			if err := l.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			st.s = b.mem
+			st.settle(ApprovalApprove, hourIn).use(2, twoHours).finish()
+		}, with(map[string]string{"r6": "mismatch"}), []string{LogOK}},
 		{"an approval.json replaced after it was logged is a mismatch", func(t *testing.T, b *auditedBucket) {
 			l, s := openLogged(t, b.mem, b.cfg)
 			st := newStory(t, s, "r6", b.signer).ask(1).settle(ApprovalDeny, hourIn)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/evidence/trust"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -132,7 +133,7 @@ func (g *Gateway) DecideApprovalAs(ctx context.Context, caller string, identity 
 	now := g.now()
 	if !now.Before(v.h.request.ExpiresAt) {
 		if _, err := g.expire(ctx, v.h, now); err != nil {
-			return nil, status.Errorf(codes.Unavailable, "evidence store unavailable: %v", err)
+			return nil, decideFailure(id, err)
 		}
 		g.afterDecision(ctx, v)
 		return g.decidedAlready(v, caller, decision)
@@ -146,7 +147,7 @@ func (g *Gateway) DecideApprovalAs(ctx context.Context, caller string, identity 
 		Authorization: &evidence.ApproverDecision{PolicyRef: d.PolicyRef, PolicySetDigest: d.PolicySetDigest, RuleID: d.RuleID, Reason: d.Reason},
 	})
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "evidence store unavailable, the approval was not decided: %v", err)
+		return nil, decideFailure(id, err)
 	}
 	if !written {
 		return g.decidedAlready(v, caller, decision)
@@ -213,8 +214,10 @@ func (g *Gateway) mayDecide(ctx context.Context, caller string, identity *Identi
 }
 
 // approvalByID finds approval id through the index and checks it against
-// the request's own approval_request.json, the truth: an index entry
-// naming a request held under another approval id names nothing.
+// the request's own approval_request.json, the truth once authenticated:
+// an index entry naming a request held under another approval id names
+// nothing, and one naming a record that fails authentication is
+// DATA_LOSS.
 func (g *Gateway) approvalByID(ctx context.Context, id string) (*approvalView, error) {
 	notFound := status.Errorf(codes.NotFound, "no approval %q", truncateForMessage(id))
 	if evidence.ValidApprovalID(id) != nil {
@@ -233,6 +236,8 @@ func (g *Gateway) approvalByID(ctx context.Context, id string) (*approvalView, e
 	switch {
 	case errors.Is(err, evidence.ErrNotExist) || (err == nil && v.h.request.ApprovalID != id):
 		return nil, notFound
+	case errors.Is(err, trust.ErrTampered):
+		return nil, decideFailure(id, err)
 	case err != nil:
 		return nil, status.Errorf(codes.Unavailable, "approval %s cannot be read: %v", id, err)
 	}
@@ -335,7 +340,8 @@ func (v *approvalView) proto() *toolgatev1.Approval {
 // may decide (policy decides each, as DecideApprovalAs would) or asked
 // for: nobody else's held calls, whose arguments may be theirs to keep, are
 // shown. Pages follow the index's key order; each page is sorted oldest
-// first.
+// first. An approval whose records fail authentication is left out (it is
+// reported as tampering), or DATA_LOSS when req names it.
 func (g *Gateway) ListApprovalsAs(ctx context.Context, caller string, identity *Identity, req *toolgatev1.ListApprovalsRequest) (*toolgatev1.ListApprovalsResponse, error) {
 	if caller == AnonymousCaller || caller == "" {
 		return nil, errAnonymousApprovals
@@ -361,8 +367,10 @@ func (g *Gateway) ListApprovalsAs(ctx context.Context, caller string, identity *
 		switch {
 		case errors.Is(err, evidence.ErrNotExist):
 			continue // an index entry whose approval request was never written
+		case errors.Is(err, trust.ErrTampered) && req.GetRequestId() == "":
+			continue // reported as tampering; the others are still listed
 		case err != nil:
-			return nil, status.Errorf(codes.Unavailable, "approvals cannot be read: %v", err)
+			return nil, status.Errorf(approvalCode(err), "approvals cannot be read: %v", err)
 		}
 		a := v.h.request
 		if (e.approvalID != "" && a.ApprovalID != e.approvalID) || (req.GetApprovalId() != "" && a.ApprovalID != req.GetApprovalId()) ||

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -109,6 +110,10 @@ type approvalEnvOptions struct {
 	interval time.Duration
 	// noAuth turns authentication off: every caller is anonymous.
 	noAuth bool
+	// signer, if set, gives replica i its signing key (nil: none).
+	signer func(i int) *evidence.Signer
+	// trusted is Options.TrustedKeys of every replica.
+	trusted []ed25519.PublicKey
 }
 
 func newApprovalEnv(t testing.TB, o approvalEnvOptions) *approvalEnv {
@@ -156,8 +161,12 @@ func newApprovalEnv(t testing.TB, o approvalEnvOptions) *approvalEnv {
 		if o.wrap != nil {
 			store = o.wrap(i, store)
 		}
+		var signer *evidence.Signer
+		if o.signer != nil {
+			signer = o.signer(i)
+		}
 		gw, err := New(Options{
-			Decider: e.live, Store: store, Redactor: red, Auth: auth,
+			Decider: e.live, Store: store, Redactor: red, Auth: auth, Signer: signer, TrustedKeys: o.trusted,
 			Drivers:   map[string]drivers.Driver{"counting": e.driver},
 			Tools:     map[string]Tool{"counting.run": {Driver: "counting", Target: "run"}},
 			Instance:  "replica-" + string(rune('a'+i)),
@@ -896,23 +905,32 @@ permit (principal, action, resource in Driver::"workspace");`,
 
 // BenchmarkApprovalPending measures, over gRPC on a file store, a call
 // being held (claim, decision, index, approval request, close) and a retry
-// while it is pending (reads only).
+// while it is pending (reads only), unsigned and signed: a signing gateway
+// signs approval_request.json once and checks its signature on every
+// retry.
 func BenchmarkApprovalPending(b *testing.B) {
-	e := newApprovalEnv(b, approvalEnvOptions{})
-	b.Run("held", func(b *testing.B) {
-		for i := range b.N {
-			if resp, err := e.run(0, "alice", fmt.Sprintf("bench-held-%d", i), nil); err != nil || resp.GetPendingApproval() == nil {
-				b.Fatal(resp, err)
-			}
+	for _, signed := range []bool{false, true} {
+		o := approvalEnvOptions{}
+		name := "unsigned"
+		if signed {
+			o.signer, name = func(int) *evidence.Signer { return testSigner(b, 1) }, "signed"
 		}
-	})
-	b.Run("retry-while-pending", func(b *testing.B) {
-		for range b.N {
-			if resp, err := e.run(0, "alice", "bench-held-0", nil); err != nil || resp.GetPendingApproval() == nil {
-				b.Fatal(resp, err)
+		e := newApprovalEnv(b, o)
+		b.Run(name+"/held", func(b *testing.B) {
+			for i := range b.N {
+				if resp, err := e.run(0, "alice", fmt.Sprintf("bench-held-%d", i), nil); err != nil || resp.GetPendingApproval() == nil {
+					b.Fatal(resp, err)
+				}
 			}
-		}
-	})
+		})
+		b.Run(name+"/retry-while-pending", func(b *testing.B) {
+			for range b.N {
+				if resp, err := e.run(0, "alice", "bench-held-0", nil); err != nil || resp.GetPendingApproval() == nil {
+					b.Fatal(resp, err)
+				}
+			}
+		})
+	}
 }
 
 // TestTokenGroupsMayDecideApprovals: an approver whose group comes from a

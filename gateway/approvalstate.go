@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/evidence/trust"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -58,14 +59,20 @@ func (h *heldApproval) link(outcome string) *evidence.DecisionApproval {
 }
 
 // readHeld reads the approval of request id: A, which must exist, and V
-// when keys list it.
+// when keys list it, each authenticated (an error wrapping
+// trust.ErrTampered when one fails).
 func (g *Gateway) readHeld(ctx context.Context, id string, keys []string) (*heldApproval, error) {
 	h := &heldApproval{}
-	raw, err := g.store.Get(ctx, evidence.Key(id, evidence.ArtifactApprovalRequest))
+	key := evidence.Key(id, evidence.ArtifactApprovalRequest)
+	raw, err := g.store.Get(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	if err := json.Unmarshal(raw, &h.request); err != nil {
+	body, err := g.openApproval(key, id, raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(body, &h.request); err != nil {
 		return nil, fmt.Errorf("%s of %s is unreadable: %w", evidence.ArtifactApprovalRequest, id, err)
 	}
 	if h.request.RequestID != id || evidence.ValidApprovalID(h.request.ApprovalID) != nil {
@@ -78,15 +85,20 @@ func (g *Gateway) readHeld(ctx context.Context, id string, keys []string) (*held
 	return h, g.readVerdict(ctx, h)
 }
 
-// readVerdict reads V into h.
+// readVerdict reads V into h, authenticated.
 func (g *Gateway) readVerdict(ctx context.Context, h *heldApproval) error {
 	id := h.request.RequestID
-	raw, err := g.store.Get(ctx, evidence.Key(id, evidence.ArtifactApproval))
+	key := evidence.Key(id, evidence.ArtifactApproval)
+	raw, err := g.store.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	body, err := g.openApproval(key, id, raw)
 	if err != nil {
 		return err
 	}
 	var v evidence.ApprovalRecord
-	if err := json.Unmarshal(raw, &v); err != nil {
+	if err := json.Unmarshal(body, &v); err != nil {
 		return fmt.Errorf("%s of %s is unreadable: %w", evidence.ArtifactApproval, id, err)
 	}
 	switch {
@@ -101,8 +113,9 @@ func (g *Gateway) readVerdict(ctx context.Context, h *heldApproval) error {
 	return nil
 }
 
-// decide writes V create-only. The first writer wins on every replica: on
-// ErrExist the stored V is read into h instead, and written reports false.
+// decideHeld writes V create-only, signed. The first writer wins on every
+// replica: on ErrExist the stored V is read into h instead, and written
+// reports false.
 func (g *Gateway) decideHeld(ctx context.Context, h *heldApproval, v evidence.ApprovalRecord) (written bool, err error) {
 	a := h.request
 	v.RequestID, v.ApprovalID = a.RequestID, a.ApprovalID
@@ -113,11 +126,15 @@ func (g *Gateway) decideHeld(ctx context.Context, h *heldApproval, v evidence.Ap
 	// passed through the JSON redactor as a whole: it would take the
 	// "authorization" object for a credential and blank it out.
 	v.Reason, _ = g.redactor.String(v.Reason)
+	key := evidence.Key(a.RequestID, evidence.ArtifactApproval)
 	data, err := marshalJSON(v)
+	if err == nil {
+		data, err = g.signApproval(key, data)
+	}
 	if err != nil {
 		return false, fmt.Errorf("encode %s: %w", evidence.ArtifactApproval, err)
 	}
-	err = g.store.Put(ctx, evidence.Key(a.RequestID, evidence.ArtifactApproval), data)
+	err = g.store.Put(ctx, key, data)
 	if errors.Is(err, evidence.ErrExist) {
 		return false, g.readVerdict(ctx, h)
 	}
@@ -195,23 +212,27 @@ func (g *Gateway) putApprovalRequest(ctx context.Context, rec *recorder, a evide
 	return g.storeApprovalRequest(ctx, rec, a)
 }
 
-// storeApprovalRequest writes A create-only and straight to the store,
-// and returns it as stored (redacted).
+// storeApprovalRequest writes A create-only, signed, and straight to the
+// store, and returns it as stored (redacted).
 func (g *Gateway) storeApprovalRequest(ctx context.Context, rec *recorder, a evidence.ApprovalRequestRecord) (evidence.ApprovalRequestRecord, error) {
-	data, err := rec.redact(evidence.ArtifactApprovalRequest, a)
+	body, err := rec.redact(evidence.ArtifactApprovalRequest, a)
 	if err != nil {
 		return a, err
 	}
+	var stored evidence.ApprovalRequestRecord
+	if err := json.Unmarshal(body, &stored); err != nil {
+		return a, fmt.Errorf("%s: %w", evidence.ArtifactApprovalRequest, err)
+	}
 	key := evidence.Key(a.RequestID, evidence.ArtifactApprovalRequest)
+	data, err := g.signApproval(key, body)
+	if err != nil {
+		return a, err
+	}
 	if err := g.store.Put(ctx, key, data); err != nil {
 		return a, err
 	}
 	rec.refs = append(rec.refs, key)
 	rec.digests = append(rec.digests, evidence.Digest(key, data))
-	var stored evidence.ApprovalRequestRecord
-	if err := json.Unmarshal(data, &stored); err != nil {
-		return a, fmt.Errorf("%s: %w", evidence.ArtifactApprovalRequest, err)
-	}
 	return stored, nil
 }
 
@@ -268,7 +289,7 @@ func (g *Gateway) approvalGate(ctx context.Context, p *prepared, rec *recorder, 
 	id := p.c.RequestID
 	h, err := g.readHeld(ctx, id, keys)
 	if err != nil {
-		return nil, rec.failure(codes.Unavailable, "the approval of request_id %q cannot be read, nothing was executed: %v", id, err)
+		return nil, approvalUnreadable(rec, id, err)
 	}
 	if h.request.CanonicalRequestHash != p.hash {
 		return nil, rec.failure(codes.DataLoss, "the approval of request_id %q is bound to another request; "+
@@ -284,8 +305,7 @@ func (g *Gateway) approvalGate(ctx context.Context, p *prepared, rec *recorder, 
 		}
 		written, err := g.expire(ctx, h, now)
 		if err != nil {
-			return nil, rec.failure(codes.Unavailable, "the expiry of approval %s cannot be recorded, nothing was executed: %v",
-				h.request.ApprovalID, err)
+			return nil, expiryFailure(rec, id, h.request.ApprovalID, err)
 		}
 		if written {
 			g.notify(ctx, EventApprovalDecided, id)
@@ -368,7 +388,7 @@ func (g *Gateway) storedPrepared(ctx context.Context, req evidence.RequestRecord
 // was denied or has expired: the gateway does it without waiting for the
 // caller to come back. It is best effort; a retry or the sweep finishes
 // what it cannot. It reports whether the request is final (or no longer
-// held).
+// held, or its approval failed authentication: nothing acts on it).
 func (g *Gateway) finaliseHeld(ctx context.Context, id string) bool {
 	keys, err := g.store.List(ctx, evidence.RequestPrefix(id))
 	if err != nil {
@@ -382,6 +402,10 @@ func (g *Gateway) finaliseHeld(ctx context.Context, id string) bool {
 		return true
 	}
 	switch {
+	case errors.Is(err, trust.ErrTampered):
+		// Left as it is, for the operator it was reported to; the sweep
+		// would only report it again.
+		return true
 	case err != nil || (!h.final() && g.now().Before(h.request.ExpiresAt)):
 		return false // unreadable for now, or still open to approval
 	case h.request.NestedRequestID != "":

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/evidence/trust"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -160,7 +162,7 @@ func (g *Gateway) pauseForGuest(ctx context.Context, p *prepared, rec *recorder,
 		log.Error("could not record the wait for a guest's approval; the run is discarded", "err", err)
 		rec.closeAttempt(ctx, fmt.Sprintf("rerun allowed: guest call %s awaits approval %s, which could not be recorded: %v",
 			w.requestID, approval, err))
-		return nil, rec.failure(codes.Unavailable, "guest call %s of request_id %q needs approval %s, which could not be recorded; "+
+		return nil, rec.failure(approvalCode(err), "guest call %s of request_id %q needs approval %s, which could not be recorded; "+
 			"nothing the guest asked for ran (retry with the same request_id): %v", w.requestID, id, approval, err)
 	}
 	reason := fmt.Sprintf("rerun allowed: guest call %s awaits approval %s; no nested call was dispatched", w.requestID, approval)
@@ -206,8 +208,7 @@ func (g *Gateway) guestApprovalGate(ctx context.Context, p *prepared, rec *recor
 	nid := h.request.NestedRequestID
 	nested, err := g.readGuestApproval(ctx, p.c.RequestID, h)
 	if err != nil {
-		return nil, rec.failure(codes.Unavailable, "the approval that request_id %q waits for (of its guest call %s) cannot be read, "+
-			"nothing was executed: %v", p.c.RequestID, nid, err)
+		return nil, guestApprovalUnreadable(rec, p.c.RequestID, nid, err)
 	}
 	now := g.now()
 	if nested.verdict == nil {
@@ -216,8 +217,7 @@ func (g *Gateway) guestApprovalGate(ctx context.Context, p *prepared, rec *recor
 		}
 		written, err := g.expire(ctx, nested, now)
 		if err != nil {
-			return nil, rec.failure(codes.Unavailable, "the expiry of approval %s cannot be recorded, nothing was executed: %v",
-				nested.request.ApprovalID, err)
+			return nil, expiryFailure(rec, nid, nested.request.ApprovalID, err)
 		}
 		if written {
 			g.notify(ctx, EventApprovalDecided, nid)
@@ -231,6 +231,18 @@ func (g *Gateway) guestApprovalGate(ctx context.Context, p *prepared, rec *recor
 		p.guestCall = &approvedGuestCall{hash: nested.request.CanonicalRequestHash, requestID: nid}
 	}
 	return g.nextAttempt(ctx, p, rec, keys, next)
+}
+
+// guestApprovalUnreadable is the failure of a parent whose guest's
+// approval, nested request nid's, cannot be read: DATA_LOSS when a record
+// failed authentication, UNAVAILABLE otherwise.
+func guestApprovalUnreadable(rec *recorder, parent, nid string, err error) error {
+	if errors.Is(err, trust.ErrTampered) {
+		return rec.failure(codes.DataLoss, "the approval record that request_id %q waits for (of its guest call %s) failed "+
+			"authentication (evidence tampering), nothing was executed: %v", parent, nid, err)
+	}
+	return rec.failure(codes.Unavailable, "the approval that request_id %q waits for (of its guest call %s) cannot be read, "+
+		"nothing was executed: %v", parent, nid, err)
 }
 
 // readGuestApproval reads the approval of the nested request that parent

@@ -77,6 +77,8 @@ type guestOptions struct {
 	sandbox drivers.Driver
 	// wrap, when set, wraps the store.
 	wrap func(evidence.Store) evidence.Store
+	// signer, when set, is the gateway's signing key.
+	signer *evidence.Signer
 }
 
 // newGuestEnvWith builds a guestEnv as o says.
@@ -125,7 +127,7 @@ func newGuestEnvWith(t *testing.T, o guestOptions) *guestEnv {
 		e.store = wrap(store)
 	}
 	e.gw, err = New(Options{
-		Decider: live, Store: e.store, Redactor: red, Auth: auth, Instance: "test-host", Now: e.clock.Now,
+		Decider: live, Store: e.store, Redactor: red, Auth: auth, Signer: o.signer, Instance: "test-host", Now: e.clock.Now,
 		Drivers: map[string]drivers.Driver{"sandbox": sandbox, "free": e.free, "gated": e.gated},
 		Tools: map[string]Tool{"code.run": {Driver: "sandbox", Target: "run"},
 			"free.run": {Driver: "free", Target: "run"}, "gated.run": {Driver: "gated", Target: "run"}},

@@ -56,7 +56,10 @@ evidence.url of --config FILE, or the embedded default's file://./toolgate-evide
         joins it with the bucket: a logged request that is gone is missing.
         A request that asked for approval must tell one story: the approval
         is for the call claimed, decided before it expired, and every run
-        after it uses it. Exit 1 when a request shows tampering or lacks
+        after it uses it; with --pubkey its approval_request.json and
+        approval.json must be signed by a key given (an unsigned or forged
+        one is tampering), and, with the logs, an approval a run used must
+        be logged. Without --pubkey approval signatures are unchecked. Exit 1 when a request shows tampering or lacks
         what --require-* demands, or a log is inconsistent; 0 otherwise
         (unsigned, incomplete, not-dispatched, awaiting-approval, pending
         and unlogged requests are reported, not failed). --json prints one
@@ -495,7 +498,7 @@ func showApproval(ctx context.Context, w io.Writer, s evidence.Reader, id string
 	if sum.NestedRequestID != "" {
 		line += "; held by nested request " + cell(sum.NestedRequestID)
 	}
-	fmt.Fprintf(w, "\n== %s ==\n", line)
+	fmt.Fprintf(w, "\n== %s%s ==\n", line, cell(approvalSignature(sum)))
 	return nil
 }
 
@@ -706,6 +709,9 @@ func (p *verifyPrinter) request(rep evidence.VerifyReport) error {
 	p.counts[v]++
 	p.total++
 	p.failed = p.failed || rep.Failed()
+	if a := rep.Approval; a != nil && (a.Signature == evidence.SignatureUnchecked || a.Signature == evidence.SignatureUnsigned) {
+		p.counts["approval-"+a.Signature]++
+	}
 	if p.printAll || p.verbose || p.asJSON || (v != "ok" && v != "unsigned" && v != "unchecked-signature") {
 		p.clearProgress()
 		if p.asJSON {
@@ -909,8 +915,22 @@ func printReport(w io.Writer, rep evidence.VerifyReport, verdict string, verbose
 		if a.NestedRequestID != "" {
 			line += "; held by nested request " + a.NestedRequestID
 		}
-		fmt.Fprintf(w, "  %s\n", cell(line))
+		fmt.Fprintf(w, "  %s\n", cell(line+approvalSignature(*a)))
 	}
+}
+
+// approvalSignature says how an approval's records are signed, as a
+// clause of its line.
+func approvalSignature(a evidence.ApprovalSummary) string {
+	switch a.Signature {
+	case evidence.SignatureValid:
+		return "; records signed by trusted key " + a.KeyID
+	case evidence.SignatureUnchecked:
+		return "; records signed by key " + a.KeyID + ", not checked (verify --pubkey checks them)"
+	case evidence.SignatureUnsigned:
+		return "; records not signed"
+	}
+	return ""
 }
 
 // attemptsNotable reports whether a request's attempts and outcome tell
@@ -996,6 +1016,8 @@ func printSummary(w io.Writer, total int, counts map[string]int, logs []evidence
 		{"awaiting-approval", "note: %d request(s) never ran and wait for a human's approval, or for their retry once approved\n"},
 		{"unsigned", "note: %d request(s) have unsigned manifests: their artifacts match, but nothing shows who wrote them\n"},
 		{"unchecked-signature", "note: %d signed request(s) were not checked: give the gateway's public key with --pubkey\n"},
+		{"approval-unchecked", "note: the approval signatures of %d request(s) were not checked: give the gateway's public key with --pubkey\n"},
+		{"approval-unsigned", "note: %d request(s) have approval records no gateway signed; with --pubkey they fail as tampered\n"},
 	} {
 		if n := counts[line.verdict]; n > 0 {
 			fmt.Fprintf(w, line.text, n)

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -184,7 +186,7 @@ func TestEvidenceApprovals(t *testing.T) {
 			"== requests/ap-ran/tool_result.json ==",
 			"== requests/ap-ran/response.json ==",
 			"== requests/ap-ran/manifest.json ==",
-			"== approval " + ids["ap-ran"] + ": consumed by alice ==",
+			"== approval " + ids["ap-ran"] + ": consumed by alice; records not signed ==",
 		}
 		if !slices.Equal(headers, want) {
 			t.Fatalf("show headers =\n%s\nwant\n%s", strings.Join(headers, "\n"), strings.Join(want, "\n"))
@@ -198,11 +200,12 @@ func TestEvidenceApprovals(t *testing.T) {
 		}
 		for _, want := range []string{
 			"awaiting-approval ap-pending: nothing ran; it waits for a human's approval, or, once approved, for its retry\n",
-			"  approval " + ids["ap-pending"] + ": pending\n",
+			"  approval " + ids["ap-pending"] + ": pending; records not signed\n",
 			"awaiting-approval ap-approved: ",
-			"  approval " + ids["ap-approved"] + ": approved by alice\n",
+			"  approval " + ids["ap-approved"] + ": approved by alice; records not signed\n",
 			"verified 6 requests: 2 awaiting-approval, 4 unsigned\n",
 			"note: 2 request(s) never ran and wait for a human's approval, or for their retry once approved\n",
+			"note: 5 request(s) have approval records no gateway signed; with --pubkey they fail as tampered\n",
 		} {
 			if !strings.Contains(out, want) {
 				t.Fatalf("output lacks %q:\n%s", want, out)
@@ -243,6 +246,29 @@ func TestEvidenceApprovals(t *testing.T) {
 			if got[id] != w {
 				t.Errorf("%s: %q, want %q", id, got[id], w)
 			}
+		}
+	})
+
+	// What a gateway from before signed approvals left, or anyone without
+	// the key wrote: with the gateway's key given, every approval record
+	// must be signed by it.
+	t.Run("verify --pubkey fails approval records no trusted key signed", func(t *testing.T) {
+		keyDir := t.TempDir()
+		if _, stderr, code := runTool(t, dir, "evidence", "keygen", "--out", filepath.Join(keyDir, "k.pem")); code != exitOK {
+			t.Fatalf("keygen: %s", stderr)
+		}
+		pub, stderr, code := runTool(t, dir, "evidence", "pubkey", "--key", filepath.Join(keyDir, "k.pem"))
+		if code != exitOK {
+			t.Fatalf("pubkey: %s", stderr)
+		}
+		if err := os.WriteFile(filepath.Join(keyDir, "k.pub"), []byte(pub), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, _, code := runTool(t, dir, "evidence", "verify", "--all", "--pubkey", filepath.Join(keyDir, "k.pub"))
+		if code != exitFailure || !strings.Contains(out, "mismatch ap-pending: TAMPERED\n") ||
+			!strings.Contains(out, "  requests/ap-pending/approval_request.json: failed authentication: the record carries no seal\n") ||
+			!strings.Contains(out, "mismatch ap-ran: TAMPERED\n") || strings.Contains(out, "ap-plain: TAMPERED") {
+			t.Fatalf("exit %d, want 1 with every unsigned approval tampered:\n%s", code, out)
 		}
 	})
 }
