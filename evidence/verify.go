@@ -605,7 +605,7 @@ func (v *verifier) verifyCopies(ctx context.Context, id string, present, inSpool
 // requestCopies.completeView for the one exception).
 func (v *verifier) verify(ctx context.Context, id string, present, inSpool []string) (VerifyReport, *requestCopies, error) {
 	rep := VerifyReport{RequestID: id}
-	r := &requestCopies{v: v, inStore: slices.Clone(present), inSpool: inSpool, cached: map[string][]storedCopy{}}
+	r := &requestCopies{v: v, inStore: present, inSpool: inSpool, cached: map[string][]storedCopy{}}
 	fail := func(err error) (VerifyReport, *requestCopies, error) { return VerifyReport{}, nil, err }
 	if err := validRequestID(id); err != nil {
 		// Only a store holding keys Put would refuse can get here.
@@ -657,7 +657,7 @@ func (v *verifier) verify(ctx context.Context, id string, present, inSpool []str
 	if copies[0].spooled {
 		rep.Spooled = append(rep.Spooled, manifestKey)
 	}
-	m, err := ParseManifest(copies[0].data)
+	m, err := r.parseManifest(copies[0].data)
 	if err != nil {
 		rep.Status = StatusMismatch
 		rep.Problems = []string{fmt.Sprintf("%s: %v", manifestKey, err)}
@@ -749,6 +749,23 @@ type requestCopies struct {
 	// cached holds the dispatch records read to derive the attempts, so
 	// that checking them against the manifest reads them no second time.
 	cached map[string][]storedCopy
+	// manifest is the first copy of the manifest, parsed once.
+	manifest *parsedManifest
+}
+
+type parsedManifest struct {
+	m   Manifest
+	err error
+}
+
+// parseManifest parses data, the first copy of the request's manifest,
+// the first time it is asked to.
+func (r *requestCopies) parseManifest(data []byte) (Manifest, error) {
+	if r.manifest == nil {
+		m, err := ParseManifest(data)
+		r.manifest = &parsedManifest{m, err}
+	}
+	return r.manifest.m, r.manifest.err
 }
 
 // storedCopy is the content of one artifact in one place.
@@ -837,7 +854,7 @@ func (r *requestCopies) completeView(ctx context.Context, id string) error {
 	if err != nil || len(copies) == 0 {
 		return err
 	}
-	m, err := ParseManifest(copies[0].data)
+	m, err := r.parseManifest(copies[0].data)
 	if err != nil {
 		return nil // verify reports it
 	}

@@ -89,9 +89,11 @@ func (v *verifier) takeView(ctx context.Context, opts VerifyOptions) (*view, err
 // storage time in it.
 func (vw *view) list(ctx context.Context, s Reader) (time.Time, error) {
 	var newest time.Time
+	var buf []byte // add copies it
 	err := WalkInfo(ctx, s, requestsRoot, func(ki KeyInfo) error {
 		newest = later(newest, ki.ModTime)
-		return vw.listing.add(ki.Key, encodeInfo(ki))
+		buf = appendInfo(buf[:0], ki)
+		return vw.listing.add(ki.Key, buf)
 	})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("evidence: verify: %w", err)
@@ -137,10 +139,10 @@ func (vw *view) close() {
 	}
 }
 
-// encodeInfo packs a listed key's size and storage time: the size, then,
-// when the store told it, the time in Unix nanoseconds, as varints.
-func encodeInfo(ki KeyInfo) []byte {
-	b := binary.AppendVarint(nil, ki.Size)
+// appendInfo appends to b a listed key's size and storage time: the size,
+// then, when the store told it, the time in Unix nanoseconds, as varints.
+func appendInfo(b []byte, ki KeyInfo) []byte {
+	b = binary.AppendVarint(b, ki.Size)
 	if !ki.ModTime.IsZero() {
 		b = binary.AppendVarint(b, ki.ModTime.UnixNano())
 	}
