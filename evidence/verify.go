@@ -2,7 +2,6 @@ package evidence
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -27,7 +26,9 @@ const (
 	StatusOK = "ok"
 	// StatusPending: the artifacts match, but some of them, or the
 	// manifest, are so far only in the spool (VerifyOptions.Spool),
-	// waiting to be uploaded to the store.
+	// waiting to be uploaded to the store. It is also the verdict (see
+	// VerifyReport.Verdict) of a request on its way: in flight and
+	// recent, or with log entries not yet sequenced (LogPending).
 	StatusPending = "pending"
 	// StatusIncomplete: the request has no manifest, neither in the store
 	// nor in the spool. It is in flight, or a crash or failure left it.
@@ -109,10 +110,16 @@ type VerifyOptions struct {
 	// a checkpoint of each log, or the log is LogUnwitnessed.
 	Witnesses        []note.Verifier
 	WitnessThreshold int
-	// LogGrace is how close to the newest checkpoint, or to now, an
-	// unlogged artifact must have been stored to count as LogPending
-	// rather than LogUnlogged. 0 means DefaultLogGrace.
+	// LogGrace is how recently, before the time VerifyAll took its view
+	// of the store, an artifact no log records must have been stored to
+	// count as LogPending rather than LogUnlogged, and a request without
+	// a manifest to count as in flight (VerifyReport.Recent). See
+	// LogGraceFor; 0 means DefaultLogGrace.
 	LogGrace time.Duration
+	// Now is the auditor's clock, nil for time.Now. VerifyAll judges
+	// storage times by the store's clock and uses this one only to bound
+	// the view's time (see viewClock).
+	Now func() time.Time
 	// TempDir holds the sorted runs of log entries VerifyAll spills to
 	// disk to keep its memory flat; "" means os.TempDir().
 	TempDir string
@@ -160,6 +167,12 @@ type VerifyReport struct {
 	// Log is LogLogged, LogUnlogged or LogPending when VerifyAll read the
 	// store's transparency logs, empty otherwise.
 	Log string `json:"log,omitempty"`
+	// Recent: the request has no manifest (StatusIncomplete), and
+	// VerifyAll found its newest artifact stored within
+	// VerifyOptions.LogGrace of the time it took its view of the store:
+	// it is in flight, and its verdict "pending" rather than
+	// "incomplete".
+	Recent bool `json:"recent,omitempty"`
 	// Logged lists where the logs record the request: each claim, approval and
 	// completion entry, by log origin and index.
 	Logged []LogPosition `json:"logged,omitempty"`
@@ -195,10 +208,12 @@ func (r VerifyReport) Failed() bool {
 // Verdict folds Status, Signature and Log into the one word an auditor
 // reads first, worst first: "mismatch", "missing", "bad-signature",
 // "unknown-key", "unsigned-required" (with RequireSignature, a manifest
-// not signed by a trusted key), "unlogged" (with RequireLog), "incomplete",
-// "not-dispatched", "awaiting-approval", "pending", "unlogged",
-// "unchecked-signature", "unsigned", "ok". Only "ok" means verified, signed by a trusted key, and
-// logged or on its way into a log (LogPending) when logs were read.
+// not signed by a trusted key), "unlogged" (with RequireLog), "pending"
+// (in flight: no manifest, and Recent), "incomplete", "not-dispatched",
+// "awaiting-approval", "pending" (in the spool, or with log entries not
+// yet sequenced: LogPending), "unlogged", "unchecked-signature",
+// "unsigned", "ok". Only "ok" means verified, signed by a trusted key,
+// and logged when logs were read.
 //
 // "not-dispatched" ranks below "incomplete", which may hide a tool that
 // ran without a record of its outcome, and above "pending", whose manifest
@@ -219,9 +234,13 @@ func (r VerifyReport) Verdict() string {
 		return "unsigned-required"
 	case r.logRequired && r.Log == LogUnlogged:
 		return LogUnlogged
+	case r.Status == StatusIncomplete && r.Recent:
+		return StatusPending
 	case r.Status == StatusIncomplete || r.Status == StatusNotDispatched || r.Status == StatusAwaitingApproval ||
 		r.Status == StatusPending:
 		return r.Status
+	case r.Log == LogPending:
+		return StatusPending
 	case r.Log == LogUnlogged:
 		return r.Log
 	case r.Signature == SignatureUnchecked:
@@ -271,20 +290,43 @@ func Verify(ctx context.Context, s Reader, requestID string, opts ...VerifyOptio
 	if err != nil {
 		return VerifyReport{}, err
 	}
+	// The spool first: an artifact uploaded meanwhile is then in one
+	// listing or the other (see view).
+	var inSpool []string
+	if o.Spool != nil {
+		if inSpool, err = o.Spool.List(ctx, RequestPrefix(requestID)); err != nil {
+			return VerifyReport{}, fmt.Errorf("evidence: verify %q: spool: %w", requestID, err)
+		}
+	}
 	present, err := s.List(ctx, RequestPrefix(requestID))
 	if err != nil {
 		return VerifyReport{}, fmt.Errorf("evidence: verify %q: %w", requestID, err)
 	}
-	rep, _, err := v.verifyCopies(ctx, requestID, present)
+	rep, _, err := v.verifyCopies(ctx, requestID, present, inSpool)
 	return v.required(rep), err
 }
 
 // VerifyAll verifies every request in s, calling fn with each report in
 // ascending order of the request's key prefix, and stops at the first
-// error of fn or of a store. It walks the store once and holds only the
-// keys of the request being verified, so memory stays flat however many
-// requests the store holds; with a spool it also holds the ids of the
-// requests in the spool.
+// error of fn or of a store.
+//
+// It judges one view of the store, so that a bucket a gateway is writing
+// verifies as cleanly as a quiet one: it lists the spool, the logs, then
+// every request's keys with their storage times, then the logs' newest
+// checkpoints again, and reads nothing the view lacks. A request is
+// judged as listed: a manifest stored after the listing is not read, so
+// the request is in flight, not tampered with; the logs are read as they
+// stood after the listing, and an entry they sequenced after the listing
+// began does not make an artifact the listing lacks missing. An artifact
+// no log records, stored within VerifyOptions.LogGrace of the view's time
+// (see viewClock), is LogPending, and a request without a manifest whose
+// newest artifact is that recent is Recent: both are on their way, not
+// failures.
+//
+// The listing is kept on disk past 16Ki keys (in VerifyOptions.TempDir)
+// and each request's keys are held only while it is verified, so memory
+// stays flat however many requests the store holds; with a spool it also
+// holds the spool's keys.
 //
 // A key directly under "requests/", outside any request's folder, is
 // reported as a StatusMismatch report whose RequestID is the key's last
@@ -294,7 +336,12 @@ func VerifyAll(ctx context.Context, s Reader, opts VerifyOptions, fn func(Verify
 	if err != nil {
 		return err
 	}
-	j, err := v.verifyLogs(ctx, opts)
+	vw, err := v.takeView(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer vw.close()
+	j, err := v.verifyLogs(ctx, opts, vw)
 	if err != nil {
 		return err
 	}
@@ -303,13 +350,15 @@ func VerifyAll(ctx context.Context, s Reader, opts VerifyOptions, fn func(Verify
 	}
 	// Requests that so far exist only in the spool are merged into the
 	// walk in the same order.
-	var spooled []string
-	if opts.Spool != nil {
-		if spooled, err = requestIDs(ctx, opts.Spool); err != nil {
-			return fmt.Errorf("evidence: verify: spool: %w", err)
+	spooled := vw.spoolIDs
+	absent := func(prefix string, recs []logRecord) error {
+		// What the logs sequenced after the listing began is not part
+		// of the view: a request claimed since is simply not listed.
+		if recs = j.beforeView(recs); len(recs) == 0 {
+			return nil
 		}
+		return fn(v.required(missingReport(prefix, recs)))
 	}
-	absent := func(prefix string, recs []logRecord) error { return fn(v.required(missingReport(prefix, recs))) }
 	emit := func(id string, infos []KeyInfo) error {
 		for len(spooled) > 0 && RequestPrefix(spooled[0]) <= RequestPrefix(id) {
 			next := spooled[0]
@@ -317,11 +366,11 @@ func VerifyAll(ctx context.Context, s Reader, opts VerifyOptions, fn func(Verify
 			if next == id {
 				break
 			}
-			if err := v.emitJoined(ctx, next, nil, j, absent, fn); err != nil {
+			if err := v.emitJoined(ctx, vw, next, nil, j, absent, fn); err != nil {
 				return err
 			}
 		}
-		return v.emitJoined(ctx, id, infos, j, absent, fn)
+		return v.emitJoined(ctx, vw, id, infos, j, absent, fn)
 	}
 	stray := func(key string) error {
 		return fn(v.required(VerifyReport{
@@ -330,11 +379,11 @@ func VerifyAll(ctx context.Context, s Reader, opts VerifyOptions, fn func(Verify
 			Problems:  []string{key + ": stored outside any request's folder"},
 		}))
 	}
-	if err := walkRequestInfos(ctx, s, emit, stray); err != nil {
+	if err := vw.walkRequests(ctx, emit, stray); err != nil {
 		return err
 	}
 	for _, id := range spooled {
-		if err := v.emitJoined(ctx, id, nil, j, absent, fn); err != nil {
+		if err := v.emitJoined(ctx, vw, id, nil, j, absent, fn); err != nil {
 			return err
 		}
 	}
@@ -344,18 +393,21 @@ func VerifyAll(ctx context.Context, s Reader, opts VerifyOptions, fn func(Verify
 	return nil
 }
 
-// emitJoined verifies one request, judges it against what the logs record
-// of it when j is set, and passes the report to fn.
-func (v *verifier) emitJoined(ctx context.Context, id string, infos []KeyInfo, j *logJoin,
+// emitJoined verifies one request of the view, judges it against what the
+// logs record of it when j is set, and passes the report to fn.
+func (v *verifier) emitJoined(ctx context.Context, vw *view, id string, infos []KeyInfo, j *logJoin,
 	absent func(string, []logRecord) error, fn func(VerifyReport) error) error {
 	present := make([]string, len(infos))
+	var newest time.Time
 	for i, ki := range infos {
 		present[i] = ki.Key
+		newest = later(newest, ki.ModTime)
 	}
-	rep, r, err := v.verifyCopies(ctx, id, present)
+	rep, r, err := v.verifyCopies(ctx, id, present, vw.spool[id])
 	if err != nil {
 		return err
 	}
+	rep.Recent = rep.Status == StatusIncomplete && vw.clock.recent(newest)
 	if j != nil {
 		recs, err := j.take(RequestPrefix(id), absent)
 		if err != nil {
@@ -368,30 +420,25 @@ func (v *verifier) emitJoined(ctx context.Context, id string, infos []KeyInfo, j
 	return fn(v.required(rep))
 }
 
-// verifyLogs verifies every transparency log in the store and sorts their
+// verifyLogs verifies every transparency log of the view and sorts their
 // entries for the join with the requests. It returns nil when the store
 // has no logs and the auditor kept no checkpoint: there is nothing to
 // join, and requests carry no log state.
-func (v *verifier) verifyLogs(ctx context.Context, opts VerifyOptions) (*logJoin, error) {
+func (v *verifier) verifyLogs(ctx context.Context, opts VerifyOptions, vw *view) (*logJoin, error) {
 	if err := v.keptCheckpoints(opts.Kept); err != nil {
 		return nil, err
 	}
-	logs, err := listLogs(ctx, v.store)
-	if err != nil {
-		return nil, fmt.Errorf("evidence: verify: logs: %w", err)
-	}
-	if len(logs) == 0 && len(v.kept) == 0 && !opts.RequireLog {
+	if len(vw.logs) == 0 && len(v.kept) == 0 && !opts.RequireLog {
 		return nil, nil
 	}
-	j, err := newLogJoin(opts.TempDir)
+	j, err := newLogJoin(opts.TempDir, vw.clock)
 	if err != nil {
 		return nil, err
 	}
-	if err := v.verifyEachLog(ctx, logs, j, opts.OnLog); err != nil {
+	if err := v.verifyEachLog(ctx, vw.logs, j, opts.OnLog); err != nil {
 		j.close()
 		return nil, err
 	}
-	j.newest, j.now, j.grace = newestCheckpointTime(logs), time.Now(), cmp.Or(opts.LogGrace, DefaultLogGrace)
 	j.start(ctx)
 	return j, nil
 }
@@ -416,6 +463,7 @@ func (v *verifier) verifyEachLog(ctx context.Context, logs []*logObjects, j *log
 			return fmt.Errorf("evidence: verify: log %s: %w", lo.instance, err)
 		}
 		seen[rep.Origin] = true
+		j.sizeBefore[rep.Origin] = lo.sizeBefore
 		if err := report(rep); err != nil {
 			return err
 		}
@@ -461,13 +509,21 @@ func walkRequests(ctx context.Context, s Reader, fn func(requestID string, keys 
 
 // walkRequestInfos calls fn with each request's id and the listing of its
 // keys, with their storage times when the store tells them, and stray
-// with each key outside a request's folder. Keys of one request are
-// contiguous in the walk because they share the prefix "requests/<id>/";
-// it holds one request's keys at a time and reuses the slice.
+// with each key outside a request's folder.
 func walkRequestInfos(ctx context.Context, s Reader, fn func(requestID string, infos []KeyInfo) error, stray func(key string) error) error {
+	return groupRequests(func(visit func(KeyInfo) error) error {
+		return WalkInfo(ctx, s, requestsRoot, visit)
+	}, fn, stray)
+}
+
+// groupRequests groups the keys a walk of "requests/" visits by request.
+// Keys of one request are contiguous in the walk because they share the
+// prefix "requests/<id>/"; it holds one request's keys at a time and
+// reuses the slice.
+func groupRequests(walk func(visit func(KeyInfo) error) error, fn func(requestID string, infos []KeyInfo) error, stray func(key string) error) error {
 	var current string
 	var infos []KeyInfo
-	err := WalkInfo(ctx, s, requestsRoot, func(ki KeyInfo) error {
+	err := walk(func(ki KeyInfo) error {
 		id, _, inFolder := strings.Cut(strings.TrimPrefix(ki.Key, requestsRoot), "/")
 		if !inFolder {
 			return stray(ki.Key)
@@ -489,17 +545,6 @@ func walkRequestInfos(ctx context.Context, s Reader, fn func(requestID string, i
 		return fn(current, infos)
 	}
 	return nil
-}
-
-// requestIDs returns the ids of the requests with a folder in s, in
-// ascending order of their prefix.
-func requestIDs(ctx context.Context, s Reader) ([]string, error) {
-	var ids []string
-	err := WalkRequests(ctx, s, func(id string, _ []string) error {
-		ids = append(ids, id)
-		return nil
-	})
-	return ids, err
 }
 
 // verifier holds what Verify and VerifyAll share across requests.
@@ -558,20 +603,22 @@ func newVerifier(s Reader, opts VerifyOptions) (*verifier, error) {
 	return v, nil
 }
 
-// verifyCopies checks request id, whose keys in the store are present,
-// and returns the copies of its artifacts it read.
-func (v *verifier) verifyCopies(ctx context.Context, id string, present []string) (VerifyReport, *requestCopies, error) {
-	rep, r, err := v.verify(ctx, id, present)
+// verifyCopies checks request id, whose keys in the store are present and
+// in the spool inSpool, and returns the copies of its artifacts it read.
+func (v *verifier) verifyCopies(ctx context.Context, id string, present, inSpool []string) (VerifyReport, *requestCopies, error) {
+	rep, r, err := v.verify(ctx, id, present, inSpool)
 	if err != nil {
 		return VerifyReport{}, nil, fmt.Errorf("evidence: verify %q: %w", id, err)
 	}
 	return rep, r, nil
 }
 
-// verify checks request id, whose keys in the store are present.
-func (v *verifier) verify(ctx context.Context, id string, present []string) (VerifyReport, *requestCopies, error) {
+// verify checks request id, whose keys in the store are present and in the
+// spool inSpool: it reads no other key of the request (see
+// requestCopies.completeView for the one exception).
+func (v *verifier) verify(ctx context.Context, id string, present, inSpool []string) (VerifyReport, *requestCopies, error) {
 	rep := VerifyReport{RequestID: id}
-	r := &requestCopies{v: v, cached: map[string][]storedCopy{}}
+	r := &requestCopies{v: v, inStore: present, inSpool: inSpool, cached: map[string][]storedCopy{}}
 	fail := func(err error) (VerifyReport, *requestCopies, error) { return VerifyReport{}, nil, err }
 	if err := validRequestID(id); err != nil {
 		// Only a store holding keys Put would refuse can get here.
@@ -579,12 +626,10 @@ func (v *verifier) verify(ctx context.Context, id string, present []string) (Ver
 		rep.Problems = []string{fmt.Sprintf("%s: %v", RequestPrefix(id), err)}
 		return rep, r, nil
 	}
-	if v.spool != nil {
-		var err error
-		if r.inSpool, err = v.spool.List(ctx, RequestPrefix(id)); err != nil {
-			return fail(fmt.Errorf("spool: %w", err))
-		}
+	if err := r.completeView(ctx, id); err != nil {
+		return fail(err)
 	}
+	present = r.inStore
 	attempts, attemptProblems, err := r.attempts(ctx, id, present)
 	if err != nil {
 		return fail(err)
@@ -625,7 +670,7 @@ func (v *verifier) verify(ctx context.Context, id string, present []string) (Ver
 	if copies[0].spooled {
 		rep.Spooled = append(rep.Spooled, manifestKey)
 	}
-	m, err := ParseManifest(copies[0].data)
+	m, err := r.parseManifest(copies[0].data)
 	if err != nil {
 		rep.Status = StatusMismatch
 		rep.Problems = []string{fmt.Sprintf("%s: %v", manifestKey, err)}
@@ -712,10 +757,28 @@ func (r *requestCopies) checkArtifacts(ctx context.Context, m Manifest, present 
 // requestCopies reads one request's artifacts from the store and the spool.
 type requestCopies struct {
 	v       *verifier
+	inStore []string // the request's keys in the store, sorted
 	inSpool []string // the request's keys in the spool
 	// cached holds the dispatch records read to derive the attempts, so
 	// that checking them against the manifest reads them no second time.
 	cached map[string][]storedCopy
+	// manifest is the first copy of the manifest, parsed once.
+	manifest *parsedManifest
+}
+
+type parsedManifest struct {
+	m   Manifest
+	err error
+}
+
+// parseManifest parses data, the first copy of the request's manifest,
+// the first time it is asked to.
+func (r *requestCopies) parseManifest(data []byte) (Manifest, error) {
+	if r.manifest == nil {
+		m, err := ParseManifest(data)
+		r.manifest = &parsedManifest{m, err}
+	}
+	return r.manifest.m, r.manifest.err
 }
 
 // storedCopy is the content of one artifact in one place.
@@ -734,10 +797,17 @@ func (r *requestCopies) storeCopy(ctx context.Context, key string) ([]byte, erro
 	return copies[0].data, nil
 }
 
-// read returns every copy of key: the store's, then the spool's. The store
-// is asked even for a key its listing lacks, since a listing may lag
-// behind a write; the spool, being local, is asked only for what it
-// listed. Copies are read once per request.
+func (r *requestCopies) listedInStore(key string) bool {
+	_, ok := slices.BinarySearch(r.inStore, key)
+	return ok
+}
+
+// read returns every copy of key: the store's, then the spool's. Only keys
+// listed are read: a key the store's listing lacks was stored after it (or
+// not at all), and reading it would judge the request by two moments at
+// once. A key listed in the spool but gone from it when read was uploaded
+// meanwhile, and is read from the store, which holds it before the spool
+// lets go of it. Copies are read once per request.
 func (r *requestCopies) read(ctx context.Context, key string) (copies []storedCopy, err error) {
 	if copies, ok := r.cached[key]; ok {
 		return copies, nil
@@ -747,23 +817,74 @@ func (r *requestCopies) read(ctx context.Context, key string) (copies []storedCo
 			r.cached[key] = copies
 		}
 	}()
+	inStore := r.listedInStore(key)
+	if inStore {
+		if copies, err = r.getStore(ctx, key, copies); err != nil {
+			return nil, err
+		}
+	}
+	if !slices.Contains(r.inSpool, key) {
+		return copies, nil
+	}
+	data, err := r.v.spool.Get(ctx, key)
+	switch {
+	case err == nil:
+		return append(copies, storedCopy{data: data, spooled: true}), nil
+	case !errors.Is(err, ErrNotExist):
+		return nil, fmt.Errorf("spool: %w", err)
+	case !inStore:
+		return r.getStore(ctx, key, copies)
+	}
+	return copies, nil
+}
+
+// getStore appends the store's copy of key, if it has one, to copies.
+func (r *requestCopies) getStore(ctx context.Context, key string, copies []storedCopy) ([]storedCopy, error) {
 	data, err := r.v.store.Get(ctx, key)
 	switch {
 	case err == nil:
-		copies = append(copies, storedCopy{data: data})
-	case !errors.Is(err, ErrNotExist):
-		return nil, err
+		return append(copies, storedCopy{data: data}), nil
+	case errors.Is(err, ErrNotExist):
+		return copies, nil
 	}
-	if slices.Contains(r.inSpool, key) {
-		data, err := r.v.spool.Get(ctx, key)
-		switch {
-		case err == nil:
-			copies = append(copies, storedCopy{data: data, spooled: true})
-		case !errors.Is(err, ErrNotExist): // flushed meanwhile: not an error
-			return nil, fmt.Errorf("spool: %w", err)
+	return nil, err
+}
+
+// completeView adds to the request's keys in the store those its listed
+// manifest names that the listing lacks. A gateway stores every artifact
+// before the manifest, so they were stored before the listing reached the
+// manifest; a listing that comes in pages can still miss one that sorts
+// before the manifest ("attempts/…", "approval.json") and was stored
+// while an earlier page was being read. Reading it judges the request as
+// the manifest found it, not at a later moment: the manifest commits to
+// its digest.
+func (r *requestCopies) completeView(ctx context.Context, id string) error {
+	manifestKey := Key(id, ArtifactManifest)
+	if !r.listedInStore(manifestKey) {
+		return nil
+	}
+	copies, err := r.read(ctx, manifestKey)
+	if err != nil || len(copies) == 0 {
+		return err
+	}
+	m, err := r.parseManifest(copies[0].data)
+	if err != nil {
+		return nil // verify reports it
+	}
+	for _, a := range m.Artifacts {
+		if !strings.HasPrefix(a.Key, RequestPrefix(id)) || r.listedInStore(a.Key) || slices.Contains(r.inSpool, a.Key) {
+			continue
+		}
+		found, err := r.getStore(ctx, a.Key, nil)
+		if err != nil {
+			return err
+		}
+		if len(found) > 0 {
+			r.inStore = mergeSorted(r.inStore, []string{a.Key})
+			r.cached[a.Key] = found
 		}
 	}
-	return copies, nil
+	return nil
 }
 
 // checkSignature sets rep.Signature and rep.KeyID for m, adding a problem

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"iter"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,13 +28,14 @@ const (
 	// bucket leaves one.
 	LogUnlogged = "unlogged"
 	// LogPending: unlogged, but stored so recently (within LogGrace of the
-	// newest checkpoint) that its entry may still be on its way.
+	// time VerifyAll took its view of the store) that its entry may still
+	// be on its way.
 	LogPending = "log-pending"
 )
 
-// DefaultLogGrace is how long around the newest checkpoint, or before now,
-// an artifact's entry may still be unsequenced: a checkpoint interval and
-// the store's operation timeouts, with room to spare.
+// DefaultLogGrace is how long after its artifact is stored a log entry may
+// still be unsequenced, for a gateway with the default checkpoint interval
+// (1s) and operation timeout (DefaultOpTimeout): see LogGraceFor.
 const DefaultLogGrace = time.Minute
 
 // spillRecords is how many log entries verification holds in memory
@@ -70,13 +72,16 @@ type logJoin struct {
 	head      string // key of the record next returned, "" at the end
 	headValue []byte
 	err       error
-	// An unlogged artifact stored within grace of newest (the newest
-	// checkpoint's storage time) or of now is LogPending.
-	newest, now time.Time
-	grace       time.Duration
+	// clock tells an unlogged artifact stored recently, LogPending, from
+	// one no log will record.
+	clock viewClock
+	// sizeBefore is, by origin, the size of the log's newest checkpoint
+	// listed before the requests were: its entries were sequenced, and so
+	// their artifacts stored, before the listing began.
+	sizeBefore map[string]uint64
 }
 
-func newLogJoin(tempDir string) (*logJoin, error) {
+func newLogJoin(tempDir string, clock viewClock) (*logJoin, error) {
 	if tempDir == "" {
 		tempDir = os.TempDir()
 	}
@@ -84,7 +89,7 @@ func newLogJoin(tempDir string) (*logJoin, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &logJoin{sorter: s}, nil
+	return &logJoin{sorter: s, clock: clock, sizeBefore: map[string]uint64{}}, nil
 }
 
 func (j *logJoin) add(e tlog.Entry, origin string, index uint64) error {
@@ -176,23 +181,51 @@ func missingReport(prefix string, recs []logRecord) VerifyReport {
 	return rep
 }
 
-// judge compares what the logs record of a request with what is stored:
-// the claim with request.json, the completion with manifest.json, the
-// approval with approval.json, each by the digest of the stored bytes.
+// beforeView returns the records sequenced before the listing began. Only
+// they can show an artifact the listing lacks was deleted: the others may
+// record one stored after the listing.
+func (j *logJoin) beforeView(recs []logRecord) []logRecord {
+	var out []logRecord
+	for _, r := range recs {
+		if r.index < j.sizeBefore[r.origin] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// loggedArtifacts pairs each kind of entry with the artifact it commits
+// to.
+var loggedArtifacts = []struct{ kind, name string }{
+	{tlog.KindClaim, ArtifactRequest}, {tlog.KindCompletion, ArtifactManifest}, {tlog.KindApproval, ArtifactApproval},
+}
+
+// judge compares what the logs record of a request with what the view
+// holds of it: the claim with request.json, the completion with
+// manifest.json, the approval with approval.json, each by the digest of
+// the stored bytes. The entries of an artifact the view lacks that were
+// sequenced after the listing began are left out: they record what this
+// run did not see.
 func (j *logJoin) judge(ctx context.Context, rep *VerifyReport, r *requestCopies, recs []logRecord, infos []KeyInfo) error {
 	rep.Log = LogLogged
-	for _, rec := range recs {
-		rep.Logged = append(rep.Logged, LogPosition{Kind: rec.kind, Origin: rec.origin, Index: rec.index})
-	}
-	for _, a := range []struct{ kind, name string }{
-		{tlog.KindClaim, ArtifactRequest}, {tlog.KindCompletion, ArtifactManifest}, {tlog.KindApproval, ArtifactApproval},
-	} {
+	var seen []logRecord
+	for _, a := range loggedArtifacts {
 		key := Key(rep.RequestID, a.name)
 		stored, err := r.storeCopy(ctx, key)
 		if err != nil {
 			return err
 		}
-		j.judgeArtifact(rep, key, stored, recordsOf(recs, a.kind), infos)
+		of := recordsOf(recs, a.kind)
+		if stored == nil {
+			of = j.beforeView(of)
+		}
+		seen = append(seen, of...)
+		j.judgeArtifact(rep, key, stored, of, infos)
+	}
+	for _, rec := range recs {
+		if slices.Contains(seen, rec) {
+			rep.Logged = append(rep.Logged, LogPosition{Kind: rec.kind, Origin: rec.origin, Index: rec.index})
+		}
 	}
 	j.judgeUsedApproval(rep, recs, infos)
 	return nil
@@ -235,19 +268,16 @@ func (j *logJoin) judgeArtifact(rep *VerifyReport, key string, stored []byte, re
 }
 
 // unloggedState tells a recent artifact, whose entry may still be on its
-// way, from one no log will ever record. Recent means stored close to the
-// newest checkpoint, as what a gateway stored just before it died is (its
-// next start logs it), or close to now, as what a running gateway stored
-// within its last checkpoint interval is.
+// way, from one no log will ever record: a request a gateway stored
+// without a log (signing_key: none), one an instance stored just before it
+// died and never came back to catch up, or one put into the bucket behind
+// the gateway's back. Recent is judged by the store's clock (see
+// viewClock).
 func (j *logJoin) unloggedState(key string, infos []KeyInfo) string {
 	for _, ki := range infos {
-		if ki.Key == key && !ki.ModTime.IsZero() && (j.near(ki.ModTime, j.newest) || j.near(ki.ModTime, j.now)) {
+		if ki.Key == key && j.clock.recent(ki.ModTime) {
 			return LogPending
 		}
 	}
 	return LogUnlogged
-}
-
-func (j *logJoin) near(t, ref time.Time) bool {
-	return !ref.IsZero() && t.Sub(ref).Abs() < j.grace
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/toolgate/toolgate/evidence/tlog"
 	"github.com/transparency-dev/tessera/api/layout"
@@ -64,6 +63,10 @@ type logObjects struct {
 	instance string
 	newest   KeyInfo // Key "" when the log has no checkpoint
 	cosigned []KeyInfo
+	// sizeBefore is the size of the newest checkpoint listed before
+	// VerifyAll listed the requests (see logJoin.sizeBefore); newest may
+	// be a later one, listed after.
+	sizeBefore uint64
 }
 
 // listLogs walks the "log/" prefix once and returns each instance's
@@ -333,17 +336,4 @@ func (v *verifier) keptCheckpoints(notes [][]byte) error {
 		v.kept[cp.Origin] = &cp
 	}
 	return nil
-}
-
-// newestCheckpointTime is when the newest checkpoint of any log was stored, by the
-// store's clock, for judging which unlogged requests may still be on
-// their way into a log.
-func newestCheckpointTime(logs []*logObjects) time.Time {
-	var t time.Time
-	for _, lo := range logs {
-		if lo.newest.ModTime.After(t) {
-			t = lo.newest.ModTime
-		}
-	}
-	return t
 }

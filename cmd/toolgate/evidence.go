@@ -48,7 +48,7 @@ evidence.url of --config FILE, or the embedded default's file://./toolgate-evide
         approval asked for and its decision, the attempts in order, the
         result; then the approval's state
   verify (REQUEST_ID | --all) [--pubkey FILE]... [--spool DIR] [--require-signature] [-v] [--json]
-         [--require-log] [--checkpoint FILE] [--witness-key VKEY]... [--witness-threshold N]
+         [--require-log] [--log-grace DURATION] [--checkpoint FILE] [--witness-key VKEY]... [--witness-threshold N]
         check artifacts against manifests and manifests against signatures,
         and list each request's attempts. --all also re-derives every
         instance's transparency log, checks it extends the checkpoints kept
@@ -59,12 +59,19 @@ evidence.url of --config FILE, or the embedded default's file://./toolgate-evide
         after it uses it; with --pubkey its approval_request.json and
         approval.json must be signed by a key given (an unsigned or forged
         one is tampering), and, with the logs, an approval a run used must
-        be logged. Without --pubkey approval signatures are unchecked. Exit 1 when a request shows tampering or lacks
-        what --require-* demands, or a log is inconsistent; 0 otherwise
-        (unsigned, incomplete, not-dispatched, awaiting-approval, pending
-        and unlogged requests are reported, not failed). --json prints one
-        JSON object a line instead, with the approval's id, state and
-        approver.
+        be logged. Without --pubkey approval signatures are unchecked.
+        --all judges one view of a live bucket: it lists every request
+        first, then reads the logs, and reads nothing the listing lacks (a
+        manifest stored since is not read). A request stored within
+        --log-grace of that listing (by the store's clock) is pending, not
+        failed: in flight (no manifest yet), or with log entries not yet
+        sequenced; older, it is incomplete or unlogged. Exit 1 when a
+        request shows tampering or lacks what --require-* demands (with
+        --require-log: unlogged, never pending), or a log is inconsistent;
+        0 otherwise (unsigned, incomplete, not-dispatched,
+        awaiting-approval, pending and unlogged requests are reported, not
+        failed). --json prints one JSON object a line instead, with the
+        approval's id, state and approver.
   prove REQUEST_ID [--out FILE] [--cosigned]
         write a self-contained C2SP tlog-proof of the request's manifest
         (REQUEST_ID.tlog-proof; --out - for standard output): the manifest,
@@ -140,6 +147,9 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 type storeFlags struct {
 	url    string
 	config string
+	// cfg is the configuration resolve read: --config, or the embedded
+	// default.
+	cfg gateway.Config
 }
 
 func addStoreFlags(fs *flag.FlagSet) *storeFlags {
@@ -162,6 +172,7 @@ func (f *storeFlags) resolve() (url, spoolDir string, err error) {
 	if err != nil {
 		return "", "", err
 	}
+	f.cfg = cfg
 	if f.url != "" {
 		return f.url, "", nil
 	}
@@ -566,16 +577,40 @@ type verifyFlags struct {
 	spool, checkpoint       *string
 	pubkeys, witnessKeys    stringList
 	witnessThreshold        *int
+	logGrace                *time.Duration
 }
 
+// verifyAbout is what verify --help says of verdicts and exit codes.
+const verifyAbout = `
+Checks each request's artifacts against its manifest and the manifest's
+signature; --all also re-derives every transparency log and joins it with
+the requests. One verdict per request, worst first:
+
+  mismatch, missing, bad-signature, unknown-key   tampering: exit 1
+  unsigned-required   with --require-signature: exit 1
+  unlogged            no log records it, stored longer ago than the log
+                      grace: exit 1 with --require-log
+  pending             on its way: in flight (no manifest yet), its log
+                      entries not sequenced yet, or waiting in the spool;
+                      with --all, stored within --log-grace of the listing
+                      by the store's clock: exit 0, even with --require-log
+  incomplete, not-dispatched, awaiting-approval, unchecked-signature,
+  unsigned, ok        exit 0
+
+--all judges one view of a live bucket: it lists every request first, then
+reads the logs, and reads nothing the listing lacks. A log that is
+inconsistent or unwitnessed also exits 1; errors exit 2.
+`
+
 func newVerifyFlags(std stdio) (*flag.FlagSet, *verifyFlags) {
-	fs := newEvidenceFlags("verify", "[flags] (REQUEST_ID | --all)", std)
+	fs := newFlagSet("toolgate evidence verify", "[flags] (REQUEST_ID | --all)", verifyAbout, std)
 	f := &verifyFlags{store: addStoreFlags(fs)}
 	f.all = fs.Bool("all", false, "verify every request in the store, and the transparency logs with them")
 	fs.Var(&f.pubkeys, "pubkey", "trusted public key `file` (PEM or base64); repeat for several keys")
 	f.spool = fs.String("spool", "", "spool `folder` of artifacts not yet uploaded (default: the configuration's evidence.spool_dir when it exists and the store comes from the configuration; none: no spool)")
 	f.requireSig = fs.Bool("require-signature", false, "fail on manifests that are not signed by a trusted key (needs --pubkey)")
-	f.reqLog = fs.Bool("require-log", false, "with --all, fail on requests no transparency log records")
+	f.reqLog = fs.Bool("require-log", false, "with --all, fail on requests no transparency log records (not on those still pending: see --log-grace)")
+	f.logGrace = fs.Duration("log-grace", 0, "with --all, how recently before the listing (by the store's clock) a request must have been stored to count as pending: in flight, or with log entries on their way (default: from the configuration's log.checkpoint_interval and evidence.op_timeout, at least 1m)")
 	f.checkpoint = fs.String("checkpoint", "", "with --all, `file` of the checkpoints kept from the last verification: the logs must extend them; rewritten with the newest ones when everything verifies")
 	fs.Var(&f.witnessKeys, "witness-key", "with --all, a witness's cosignature verifier `key` (name+hash+base64); repeat for several")
 	f.witnessThreshold = fs.Int("witness-threshold", 0, "with --all, how many --witness-key witnesses must have cosigned a checkpoint of each log (default: 1 when witness keys are given)")
@@ -621,6 +656,18 @@ func (f *verifyFlags) options() (evidence.VerifyOptions, error) {
 	return opts, nil
 }
 
+// grace is --log-grace, or else the grace of the configuration's gateway:
+// how long its log may take to sequence an entry, from its checkpoint
+// interval and store operation timeout.
+func (f *verifyFlags) grace() time.Duration {
+	if *f.logGrace > 0 {
+		return *f.logGrace
+	}
+	cfg := f.store.cfg
+	return evidence.LogGraceFor(cmp.Or(cfg.Log.CheckpointInterval, gateway.DefaultCheckpointInterval),
+		cmp.Or(cfg.Evidence.OpTimeout, evidence.DefaultOpTimeout))
+}
+
 // evidenceVerify returns exitFailure when a request shows tampering or
 // lacks what the flags require, or a log is inconsistent, exitError when
 // something kept it from checking, and exitOK otherwise.
@@ -636,8 +683,11 @@ func evidenceVerify(ctx context.Context, args []string, std stdio) int {
 		flags.Usage()
 		return exitError
 	}
-	if !*f.all && (*f.reqLog || *f.checkpoint != "" || len(f.witnessKeys) > 0) {
-		return exit(errors.New("--require-log, --checkpoint and --witness-key check the logs, which only --all reads"))
+	if !*f.all && (*f.reqLog || *f.checkpoint != "" || len(f.witnessKeys) > 0 || *f.logGrace != 0) {
+		return exit(errors.New("--require-log, --log-grace, --checkpoint and --witness-key check the logs, which only --all reads"))
+	}
+	if *f.logGrace < 0 {
+		return exit(errors.New("--log-grace must not be negative"))
 	}
 	opts, err := f.options()
 	if err != nil {
@@ -648,6 +698,7 @@ func evidenceVerify(ctx context.Context, args []string, std stdio) int {
 		return exit(err)
 	}
 	defer store.Close()
+	opts.LogGrace = f.grace()
 	if spoolDir, err = chooseSpool(*f.spool, spoolDir); err != nil {
 		return exit(err)
 	}
@@ -886,7 +937,7 @@ func printReport(w io.Writer, rep evidence.VerifyReport, verdict string, verbose
 	case "unchecked-signature":
 		fmt.Fprintf(w, "unchecked-signature %s: artifacts match; signed by key %s, not checked (no --pubkey given)\n", id, rep.KeyID)
 	case "pending":
-		fmt.Fprintf(w, "pending %s: artifacts match; %d not yet uploaded from the spool (signature: %s)\n", id, len(rep.Spooled), rep.Signature)
+		printPending(w, rep)
 	case "incomplete":
 		fmt.Fprintf(w, "incomplete %s: no manifest (in flight, or a crash or failure left it)\n", id)
 	case "not-dispatched":
@@ -899,7 +950,7 @@ func printReport(w io.Writer, rep evidence.VerifyReport, verdict string, verbose
 		fmt.Fprintf(w, "%s %s: TAMPERED\n", verdict, id)
 	}
 	for _, p := range rep.Problems {
-		if verdict == "incomplete" {
+		if rep.Status == evidence.StatusIncomplete {
 			break // the line above says it
 		}
 		fmt.Fprintf(w, "  %s\n", cell(p))
@@ -931,6 +982,20 @@ func approvalSignature(a evidence.ApprovalSummary) string {
 		return "; records not signed"
 	}
 	return ""
+}
+
+// printPending prints the line of a request on its way: waiting in the
+// spool, in flight, or with log entries not yet sequenced.
+func printPending(w io.Writer, rep evidence.VerifyReport) {
+	id := cell(rep.RequestID)
+	switch {
+	case rep.Status == evidence.StatusIncomplete:
+		fmt.Fprintf(w, "pending %s: in flight: no manifest yet, stored within the log grace of the listing\n", id)
+	case len(rep.Spooled) > 0:
+		fmt.Fprintf(w, "pending %s: artifacts match; %d not yet uploaded from the spool (signature: %s)\n", id, len(rep.Spooled), rep.Signature)
+	default:
+		fmt.Fprintf(w, "pending %s: artifacts match; stored within the log grace of the listing, its log entries are not sequenced yet (signature: %s)\n", id, rep.Signature)
+	}
 }
 
 // attemptsNotable reports whether a request's attempts and outcome tell
@@ -1011,6 +1076,7 @@ func printSummary(w io.Writer, total int, counts map[string]int, logs []evidence
 		verdict, text string
 	}{
 		{"unsigned-required", "FAILED: %d request(s) lack a signature by a trusted key, which --require-signature demands\n"},
+		{"pending", "note: %d request(s) are on their way: in flight, waiting in the spool, or stored within the log grace and not yet sequenced; verify again later to see them settled\n"},
 		{"unlogged", "note: %d request(s) are in no transparency log (--require-log fails them)\n"},
 		{"not-dispatched", "note: %d request(s) never ran: every attempt was closed not_dispatched, and a retry with the same request id may still run them\n"},
 		{"awaiting-approval", "note: %d request(s) never ran and wait for a human's approval, or for their retry once approved\n"},

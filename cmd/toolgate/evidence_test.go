@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -55,6 +56,29 @@ func recordTour(t *testing.T) string {
 // evidenceFile is the path of one artifact in a tour folder's store.
 func evidenceFile(dir, id, artifact string) string {
 	return filepath.Join(dir, "toolgate-evidence", "requests", id, artifact)
+}
+
+// ageRequest backdates the files of request id in the file store under
+// dir by d, as if they had been stored that long ago: verify --all tells
+// a request in flight from one a crash left by how long ago it was
+// stored.
+func ageRequest(t *testing.T, dir, id string, d time.Duration) {
+	t.Helper()
+	root := filepath.Join(dir, "toolgate-evidence", "requests", id)
+	err := filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		fi, err := e.Info()
+		if err != nil {
+			return err
+		}
+		then := fi.ModTime().Add(-d)
+		return os.Chtimes(p, then, then)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // signStoredManifests re-signs the stored manifests of ids in place with
@@ -395,6 +419,8 @@ func TestEvidenceVerifyTampering(t *testing.T) {
 				if err := os.Remove(evidenceFile(dir, "ev-deny", evidence.ArtifactManifest)); err != nil {
 					t.Fatal(err)
 				}
+				// Stored an hour ago: not in flight.
+				ageRequest(t, dir, "ev-deny", time.Hour)
 			},
 			args:     []string{"--pubkey", gatewayPub},
 			wantCode: exitOK,
@@ -631,6 +657,8 @@ func TestEvidenceUsageErrors(t *testing.T) {
 		{"require a signature without a key", []string{"evidence", "verify", "--all", "--require-signature"}, "--require-signature needs at least one --pubkey"},
 		{"missing public key file", []string{"evidence", "verify", "--all", "--pubkey", "nope.pem"}, "--pubkey: open nope.pem"},
 		{"missing spool", []string{"evidence", "verify", "--all", "--spool", "nope"}, "--spool: stat nope"},
+		{"negative log grace", []string{"evidence", "verify", "--all", "--log-grace", "-1s"}, "--log-grace must not be negative"},
+		{"log grace of one request", []string{"evidence", "verify", "r1", "--log-grace", "5m"}, "which only --all reads"},
 		{"show an unknown request", []string{"evidence", "show", "r1"}, `no evidence stored for request "r1"`},
 		{"show two requests", []string{"evidence", "show", "r1", "r2"}, "usage: toolgate evidence show"},
 		{"missing store folder", []string{"evidence", "ls", "--evidence", "file://nope"}, "evidence store file://nope: stat nope"},
@@ -840,9 +868,10 @@ func TestEvidenceAttempts(t *testing.T) {
 	w.claim("ev-never", 1, "rule_v1")
 	w.dispatch("ev-never", 1, evidence.ArtifactDispatch, evidence.Dispatched, "ev-never")
 	w.dispatch("ev-never", 1, evidence.ArtifactNotDispatched, evidence.NotDispatched, "ev-never")
-	// Dispatched, then its gateway died.
+	// Dispatched, then its gateway died, an hour ago.
 	w.claim("ev-inflight", 1, "rule_v1")
 	w.dispatch("ev-inflight", 1, evidence.ArtifactDispatch, evidence.Dispatched, "ev-inflight")
+	ageRequest(t, dir, "ev-inflight", time.Hour)
 	// Someone made a dispatched request look never dispatched with a
 	// record copied from another request.
 	w.claim("ev-forged", 1, "rule_v1")

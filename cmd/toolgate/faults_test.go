@@ -181,7 +181,14 @@ func settled(t *testing.T, finding, dir string, env []string, url string, s evid
 		}
 		var incomplete []string
 		for line := range strings.Lines(out) {
-			if rest, ok := strings.CutPrefix(line, "incomplete "); ok {
+			// A request without a manifest stored within the log grace is
+			// reported in flight ("pending ID: in flight: …"), older
+			// ones incomplete: neither is settled.
+			rest, ok := strings.CutPrefix(line, "incomplete ")
+			if inFlight, isPending := strings.CutPrefix(line, "pending "); isPending && strings.Contains(line, ": in flight:") {
+				rest, ok = inFlight, true
+			}
+			if ok {
 				id, _, _ := strings.Cut(rest, ":")
 				incomplete = append(incomplete, strings.TrimSpace(line)+"\n    "+storedState(t, s, id))
 			}

@@ -537,7 +537,7 @@ func TestLogHonestStatesPassVerify(t *testing.T) {
 			go dial(t, s.addr).RunTool(context.Background(), shellRequest(t, "in-flight", "sleep 4"))
 			eventually(t, 10*time.Second, "both honest states reported", func() error {
 				out, code := b.audit(t, "kept.txt", "-v")
-				if code != exitOK || !strings.Contains(out, "incomplete in-flight") || !strings.Contains(out, "not-dispatched ran-nothing") {
+				if code != exitOK || !strings.Contains(out, "pending in-flight: in flight") || !strings.Contains(out, "not-dispatched ran-nothing") {
 					return fmt.Errorf("exit %d:\n%s", code, out)
 				}
 				return nil
