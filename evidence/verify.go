@@ -407,11 +407,20 @@ func (v *verifier) verifyEachLog(ctx context.Context, logs []*logObjects, j *log
 		return fmt.Errorf("evidence: verify: %w", err)
 	}
 	seen := map[string]bool{}
+	var reps []LogReport
 	for _, lo := range logs {
 		rep, err := v.verifyLog(ctx, lo, string(bucketID), j)
 		if err != nil {
 			return fmt.Errorf("evidence: verify: log %s: %w", lo.instance, err)
 		}
+		seen[rep.Origin] = true
+		reps = append(reps, rep)
+	}
+	// What each log says of the others is known once all are derived.
+	if reps, err = v.crossWitness(ctx, reps, string(bucketID)); err != nil {
+		return fmt.Errorf("evidence: verify: %w", err)
+	}
+	for _, rep := range reps {
 		seen[rep.Origin] = true
 		if err := report(rep); err != nil {
 			return err
@@ -507,6 +516,8 @@ type verifier struct {
 	witnesses []note.Verifier
 	threshold int
 	kept      map[string]*tlog.Checkpoint // by origin
+	// views is what each log verified says of the others (witness.go).
+	views []*peerView
 	// The requirements every report is judged under.
 	requireSignature, requireLog bool
 }
