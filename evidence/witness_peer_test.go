@@ -487,3 +487,69 @@ func TestPeerWitnessStateFileIsCheckedOnLoad(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkPeerWitnessRound measures one round of witnessing one peer
+// whose log holds 10,000 entries, on a file store: when it has not
+// changed (most rounds), and when it grew by one call (two entries
+// re-hashed, a cosignature, a durable store write, the state file
+// written and synced).
+func BenchmarkPeerWitnessRound(b *testing.B) {
+	for _, grow := range []bool{false, true} {
+		name := "unchanged"
+		if grow {
+			name = "grown-by-one-call"
+		}
+		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
+			s, err := NewFileStore(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			mem := NewMemoryStore()
+			mustPut(b, s, bucketIDKey, []byte("0123456789abcdef"))
+			mustPut(b, mem, bucketIDKey, []byte("0123456789abcdef"))
+			sa, sb := testSigner(b, 1), testSigner(b, 2)
+			// gw-a's log is written in memory and copied, as it grows, to
+			// the file store gw-b witnesses.
+			a, w := newReplica(b, mem, "gw-a", sa, sb), newReplica(b, mem, "gw-b", sb, sa)
+			copied := map[string]bool{}
+			grown := func(entries int) {
+				for range entries {
+					e, err := tlog.Entry{Kind: tlog.KindClaim, RequestID: fmt.Sprintf("r%d", a.log.Size()),
+						CanonicalRequestHash: "sha256:" + strings.Repeat("ab", 32), RequestSHA256: strings.Repeat("cd", 32),
+						ReceivedAt: time.Unix(1, 0), Gateway: "toolgate/test@gw-a"}.Marshal()
+					if err != nil {
+						b.Fatal(err)
+					}
+					a.log.Append(e)
+				}
+				if err := a.log.Flush(ctx); err != nil {
+					b.Fatal(err)
+				}
+				for _, k := range mustList(b, mem, LogPrefix("gw-a")) {
+					if !copied[k] {
+						copied[k] = true
+						mustPut(b, s, k, mustGet(b, mem, k))
+					}
+				}
+			}
+			grown(10_000)
+			w.cfg.Store = s
+			w.restartWitness(b)
+			if _, err := w.w.Round(ctx); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if grow {
+					b.StopTimer()
+					grown(2)
+					b.StartTimer()
+				}
+				reps, err := w.w.Round(ctx)
+				if err != nil || len(reps) != 1 || (grow && reps[0].Action != PeerCosigned) || (!grow && reps[0].Action != PeerUnchanged) {
+					b.Fatalf("%+v, %v", reps, err)
+				}
+			}
+		})
+	}
+}
