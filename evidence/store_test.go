@@ -172,6 +172,36 @@ func TestStoreConformance(t *testing.T) {
 				}
 			}
 		}},
+		{"list segments names the folders directly under a prefix", func(t *testing.T, s Store) {
+			for _, k := range []string{
+				"log/bucket-id", "log/gw-a/checkpoint/1", "log/gw-a/tile/0/000", "log/gw-b/lease/1",
+				"log/gw-b.c/x", "log/gw-bb/x", "logs/gw-z/x", "requests/r1/request.json",
+			} {
+				mustPut(t, s, k, []byte(k))
+			}
+			for _, tc := range []struct {
+				prefix string
+				want   []string
+			}{
+				{"log/", []string{"gw-a", "gw-b", "gw-b.c", "gw-bb"}},
+				{"log/gw-a/", []string{"checkpoint", "tile"}},
+				{"", []string{"log", "logs", "requests"}},
+				{"log/gw-a/checkpoint/", nil},
+				{"nothing/", nil},
+			} {
+				got, err := ListSegments(ctx, s, tc.prefix)
+				if err != nil || !slices.Equal(got, tc.want) {
+					t.Errorf("ListSegments(%q) = %q, %v; want %q", tc.prefix, got, err, tc.want)
+				}
+				var walked []string
+				if err := s.Walk(ctx, tc.prefix, func(k string) error { walked = append(walked, k); return nil }); err != nil {
+					t.Fatal(err)
+				}
+				if fallback, _ := ListSegments(ctx, readerOnly{s}, tc.prefix); !slices.Equal(fallback, tc.want) {
+					t.Errorf("ListSegments(%q) by walking = %q, want %q", tc.prefix, fallback, tc.want)
+				}
+			}
+		}},
 		{"canceled context fails every call", func(t *testing.T, s Store) {
 			mustPut(t, s, "k", []byte("x"))
 			cctx, cancel := context.WithCancel(ctx)
@@ -264,4 +294,15 @@ func raceOneKey(t *testing.T, s Store, key string, writers int, data func(i int)
 	if got := mustGet(t, s, key); !bytes.Equal(got, data(winner)) {
 		t.Fatalf("stored data is not the winner's (writer %d)", winner)
 	}
+}
+
+// readerOnly hides every optional interface of a store.
+type readerOnly struct{ r Reader }
+
+func (o readerOnly) Get(ctx context.Context, key string) ([]byte, error) { return o.r.Get(ctx, key) }
+func (o readerOnly) List(ctx context.Context, prefix string) ([]string, error) {
+	return o.r.List(ctx, prefix)
+}
+func (o readerOnly) Walk(ctx context.Context, prefix string, fn func(string) error) error {
+	return o.r.Walk(ctx, prefix, fn)
 }

@@ -457,6 +457,7 @@ func (v *verifier) verifyEachLog(ctx context.Context, logs []*logObjects, j *log
 		return fmt.Errorf("evidence: verify: %w", err)
 	}
 	seen := map[string]bool{}
+	var reps []LogReport
 	for _, lo := range logs {
 		rep, err := v.verifyLog(ctx, lo, string(bucketID), j)
 		if err != nil {
@@ -464,6 +465,14 @@ func (v *verifier) verifyEachLog(ctx context.Context, logs []*logObjects, j *log
 		}
 		seen[rep.Origin] = true
 		j.sizeBefore[rep.Origin] = lo.sizeBefore
+		reps = append(reps, rep)
+	}
+	// What each log says of the others is known once all are derived.
+	if reps, err = v.crossWitness(ctx, reps, string(bucketID)); err != nil {
+		return fmt.Errorf("evidence: verify: %w", err)
+	}
+	for _, rep := range reps {
+		seen[rep.Origin] = true
 		if err := report(rep); err != nil {
 			return err
 		}
@@ -555,6 +564,8 @@ type verifier struct {
 	witnesses []note.Verifier
 	threshold int
 	kept      map[string]*tlog.Checkpoint // by origin
+	// views is what each log verified says of the others (witness.go).
+	views []*peerView
 	// The requirements every report is judged under.
 	requireSignature, requireLog bool
 	// ring opens the sealed records verification authenticates (the

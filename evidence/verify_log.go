@@ -45,6 +45,11 @@ type LogReport struct {
 	Witnesses     []string `json:"witnesses,omitempty"`
 	WitnessedSize uint64   `json:"witnessed_size,omitempty"`
 	Problems      []string `json:"problems,omitempty"`
+	// PeerWitnessed lists the other logs of the store whose gateways
+	// witnessed this log (by a witness entry in their log or a cosigned
+	// checkpoint under their folder), each with the largest size it
+	// witnessed; see VerifyAll.
+	PeerWitnessed []PeerWitnessed `json:"peer_witnessed,omitempty"`
 	// Checkpoint is the newest checkpoint, verified: what an auditor
 	// keeps (see FormatCheckpoints) to catch a later rollback or fork.
 	Checkpoint []byte `json:"-"`
@@ -67,6 +72,9 @@ type logObjects struct {
 	// VerifyAll listed the requests (see logJoin.sizeBefore); newest may
 	// be a later one, listed after.
 	sizeBefore uint64
+	// peerCosigned is the newest checkpoint of each other instance's log
+	// this log's gateway witnessed, by instance.
+	peerCosigned map[string]KeyInfo
 }
 
 // listLogs walks the "log/" prefix once and returns each instance's
@@ -87,6 +95,8 @@ func listLogs(ctx context.Context, r Reader) ([]*logObjects, error) {
 			lo.newest = ki // the walk is in key order: sizes ascend
 		case strings.HasPrefix(rest, cosignedDir):
 			lo.cosigned = append(lo.cosigned, ki)
+		case strings.HasPrefix(rest, peerCosignedDir):
+			lo.addPeerCosigned(strings.TrimPrefix(rest, peerCosignedDir), ki)
 		}
 		return nil
 	})
@@ -104,12 +114,18 @@ type logVerifier struct {
 	// rootsAt asks for the tree's root at these sizes (kept and cosigned
 	// checkpoints); derive fills in the answers.
 	rootsAt map[uint64]*tlog.Hash
+	// derived: the entries hash to the root of the newest checkpoint,
+	// whose signature is trusted. witnessed is what the log's witness
+	// entries say of the other logs: the largest size of each.
+	derived   bool
+	witnessed map[string]witnessClaim
 }
 
 // verifyLog checks one instance's log and adds its entries to the join.
 func (v *verifier) verifyLog(ctx context.Context, lo *logObjects, bucketID string, j *logJoin) (LogReport, error) {
 	lv := &logVerifier{v: v, r: v.store, lo: lo, prefix: LogPrefix(lo.instance), rootsAt: map[uint64]*tlog.Hash{},
 		rep: LogReport{Instance: lo.instance, Origin: "toolgate.log/" + bucketID + "/" + lo.instance, Status: LogOK}}
+	defer v.keepView(lv)
 	if lo.newest.Key == "" {
 		// A log whose first batch is not yet published is empty. So is one
 		// whose every checkpoint was deleted: the kept checkpoint, if any,
@@ -222,7 +238,9 @@ func (lv *logVerifier) derive(ctx context.Context, j *logJoin) error {
 	}
 	if tree.Root() != lv.root {
 		lv.rep.problem("%s: the entries do not hash to the root of the checkpoint of size %d", lv.prefix, size)
+		return nil
 	}
+	lv.derived = lv.rep.Status == LogOK && lv.rep.Signature == SignatureValid
 	return nil
 }
 
@@ -240,6 +258,10 @@ func (lv *logVerifier) add(ctx context.Context, tree *tlog.Tree, entry []byte, j
 	e, err := tlog.ParseEntry(entry)
 	if err != nil {
 		lv.rep.problem("%s: entry %d: %v", lv.prefix, index, err)
+		return nil
+	}
+	if e.Kind == tlog.KindWitness {
+		lv.witness(e, index)
 		return nil
 	}
 	return j.add(e, lv.rep.Origin, index)

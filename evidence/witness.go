@@ -49,7 +49,8 @@ type CosignReport struct {
 	// returned; 0 when the checkpoint was already cosigned.
 	Cosignatures int `json:"cosignatures"`
 	// AlreadyCosigned: the newest checkpoint was cosigned before; nothing
-	// was sent.
+	// was stored. The witnesses were still asked, so that one that has
+	// cosigned a larger checkpoint since refuses a rolled-back log.
 	AlreadyCosigned bool `json:"already_cosigned"`
 }
 
@@ -59,9 +60,10 @@ type CosignReport struct {
 // log/<instance>/cosigned/<size>. Each request carries a consistency
 // proof from the size the witness last cosigned, built from the stored
 // tiles; a witness that answers 409 with another size is asked again
-// from that size. Errors wrap ErrWitnessRefused when a witness refuses
-// the log itself (a fork, a rollback, a key it does not know); then
-// nothing is stored.
+// from that size. The witnesses are asked even when the newest
+// checkpoint was cosigned before, since only they remember a larger one.
+// Errors wrap ErrWitnessRefused when a witness refuses the log itself (a
+// fork, a rollback, a key it does not know); then nothing is stored.
 func Cosign(ctx context.Context, s Store, instance string, opts CosignOptions) (CosignReport, error) {
 	if len(opts.WitnessURLs) == 0 {
 		return CosignReport{}, errors.New("evidence: cosign: no witness URL")
@@ -83,12 +85,8 @@ func Cosign(ctx context.Context, s Store, instance string, opts CosignOptions) (
 	}
 	rep := CosignReport{Instance: instance, Origin: origin, Size: h.size, Key: seqKey(LogPrefix(instance)+cosignedDir, h.size)}
 	cosignedSize, _ := parseSeqKey(h.cosigned, cosignedDir)
-	if h.cosigned != "" && cosignedSize == h.size {
-		rep.AlreadyCosigned = true
-		return rep, nil
-	}
 	hint := uint64(0)
-	if cosignedSize < h.size {
+	if cosignedSize <= h.size {
 		hint = cosignedSize
 	}
 	cosigned := bytes.Clone(cp)
@@ -99,6 +97,12 @@ func Cosign(ctx context.Context, s Store, instance string, opts CosignOptions) (
 		}
 		cosigned = append(cosigned, lines...)
 		rep.Cosignatures += bytes.Count(lines, []byte("\n"))
+	}
+	if h.cosigned != "" && cosignedSize == h.size {
+		// Asked all the same: a log rolled back to a checkpoint that was
+		// cosigned once is refused by a witness that has seen more.
+		rep.AlreadyCosigned, rep.Cosignatures = true, 0
+		return rep, nil
 	}
 	err = s.Put(ctx, rep.Key, cosigned)
 	if errors.Is(err, ErrExist) {

@@ -230,3 +230,29 @@ func TestCosignRefusesAHostileWitnessAnswer(t *testing.T) {
 		})
 	}
 }
+
+// A log put back to an older copy whose newest checkpoint was cosigned
+// once shows nothing wrong in the store; the witness, which remembers the
+// larger checkpoint it cosigned since, is asked all the same and refuses.
+func TestCosignAsksTheWitnessEvenWhenTheCheckpointWasCosignedBefore(t *testing.T) {
+	signer := testSigner(t, 1)
+	s := NewMemoryStore()
+	l, ls := signedLog(t, s, signer)
+	w := evidencetest.StartWitness(t, "witness.example/w1")
+	w.AddLog(t, l.Origin(), signer.PublicKey())
+	storeSignedCalls(t, ls, signer, "r1", "r2")
+	mustFlush(t, l)
+	mustCosign(t, s, w.URL) // size 4
+	older := snapshot(t, s, LogPrefix("gw-1"))
+	if again := mustCosign(t, s, w.URL); !again.AlreadyCosigned || again.Cosignatures != 0 {
+		t.Fatalf("the same checkpoint again: %+v", again)
+	}
+	storeSignedCalls(t, ls, signer, "r3", "r4")
+	mustFlush(t, l)
+	mustCosign(t, s, w.URL) // size 8
+	restore(t, s, LogPrefix("gw-1"), older)
+	_, err := Cosign(context.Background(), s, "gw-1", CosignOptions{WitnessURLs: []string{w.URL}})
+	if !errors.Is(err, ErrWitnessRefused) || !strings.Contains(err.Error(), "has cosigned size 8") {
+		t.Fatalf("cosign of the rolled-back log: %v, want ErrWitnessRefused naming size 8", err)
+	}
+}

@@ -62,6 +62,10 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	if err != nil {
 		return nil, nil, err
 	}
+	trusted, err := cfg.Evidence.trustedKeys()
+	if err != nil {
+		return nil, nil, err
+	}
 
 	tools, err := catalogTools(cfg, getenv)
 	if err != nil {
@@ -113,7 +117,7 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		return fail(fmt.Errorf("telemetry: %w", err))
 	}
 	if signer != nil {
-		logged, closeLog, err := openTransparencyLog(ctx, cfg, store, signer, instance, log)
+		logged, closeLog, err := openTransparencyLog(ctx, cfg, store, signer, instance, trusted, tel, log)
 		if err != nil {
 			return fail(err)
 		}
@@ -159,21 +163,22 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	}
 
 	g, err := New(Options{
-		Decider:    engine,
-		Store:      store,
-		Spool:      spool,
-		Signer:     signer,
-		Redactor:   redactor,
-		Auth:       auth,
-		Drivers:    drvs,
-		Tools:      tools,
-		Registry:   registry,
-		Shadows:    cfg.Policies.Shadow,
-		Selectable: cfg.Policies.Selectable,
-		TraceDirs:  traceDirs,
-		Instance:   instance,
-		Logger:     log,
-		Limits:     cfg.Limits,
+		Decider:     engine,
+		Store:       store,
+		Spool:       spool,
+		Signer:      signer,
+		TrustedKeys: trusted,
+		Redactor:    redactor,
+		Auth:        auth,
+		Drivers:     drvs,
+		Tools:       tools,
+		Registry:    registry,
+		Shadows:     cfg.Policies.Shadow,
+		Selectable:  cfg.Policies.Selectable,
+		TraceDirs:   traceDirs,
+		Instance:    instance,
+		Logger:      log,
+		Limits:      cfg.Limits,
 		Recovery: RecoveryOptions{
 			Interval:         cfg.Evidence.SweepInterval,
 			InterruptedAfter: cfg.Evidence.InterruptedAfter,

@@ -181,6 +181,14 @@ type EvidenceConfig struct {
 	// ObjectLock, for s3:// stores on buckets with S3 Object Lock on,
 	// retains every artifact for a number of days.
 	ObjectLock *ObjectLockConfig `yaml:"object_lock"`
+	// TrustedKeys are the public key files (PEM or base64, as verify's
+	// --pubkey) of the other replicas sharing the store, whose records
+	// and logs this gateway trusts; its own key is always trusted.
+	TrustedKeys []string `yaml:"trusted_keys"`
+	// PeerWitnessInterval is how often this gateway witnesses the logs of
+	// the replicas whose keys it trusts (see the README, "Replicas witness
+	// each other"): a duration, "" for 10s, or "off".
+	PeerWitnessInterval string `yaml:"peer_witness_interval"`
 }
 
 // ObjectLockConfig is the S3 Object Lock retention put on each artifact.
@@ -544,6 +552,9 @@ func (c Config) Validate() error {
 		return errors.New("config: evidence.interrupted_after: must not be negative (0: the longest driver run time plus six op_timeouts)")
 	}
 	if err := c.Evidence.SigningKey.validate(); err != nil {
+		return err
+	}
+	if _, err := c.Evidence.peerWitnessInterval(); err != nil {
 		return err
 	}
 	if ol := c.Evidence.ObjectLock; ol != nil {

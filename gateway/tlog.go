@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/tlog"
+	"github.com/toolgate/toolgate/gateway/telemetry"
 )
 
 // Defaults of the log section.
@@ -48,8 +50,11 @@ func (c TransparencyLogConfig) validate() error {
 // openTransparencyLog opens this instance's log in the store and returns
 // the store wrapped so that every claim and manifest stored through it is
 // logged, and the closer that sequences what is left at shutdown.
+//
+// Beside it runs the peer witness (startPeerWitness), which witnesses the
+// logs of the replicas whose keys are trusted.
 func openTransparencyLog(ctx context.Context, cfg Config, store evidence.StoreCloser, signer *evidence.Signer,
-	instance string, log *slog.Logger) (evidence.StoreCloser, io.Closer, error) {
+	instance string, trusted []ed25519.PublicKey, tel *telemetry.Telemetry, log *slog.Logger) (evidence.StoreCloser, io.Closer, error) {
 	origin, err := evidence.LogOrigin(ctx, store, instance)
 	if err != nil {
 		return nil, nil, fmt.Errorf("log: opening the transparency log needs the evidence store at start: %w", err)
@@ -81,9 +86,18 @@ func openTransparencyLog(ctx context.Context, cfg Config, store evidence.StoreCl
 		defer close(done)
 		l.Run(runCtx)
 	}()
+	witnessed, err := startPeerWitness(runCtx, cfg, store, signer, l, instance, trusted, tel, log)
+	if err != nil {
+		stop()
+		<-done
+		return nil, nil, err
+	}
 	closer := closerFunc(func() error {
 		stop()
 		<-done
+		if witnessed != nil {
+			<-witnessed
+		}
 		closeCtx, cancel := context.WithTimeout(context.Background(), 2*lc.OpTimeout)
 		defer cancel()
 		if err := l.Close(closeCtx); err != nil {

@@ -48,12 +48,15 @@ evidence.url of --config FILE, or the embedded default's file://./toolgate-evide
         approval asked for and its decision, the attempts in order, the
         result; then the approval's state
   verify (REQUEST_ID | --all) [--pubkey FILE]... [--spool DIR] [--require-signature] [-v] [--json]
-         [--require-log] [--log-grace DURATION] [--checkpoint FILE] [--witness-key VKEY]... [--witness-threshold N]
+         [--require-log] [--log-grace DURATION] [--checkpoint FILE] [--proof FILE]... [--witness-key VKEY]...
+         [--witness-threshold N]
         check artifacts against manifests and manifests against signatures,
         and list each request's attempts. --all also re-derives every
         instance's transparency log, checks it extends the checkpoints kept
-        in --checkpoint (rewritten with the newest when all verifies), and
-        joins it with the bucket: a logged request that is gone is missing.
+        in --checkpoint (rewritten with the newest when all verifies) or
+        carried by --proof, and every size another replica witnessed of it,
+        and joins it with the bucket: a logged request that is gone is
+        missing. verify --help says what to keep to catch what.
         A request that asked for approval must tell one story: the approval
         is for the call claimed, decided before it expired, and every run
         after it uses it; with --pubkey its approval_request.json and
@@ -571,16 +574,18 @@ const progressEvery = 100
 
 // verifyFlags are evidence verify's flags.
 type verifyFlags struct {
-	store                   *storeFlags
-	all, requireSig, reqLog *bool
-	verbose, asJSON         *bool
-	spool, checkpoint       *string
-	pubkeys, witnessKeys    stringList
-	witnessThreshold        *int
-	logGrace                *time.Duration
+	store                        *storeFlags
+	all, requireSig, reqLog      *bool
+	verbose, asJSON              *bool
+	spool, checkpoint            *string
+	pubkeys, witnessKeys, proofs stringList
+	witnessThreshold             *int
+	logGrace                     *time.Duration
 }
 
-// verifyAbout is what verify --help says of verdicts and exit codes.
+// verifyAbout is verify's --help: its verdicts and exit codes, what it
+// catches, and what an auditor must keep outside the store for it to (the
+// README's auditor section says the same at length).
 const verifyAbout = `
 Checks each request's artifacts against its manifest and the manifest's
 signature; --all also re-derives every transparency log and joins it with
@@ -600,6 +605,31 @@ the requests. One verdict per request, worst first:
 --all judges one view of a live bucket: it lists every request first, then
 reads the logs, and reads nothing the listing lacks. A log that is
 inconsistent or unwitnessed also exits 1; errors exit 2.
+
+What catches each kind of tampering by someone who can write to the store
+but holds no gateway's key:
+  an artifact or manifest altered or deleted   the store alone; a manifest
+                                               re-signed: --pubkey
+  a record forged, or signed by another key    --pubkey of every replica
+  a logged request deleted                     --all with --pubkey of every replica
+  a request planted that no log records        --all --require-log
+  one replica's log rolled back, truncated or  --all with --pubkey of every replica,
+    forked, its newest requests deleted          where the replicas witness each other
+                                                 (the default once they trust each
+                                                 other's keys): another log recorded
+                                                 its size, and its gateway is named
+  every log rolled back together, a single     a kept --checkpoint, a --proof from
+    gateway's log rolled back, the whole         before, or --witness-key while the
+    store replaced by an older copy              external witness's larger cosigned
+                                                 checkpoint is in the store (if it was
+                                                 deleted too, the next cosign fails:
+                                                 the witness refuses the log)
+Without a kept checkpoint, a proof or an external witness, nothing detects
+every log of the store rolled back at once to copies taken at one moment
+(witness entries and cosigned checkpoints with them), or a lone gateway's log
+rolled back. Keep, outside the store: each replica's public key (toolgate
+evidence pubkey), the file --checkpoint rewrites, the proofs you were handed,
+and the external witnesses' verifier keys.
 `
 
 func newVerifyFlags(std stdio) (*flag.FlagSet, *verifyFlags) {
@@ -614,6 +644,7 @@ func newVerifyFlags(std stdio) (*flag.FlagSet, *verifyFlags) {
 	f.checkpoint = fs.String("checkpoint", "", "with --all, `file` of the checkpoints kept from the last verification: the logs must extend them; rewritten with the newest ones when everything verifies")
 	fs.Var(&f.witnessKeys, "witness-key", "with --all, a witness's cosignature verifier `key` (name+hash+base64); repeat for several")
 	f.witnessThreshold = fs.Int("witness-threshold", 0, "with --all, how many --witness-key witnesses must have cosigned a checkpoint of each log (default: 1 when witness keys are given)")
+	fs.Var(&f.proofs, "proof", "with --all, a proof `file` (toolgate evidence prove) from earlier: checked as verify-proof does, its checkpoint counts as kept, so the log must still reach it; repeat for several")
 	f.verbose = fs.Bool("v", false, "print every request, not only those with findings, with its attempts and outcome")
 	f.asJSON = fs.Bool("json", false, "print every log and request as one JSON object a line (its report and verdict) instead of text; no summary")
 	return fs, f
@@ -653,7 +684,31 @@ func (f *verifyFlags) options() (evidence.VerifyOptions, error) {
 			}
 		}
 	}
-	return opts, nil
+	return opts, f.keepProofs(&opts)
+}
+
+// keepProofs checks each --proof as verify-proof does and adds its
+// checkpoint to the kept ones: a proof handed out before a rollback
+// shows the log's size then.
+func (f *verifyFlags) keepProofs(opts *evidence.VerifyOptions) error {
+	if len(f.proofs) > 0 && len(opts.TrustedKeys) == 0 {
+		return errors.New("--proof needs the --pubkey of the gateway that signed it")
+	}
+	for _, file := range f.proofs {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("--proof: %w", err)
+		}
+		if _, err := evidence.VerifyProof(data, evidence.ProofOptions{LogKeys: opts.TrustedKeys, Witnesses: opts.Witnesses}); err != nil {
+			return fmt.Errorf("--proof %s: %w", file, err)
+		}
+		p, err := tlog.ParseProof(data)
+		if err != nil {
+			return fmt.Errorf("--proof %s: %w", file, err)
+		}
+		opts.Kept = append(opts.Kept, p.Checkpoint)
+	}
+	return nil
 }
 
 // grace is --log-grace, or else the grace of the configuration's gateway:
@@ -683,8 +738,8 @@ func evidenceVerify(ctx context.Context, args []string, std stdio) int {
 		flags.Usage()
 		return exitError
 	}
-	if !*f.all && (*f.reqLog || *f.checkpoint != "" || len(f.witnessKeys) > 0 || *f.logGrace != 0) {
-		return exit(errors.New("--require-log, --log-grace, --checkpoint and --witness-key check the logs, which only --all reads"))
+	if !*f.all && (*f.reqLog || *f.checkpoint != "" || len(f.witnessKeys) > 0 || len(f.proofs) > 0 || *f.logGrace != 0) {
+		return exit(errors.New("--require-log, --log-grace, --checkpoint, --proof and --witness-key check the logs, which only --all reads"))
 	}
 	if *f.logGrace < 0 {
 		return exit(errors.New("--log-grace must not be negative"))
@@ -821,6 +876,13 @@ func printLogReport(w io.Writer, rep evidence.LogReport) {
 		fmt.Fprintf(w, "log ok %s: %d entries, checkpoint signature %s", cell(rep.Origin), rep.Size, rep.Signature)
 		if len(rep.Witnesses) > 0 {
 			fmt.Fprintf(w, ", cosigned at size %d by %s", rep.WitnessedSize, cell(strings.Join(rep.Witnesses, ", ")))
+		}
+		for i, p := range rep.PeerWitnessed {
+			sep := ", "
+			if i == 0 {
+				sep = ", witnessed by "
+			}
+			fmt.Fprintf(w, "%s%s at size %d", sep, cell(p.By), p.Size)
 		}
 		fmt.Fprintln(w)
 	default:

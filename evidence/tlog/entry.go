@@ -2,7 +2,9 @@ package tlog
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -23,6 +25,13 @@ const (
 	// decision on a call policy held back, is in the store: a commitment
 	// made before anything it approves can run.
 	KindApproval = "approval"
+	// KindWitness is logged once this log's gateway has witnessed a
+	// checkpoint of another replica's log (a peer sharing the store): it
+	// checked the checkpoint's signature and that it extends the last one
+	// it witnessed, and cosigned it. It belongs to no request; it commits,
+	// under a second key and in a second log, to the size the peer's log
+	// had reached, so a rollback of that log alone shows.
+	KindWitness = "witness"
 )
 
 // Entry versions, the "v" every entry carries. Claims and completions
@@ -31,15 +40,20 @@ const (
 // Approval entries carry ApprovalEntryVersion: a verifier that predates
 // them refuses such an entry by its version ("entry version 2, want 1")
 // and reports the log inconsistent, rather than skip a human's decision.
+// Witness entries carry WitnessEntryVersion, for the same reason.
 const (
 	EntryVersion         = 1
 	ApprovalEntryVersion = 2
+	WitnessEntryVersion  = 3
 )
 
 // versionOf returns the version entries of kind carry.
 func versionOf(kind string) int {
-	if kind == KindApproval {
+	switch kind {
+	case KindApproval:
 		return ApprovalEntryVersion
+	case KindWitness:
+		return WitnessEntryVersion
 	}
 	return EntryVersion
 }
@@ -51,6 +65,7 @@ const (
 	MaxGatewayLen   = 256  // bytes of gateway
 	MaxKeyIDLen     = 64   // bytes of key_id
 	MaxApproverLen  = 256  // bytes of approver
+	MaxOriginLen    = 256  // bytes of a witnessed origin
 	MaxEntrySize    = 2048 // bytes of a marshalled entry; ParseEntry refuses more
 )
 
@@ -59,12 +74,15 @@ const (
 const canonicalHashPrefix = "sha256:"
 
 // Entry is one log entry: a claim (a request was admitted and its
-// request.json stored), a completion (its manifest.json stored) or an
-// approval (its approval.json stored). Which fields belong to which kind
-// is fixed; Marshal refuses a field of another kind.
+// request.json stored), a completion (its manifest.json stored), an
+// approval (its approval.json stored), or a witness (a peer log's
+// checkpoint witnessed). Which fields belong to which kind is fixed;
+// Marshal refuses a field of another kind.
 type Entry struct {
-	Kind      string // KindClaim, KindCompletion or KindApproval
-	RequestID string // the request's id, 1..MaxRequestIDLen bytes
+	Kind string // KindClaim, KindCompletion, KindApproval or KindWitness
+	// RequestID is the request's id, 1..MaxRequestIDLen bytes; empty in a
+	// witness entry, which belongs to no request.
+	RequestID string
 	// CanonicalRequestHash (claim) is request.json's
 	// canonical_request_hash: "sha256:" and 64 lowercase hex digits.
 	CanonicalRequestHash string
@@ -99,6 +117,12 @@ type Entry struct {
 	Approver string
 	// DecidedAt (approval) is when, written as ReceivedAt is.
 	DecidedAt time.Time
+	// PeerOrigin (witness) is the origin of the peer log witnessed, a
+	// valid checkpoint origin of 1..MaxOriginLen bytes; PeerSize (at
+	// least 1) and PeerRoot are the size and root hash of its checkpoint.
+	PeerOrigin string
+	PeerSize   uint64
+	PeerRoot   Hash
 }
 
 // claimJSON and completionJSON fix the field order of each kind: the
@@ -135,6 +159,15 @@ type approvalJSON struct {
 	Gateway        string `json:"gateway"`
 }
 
+type witnessJSON struct {
+	V       int    `json:"v"`
+	Kind    string `json:"kind"`
+	Origin  string `json:"origin"`
+	Size    uint64 `json:"size"`
+	Root    string `json:"root"`
+	Gateway string `json:"gateway"`
+}
+
 // wireEntry receives every kind on parsing.
 type wireEntry struct {
 	V                    int    `json:"v"`
@@ -152,6 +185,9 @@ type wireEntry struct {
 	Decision             string `json:"decision"`
 	Approver             string `json:"approver"`
 	DecidedAt            string `json:"decided_at"`
+	Origin               string `json:"origin"`
+	Size                 uint64 `json:"size"`
+	Root                 string `json:"root"`
 }
 
 // Marshal returns the entry's canonical bytes: compact JSON, the fields of
@@ -169,6 +205,8 @@ func (e Entry) Marshal() ([]byte, error) {
 			e.ReceivedAt.UTC().Format(time.RFC3339Nano), e.Gateway}
 	case KindCompletion:
 		v = completionJSON{EntryVersion, e.Kind, e.RequestID, e.ManifestSHA256, e.Outcome, e.KeyID, e.Gateway}
+	case KindWitness:
+		v = witnessJSON{WitnessEntryVersion, e.Kind, e.PeerOrigin, e.PeerSize, base64.StdEncoding.EncodeToString(e.PeerRoot[:]), e.Gateway}
 	default:
 		v = approvalJSON{ApprovalEntryVersion, e.Kind, e.RequestID, e.ApprovalID, e.ApprovalSHA256, e.Decision,
 			e.Approver, e.DecidedAt.UTC().Format(time.RFC3339Nano), e.Gateway}
@@ -200,7 +238,14 @@ func ParseEntry(data []byte) (Entry, error) {
 	e := Entry{Kind: w.Kind, RequestID: w.RequestID, CanonicalRequestHash: w.CanonicalRequestHash,
 		RequestSHA256: w.RequestSHA256, Gateway: w.Gateway, ManifestSHA256: w.ManifestSHA256,
 		Outcome: w.Outcome, KeyID: w.KeyID, ApprovalID: w.ApprovalID, ApprovalSHA256: w.ApprovalSHA256,
-		Decision: w.Decision, Approver: w.Approver}
+		Decision: w.Decision, Approver: w.Approver, PeerOrigin: w.Origin, PeerSize: w.Size}
+	if w.Root != "" {
+		root, err := base64.StdEncoding.Strict().DecodeString(w.Root)
+		if err != nil || len(root) != len(e.PeerRoot) {
+			return Entry{}, fmt.Errorf("%w: entry root is not the base64 of a 32-byte hash", ErrMalformed)
+		}
+		e.PeerRoot = Hash(root)
+	}
 	for _, f := range []struct {
 		name, text string
 		t          *time.Time
@@ -233,10 +278,16 @@ func LeafHash(entry []byte) [32]byte {
 // validate checks every field Marshal writes and that no field of
 // another kind is set.
 func (e Entry) validate() error {
-	if err := checkText("request_id", e.RequestID, MaxRequestIDLen); err != nil {
+	if err := checkText("gateway", e.Gateway, MaxGatewayLen); err != nil {
 		return err
 	}
-	if err := checkText("gateway", e.Gateway, MaxGatewayLen); err != nil {
+	if e.Kind == KindWitness {
+		return e.validateWitness()
+	}
+	if e.hasWitnessField() {
+		return fmt.Errorf("tlog: a %s entry has a field of a witness entry set", e.Kind)
+	}
+	if err := checkText("request_id", e.RequestID, MaxRequestIDLen); err != nil {
 		return err
 	}
 	switch e.Kind {
@@ -247,7 +298,7 @@ func (e Entry) validate() error {
 	case KindApproval:
 		return e.validateApproval()
 	}
-	return fmt.Errorf("tlog: entry kind %q is not %q, %q or %q", e.Kind, KindClaim, KindCompletion, KindApproval)
+	return fmt.Errorf("tlog: entry kind %q is not %q, %q, %q or %q", e.Kind, KindClaim, KindCompletion, KindApproval, KindWitness)
 }
 
 // hasClaimField, hasCompletionField and hasApprovalField report whether a
@@ -262,6 +313,28 @@ func (e Entry) hasCompletionField() bool {
 
 func (e Entry) hasApprovalField() bool {
 	return e.ApprovalID != "" || e.ApprovalSHA256 != "" || e.Decision != "" || e.Approver != "" || !e.DecidedAt.IsZero()
+}
+
+func (e Entry) hasWitnessField() bool {
+	return e.PeerOrigin != "" || e.PeerSize != 0 || e.PeerRoot != Hash{}
+}
+
+// validateWitness checks a witness entry: it names no request and carries
+// no field of a request's kinds.
+func (e Entry) validateWitness() error {
+	if e.RequestID != "" || e.hasClaimField() || e.hasCompletionField() || e.hasApprovalField() {
+		return fmt.Errorf("tlog: a witness entry has a field of a request's entry set")
+	}
+	if err := checkText("origin", e.PeerOrigin, MaxOriginLen); err != nil {
+		return err
+	}
+	if err := ValidOrigin(e.PeerOrigin); err != nil {
+		return err
+	}
+	if e.PeerSize == 0 {
+		return errors.New("tlog: a witness entry's size is 0: an empty log has nothing to witness")
+	}
+	return nil
 }
 
 func (e Entry) validateClaim() error {

@@ -33,6 +33,13 @@ func testApproval() Entry {
 		Gateway: "toolgate/1.2.0@gw-2"}
 }
 
+const testPeerOrigin = "toolgate.log/0123456789abcdef/gw-a"
+
+func testWitnessEntry() Entry {
+	return Entry{Kind: KindWitness, PeerOrigin: testPeerOrigin, PeerSize: 42, PeerRoot: Hash{1, 2, 3},
+		Gateway: "toolgate/1.2.0@gw-b"}
+}
+
 func TestEntriesMarshalToTheDocumentedBytes(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -63,6 +70,8 @@ func TestEntriesMarshalToTheDocumentedBytes(t *testing.T) {
 			func() Entry { e := testApproval(); e.Decision, e.Approver = "expired", "toolgate/1.2.0@gw-2"; return e }(),
 			`{"v":2,"kind":"approval","request_id":"req-1","approval_id":"` + testApprovalID + `","approval_sha256":"` + digestB +
 				`","decision":"expired","approver":"toolgate/1.2.0@gw-2","decided_at":"2026-11-24T04:00:00.5Z","gateway":"toolgate/1.2.0@gw-2"}`},
+		{"a witness entry is version 3, names no request and carries the peer's checkpoint", testWitnessEntry(),
+			`{"v":3,"kind":"witness","origin":"` + testPeerOrigin + `","size":42,"root":"AQIDAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=","gateway":"toolgate/1.2.0@gw-b"}`},
 		{"HTML characters and non-ASCII text are not escaped",
 			func() Entry { e := testCompletion(); e.RequestID = `a<b>&"é"`; return e }(),
 			`{"v":1,"kind":"completion","request_id":"a<b>&\"é\"","manifest_sha256":"` + digestA +
@@ -179,6 +188,86 @@ func TestMarshalRefusesAnEntryThatIsNotWellFormed(t *testing.T) {
 	}
 }
 
+func TestMarshalRefusesAWitnessEntryThatIsNotWellFormed(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(*Entry)
+	}{
+		{"the origin is empty", func(e *Entry) { e.PeerOrigin = "" }},
+		{"the origin has a space", func(e *Entry) { e.PeerOrigin = "toolgate.log/x y" }},
+		{"the origin has a plus", func(e *Entry) { e.PeerOrigin = "toolgate.log/x+y" }},
+		{"the origin is longer than 256 bytes", func(e *Entry) { e.PeerOrigin = strings.Repeat("o", MaxOriginLen+1) }},
+		{"the size is 0", func(e *Entry) { e.PeerSize = 0 }},
+		{"the gateway is empty", func(e *Entry) { e.Gateway = "" }},
+		{"a witness entry names a request", func(e *Entry) { e.RequestID = "req-1" }},
+		{"a witness entry carries a manifest digest", func(e *Entry) { e.ManifestSHA256 = digestA }},
+		{"a witness entry carries a received time", func(e *Entry) { e.ReceivedAt = time.Now() }},
+		{"a witness entry carries an approver", func(e *Entry) { e.Approver = "alice" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := testWitnessEntry()
+			tc.change(&e)
+			if b, err := e.Marshal(); err == nil {
+				t.Fatalf("Marshal accepted %+v as %s", e, b)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name  string
+		entry Entry
+	}{
+		{"a completion carries a witnessed origin", func() Entry { e := testCompletion(); e.PeerOrigin = testPeerOrigin; return e }()},
+		{"a claim carries a witnessed size", func() Entry { e := testClaim(); e.PeerSize = 1; return e }()},
+		{"an approval carries a witnessed root", func() Entry { e := testApproval(); e.PeerRoot = Hash{1}; return e }()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if b, err := tc.entry.Marshal(); err == nil {
+				t.Fatalf("Marshal accepted %+v as %s", tc.entry, b)
+			}
+		})
+	}
+}
+
+// A witness entry carries version 3 and exactly its own fields, so that
+// a verifier from before peer witnesses refuses it by version, and no
+// request's entry can pass for one.
+func TestAWitnessEntryIsRefusedUnlessItIsExactlyOne(t *testing.T) {
+	w, err := testWitnessEntry().Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(w)
+	for _, tc := range []struct{ name, data string }{
+		{"version 1", strings.Replace(s, `"v":3`, `"v":1`, 1)},
+		{"version 2", strings.Replace(s, `"v":3`, `"v":2`, 1)},
+		{"a request id", strings.Replace(s, `"origin"`, `"request_id":"req-1","origin"`, 1)},
+		{"a size with a leading zero", strings.Replace(s, `"size":42`, `"size":042`, 1)},
+		{"a size written as a float", strings.Replace(s, `"size":42`, `"size":42.0`, 1)},
+		{"a negative size", strings.Replace(s, `"size":42`, `"size":-42`, 1)},
+		{"a size of 0", strings.Replace(s, `"size":42`, `"size":0`, 1)},
+		{"a size past 2^64", strings.Replace(s, `"size":42`, `"size":18446744073709551616`, 1)},
+		{"a root of 31 bytes", strings.Replace(s, `AQIDAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=`, `AQIDAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA==`, 1)},
+		{"a root without padding", strings.Replace(s, `AAAA=`, `AAAA`, 1)},
+		{"a root in URL-safe base64", strings.Replace(s, `AQID`, `AQI-`, 1)},
+		{"a root with a low bit set in its last character", strings.Replace(s, `AAAA=`, `AAAB=`, 1)},
+		{"a root in hex", strings.Replace(s, `AQIDAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=`, strings.Repeat("0", 64), 1)},
+		{"no root", strings.Replace(s, `"root":"AQIDAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",`, ``, 1)},
+		{"the fields of a claim under the witness kind", strings.Replace(s, `"origin"`, `"received_at":"2026-11-24T03:04:05Z","origin"`, 1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.data == s {
+				t.Fatal("the case did not change the entry")
+			}
+			if e, err := ParseEntry([]byte(tc.data)); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("ParseEntry(%q) = %+v, %v; want ErrMalformed", tc.data, e, err)
+			}
+		})
+	}
+	if WitnessEntryVersion == EntryVersion || WitnessEntryVersion == ApprovalEntryVersion {
+		t.Fatal("WitnessEntryVersion is another kind's: an older verifier would not refuse it by version")
+	}
+}
+
 // An approval entry carries version 2, and claims and completions keep
 // version 1, so that logs written before approvals existed stay valid and
 // a verifier that knows only version 1 refuses an approval loudly.
@@ -250,7 +339,7 @@ func TestParseEntryRefusesBytesThatAreNotCanonical(t *testing.T) {
 }
 
 func TestEveryFlippedBitOfAnEntryIsRefusedOrChangesIt(t *testing.T) {
-	for _, e := range []Entry{testClaim(), testCompletion(), testApproval()} {
+	for _, e := range []Entry{testClaim(), testCompletion(), testApproval(), testWitnessEntry()} {
 		data, err := e.Marshal()
 		if err != nil {
 			t.Fatal(err)

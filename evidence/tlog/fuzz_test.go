@@ -14,7 +14,7 @@ import (
 // is ErrMalformed, and whatever it accepts Marshal writes back byte for
 // byte, so one entry has exactly one encoding and one leaf hash.
 func FuzzParseEntry(f *testing.F) {
-	for _, e := range []Entry{testClaim(), testCompletion(), testApproval()} {
+	for _, e := range []Entry{testClaim(), testCompletion(), testApproval(), testWitnessEntry()} {
 		b, err := e.Marshal()
 		if err != nil {
 			f.Fatal(err)
@@ -22,6 +22,7 @@ func FuzzParseEntry(f *testing.F) {
 		f.Add(b)
 		f.Add(bytes.Replace(b, []byte(`"v":1`), []byte(`"v":1,"v":1`), 1))
 		f.Add(bytes.Replace(b, []byte(`"v":2`), []byte(`"v":1`), 1))
+		f.Add(bytes.Replace(b, []byte(`"v":3`), []byte(`"v":1`), 1))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		e, err := ParseEntry(data)
