@@ -163,6 +163,14 @@ type EvidenceConfig struct {
 	// unless it says none. Nil is possible only in a
 	// Config built in code, and leaves manifests unsigned.
 	SigningKey *SigningKeySource `yaml:"signing_key"`
+	// TrustedKeys are the public keys of the replicas sharing the store
+	// (PublicKeySource): the manifests and records they sign are believed
+	// as the gateway's own, whose key is trusted always.
+	TrustedKeys []PublicKeySource `yaml:"trusted_keys"`
+	// SharedMACKey, {file: FILE} or {env: VAR}, is a secret of at least 32
+	// bytes the replicas share: each MACs its records with it, so each
+	// opens the others'.
+	SharedMACKey *SecretSource `yaml:"shared_mac_key"`
 	// OpTimeout bounds each store operation (a put, get or list, its
 	// retries included), so that a store that stops answering cannot hold
 	// a call longer than this. 0 means evidence.DefaultOpTimeout (15s).
@@ -544,6 +552,9 @@ func (c Config) Validate() error {
 		return errors.New("config: evidence.interrupted_after: must not be negative (0: the longest driver run time plus six op_timeouts)")
 	}
 	if err := c.Evidence.SigningKey.validate(); err != nil {
+		return err
+	}
+	if err := c.Evidence.validateTrust(); err != nil {
 		return err
 	}
 	if ol := c.Evidence.ObjectLock; ol != nil {
