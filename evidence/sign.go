@@ -164,6 +164,44 @@ func CheckSignature(pub ed25519.PublicKey, m Manifest) error {
 	return nil
 }
 
+// CheckSignatureWith returns nil when m is signed by the key its key_id
+// names among those keys trusts: one signature check, whichever of the
+// trusted keys signed. Otherwise the error wraps trust.ErrTampered, and
+// beside it trust.ErrUnsealed for an unsigned manifest or
+// trust.ErrUntrustedKey for one signed by a key keys does not trust; a
+// signature that does not match the manifest's content wraps neither. A
+// nil keys trusts nothing.
+func CheckSignatureWith(keys *trust.Keyring, m Manifest) error {
+	if m.Signature == nil {
+		return &signatureError{msg: "the manifest is not signed", kind: trust.ErrUnsealed}
+	}
+	id := m.Signature.KeyID
+	pub, ok := keys.PublicKey(id)
+	if !ok {
+		return &signatureError{msg: fmt.Sprintf("the manifest is signed by key %s, which is not trusted", id), kind: trust.ErrUntrustedKey}
+	}
+	if !verifySignature(pub, m) {
+		return &signatureError{msg: fmt.Sprintf("the signature by key %s does not match the manifest's content", id)}
+	}
+	return nil
+}
+
+// signatureError is why CheckSignatureWith refuses a manifest: tampering,
+// and kind, when set, says which.
+type signatureError struct {
+	msg  string
+	kind error
+}
+
+func (e *signatureError) Error() string { return "evidence: " + e.msg }
+
+func (e *signatureError) Unwrap() []error {
+	if e.kind == nil {
+		return []error{trust.ErrTampered}
+	}
+	return []error{trust.ErrTampered, e.kind}
+}
+
 // EncodeManifest returns the bytes a gateway stores as manifest.json:
 // indented JSON and a final newline. It refuses a manifest that
 // ParseManifest would reject, so that stored evidence can always be
@@ -325,5 +363,16 @@ const recordMACPurpose = "toolgate record seal mac v1"
 // derived from it, so one signing key gives a gateway everything it needs
 // to authenticate its own store.
 func (s *Signer) Sealer() (*trust.Sealer, error) {
-	return trust.NewSealer(s.key, s.DeriveKey(recordMACPurpose))
+	return trust.NewSealer(s.key, s.RecordMACKey())
+}
+
+// RecordMACKey is the MAC key Sealer derives from the signing key: the
+// key that opens the records this gateway MACs when no shared key is set.
+func (s *Signer) RecordMACKey() []byte { return s.DeriveKey(recordMACPurpose) }
+
+// SealerWithMAC is Sealer with macKey for the MACs instead of the derived
+// key: replicas configured with one shared MAC key can open each other's
+// MACed records.
+func (s *Signer) SealerWithMAC(macKey []byte) (*trust.Sealer, error) {
+	return trust.NewSealer(s.key, macKey)
 }

@@ -913,7 +913,7 @@ func (v *verifier) checkSignature(m Manifest, manifestKey string, rep *VerifyRep
 	pub, ok := v.trusted[m.Signature.KeyID]
 	if !ok {
 		rep.Signature = SignatureUnknownKey
-		rep.Problems = append(rep.Problems, fmt.Sprintf("%s: signed by key %s, which is not trusted", manifestKey, m.Signature.KeyID))
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%s: signed by an untrusted key, %s: not among the trusted keys, so nothing shows a trusted gateway wrote it", manifestKey, m.Signature.KeyID))
 		return
 	}
 	if !verifySignature(pub, m) {

@@ -285,7 +285,7 @@ func TestVerify(t *testing.T) {
 			wantStatus:    StatusOK,
 			wantSignature: SignatureUnknownKey,
 			wantTampered:  true,
-			wantProblems:  []string{"requests/r1/manifest.json: signed by key " + attacker.KeyID() + ", which is not trusted"},
+			wantProblems:  []string{"requests/r1/manifest.json: signed by an untrusted key, " + attacker.KeyID() + ": not among the trusted keys, so nothing shows a trusted gateway wrote it"},
 		},
 		{
 			// The digest in the manifest is updated to match a forged

@@ -62,7 +62,11 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	if err != nil {
 		return nil, nil, err
 	}
-	trusted, err := cfg.Evidence.trustedKeys()
+	replicaKeys, err := cfg.TrustedPublicKeys(getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	sharedMAC, err := readSharedMACKey(cfg.Evidence.SharedMACKey, getenv)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -76,7 +80,7 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		return nil, nil, err
 	}
 	redactCfg := cfg.Redact.Rules()
-	redactCfg.KnownSecrets = configuredSecrets(cfg, getenv, tools, signingKey, fingerprintKey, webhookSecret)
+	redactCfg.KnownSecrets = configuredSecrets(cfg, getenv, tools, signingKey, fingerprintKey, webhookSecret, sharedMAC)
 	redactCfg.FingerprintKey = fingerprintKey
 	redactor, err := redact.New(redactCfg)
 	if err != nil {
@@ -117,7 +121,7 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		return fail(fmt.Errorf("telemetry: %w", err))
 	}
 	if signer != nil {
-		logged, closeLog, err := openTransparencyLog(ctx, cfg, store, signer, instance, trusted, tel, log)
+		logged, closeLog, err := openTransparencyLog(ctx, cfg, store, signer, instance, replicaKeys, tel, log)
 		if err != nil {
 			return fail(err)
 		}
@@ -163,29 +167,30 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	}
 
 	g, err := New(Options{
-		Decider:     engine,
-		Store:       store,
-		Spool:       spool,
-		Signer:      signer,
-		TrustedKeys: trusted,
-		Redactor:    redactor,
-		Auth:        auth,
-		Drivers:     drvs,
-		Tools:       tools,
-		Registry:    registry,
-		Shadows:     cfg.Policies.Shadow,
-		Selectable:  cfg.Policies.Selectable,
-		TraceDirs:   traceDirs,
-		Instance:    instance,
-		Logger:      log,
-		Limits:      cfg.Limits,
+		Decider:    engine,
+		Store:      store,
+		Spool:      spool,
+		Signer:     signer,
+		Redactor:   redactor,
+		Auth:       auth,
+		Drivers:    drvs,
+		Tools:      tools,
+		Registry:   registry,
+		Shadows:    cfg.Policies.Shadow,
+		Selectable: cfg.Policies.Selectable,
+		TraceDirs:  traceDirs,
+		Instance:   instance,
+		Logger:     log,
+		Limits:     cfg.Limits,
 		Recovery: RecoveryOptions{
 			Interval:         cfg.Evidence.SweepInterval,
 			InterruptedAfter: cfg.Evidence.InterruptedAfter,
 			OpTimeout:        cfg.Evidence.opTimeout(),
 		},
-		Approvals: approvals,
-		Telemetry: tel,
+		Approvals:    approvals,
+		Telemetry:    tel,
+		TrustedKeys:  replicaKeys,
+		SharedMACKey: sharedMAC,
 	})
 	if err != nil {
 		return fail(err)
@@ -279,9 +284,10 @@ type signingKeyText struct {
 // API keys behind auth.keys env entries; the signing key as its file holds
 // it (PEM or base64 text), as its seed and as its PKCS #8 DER (whose
 // base64 is the PEM body), so that every encoding of it is known; the
-// fingerprint key; and the approval webhook's HMAC key. Values that are unset are skipped: Build reports those
+// fingerprint key; the approval webhook's HMAC key; and the MAC key the
+// replicas share. Values that are unset are skipped: Build reports those
 // that must be set where they are used.
-func configuredSecrets(cfg Config, getenv func(string) string, tools map[string]Tool, signingKey signingKeyText, fingerprintKey, webhookSecret []byte) []string {
+func configuredSecrets(cfg Config, getenv func(string) string, tools map[string]Tool, signingKey signingKeyText, fingerprintKey, webhookSecret, sharedMAC []byte) []string {
 	var secrets []string
 	addEnv := func(name string) {
 		if name == "" {
@@ -313,7 +319,7 @@ func configuredSecrets(cfg Config, getenv func(string) string, tools map[string]
 			secrets = append(secrets, string(der))
 		}
 	}
-	for _, key := range [][]byte{fingerprintKey, webhookSecret} {
+	for _, key := range [][]byte{fingerprintKey, webhookSecret, sharedMAC} {
 		if len(key) > 0 {
 			secrets = append(secrets, string(key))
 		}

@@ -7,8 +7,8 @@ import (
 
 // CheckSecrets reads the secrets the configuration names besides the
 // signing key (API keys held in environment variables, the approval
-// webhook's secret, the redaction fingerprint key) exactly as Build reads
-// them, keeps none of them, and reports every one Build would refuse, so
+// webhook's secret, the redaction fingerprint key, the replicas' shared
+// MAC key), and the replicas' public keys, exactly as Build reads them, keeps none of them, and reports every one Build would refuse, so
 // that a configuration check and `serve` agree.
 func (c Config) CheckSecrets(getenv func(string) string) error {
 	var errs []error
@@ -22,6 +22,12 @@ func (c Config) CheckSecrets(getenv func(string) string) error {
 		if _, err := redactFingerprintKey(c.Redact.FingerprintKey, nil, getenv); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if _, err := c.TrustedPublicKeys(getenv); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := readSharedMACKey(c.Evidence.SharedMACKey, getenv); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

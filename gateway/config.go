@@ -163,6 +163,14 @@ type EvidenceConfig struct {
 	// unless it says none. Nil is possible only in a
 	// Config built in code, and leaves manifests unsigned.
 	SigningKey *SigningKeySource `yaml:"signing_key"`
+	// TrustedKeys are the public keys of the replicas sharing the store
+	// (PublicKeySource): the manifests and records they sign are believed
+	// as the gateway's own, whose key is trusted always.
+	TrustedKeys []PublicKeySource `yaml:"trusted_keys"`
+	// SharedMACKey, {file: FILE} or {env: VAR}, is a secret of at least 32
+	// bytes the replicas share: each MACs its records with it, so each
+	// opens the others'.
+	SharedMACKey *SecretSource `yaml:"shared_mac_key"`
 	// OpTimeout bounds each store operation (a put, get or list, its
 	// retries included), so that a store that stops answering cannot hold
 	// a call longer than this. 0 means evidence.DefaultOpTimeout (15s).
@@ -181,10 +189,6 @@ type EvidenceConfig struct {
 	// ObjectLock, for s3:// stores on buckets with S3 Object Lock on,
 	// retains every artifact for a number of days.
 	ObjectLock *ObjectLockConfig `yaml:"object_lock"`
-	// TrustedKeys are the public key files (PEM or base64, as verify's
-	// --pubkey) of the other replicas sharing the store, whose records
-	// and logs this gateway trusts; its own key is always trusted.
-	TrustedKeys []string `yaml:"trusted_keys"`
 	// PeerWitnessInterval is how often this gateway witnesses the logs of
 	// the replicas whose keys it trusts (see the README, "Replicas witness
 	// each other"): a duration, "" for 10s, or "off".
@@ -555,6 +559,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if _, err := c.Evidence.peerWitnessInterval(); err != nil {
+		return err
+	}
+	if err := c.Evidence.validateTrust(); err != nil {
 		return err
 	}
 	if ol := c.Evidence.ObjectLock; ol != nil {

@@ -89,6 +89,11 @@ type Options struct {
 	Approvals ApprovalOptions
 	// Telemetry, if set, records metrics and spans of every call.
 	Telemetry *telemetry.Telemetry
+
+	// SharedMACKey, if set (at least 32 bytes), is the MAC key of the
+	// replicas sharing the store: the gateway MACs its records with it and
+	// opens theirs, beside TrustedKeys (see setTrust).
+	SharedMACKey []byte
 }
 
 // Gateway runs RunTool calls. It is safe for concurrent use.
@@ -192,7 +197,7 @@ func New(opts Options) (*Gateway, error) {
 	if g.approvalTTL <= 0 {
 		g.approvalTTL = DefaultApprovalTTL
 	}
-	if err := g.setTrust(opts.TrustedKeys); err != nil {
+	if err := g.setTrust(opts.TrustedKeys, opts.SharedMACKey); err != nil {
 		return nil, err
 	}
 	if g.now == nil {
@@ -485,6 +490,9 @@ func (g *Gateway) storedAnswer(ctx context.Context, p *prepared, rec *recorder, 
 				"finished its record yet; retry with the same request_id shortly", id)
 		}
 		if err != nil {
+			if errors.Is(err, trust.ErrTampered) {
+				g.tampered(nil, telemetry.RecordResponse, id, err)
+			}
 			return nil, true, rec.failure(codes.DataLoss, "%v", err)
 		}
 		resp, err := decodeResponse(body)
@@ -605,6 +613,7 @@ func (g *Gateway) replaySpooled(ctx context.Context, c call, hash string) (*tool
 		return nil, false, nil
 	}
 	if err := g.responseMatches(man, c.RequestID, hash, body); err != nil {
+		g.tampered(nil, telemetry.RecordResponse, c.RequestID, err)
 		return nil, true, status.Error(codes.DataLoss, err.Error())
 	}
 	resp, err := decodeResponse(body)
@@ -632,25 +641,31 @@ func (g *Gateway) checkReplay(ctx context.Context, requestID, hash string, body 
 	}
 	m, err := evidence.ParseManifest(raw)
 	if err != nil {
-		return fmt.Errorf("the stored response of %s is not replayed: its manifest is unreadable: %w", requestID, err)
+		// Manifests are written whole, create-only: one that does not
+		// parse was put there by someone else.
+		return fmt.Errorf("%w: %s failed authentication: it is unreadable (%v); the stored response is not replayed, "+
+			"and nothing was executed (toolgate evidence verify checks it)", trust.ErrTampered, key, err)
 	}
 	return g.responseMatches(m, requestID, hash, body)
 }
 
 // responseMatches checks body, a stored response.json, against m: m must
 // belong to this request, list response.json with body's SHA-256 and size,
-// and, when the gateway signs manifests, carry a valid signature of its key.
+// and, when the gateway signs manifests, carry a valid signature by a key
+// it trusts (its own, or a replica's in evidence.trusted_keys). Every
+// error wraps trust.ErrTampered.
 func (g *Gateway) responseMatches(m evidence.Manifest, requestID, hash string, body []byte) error {
 	mismatch := func(why string) error {
-		return fmt.Errorf("the stored response of %s does not match its manifest (%s), so it is not replayed; "+
-			"the evidence may have been altered (toolgate evidence verify checks it)", requestID, why)
+		return fmt.Errorf("%w: %s failed authentication: it does not match its manifest (%s), "+
+			"so it is not replayed, and nothing was executed (toolgate evidence verify checks it)",
+			trust.ErrTampered, evidence.Key(requestID, evidence.ArtifactResponse), why)
 	}
 	if m.RequestID != requestID || m.CanonicalRequestHash != hash {
 		return mismatch("the manifest belongs to another request")
 	}
-	if g.signer != nil {
-		if err := evidence.CheckSignature(g.signer.PublicKey(), m); err != nil {
-			return mismatch(err.Error())
+	if g.trusted != nil {
+		if err := evidence.CheckSignatureWith(g.trusted, m); err != nil {
+			return manifestRefused(requestID, m, err)
 		}
 	}
 	key := evidence.Key(requestID, evidence.ArtifactResponse)
@@ -664,6 +679,22 @@ func (g *Gateway) responseMatches(m evidence.Manifest, requestID, hash string, b
 		}
 	}
 	return mismatch("the manifest does not list response.json")
+}
+
+// manifestRefused says why a manifest's signature keeps its request's
+// stored response from being replayed.
+func manifestRefused(requestID string, m evidence.Manifest, err error) error {
+	var why string
+	switch {
+	case errors.Is(err, trust.ErrUnsealed):
+		why = "it is not signed, though this gateway signs every manifest"
+	case errors.Is(err, trust.ErrUntrustedKey):
+		why = fmt.Sprintf("it is signed by key %s, which this gateway does not trust (evidence.trusted_keys)", m.Signature.KeyID)
+	default:
+		why = fmt.Sprintf("its signature by key %s does not match its content", m.Signature.KeyID)
+	}
+	return fmt.Errorf("%w: %s failed authentication: %s; the stored response is not replayed, "+
+		"and nothing was executed (toolgate evidence verify checks it)", trust.ErrTampered, evidence.Key(requestID, evidence.ArtifactManifest), why)
 }
 
 func fileExists(path string) bool {

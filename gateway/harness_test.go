@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -76,6 +77,12 @@ type envOptions struct {
 	logger *slog.Logger
 	// telemetry is Options.Telemetry.
 	telemetry *telemetry.Telemetry
+	// instance is Options.Instance; default "test-host".
+	instance string
+	// trustedKeys and sharedMAC are Options.TrustedKeys and
+	// Options.SharedMACKey.
+	trustedKeys []ed25519.PublicKey
+	sharedMAC   []byte
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -142,10 +149,14 @@ func newEnv(t *testing.T, o envOptions) *env {
 		}
 		t.Cleanup(func() { spool.Close() })
 	}
+	if o.instance == "" {
+		o.instance = "test-host"
+	}
 	e.gw, err = New(Options{
 		Decider: engine, Store: e.store, Spool: spool, Signer: o.signer, Redactor: red, Auth: auth,
-		Drivers: drvs, Tools: tools, Instance: "test-host", Shadows: o.shadows, Selectable: o.selectable,
+		Drivers: drvs, Tools: tools, Instance: o.instance, Shadows: o.shadows, Selectable: o.selectable,
 		Limits: o.limits, Now: o.now, Logger: o.logger, Telemetry: o.telemetry,
+		TrustedKeys: o.trustedKeys, SharedMACKey: o.sharedMAC,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -40,6 +40,7 @@ func (c Config) gatewayPaths() []gatewayPath {
 	if k := c.Redact.FingerprintKey; k != nil {
 		add("redact.fingerprint_key.file", k.File)
 	}
+	out = append(out, c.Evidence.trustedKeyPaths()...)
 	add("redact.rules_file", c.Redact.RulesFile)
 	add("tls.key_file", c.TLS.KeyFile)
 	add("tls.cert_file", c.TLS.CertFile)

@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -28,24 +27,6 @@ func (e EvidenceConfig) peerWitnessInterval() (time.Duration, error) {
 		return 0, fmt.Errorf("config: evidence.peer_witness_interval %q: a positive duration such as 10s, or off", e.PeerWitnessInterval)
 	}
 	return d, nil
-}
-
-// trustedKeys reads evidence.trusted_keys: the public key files of the
-// other replicas sharing the store.
-func (e EvidenceConfig) trustedKeys() ([]ed25519.PublicKey, error) {
-	var keys []ed25519.PublicKey
-	for i, file := range e.TrustedKeys {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			return nil, fmt.Errorf("config: evidence.trusted_keys[%d]: %w", i, err)
-		}
-		pub, err := evidence.ParsePublicKey(data)
-		if err != nil {
-			return nil, fmt.Errorf("config: evidence.trusted_keys[%d] %s: %w", i, file, err)
-		}
-		keys = append(keys, pub)
-	}
-	return keys, nil
 }
 
 // peerWitnessStateFile is where the last checkpoint witnessed of each peer

@@ -460,7 +460,8 @@ func (g *Gateway) finalise(ctx context.Context, s *storedRequest, noted bool, le
 		}
 		err := g.rollForward(ctx, s)
 		if errors.Is(err, trust.ErrTampered) {
-			return recoveryNone, nil // counted; nothing is signed for it
+			g.tampered(nil, telemetry.RecordResponse, s.id, err)
+			return recoveryNone, nil // nothing is signed for it
 		}
 		return recoveryRolledForward, err
 	case last.State == evidence.NotDispatched:

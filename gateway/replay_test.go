@@ -98,7 +98,8 @@ func TestReplayRefusesAStoredResponseThatDoesNotMatchItsManifest(t *testing.T) {
 			if err == nil {
 				t.Fatalf("the tampered response was replayed: %v", resp)
 			}
-			wantCode(t, err, tc.wantCode, "does not match its manifest")
+			wantCode(t, err, tc.wantCode, "evidence tampering: requests/replay-1/")
+			wantCode(t, err, tc.wantCode, "failed authentication")
 			wantCode(t, err, tc.wantCode, tc.wantMsg)
 			if _, err := os.Stat(filepath.Join(e.workspace, "pwned")); err == nil {
 				t.Fatal("the retry ran the denied command")

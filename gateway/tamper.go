@@ -9,24 +9,37 @@ import (
 
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/trust"
-	"github.com/toolgate/toolgate/gateway/telemetry"
 )
 
 // setTrust builds the sealer of this gateway's records and the keyring it
-// opens stored records with: its own keys, and the public keys of the
-// replicas it is told to trust. Without a signer nothing is sealed or
-// checked (evidence.signing_key: none gives up the untrusted-store
-// guarantees, as the README says).
-func (g *Gateway) setTrust(replicas []ed25519.PublicKey) error {
+// opens stored records with: its own keys, the public keys of the replicas
+// it is told to trust, and the MAC key the replicas share, if any. With a
+// shared MAC key the gateway MACs with it, so that every replica can open
+// the others' MACed records; its own derived MAC key stays trusted for
+// what it sealed before. Without a signer nothing is sealed or checked
+// (evidence.signing_key: none gives up the untrusted-store guarantees, as
+// the README says).
+func (g *Gateway) setTrust(replicas []ed25519.PublicKey, sharedMAC []byte) error {
 	if g.signer == nil {
+		if len(replicas) > 0 || len(sharedMAC) > 0 {
+			return errors.New("gateway: trusted keys and a shared MAC key need a signer: without one nothing is checked")
+		}
 		return nil
 	}
+	own := g.signer.RecordMACKey()
 	sealer, err := g.signer.Sealer()
+	if len(sharedMAC) > 0 {
+		sealer, err = g.signer.SealerWithMAC(sharedMAC)
+	}
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	keys := append([]ed25519.PublicKey{sealer.PublicKey()}, replicas...)
-	trusted, err := trust.NewKeyring(keys, sealer.MACKey())
+	macs := [][]byte{own}
+	if len(sharedMAC) > 0 {
+		macs = append(macs, sharedMAC)
+	}
+	trusted, err := trust.NewKeyring(keys, macs...)
 	if err != nil {
 		return fmt.Errorf("gateway: trusted keys: %w", err)
 	}
@@ -98,14 +111,14 @@ var errAwaitingManifest = errors.New("the response awaits its manifest")
 
 // checkUnmanifested checks a response stored without a manifest (its
 // gateway stopped between the two writes) before it is replayed or rolled
-// forward: only its seal vouches for it. Without one it is tampering.
+// forward: only its seal vouches for it. Without one it is tampering,
+// which the caller counts.
 func (g *Gateway) checkUnmanifested(requestID string, body []byte) error {
 	_, err := g.openOwn(evidence.Key(requestID, evidence.ArtifactResponse), body)
 	switch {
 	case errors.Is(err, errForeignRecord):
 		return errAwaitingManifest
 	case err != nil:
-		g.tampered(nil, telemetry.RecordResponse, requestID, err)
 		return fmt.Errorf("the stored response of %s, which has no manifest, failed authentication (evidence tampering); "+
 			"it is not replayed: %w", requestID, err)
 	}

@@ -184,7 +184,7 @@ func TestGenuineNotDispatchedStillRuns(t *testing.T) {
 
 	replica := newSignedEnv(t, newTestSigner(t), dir)
 	replica.gw.trusted = nil
-	if err := replica.gw.setTrust([]ed25519.PublicKey{first.PublicKey()}); err != nil {
+	if err := replica.gw.setTrust([]ed25519.PublicKey{first.PublicKey()}, nil); err != nil {
 		t.Fatal(err)
 	}
 	replica.driver.fails = 0

@@ -87,7 +87,7 @@ type checkReport struct {
 // checkConfig checks the configuration at path as serve reads it: decoded
 // on top of the embedded default, validated, its front doors loaded, its
 // layout checked, its policy folder loaded, its TLS pair and secrets read, its
-// redaction rules compiled, its signing key read and its tracing settings,
+// redaction rules compiled, its signing key and the replicas' keys read and its tracing settings,
 // with the OTEL_* environment, checked. It neither listens,
 // nor contacts a store or a peer, nor creates a file. A file that does not
 // decode stops the check there; every later step is independent of the
@@ -158,6 +158,9 @@ func checkConfig(path string, getenv func(string) string) checkReport {
 		add(err)
 	} else {
 		r.summary = append(r.summary, note)
+	}
+	if n := len(cfg.Evidence.TrustedKeys); n > 0 {
+		r.summary = append(r.summary, fmt.Sprintf("trusts %d replica key(s)", n))
 	}
 	return r
 }
@@ -262,8 +265,8 @@ func checkTLS(c gateway.TLSConfig) error {
 	return nil
 }
 
-// secretFilesReadable refuses secret files other than the signing key
-// (whose check is checkSigningKey's) that would block or never end.
+// secretFilesReadable refuses secret and key files other than the signing
+// key (whose check is checkSigningKey's) that would block or never end.
 func secretFilesReadable(cfg gateway.Config) error {
 	var errs []error
 	if fk := cfg.Redact.FingerprintKey; fk != nil {
@@ -271,6 +274,12 @@ func secretFilesReadable(cfg gateway.Config) error {
 	}
 	if wh := cfg.Approvals.Webhook; wh != nil {
 		errs = append(errs, regularFile("approvals.webhook.secret", wh.Secret.File, "key file"))
+	}
+	if mk := cfg.Evidence.SharedMACKey; mk != nil {
+		errs = append(errs, regularFile("evidence.shared_mac_key", mk.File, "key file"))
+	}
+	for i, k := range cfg.Evidence.TrustedKeys {
+		errs = append(errs, regularFile(fmt.Sprintf("evidence.trusted_keys[%d]", i), k.File, "key file"))
 	}
 	return errors.Join(errs...)
 }

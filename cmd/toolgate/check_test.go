@@ -436,6 +436,7 @@ var readmeEnv = map[string]string{
 	"TOOLGATE_CI_KEY":          "ci-key-0123456789abcdef",
 	"TOOLGATE_AGENT_KEY":       "agent-key-0123456789abcdef",
 	"TOOLGATE_FINGERPRINT_KEY": "fingerprint-key-0123456789abcdef",
+	"TOOLGATE_SHARED_MAC_KEY":  "shared-mac-key-0123456789abcdef-0123",
 }
 
 // TestReadmeConfigurationsCheck runs `check config` on every yaml block of

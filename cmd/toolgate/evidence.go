@@ -51,7 +51,13 @@ evidence.url of --config FILE, or the embedded default's file://./toolgate-evide
          [--require-log] [--log-grace DURATION] [--checkpoint FILE] [--proof FILE]... [--witness-key VKEY]...
          [--witness-threshold N]
         check artifacts against manifests and manifests against signatures,
-        and list each request's attempts. --all also re-derives every
+        and list each request's attempts. The trusted keys are the --pubkey
+        files and, with --config, the configuration's evidence.trusted_keys
+        (the replicas' keys, which the gateway trusts beside its own: list
+        every replica's key there, its own included, and the auditor and the
+        replicas trust one set). A manifest signed by any other key is
+        unknown-key, told apart from bad-signature (a signature that does not
+        match its manifest). --all also re-derives every
         instance's transparency log, checks it extends the checkpoints kept
         in --checkpoint (rewritten with the newest when all verifies) or
         carried by --proof, and every size another replica witnessed of it,
@@ -636,7 +642,7 @@ func newVerifyFlags(std stdio) (*flag.FlagSet, *verifyFlags) {
 	fs := newFlagSet("toolgate evidence verify", "[flags] (REQUEST_ID | --all)", verifyAbout, std)
 	f := &verifyFlags{store: addStoreFlags(fs)}
 	f.all = fs.Bool("all", false, "verify every request in the store, and the transparency logs with them")
-	fs.Var(&f.pubkeys, "pubkey", "trusted public key `file` (PEM or base64); repeat for several keys")
+	fs.Var(&f.pubkeys, "pubkey", "trusted public key `file` (PEM or base64); repeat for several keys (with --config, evidence.trusted_keys are trusted too)")
 	f.spool = fs.String("spool", "", "spool `folder` of artifacts not yet uploaded (default: the configuration's evidence.spool_dir when it exists and the store comes from the configuration; none: no spool)")
 	f.requireSig = fs.Bool("require-signature", false, "fail on manifests that are not signed by a trusted key (needs --pubkey)")
 	f.reqLog = fs.Bool("require-log", false, "with --all, fail on requests no transparency log records (not on those still pending: see --log-grace)")
@@ -651,15 +657,28 @@ func newVerifyFlags(std stdio) (*flag.FlagSet, *verifyFlags) {
 }
 
 // options turns the flags into the library's options; the kept
-// checkpoints are read from --checkpoint when the file exists.
-func (f *verifyFlags) options() (evidence.VerifyOptions, error) {
+// checkpoints are read from --checkpoint when the file exists. The
+// trusted keys are the --pubkey files and, with --config, the
+// configuration's evidence.trusted_keys: the keys its gateway trusts.
+func (f *verifyFlags) options(getenv func(string) string) (evidence.VerifyOptions, error) {
 	opts := evidence.VerifyOptions{RequireSignature: *f.requireSig, RequireLog: *f.reqLog}
 	var err error
 	if opts.TrustedKeys, err = readPublicKeys(f.pubkeys); err != nil {
 		return opts, err
 	}
+	if f.store.config != "" {
+		cfg, err := gateway.LoadConfig(f.store.config)
+		if err != nil {
+			return opts, err
+		}
+		replicas, err := cfg.TrustedPublicKeys(getenv)
+		if err != nil {
+			return opts, fmt.Errorf("--config %s: %w", f.store.config, err)
+		}
+		opts.TrustedKeys = append(opts.TrustedKeys, replicas...)
+	}
 	if *f.requireSig && len(opts.TrustedKeys) == 0 {
-		return opts, errors.New("--require-signature needs at least one --pubkey")
+		return opts, errors.New("--require-signature needs at least one --pubkey, or --config with evidence.trusted_keys")
 	}
 	for _, k := range f.witnessKeys {
 		v, err := tlog.ParseWitnessKey(k)
@@ -744,7 +763,7 @@ func evidenceVerify(ctx context.Context, args []string, std stdio) int {
 	if *f.logGrace < 0 {
 		return exit(errors.New("--log-grace must not be negative"))
 	}
-	opts, err := f.options()
+	opts, err := f.options(std.Getenv)
 	if err != nil {
 		return exit(err)
 	}
@@ -1008,6 +1027,10 @@ func printReport(w io.Writer, rep evidence.VerifyReport, verdict string, verbose
 		fmt.Fprintf(w, "awaiting-approval %s: nothing ran; it waits for a human's approval, or, once approved, for its retry\n", id)
 	case "unlogged":
 		fmt.Fprintf(w, "unlogged %s: artifacts match, but no transparency log records the request, so its deletion would go unnoticed\n", id)
+	case "unknown-key":
+		fmt.Fprintf(w, "unknown-key %s: TAMPERED: signed by an untrusted key, %s (not among --pubkey and --config's evidence.trusted_keys)\n", id, rep.KeyID)
+	case "bad-signature":
+		fmt.Fprintf(w, "bad-signature %s: TAMPERED: the signature by key %s does not match the manifest's content\n", id, rep.KeyID)
 	default:
 		fmt.Fprintf(w, "%s %s: TAMPERED\n", verdict, id)
 	}
@@ -1118,8 +1141,11 @@ func printSummary(w io.Writer, total int, counts map[string]int, logs []evidence
 	} else {
 		fmt.Fprintf(w, "verified %d requests: %s\n", total, strings.Join(parts, ", "))
 	}
-	if tampered := counts["mismatch"] + counts["bad-signature"] + counts["unknown-key"]; tampered > 0 {
+	if tampered := counts["mismatch"] + counts["bad-signature"]; tampered > 0 {
 		fmt.Fprintf(w, "TAMPERING: %d request(s) do not match their manifest or signature\n", tampered)
+	}
+	if n := counts["unknown-key"]; n > 0 {
+		fmt.Fprintf(w, "TAMPERING: %d request(s) are signed by an untrusted key (a replica's belongs in --pubkey or evidence.trusted_keys)\n", n)
 	}
 	if n := counts["missing"]; n > 0 {
 		fmt.Fprintf(w, "TAMPERING: %d logged request(s) are gone from the store, in part or whole\n", n)

@@ -390,7 +390,28 @@ func TestEvidenceVerifyTampering(t *testing.T) {
 			},
 			args:     []string{"--pubkey", gatewayPub},
 			wantCode: exitFailure,
-			want:     []string{"unknown-key ev-allow: TAMPERED", "  requests/ev-allow/manifest.json: signed by key ed25519:", "which is not trusted"},
+			want: []string{"unknown-key ev-allow: TAMPERED: signed by an untrusted key, ed25519:",
+				"  requests/ev-allow/manifest.json: signed by an untrusted key, ed25519:", "not among the trusted keys",
+				"verified 2 requests: 1 unknown-key, 1 ok", "TAMPERING: 1 request(s) are signed by an untrusted key"},
+		},
+		{
+			name: "trusted keys from --config's evidence.trusted_keys",
+			tamper: func(t *testing.T, dir string) {
+				writeFiles(t, dir, map[string]string{"replica.yaml": "evidence:\n  url: file://./toolgate-evidence\n  trusted_keys: [{file: " + gatewayPub + "}]\n"})
+			},
+			args:     []string{"--config", "replica.yaml", "--require-signature"},
+			wantCode: exitOK,
+			want:     []string{"verified 2 requests: 2 ok"},
+		},
+		{
+			name: "manifest re-signed by a key --config's evidence.trusted_keys does not list",
+			tamper: func(t *testing.T, dir string) {
+				writeFiles(t, dir, map[string]string{"replica.yaml": "evidence:\n  url: file://./toolgate-evidence\n  trusted_keys: [{file: " + gatewayPub + "}]\n"})
+				rewriteManifest(t, dir, "ev-deny", readKey(t, attackerKey))
+			},
+			args:     []string{"--config", "replica.yaml"},
+			wantCode: exitFailure,
+			want:     []string{"unknown-key ev-deny: TAMPERED: signed by an untrusted key, ed25519:", "verified 2 requests: 1 unknown-key, 1 ok"},
 		},
 		{
 			name: "signed manifest edited",
@@ -399,7 +420,8 @@ func TestEvidenceVerifyTampering(t *testing.T) {
 			}),
 			args:     []string{"--pubkey", gatewayPub},
 			wantCode: exitFailure,
-			want:     []string{"bad-signature ev-deny: TAMPERED", "does not match the manifest's content"},
+			want: []string{"bad-signature ev-deny: TAMPERED: the signature by key ed25519:", "does not match the manifest's content",
+				"TAMPERING: 1 request(s) do not match their manifest or signature"},
 		},
 		{
 			name: "signature stripped, with --require-signature",

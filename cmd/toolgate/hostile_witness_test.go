@@ -87,7 +87,7 @@ evidence:
   url: %q
   spool_dir: none
   signing_key: {file: %s.pem}
-  trusted_keys: [%s.pub]
+  trusted_keys: [{file: %s.pub}]
   peer_witness_interval: 200ms
 log:
   checkpoint_interval: 100ms

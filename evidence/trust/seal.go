@@ -266,8 +266,19 @@ func (k *Keyring) PublicKeys() []ed25519.PublicKey {
 
 // Trusts reports whether the keyring trusts the public key named keyID.
 func (k *Keyring) Trusts(keyID string) bool {
-	_, ok := k.public[keyID]
+	_, ok := k.PublicKey(keyID)
 	return ok
+}
+
+// PublicKey returns the trusted public key named keyID (Ed25519KeyID),
+// and false when the keyring does not trust one by that id. A nil
+// Keyring trusts nothing.
+func (k *Keyring) PublicKey(keyID string) (ed25519.PublicKey, bool) {
+	if k == nil {
+		return nil, false
+	}
+	pub, ok := k.public[keyID]
+	return pub, ok
 }
 
 // Open checks the seal of data, stored under key, and returns the record
