@@ -510,12 +510,7 @@ func (s *S3Store) WalkInfo(ctx context.Context, prefix string, fn func(KeyInfo) 
 	in := &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: aws.String(s.prefix + query)}
 	last := ""
 	for {
-		var page *s3.ListObjectsV2Output
-		err := s.retry(ctx, func(ctx context.Context) error {
-			var err error
-			page, err = s.client.ListObjectsV2(ctx, in)
-			return err
-		})
+		page, err := s.listPage(ctx, in)
 		if err != nil {
 			return fmt.Errorf("evidence: walk %q: %w", prefix, err)
 		}
@@ -557,6 +552,17 @@ func canStartKey(prefix string) bool {
 // retry calls attempt until it succeeds, fails permanently, has been
 // called s.attempts times, or ctx ends. Each call gets s.timeout. It
 // returns attempt's last error, joined with ctx's if ctx ended.
+// listPage fetches one page of a listing, retried as every call is.
+func (s *S3Store) listPage(ctx context.Context, in *s3.ListObjectsV2Input) (*s3.ListObjectsV2Output, error) {
+	var page *s3.ListObjectsV2Output
+	err := s.retry(ctx, func(ctx context.Context) error {
+		var err error
+		page, err = s.client.ListObjectsV2(ctx, in)
+		return err
+	})
+	return page, err
+}
+
 func (s *S3Store) retry(ctx context.Context, attempt func(ctx context.Context) error) error {
 	for n := 1; ; n++ {
 		actx, cancel := context.WithTimeout(ctx, s.timeout)

@@ -92,12 +92,7 @@ func (s *S3Store) ListSegments(ctx context.Context, prefix string) ([]string, er
 	in := &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: aws.String(s.prefix + prefix), Delimiter: aws.String("/")}
 	var out []string
 	for {
-		var page *s3.ListObjectsV2Output
-		err := s.retry(ctx, func(ctx context.Context) error {
-			var err error
-			page, err = s.client.ListObjectsV2(ctx, in)
-			return err
-		})
+		page, err := s.listPage(ctx, in)
 		if err != nil {
 			return nil, fmt.Errorf("evidence: list segments %q: %w", prefix, err)
 		}
