@@ -206,25 +206,12 @@ func (w *PeerWitness) witness(ctx context.Context, inst string) PeerReport {
 		return rep.failed(err)
 	}
 	rep.Witnessed = last.Size
-	data, err := newestCheckpointOf(ctx, w.cfg.Store, inst, last.Size)
-	switch {
-	case err != nil:
+	cp, action, err := w.newest(ctx, inst, rep.Origin, last, known)
+	if err != nil {
 		return rep.failed(err)
-	case data == nil && known:
-		return rep.failed(refuse("%s: rolled back: the log has no checkpoint, and this gateway witnessed size %d", LogPrefix(inst), last.Size))
-	case data == nil:
-		rep.Action = PeerNoCheckpoint
-		return rep
 	}
-	cp, err := tlog.OpenCheckpoint(data, tlog.CheckpointPolicy{LogKeys: w.cfg.TrustedKeys})
-	switch {
-	case errors.Is(err, tlog.ErrUnknownKey) && !known:
-		rep.Action = PeerUntrusted
+	if rep.Action = action; action != "" {
 		return rep
-	case err != nil:
-		return rep.failed(refuse("%s: newest checkpoint: %v", LogPrefix(inst), err))
-	case cp.Origin != rep.Origin:
-		return rep.failed(refuse("%s: newest checkpoint is of the log %s", LogPrefix(inst), cp.Origin))
 	}
 	rep.Size = cp.Size
 	only, err := w.extends(ctx, inst, last, cp)
@@ -233,16 +220,43 @@ func (w *PeerWitness) witness(ctx context.Context, inst string) PeerReport {
 		return rep.failed(err)
 	case cp.Size == last.Size:
 		rep.Action = PeerUnchanged
-		return rep
 	case only:
 		rep.Action = PeerWitnessEntriesOnly
-		return rep
+	default:
+		if err := w.cosign(ctx, inst, cp); err != nil {
+			return rep.failed(err)
+		}
+		rep.Action = PeerCosigned
 	}
-	if err := w.cosign(ctx, inst, cp); err != nil {
-		return rep.failed(err)
-	}
-	rep.Action = PeerCosigned
 	return rep
+}
+
+// newest reads and opens a peer's newest checkpoint, or returns the
+// action that ends the round for that peer: no checkpoint yet, or a log
+// no trusted key signs. Errors wrap ErrPeerRefused for a log that lost
+// its checkpoints or shows one that does not verify.
+func (w *PeerWitness) newest(ctx context.Context, inst, origin string, last peerCheckpoint, known bool) (tlog.Checkpoint, string, error) {
+	data, err := newestCheckpointOf(ctx, w.cfg.Store, inst, last.Size)
+	switch {
+	case err != nil:
+		return tlog.Checkpoint{}, "", err
+	case data == nil && known:
+		return tlog.Checkpoint{}, "", refuse("%s: rolled back: the log has no checkpoint, and this gateway witnessed size %d", LogPrefix(inst), last.Size)
+	case data == nil:
+		return tlog.Checkpoint{}, PeerNoCheckpoint, nil
+	}
+	cp, err := tlog.OpenCheckpoint(data, tlog.CheckpointPolicy{LogKeys: w.cfg.TrustedKeys})
+	switch {
+	case errors.Is(err, tlog.ErrUnknownKey) && !known:
+		return tlog.Checkpoint{}, PeerUntrusted, nil
+	case err != nil:
+		return tlog.Checkpoint{}, "", refuse("%s: newest checkpoint: %v", LogPrefix(inst), err)
+	case cp.Origin != origin:
+		return tlog.Checkpoint{}, "", refuse("%s: newest checkpoint is of the log %s", LogPrefix(inst), cp.Origin)
+	case cp.Size == 0 && !known:
+		return tlog.Checkpoint{}, PeerNoCheckpoint, nil
+	}
+	return cp, "", nil
 }
 
 // failed sets the report's outcome from err: a refusal, or a store that
@@ -391,6 +405,11 @@ func readEntries(ctx context.Context, read tlog.ReadFunc, from, to uint64) ([][]
 // cosign stores cp with this gateway's cosignature, remembers it, and
 // logs it.
 func (w *PeerWitness) cosign(ctx context.Context, inst string, cp tlog.Checkpoint) error {
+	entry, err := tlog.Entry{Kind: tlog.KindWitness, PeerOrigin: cp.Origin, PeerSize: cp.Size, PeerRoot: cp.Root,
+		Gateway: w.cfg.Gateway}.Marshal()
+	if err != nil {
+		return err
+	}
 	cosigned, err := tlog.AppendCosignature(cp.Note, w.cosigner)
 	if err != nil {
 		return err
@@ -398,11 +417,6 @@ func (w *PeerWitness) cosign(ctx context.Context, inst string, cp tlog.Checkpoin
 	key := seqKey(LogPrefix(w.cfg.Instance)+peerCosignedDir+inst+"/", cp.Size)
 	if err := w.cfg.Store.Put(ctx, key, cosigned); err != nil && !errors.Is(err, ErrExist) {
 		return storeFailed(err)
-	}
-	entry, err := tlog.Entry{Kind: tlog.KindWitness, PeerOrigin: cp.Origin, PeerSize: cp.Size, PeerRoot: cp.Root,
-		Gateway: w.cfg.Gateway}.Marshal()
-	if err != nil {
-		return err
 	}
 	delete(w.skipped, cp.Origin)
 	w.state.Peers[cp.Origin] = peerCheckpoint{Size: cp.Size, Root: cp.Root}

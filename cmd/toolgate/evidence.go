@@ -613,23 +613,25 @@ reads the logs, and reads nothing the listing lacks. A log that is
 inconsistent or unwitnessed also exits 1; errors exit 2.
 
 What catches each kind of tampering by someone who can write to the store
-but holds no gateway's key:
+but holds no gateway's key (the last row: one who holds a log's key too):
   an artifact or manifest altered or deleted   the store alone; a manifest
                                                re-signed: --pubkey
   a record forged, or signed by another key    --pubkey of every replica
   a logged request deleted                     --all with --pubkey of every replica
   a request planted that no log records        --all --require-log
   one replica's log rolled back, truncated or  --all with --pubkey of every replica,
-    forked, its newest requests deleted          where the replicas witness each other
-                                                 (the default once they trust each
-                                                 other's keys): another log recorded
-                                                 its size, and its gateway is named
+    forked, its newest requests deleted        where the replicas witness each other
+                                               (the default once they trust each
+                                               other's keys): another log recorded
+                                               its size, and its gateway is named
   every log rolled back together, a single     a kept --checkpoint, a --proof from
-    gateway's log rolled back, the whole         before, or --witness-key while the
-    store replaced by an older copy              external witness's larger cosigned
-                                                 checkpoint is in the store (if it was
-                                                 deleted too, the next cosign fails:
-                                                 the witness refuses the log)
+    gateway's log rolled back, the whole       before, or --witness-key while the
+    store replaced by an older copy            external witness's larger cosigned
+                                               checkpoint is in the store (if it was
+                                               deleted too, the next cosign fails:
+                                               the witness refuses the log)
+  a log rewritten by a holder of its key       a replica that witnessed it, a kept
+                                               --checkpoint, or an external witness
 Without a kept checkpoint, a proof or an external witness, nothing detects
 every log of the store rolled back at once to copies taken at one moment
 (witness entries and cosigned checkpoints with them), or a lone gateway's log

@@ -328,3 +328,22 @@ func TestHostileRollbackAgainstAnExternalWitness(t *testing.T) {
 		})
 	}
 }
+
+// verify --help tells an auditor what to keep to catch what, and what
+// nothing catches without it, as the README's auditor section does.
+func TestEvidenceVerifyHelpSaysWhatToKeep(t *testing.T) {
+	_, stderr, code := runInProcess(t, "", nil, "evidence", "verify", "--help")
+	if code != exitOK {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	for _, want := range []string{
+		"one replica's log rolled back, truncated or", "--pubkey of every replica",
+		"every log rolled back together", "a kept --checkpoint, a --proof from",
+		"nothing detects", "Keep, outside the store: each replica's public key",
+		"-proof file",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("verify --help lacks %q:\n%s", want, stderr)
+		}
+	}
+}
