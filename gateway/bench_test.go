@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"github.com/toolgate/toolgate/drivers/execbox"
 	"github.com/toolgate/toolgate/drivers/execbox/execboxtest"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/evidence/lease"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
@@ -91,10 +93,17 @@ func benchClient(b *testing.B, store evidence.Store) (*grpc.ClientConn, toolgate
 // and spans (nil: none).
 func benchClientWith(b *testing.B, store evidence.Store, tel *telemetry.Telemetry) (*grpc.ClientConn, toolgatev1.ToolGatewayClient) {
 	b.Helper()
+	return benchClientLeased(b, store, tel, nil)
+}
+
+// benchClientLeased is benchClientWith holding l, a lease on instance
+// "bench" (nil: none).
+func benchClientLeased(b *testing.B, store evidence.Store, tel *telemetry.Telemetry, l *lease.Lease) (*grpc.ClientConn, toolgatev1.ToolGatewayClient) {
+	b.Helper()
 	engine, red := benchDecider(b)
 	auth, _ := NewAuthenticator(nil, nil)
 	g, err := New(Options{
-		Decider: engine, Store: store, Redactor: red, Auth: auth, Instance: "bench", Telemetry: tel,
+		Decider: engine, Store: store, Redactor: red, Auth: auth, Instance: "bench", Telemetry: tel, Lease: l,
 		Drivers: map[string]drivers.Driver{"noop": noopDriver{}, "other": noopDriver{}},
 		Tools:   map[string]Tool{"noop.run": {Driver: "noop", Target: "run"}, "other.run": {Driver: "other", Target: "run"}},
 	})
@@ -103,6 +112,22 @@ func benchClientWith(b *testing.B, store evidence.Store, tel *telemetry.Telemetr
 	}
 	conn := serve(b, g, func(s *grpc.Server) { s.RegisterService(&echoDesc, struct{}{}) })
 	return conn, toolgatev1.NewToolGatewayClient(conn)
+}
+
+// benchLease takes and runs the lease on instance "bench" in store, with
+// the default heartbeat.
+func benchLease(b *testing.B, store evidence.Store) *lease.Lease {
+	b.Helper()
+	l, err := lease.Acquire(context.Background(), store, lease.Options{Instance: "bench",
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+	return l
 }
 
 // discardExporter is a span exporter that drops every span: tracing is on
@@ -185,8 +210,12 @@ func BenchmarkRunTool(b *testing.B) {
 		name      string
 		open      func(b *testing.B) evidence.Store
 		telemetry bool
+		leased    bool
 	}{
 		{name: "memory", open: func(*testing.B) evidence.Store { return evidence.NewMemoryStore() }},
+		// The instance lease's cost per call: its check before the claim
+		// and on every write (the heartbeat runs once per period).
+		{name: "leased-memory", open: func(*testing.B) evidence.Store { return evidence.NewMemoryStore() }, leased: true},
 		{name: "memory-telemetry", open: func(*testing.B) evidence.Store { return evidence.NewMemoryStore() }, telemetry: true},
 		// The transparency log's own cost per call: building the claim's
 		// and the completion's entries (sequencing runs once a second).
@@ -207,7 +236,12 @@ func BenchmarkRunTool(b *testing.B) {
 				if st.telemetry {
 					tel = benchTelemetry(b)
 				}
-				_, client := benchClientWith(b, st.open(b), tel)
+				store := st.open(b)
+				var l *lease.Lease
+				if st.leased {
+					l = benchLease(b, store)
+				}
+				_, client := benchClientLeased(b, store, tel, l)
 				b.ReportAllocs()
 				cpu := startCPU()
 				i := 0

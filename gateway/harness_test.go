@@ -29,6 +29,7 @@ import (
 	"github.com/toolgate/toolgate/drivers/execbox/execboxtest"
 	"github.com/toolgate/toolgate/drivers/workspace"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/evidence/lease"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
@@ -76,6 +77,8 @@ type envOptions struct {
 	logger *slog.Logger
 	// telemetry is Options.Telemetry.
 	telemetry *telemetry.Telemetry
+	// lease is Options.Lease; its instance must be "test-host".
+	lease *lease.Lease
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -145,7 +148,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	e.gw, err = New(Options{
 		Decider: engine, Store: e.store, Spool: spool, Signer: o.signer, Redactor: red, Auth: auth,
 		Drivers: drvs, Tools: tools, Instance: "test-host", Shadows: o.shadows, Selectable: o.selectable,
-		Limits: o.limits, Now: o.now, Logger: o.logger, Telemetry: o.telemetry,
+		Limits: o.limits, Now: o.now, Logger: o.logger, Telemetry: o.telemetry, Lease: o.lease,
 	})
 	if err != nil {
 		t.Fatal(err)
