@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/toolgate/toolgate/evidence"
@@ -157,9 +159,13 @@ func (l *Lease) watch(ctx context.Context, open []holder) (*watched, error) {
 // lastBeat finds the newest heartbeat of epoch: heartbeats are stored one
 // after another from 1, so a galloping search over their existence finds
 // it in twice the logarithm of their number of reads. 0 means none.
+// Without the first (a lifecycle rule expired the oldest), it lists them.
 func (l *Lease) lastBeat(ctx context.Context, epoch uint64) (uint64, error) {
 	exists := func(n uint64) (bool, error) { return l.exists(ctx, beatKey(l.opts.Instance, epoch, n)) }
-	lo, hi := uint64(0), uint64(1)
+	if first, err := exists(1); err != nil || !first {
+		return l.listLastBeat(ctx, epoch, err)
+	}
+	lo, hi := uint64(1), uint64(2)
 	for {
 		ok, err := exists(hi)
 		if err != nil {
@@ -183,6 +189,25 @@ func (l *Lease) lastBeat(ctx context.Context, epoch uint64) (uint64, error) {
 		}
 	}
 	return lo, nil
+}
+
+// listLastBeat is lastBeat by listing epoch's heartbeats.
+func (l *Lease) listLastBeat(ctx context.Context, epoch uint64, err error) (uint64, error) {
+	if err != nil {
+		return 0, err
+	}
+	dir := strings.TrimSuffix(beatKey(l.opts.Instance, epoch, 0), fmt.Sprintf("%0*d", epochDigits, 0))
+	keys, err := l.store.List(ctx, dir)
+	if err != nil {
+		return 0, fmt.Errorf("lease: list heartbeats: %w", err)
+	}
+	var last uint64
+	for _, k := range keys {
+		if n, err := strconv.ParseUint(strings.TrimPrefix(k, dir), 10, 64); err == nil {
+			last = max(last, n)
+		}
+	}
+	return last, nil
 }
 
 func (l *Lease) exists(ctx context.Context, key string) (bool, error) {

@@ -5,9 +5,9 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -358,6 +358,29 @@ func TestHolderRenewingDuringTakeoverIsWaitedOut(t *testing.T) {
 	})
 }
 
+// TestExpiredOldHeartbeatsStillShowALiveHolder: a lifecycle rule expired
+// a long-lived holder's first heartbeats; a newcomer still finds its
+// newest one, and sees it alive.
+func TestExpiredOldHeartbeatsStillShowALiveHolder(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		mem := evidence.NewMemoryStore()
+		k := testKeys(t, 1)
+		a, err := Acquire(t.Context(), mem, options(k, 100, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		running(t, a)
+		time.Sleep(10*testHeartbeat + testHeartbeat/2)
+		expired := &hidingStore{Store: mem, hidden: func(key string) bool {
+			return strings.Contains(key, "/heartbeat/") && key <= beatKey(testInstance, 1, 5)
+		}}
+		if _, err := Acquire(t.Context(), expired, options(k, 200, nil)); !errors.Is(err, ErrInUse) {
+			t.Fatalf("a newcomer with the holder's first heartbeats expired: %v, want ErrInUse", err)
+		}
+	})
+}
+
 func TestTwoNewcomersAtOnce(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -581,17 +604,45 @@ func BenchmarkHeld(b *testing.B) {
 	})
 	for _, tc := range []struct {
 		name  string
-		store evidence.Store
-	}{{"put", s}, {"guarded-put", l.Guard(s)}} {
+		store func(evidence.Store) evidence.Store
+	}{
+		{"put", func(s evidence.Store) evidence.Store { return s }},
+		{"guarded-put", l.Guard},
+	} {
 		b.Run(tc.name, func(b *testing.B) {
+			store := tc.store(evidence.NewMemoryStore())
 			data := []byte(`{"a":1}`)
 			i := 0
 			for b.Loop() {
-				if err := tc.store.Put(context.Background(), evidence.Key(fmt.Sprintf("%s-%d", tc.name, i), "x.json"), data); err != nil {
+				if err := store.Put(context.Background(), evidence.Key(strconv.Itoa(i), "x.json"), data); err != nil {
 					b.Fatal(err)
 				}
 				i++
 			}
 		})
 	}
+}
+
+// hidingStore hides the keys hidden says, as if they had been deleted.
+type hidingStore struct {
+	evidence.Store
+	hidden func(key string) bool
+}
+
+func (s *hidingStore) Get(ctx context.Context, key string) ([]byte, error) {
+	if s.hidden(key) {
+		return nil, evidence.ErrNotExist
+	}
+	return s.Store.Get(ctx, key)
+}
+
+func (s *hidingStore) List(ctx context.Context, prefix string) ([]string, error) {
+	keys, err := s.Store.List(ctx, prefix)
+	var out []string
+	for _, k := range keys {
+		if !s.hidden(k) {
+			out = append(out, k)
+		}
+	}
+	return out, err
 }
