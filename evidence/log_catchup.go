@@ -176,7 +176,10 @@ func (l *LogWriter) ownEntry(ctx context.Context, key, kind, ownerKey string) ([
 	var rec struct {
 		Gateway string `json:"gateway"`
 	}
-	if json.Unmarshal(owner, &rec) != nil || instanceOf(rec.Gateway) != l.cfg.Instance {
+	if json.Unmarshal(owner, &rec) != nil {
+		return nil, nil
+	}
+	if inst, _ := ParseGatewayName(rec.Gateway); inst != l.cfg.Instance {
 		return nil, nil
 	}
 	data := owner
@@ -191,13 +194,6 @@ func (l *LogWriter) ownEntry(ctx context.Context, key, kind, ownerKey string) ([
 		return nil, nil
 	}
 	return e, nil
-}
-
-// instanceOf returns the instance of a "toolgate/<version>@<instance>"
-// gateway name.
-func instanceOf(gateway string) string {
-	_, inst, _ := strings.Cut(gateway, "@")
-	return inst
 }
 
 // lastDecisionKey returns the key of the decision of a request's last

@@ -161,7 +161,7 @@ func (g *Gateway) decisionRecord(p *prepared, n int, d policy.Decision, shadow *
 		Errors:          nonNil(d.Errors),
 		Shadow:          shadow,
 		DecidedAt:       g.now().UTC(),
-		Gateway:         g.engineBase,
+		Gateway:         g.claimant,
 	}
 }
 

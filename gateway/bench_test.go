@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 	"github.com/toolgate/toolgate/drivers/execbox"
 	"github.com/toolgate/toolgate/drivers/execbox/execboxtest"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/evidence/lease"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
@@ -86,23 +88,18 @@ func benchDecider(b *testing.B) (*policy.Engine, *redact.Redactor) {
 
 func benchClient(b *testing.B, store evidence.Store) (*grpc.ClientConn, toolgatev1.ToolGatewayClient) {
 	b.Helper()
-	return benchClientWith(b, store, nil)
-}
-
-// benchClientWith is benchClientSigned without a signer: nothing is
-// signed or sealed.
-func benchClientWith(b *testing.B, store evidence.Store, tel *telemetry.Telemetry) (*grpc.ClientConn, toolgatev1.ToolGatewayClient) {
-	return benchClientSigned(b, store, tel, nil)
+	return benchClientWith(b, store, nil, nil, nil)
 }
 
 // benchClientWith is benchClient with tel recording the gateway's metrics
-// and spans (nil: none).
-func benchClientSigned(b *testing.B, store evidence.Store, tel *telemetry.Telemetry, signer *evidence.Signer) (*grpc.ClientConn, toolgatev1.ToolGatewayClient) {
+// and spans, signer signing and sealing its evidence, and l, a lease on
+// instance "bench", held (each nil: none).
+func benchClientWith(b *testing.B, store evidence.Store, tel *telemetry.Telemetry, signer *evidence.Signer, l *lease.Lease) (*grpc.ClientConn, toolgatev1.ToolGatewayClient) {
 	b.Helper()
 	engine, red := benchDecider(b)
 	auth, _ := NewAuthenticator(nil, nil)
 	g, err := New(Options{
-		Decider: engine, Store: store, Redactor: red, Auth: auth, Instance: "bench", Telemetry: tel, Signer: signer,
+		Decider: engine, Store: store, Redactor: red, Auth: auth, Instance: "bench", Telemetry: tel, Signer: signer, Lease: l,
 		Drivers: map[string]drivers.Driver{"noop": noopDriver{}, "other": noopDriver{}},
 		Tools:   map[string]Tool{"noop.run": {Driver: "noop", Target: "run"}, "other.run": {Driver: "other", Target: "run"}},
 	})
@@ -111,6 +108,22 @@ func benchClientSigned(b *testing.B, store evidence.Store, tel *telemetry.Teleme
 	}
 	conn := serve(b, g, func(s *grpc.Server) { s.RegisterService(&echoDesc, struct{}{}) })
 	return conn, toolgatev1.NewToolGatewayClient(conn)
+}
+
+// benchLease takes and runs the lease on instance "bench" in store, with
+// the default heartbeat.
+func benchLease(b *testing.B, store evidence.Store) *lease.Lease {
+	b.Helper()
+	l, err := lease.Acquire(context.Background(), store, lease.Options{Instance: "bench",
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+	return l
 }
 
 // discardExporter is a span exporter that drops every span: tracing is on
@@ -193,12 +206,16 @@ func BenchmarkRunTool(b *testing.B) {
 		name      string
 		open      func(b *testing.B) evidence.Store
 		telemetry bool
+		leased    bool
 		// signed: manifests signed and records sealed, as on every
 		// gateway whose configuration does not say signing_key: none.
 		signed bool
 	}{
 		{name: "memory", open: func(*testing.B) evidence.Store { return evidence.NewMemoryStore() }},
 		{name: "memory-signed", open: func(*testing.B) evidence.Store { return evidence.NewMemoryStore() }, signed: true},
+		// The instance lease's cost per call: its check before the claim
+		// and on every write (the heartbeat runs once per period).
+		{name: "leased-memory", open: func(*testing.B) evidence.Store { return evidence.NewMemoryStore() }, leased: true},
 		{name: "memory-telemetry", open: func(*testing.B) evidence.Store { return evidence.NewMemoryStore() }, telemetry: true},
 		// The transparency log's own cost per call: building the claim's
 		// and the completion's entries (sequencing runs once a second).
@@ -219,11 +236,16 @@ func BenchmarkRunTool(b *testing.B) {
 				if st.telemetry {
 					tel = benchTelemetry(b)
 				}
+				store := st.open(b)
+				var l *lease.Lease
+				if st.leased {
+					l = benchLease(b, store)
+				}
 				var signer *evidence.Signer
 				if st.signed {
 					signer = benchSigner(b)
 				}
-				_, client := benchClientSigned(b, st.open(b), tel, signer)
+				_, client := benchClientWith(b, store, tel, signer, l)
 				b.ReportAllocs()
 				cpu := startCPU()
 				i := 0
@@ -255,7 +277,7 @@ func BenchmarkOverhead(b *testing.B) {
 	args, _ := structpb.NewStruct(map[string]any{"path": "docs/readme.md", "limit": 10.0, "verbose": true})
 	for _, path := range []struct{ name, tool string }{{"deny", "other.run"}, {"allow", "noop.run"}} {
 		b.Run(path.name, func(b *testing.B) {
-			conn, client := benchClientWith(b, evidence.NewMemoryStore(), benchTelemetry(b))
+			conn, client := benchClientWith(b, evidence.NewMemoryStore(), benchTelemetry(b), nil, nil)
 			var echoTime, callTime time.Duration
 			i := 0
 			for b.Loop() {

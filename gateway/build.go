@@ -120,6 +120,13 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	if err != nil {
 		return fail(fmt.Errorf("telemetry: %w", err))
 	}
+	// Before anything of the gateway touches the store: a second process
+	// with this instance name stops here.
+	instanceLease, closeLease, err := acquireLease(ctx, cfg, store, signer, instance, tel, log)
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, closeLease)
 	if signer != nil {
 		logged, closeLog, err := openTransparencyLog(ctx, cfg, store, signer, instance, replicaKeys, tel, log)
 		if err != nil {
@@ -180,6 +187,7 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		Selectable: cfg.Policies.Selectable,
 		TraceDirs:  traceDirs,
 		Instance:   instance,
+		Lease:      instanceLease,
 		Logger:     log,
 		Limits:     cfg.Limits,
 		Recovery: RecoveryOptions{

@@ -21,6 +21,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/evidence/lease"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/internal/regularfile"
 	"github.com/toolgate/toolgate/redact"
@@ -186,6 +187,11 @@ type EvidenceConfig struct {
 	// means the longest run time of the configured drivers plus six
 	// op_timeouts.
 	InterruptedAfter time.Duration `yaml:"interrupted_after"`
+	// LeaseHeartbeat is how often this process renews its lease on the
+	// instance name (see package evidence/lease): a second process with
+	// the name takes it for dead after three heartbeats without one, and
+	// until then refuses to start. 0 means 5s.
+	LeaseHeartbeat time.Duration `yaml:"lease_heartbeat"`
 	// ObjectLock, for s3:// stores on buckets with S3 Object Lock on,
 	// retains every artifact for a number of days.
 	ObjectLock *ObjectLockConfig `yaml:"object_lock"`
@@ -554,6 +560,9 @@ func (c Config) Validate() error {
 	}
 	if c.Evidence.InterruptedAfter < 0 {
 		return errors.New("config: evidence.interrupted_after: must not be negative (0: the longest driver run time plus six op_timeouts)")
+	}
+	if h := c.Evidence.LeaseHeartbeat; h != 0 && h < minLeaseHeartbeat {
+		return fmt.Errorf("config: evidence.lease_heartbeat: %v is shorter than %v (0: %v)", h, minLeaseHeartbeat, lease.DefaultHeartbeat)
 	}
 	if err := c.Evidence.SigningKey.validate(); err != nil {
 		return err

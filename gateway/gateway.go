@@ -21,6 +21,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/evidence/lease"
 	"github.com/toolgate/toolgate/evidence/trust"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/policy"
@@ -94,6 +95,10 @@ type Options struct {
 	// replicas sharing the store: the gateway MACs its records with it and
 	// opens theirs, beside TrustedKeys (see setTrust).
 	SharedMACKey []byte
+	// Lease, if set, is this process's lease on Instance (see
+	// package evidence/lease): the gateway starts nothing without it,
+	// and its epoch marks the requests it owns.
+	Lease *lease.Lease
 }
 
 // Gateway runs RunTool calls. It is safe for concurrent use.
@@ -126,6 +131,11 @@ type Gateway struct {
 	traceDirs  map[string]string
 	engineBase string
 	instance   string
+	// lease is this process's lease on instance, nil without one;
+	// claimant is engineBase with its epoch, the owner in the records
+	// recovery reads (see owns).
+	lease    *lease.Lease
+	claimant string
 	// recovery knows which requests this process runs and which it left
 	// unfinished; recoveryLimits say when others count as abandoned.
 	recovery       *recovery
@@ -169,9 +179,13 @@ func New(opts Options) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: registry ids: no driver %q", r.Driver)
 		}
 	}
+	store := opts.Store
+	if opts.Lease != nil {
+		store = opts.Lease.Guard(store)
+	}
 	g := &Gateway{
 		decider:        opts.Decider,
-		store:          meterStore(opts.Store, opts.Telemetry),
+		store:          meterStore(store, opts.Telemetry),
 		spool:          opts.Spool,
 		spoolKick:      make(chan struct{}, 1),
 		signer:         opts.Signer,
@@ -186,6 +200,7 @@ func New(opts Options) (*Gateway, error) {
 		limits:         opts.Limits.withDefaults(),
 		engineBase:     fmt.Sprintf("toolgate/%s@%s", Version, opts.Instance),
 		instance:       opts.Instance,
+		lease:          opts.Lease,
 		recovery:       newRecovery(),
 		recoveryLimits: opts.Recovery.limits(opts.Drivers),
 		log:            redactingLogger(opts.Logger, opts.Redactor),
@@ -193,6 +208,10 @@ func New(opts Options) (*Gateway, error) {
 		approvalTTL:    opts.Approvals.TTL,
 		notifier:       opts.Approvals.Notifier,
 		telemetry:      opts.Telemetry,
+	}
+	g.claimant = g.engineBase
+	if g.lease != nil {
+		g.claimant = evidence.GatewayNameWithEpoch(g.engineBase, g.lease.Epoch())
 	}
 	if g.approvalTTL <= 0 {
 		g.approvalTTL = DefaultApprovalTTL
@@ -223,6 +242,9 @@ func (g *Gateway) RunTool(ctx context.Context, req *toolgatev1.RunToolRequest) (
 func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.RunToolResponse, error) {
 	p, err := g.prepare(ctx, caller, c)
 	if err != nil {
+		return nil, err
+	}
+	if err := g.holdsInstance(ctx); err != nil {
 		return nil, err
 	}
 	// Evidence must be completed even when the caller goes away: a claimed
@@ -310,7 +332,7 @@ func (g *Gateway) prepare(ctx context.Context, caller string, c call) (*prepared
 	p.request = evidence.RequestRecord{
 		RequestID: c.RequestID, Caller: caller, ToolID: c.ToolID, Args: c.Args,
 		Ctx:        evidence.RequestContext{RunID: c.RunID, StepID: c.StepID, PolicyRef: c.PolicyRef},
-		ReceivedAt: started.UTC(), CanonicalRequestHash: p.hash, Gateway: g.engineBase,
+		ReceivedAt: started.UTC(), CanonicalRequestHash: p.hash, Gateway: g.claimant,
 		ParentRequestID: c.ParentRequestID, FrontDoor: c.FrontDoor, Auth: authRecord(c.Identity), TraceID: c.TraceID,
 	}
 	if len(secrets) > 0 {
@@ -562,7 +584,7 @@ func (g *Gateway) abandoned(ctx context.Context, id string, keys []string) bool 
 	switch {
 	case err != nil:
 		return false
-	case instanceOf(s.owner()) == g.instance:
+	case g.owns(s.owner()):
 		return true
 	case s.decision != nil:
 		return false

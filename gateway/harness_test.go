@@ -30,6 +30,7 @@ import (
 	"github.com/toolgate/toolgate/drivers/execbox/execboxtest"
 	"github.com/toolgate/toolgate/drivers/workspace"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/evidence/lease"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
@@ -83,6 +84,8 @@ type envOptions struct {
 	// Options.SharedMACKey.
 	trustedKeys []ed25519.PublicKey
 	sharedMAC   []byte
+	// lease is Options.Lease; its instance must be "test-host".
+	lease *lease.Lease
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -156,7 +159,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		Decider: engine, Store: e.store, Spool: spool, Signer: o.signer, Redactor: red, Auth: auth,
 		Drivers: drvs, Tools: tools, Instance: o.instance, Shadows: o.shadows, Selectable: o.selectable,
 		Limits: o.limits, Now: o.now, Logger: o.logger, Telemetry: o.telemetry,
-		TrustedKeys: o.trustedKeys, SharedMACKey: o.sharedMAC,
+		TrustedKeys: o.trustedKeys, SharedMACKey: o.sharedMAC, Lease: o.lease,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -332,6 +332,11 @@ func (g *Gateway) RunRecovery(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if g.recoveryFenced(ctx) {
+			g.log.Warn("recovery stopped: a newer process holds this instance name and finalises its requests",
+				"instance", g.instance)
+			return
+		}
 		stats, err := g.revisit(ctx)
 		stats.Expired = g.sweepApprovals(ctx)
 		if stats != (RecoveryStats{}) || err != nil {
@@ -439,8 +444,9 @@ func (g *Gateway) recoverRequest(ctx context.Context, id string, keys []string) 
 	}
 	// Only the instance that owns the last attempt finalises it, even when
 	// this process noted the request: a claim this process failed to
-	// write may be another replica's request.
-	if instanceOf(s.owner()) != g.instance {
+	// write may be another replica's request, or a newer process's of
+	// this instance name.
+	if !g.owns(s.owner()) {
 		return recoveryNone, nil
 	}
 	left, noted := g.recovery.lookup(id)
@@ -470,6 +476,9 @@ func (g *Gateway) finalise(ctx context.Context, s *storedRequest, noted bool, le
 		if !noted && age < g.recoveryLimits.openAfter {
 			return recoveryWait, nil
 		}
+		if err := g.confirmInstance(ctx); err != nil {
+			return recoveryWait, err
+		}
 		_, err := g.closeAttempt(ctx, s.id, last.Number, false, g.encodeRecord,
 			"abandoned before dispatch: its gateway stopped, or lost its store, before dispatching it")
 		if errors.Is(err, errDispatchedElsewhere) {
@@ -477,6 +486,9 @@ func (g *Gateway) finalise(ctx context.Context, s *storedRequest, noted bool, le
 		}
 		return recoveryClosed, err
 	case left.notDispatched == last.Number:
+		if err := g.confirmInstance(ctx); err != nil {
+			return recoveryWait, err
+		}
 		_, err := g.closeAttempt(ctx, s.id, last.Number, true, g.encodeRecord, left.reason)
 		return recoveryClosed, err
 	case left.told != "":
@@ -642,8 +654,11 @@ func (g *Gateway) rollForward(ctx context.Context, s *storedRequest) error {
 
 // writeRecoveredManifest writes the manifest of s from the artifacts
 // stored, create-only: if the request's own gateway wrote one meanwhile,
-// that one stands.
+// that one stands. Only the holder of the instance name writes one.
 func (g *Gateway) writeRecoveredManifest(ctx context.Context, s *storedRequest, outcome, errText string) error {
+	if err := g.confirmInstance(ctx); err != nil {
+		return err
+	}
 	m := evidence.Manifest{
 		Version:              evidence.ManifestVersion,
 		RequestID:            s.id,
@@ -702,14 +717,4 @@ func (g *Gateway) encodeRecord(name string, v any) ([]byte, error) {
 		return nil, fmt.Errorf("redact %s: %w", name, err)
 	}
 	return out, nil
-}
-
-// instanceOf returns the instance named in a gateway's engine_ref base,
-// "toolgate/<version>@<instance>".
-func instanceOf(gateway string) string {
-	i := strings.LastIndexByte(gateway, '@')
-	if i < 0 {
-		return ""
-	}
-	return gateway[i+1:]
 }

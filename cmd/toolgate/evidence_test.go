@@ -1058,7 +1058,7 @@ func TestEvidenceVerifyAfterARetry(t *testing.T) {
 	config := func(name, url string) {
 		text := `
 instance: gw-retry
-evidence: {url: "file://./toolgate-evidence", spool_dir: none}
+evidence: {url: "file://./toolgate-evidence", spool_dir: none, lease_heartbeat: 200ms}
 drivers:
   tpmjs: {type: tpmjs, url: "` + url + `"}
 tools:

@@ -648,7 +648,7 @@ func TestFaultStoreFailsBeforeDispatchRetryRunsOnce(t *testing.T) {
 func TestFaultGatewayKilledMidWrite(t *testing.T) {
 	const finding = "finding 2 (gateway killed mid-write)"
 	m, url, dir, bucket := faultBucket(t, "audit", "")
-	cfg := faultGateway(t, dir, "gw", url, "./spool-gw", faultOpTimeout, "")
+	cfg := shortLease(t, dir, faultGateway(t, dir, "gw", url, "./spool-gw", faultOpTimeout, ""))
 	gw := startServerEnv(t, dir, m.Env(), "--config", cfg)
 	client := dial(t, gw.addr)
 

@@ -65,7 +65,7 @@ func TestServeSignsByDefault(t *testing.T) {
 		"--tool", "workspace.shell", "--args", `{"command": "id"}`); code != exitFailure {
 		t.Fatalf("first call: exit %d\n%s", code, stderr)
 	}
-	first.cmd.Process.Kill()
+	first.cmd.Process.Signal(syscall.SIGTERM)
 	<-first.done
 
 	second := startServer(t, dir)
@@ -146,7 +146,7 @@ func TestServeFirstStartsAtOnceShareOneKey(t *testing.T) {
 		logs := make([]string, starts)
 		var wg sync.WaitGroup
 		for i := range starts {
-			wg.Go(func() { logs[i] = serveUntilListening(dir) })
+			wg.Go(func() { logs[i] = serveUntilSigning(dir) })
 		}
 		wg.Wait()
 		created := 0
@@ -168,10 +168,12 @@ func TestServeFirstStartsAtOnceShareOneKey(t *testing.T) {
 	}
 }
 
-// serveUntilListening starts `toolgate serve` in dir, waits until it
-// listens or exits, stops it, and returns its log. It may run in any
-// goroutine: it reports nothing to a testing.T.
-func serveUntilListening(dir string) string {
+// serveUntilSigning starts `toolgate serve` in dir, waits until it logs
+// the key it signs with (before it takes its instance name's lease: of
+// processes started at once under one name only one serves) or exits,
+// stops it, and returns its log. It may run in any goroutine: it reports
+// nothing to a testing.T.
+func serveUntilSigning(dir string) string {
 	cmd := exec.Command(toolgateBin, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
 	cmd.Dir = dir
 	stderr, err := cmd.StderrPipe()
@@ -187,7 +189,7 @@ func serveUntilListening(dir string) string {
 	sc := bufio.NewScanner(stderr)
 	for sc.Scan() {
 		log.WriteString(sc.Text() + "\n")
-		if strings.Contains(sc.Text(), `msg="toolgate serving"`) {
+		if loggedKeyID(sc.Text()) != "" {
 			break
 		}
 	}

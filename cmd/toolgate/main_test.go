@@ -79,6 +79,18 @@ func startServer(t *testing.T, dir string, args ...string) *server {
 // startServerEnv is startServer with extra environment variables.
 func startServerEnv(t *testing.T, dir string, env []string, args ...string) *server {
 	t.Helper()
+	s, err := launchServer(t, dir, env, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// launchServer starts `toolgate serve` as startServerEnv does, and
+// returns an error carrying its log when it exits, or does not listen,
+// within 30s.
+func launchServer(t *testing.T, dir string, env []string, args ...string) (*server, error) {
+	t.Helper()
 	// The admin listener takes a free port too: a fixed one would clash
 	// between servers. A test's own --admin-listen comes later and wins.
 	cmd := exec.Command(toolgateBin, append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
@@ -112,12 +124,12 @@ func startServerEnv(t *testing.T, dir string, env []string, args ...string) *ser
 	})
 	select {
 	case s.addr = <-addrCh:
+		return s, nil
 	case err := <-s.done:
-		t.Fatalf("toolgate serve exited early (%v):\n%s", err, s.log.String())
+		return nil, fmt.Errorf("toolgate serve exited early (%v):\n%s", err, s.log.String())
 	case <-time.After(30 * time.Second):
-		t.Fatalf("toolgate serve did not start:\n%s", s.log.String())
+		return nil, fmt.Errorf("toolgate serve did not start:\n%s", s.log.String())
 	}
-	return s
 }
 
 // runTool runs the toolgate binary to completion and returns its outputs

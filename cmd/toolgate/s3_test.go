@@ -177,7 +177,9 @@ func TestStoreOutages(t *testing.T) {
 	url := m.URL("audit", "")
 	dir := t.TempDir()
 	writePolicy(t, dir, `@id("all_workspace") permit (principal, action, resource in Driver::"workspace");`)
-	cfg := s3Gateway(t, dir, "gw", url)
+	// A short lease: the restart after the kill in (c) need not wait long
+	// for the killed process's heartbeat to go stale.
+	cfg := s3Gateway(t, dir, "gw", url, "lease_heartbeat: 500ms")
 	bucket := openBucket(t, m, url)
 	ws := filepath.Join(dir, "ws")
 	ctx := context.Background()

@@ -154,6 +154,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		reloadInterval = defaultPolicyReloadInterval
 	}
 	background.Go(func() { g.WatchPolicies(bgCtx, reloadInterval) })
+	background.Go(func() {
+		// A process fenced off its instance name serves nothing again.
+		select {
+		case <-bgCtx.Done():
+		case <-g.InstanceFenced():
+			health.Shutdown()
+		}
+	})
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

@@ -20,8 +20,6 @@ import (
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/evidencetest"
 	"github.com/toolgate/toolgate/evidence/tlog"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // loggedBucket is an evidence store written by a signing gateway, as an
@@ -462,48 +460,6 @@ func TestLogTwoReplicasUnderLoad(t *testing.T) {
 	if want := callers * perCaller * 5 / 6; len(reports) < want || len(origins) != 2 {
 		t.Fatalf("%d requests in %d logs, want at least %d in 2", len(reports), len(origins), want)
 	}
-}
-
-// TestHostileSameInstanceNameTwice: a second gateway started with the
-// instance name of one still running (a misconfiguration, or a zombie
-// after a partition) takes the log over. The older one is fenced at its
-// next batch and refuses calls from then on, never running one unlogged;
-// the calls it ran in between are logged by the newer one.
-func TestHostileSameInstanceNameTwice(t *testing.T) {
-	b := fileLoggedBucket(t)
-	cfg := signingGateway(t, b.dir, b.url)
-	text, _ := os.ReadFile(filepath.Join(b.dir, cfg))
-	fast := strings.Replace(string(text), "  signing_key: {file: signing.pem}\n", "  signing_key: {file: signing.pem}\n  op_timeout: 1s\n", 1)
-	if err := os.WriteFile(filepath.Join(b.dir, cfg), []byte(fast), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	older := startServer(t, b.dir, "--config", cfg)
-	runCalls(t, older.addr, "older", 1)
-	newer := startServer(t, b.dir, "--config", cfg)
-	runCalls(t, newer.addr, "newer", 1)
-	time.Sleep(300 * time.Millisecond) // the newer one's first batch is stored
-	runCalls(t, older.addr, "between", 1)
-
-	c := dial(t, older.addr)
-	eventually(t, 10*time.Second, "the older gateway refuses calls", func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, err := c.RunTool(ctx, shellRequest(t, "refused", "echo ran > refused.txt"))
-		if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "newer process with the same instance name") {
-			return fmt.Errorf("call answered %v", err)
-		}
-		return nil
-	})
-	if _, err := os.Stat(filepath.Join(b.dir, "ws", "refused.txt")); err == nil {
-		t.Fatal("a fenced gateway ran a call")
-	}
-	eventually(t, 15*time.Second, "every call that ran is logged", func() error {
-		out, code := b.audit(t, "kept.txt")
-		if code != exitOK || !strings.Contains(out, "logs: 1 checked, 6 entries in all") {
-			return fmt.Errorf("exit %d:\n%s", code, out)
-		}
-		return nil
-	})
 }
 
 // TestLogHonestStatesPassVerify: with every requirement on, a request in
