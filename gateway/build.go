@@ -113,7 +113,7 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		return fail(fmt.Errorf("telemetry: %w", err))
 	}
 	if signer != nil {
-		logged, closeLog, err := openTransparencyLog(ctx, cfg, store, signer, instance, log)
+		logged, closeLog, err := openTransparencyLog(ctx, cfg, store, signer, instance, log, tel)
 		if err != nil {
 			return fail(err)
 		}

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/tlog"
+	"github.com/toolgate/toolgate/gateway/telemetry"
 )
 
 // Defaults of the log section.
@@ -33,6 +35,30 @@ type TransparencyLogConfig struct {
 	// MaxPending is how many entries may wait to be sequenced before new
 	// calls are refused. 0 means 65536.
 	MaxPending int `yaml:"max_pending"`
+	// StateFile keeps the newest checkpoint this gateway signed, outside
+	// the store, so that a store rolled back or forked behind it is
+	// refused at start (evidence.OpenLog). Empty means beside the signing
+	// key file: "<key file>.<instance>.log-state" ("./toolgate.<instance>.log-state"
+	// for a key from the environment, none for a mem:// store); none
+	// keeps no state.
+	StateFile string `yaml:"state_file"`
+}
+
+// logStateFile returns the log's state file, or "" for none. A mem://
+// store dies with the process, so by default it keeps none.
+func (c Config) logStateFile(instance string) string {
+	key := c.Evidence.SigningKey
+	switch f := c.Log.StateFile; {
+	case f == "none":
+		return ""
+	case f != "":
+		return f
+	case strings.HasPrefix(c.Evidence.URL, "mem://"):
+		return ""
+	case key != nil && key.File != "":
+		return key.File + "." + instance + ".log-state"
+	}
+	return "toolgate." + instance + ".log-state"
 }
 
 func (c TransparencyLogConfig) validate() error {
@@ -49,12 +75,16 @@ func (c TransparencyLogConfig) validate() error {
 // the store wrapped so that every claim and manifest stored through it is
 // logged, and the closer that sequences what is left at shutdown.
 func openTransparencyLog(ctx context.Context, cfg Config, store evidence.StoreCloser, signer *evidence.Signer,
-	instance string, log *slog.Logger) (evidence.StoreCloser, io.Closer, error) {
+	instance string, log *slog.Logger, tel *telemetry.Telemetry) (evidence.StoreCloser, io.Closer, error) {
 	origin, err := evidence.LogOrigin(ctx, store, instance)
 	if err != nil {
 		return nil, nil, fmt.Errorf("log: opening the transparency log needs the evidence store at start: %w", err)
 	}
 	noteSigner, err := signer.CheckpointSigner(origin)
+	if err != nil {
+		return nil, nil, fmt.Errorf("log: %w", err)
+	}
+	sealer, trusted, err := evidence.LogKeys(signer)
 	if err != nil {
 		return nil, nil, fmt.Errorf("log: %w", err)
 	}
@@ -68,13 +98,18 @@ func openTransparencyLog(ctx context.Context, cfg Config, store evidence.StoreCl
 		Interval:   orDefault(cfg.Log.CheckpointInterval, DefaultCheckpointInterval),
 		OpTimeout:  cfg.Evidence.opTimeout(),
 		MaxPending: orDefault(cfg.Log.MaxPending, DefaultLogMaxPending),
+		Sealer:     sealer,
+		Trusted:    trusted,
+		StateFile:  cfg.logStateFile(instance),
+		Tampered:   func(error) { tel.Tampering(telemetry.RecordLog) },
 		Logger:     log,
 	}
 	l, err := evidence.OpenLog(ctx, store, lc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("log: %w", err)
 	}
-	log.Info("transparency log open", "origin", origin, "epoch", l.Epoch(), "size", l.Size(), "key_id", signer.KeyID())
+	log.Info("transparency log open", "origin", origin, "epoch", l.Epoch(), "size", l.Size(), "key_id", signer.KeyID(),
+		"state_file", lc.StateFile)
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
