@@ -32,9 +32,13 @@ func ExampleProve() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	sealer, trusted, err := evidence.LogKeys(signer)
+	if err != nil {
+		log.Fatal(err)
+	}
 	logw, err := evidence.OpenLog(ctx, store, evidence.LogConfig{
 		Instance: "gw-1", Origin: origin, Gateway: "toolgate/1@gw-1", Interval: time.Second, OpTimeout: time.Second,
-		MaxPending: 100, Logger: slog.New(slog.DiscardHandler),
+		MaxPending: 100, Logger: slog.New(slog.DiscardHandler), Sealer: sealer, Trusted: trusted,
 		SignCheckpoint: func(size uint64, root tlog.Hash) ([]byte, error) { return tlog.SignCheckpoint(cs, size, root) },
 	})
 	if err != nil {

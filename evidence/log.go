@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/evidence/tlog"
+	"github.com/toolgate/toolgate/evidence/trust"
 )
 
 // The transparency log's keys. Each gateway instance keeps its own log
@@ -34,6 +35,13 @@ var ErrLogFenced = errors.New("evidence: log taken over by a newer process with 
 // errBadBatch marks a stored batch that is not one this log could have
 // written: a fork, or an object planted in the bucket.
 var errBadBatch = errors.New("evidence: log: malformed or foreign batch")
+
+// ErrLogTampered is returned (wrapped, beside trust.ErrTampered) once the
+// writer has found a log record in the store that it cannot authenticate:
+// a batch, checkpoint or closed lease not sealed or signed by a trusted
+// key. The writer then signs nothing more and Ready refuses new calls, so
+// no checkpoint covers what the gateway did not write.
+var ErrLogTampered = errors.New("evidence: log: a stored log record failed authentication; this gateway signs no more checkpoints and refuses new calls")
 
 // ErrLogBacklog is returned (wrapped) by Ready while more entries wait to
 // be sequenced than LogConfig.MaxPending allows, which happens only when
@@ -66,6 +74,22 @@ type LogConfig struct {
 	// MaxPending is how many entries may wait to be sequenced before Ready
 	// refuses new calls.
 	MaxPending int
+	// Sealer seals the batches, leases and closed-lease records this
+	// writer stores (Ed25519: a batch is sealed once, however many entries
+	// it carries).
+	Sealer *trust.Sealer
+	// Trusted opens what the writer reads back: batches, closed leases and
+	// checkpoints not sealed or signed by one of its keys are tampering,
+	// never integrated and never covered by a checkpoint. Catch-up also
+	// logs only the artifacts it can authenticate with it.
+	Trusted *trust.Keyring
+	// StateFile, when set, is where the newest checkpoint this writer
+	// signed is kept outside the store (see OpenLog): a store behind it or
+	// forked from it is refused. Empty keeps no state.
+	StateFile string
+	// Tampered, when set, is called for every record the writer refused
+	// because it failed authentication, after the writer has logged it.
+	Tampered func(err error)
 	// Logger receives the log's own problems.
 	Logger *slog.Logger
 }
@@ -77,20 +101,6 @@ type lease struct {
 	StartedAt time.Time `json:"started_at"`
 }
 
-// batch is the commit point of sequencing: the entries it carries take
-// the indexes from Start on, after a tree whose root was RootBefore. The
-// tiles, bundles and checkpoints are all derived from the batches, so a
-// writer that dies after a batch is stored loses nothing: the next one
-// integrates the batch again, byte for byte.
-type batch struct {
-	Version    int      `json:"v"`
-	Origin     string   `json:"origin"`
-	Epoch      uint64   `json:"epoch"`
-	Start      uint64   `json:"start"`
-	RootBefore []byte   `json:"root_before"`
-	Entries    [][]byte `json:"entries"`
-}
-
 // LogWriter appends entries to one gateway instance's transparency log in
 // a create-only Store. Append only queues; Run sequences the queue in
 // batches every Interval and publishes tiles and a signed checkpoint, so
@@ -100,6 +110,15 @@ type LogWriter struct {
 	cfg    LogConfig
 	prefix string
 	epoch  uint64
+	// seal seals a record stored under key: cfg.Sealer.Sign.
+	seal func(key string, body []byte) ([]byte, error)
+	// encode encodes a batch stored under key: encodeBatch (a benchmark
+	// swaps it to measure what sealing costs).
+	encode func(l *LogWriter, key string, b batch) ([]byte, error)
+	// legacy: the state file is missing (the first start after an
+	// upgrade, see checkHistory), so unsealed records of the older
+	// version are expected and not reported as tampering.
+	legacy bool
 	// previousOpen: the previous process did not close its lease, so it
 	// may have died with entries queued, or may still be running.
 	previousOpen bool
@@ -123,6 +142,9 @@ type LogWriter struct {
 	tree      *tlog.Tree
 	unwritten []tlog.Object // derived resources not yet stored
 	published uint64        // size of the newest stored checkpoint
+	newest    []byte        // the newest stored checkpoint, as signed
+	state     uint64        // size of the checkpoint in cfg.StateFile
+	stateErr  bool          // the last write of cfg.StateFile failed
 	next      [][]byte      // entries of the batch being retried
 }
 
@@ -269,8 +291,23 @@ func (l *LogWriter) Close(ctx context.Context) error {
 	if left > 0 || len(l.unwritten) > 0 {
 		return fmt.Errorf("evidence: log %s: %d entries not sequenced at close", l.cfg.Origin, left)
 	}
-	data, _ := json.Marshal(map[string]uint64{"size": l.tree.Size()})
-	return l.put(ctx, seqKey(l.prefix+leaseDir, l.epoch)+closedSuffix, data)
+	root := l.tree.Root()
+	key := seqKey(l.prefix+leaseDir, l.epoch) + closedSuffix
+	data, err := json.Marshal(closedLease{Size: l.tree.Size(), Root: root[:]})
+	if err == nil {
+		data, err = l.seal(key, data)
+	}
+	if err != nil {
+		return fmt.Errorf("evidence: log %s: closed lease: %w", l.cfg.Origin, err)
+	}
+	return l.put(ctx, key, data)
+}
+
+// closedLease is the record of a lease closed cleanly: the tree this
+// process left, which the next one must find extended (see checkHistory).
+type closedLease struct {
+	Size uint64 `json:"size"`
+	Root []byte `json:"root"`
 }
 
 // Flush stores the queued entries as one batch, then the tiles, bundles
@@ -310,12 +347,13 @@ func (l *LogWriter) sequence(ctx context.Context) error {
 	for len(l.next) > 0 {
 		start := l.tree.Size()
 		root := l.tree.Root()
-		b := batch{Version: 1, Origin: l.cfg.Origin, Epoch: l.epoch, Start: start, RootBefore: root[:], Entries: l.next}
-		data, err := json.Marshal(b)
+		b := batch{Version: batchVersion, Origin: l.cfg.Origin, Epoch: l.epoch, Start: start, RootBefore: root[:], Entries: l.next}
+		key := seqKey(l.prefix+batchDir, start)
+		data, err := l.encode(l, key, b)
 		if err != nil {
 			return fmt.Errorf("evidence: log batch: %w", err)
 		}
-		err = l.store.Put(ctx, seqKey(l.prefix+batchDir, start), data)
+		err = l.store.Put(ctx, key, data)
 		if err == nil {
 			l.integrate(b)
 			l.sequenced(len(b.Entries))
@@ -329,6 +367,9 @@ func (l *LogWriter) sequence(ctx context.Context) error {
 			return err
 		}
 		theirs, err := l.readBatch(ctx, start)
+		if errors.Is(err, trust.ErrTampered) {
+			return l.fence(l.tampered(err))
+		}
 		if errors.Is(err, errBadBatch) {
 			return l.fence(fmt.Errorf("%w: %v", ErrLogFenced, err))
 		}
@@ -432,7 +473,8 @@ func (l *LogWriter) publishCheckpoint(ctx context.Context) error {
 	if err := l.put(ctx, seqKey(l.prefix+checkpointDir, size), cp); err != nil {
 		return err
 	}
-	l.published = size
+	l.published, l.newest = size, cp
+	l.keepState()
 	return nil
 }
 
@@ -454,29 +496,38 @@ func (l *LogWriter) put(ctx context.Context, key string, data []byte) error {
 	return nil
 }
 
+// readBatch reads the batch stored at start, which must extend the tree
+// when start is its size. A batch not sealed by a trusted key is
+// tampering (trust.ErrTampered): it is never integrated.
 func (l *LogWriter) readBatch(ctx context.Context, start uint64) (batch, error) {
 	key := seqKey(l.prefix+batchDir, start)
 	data, err := l.store.Get(ctx, key)
 	if err != nil {
 		return batch{}, err
 	}
-	var b batch
-	if err := json.Unmarshal(data, &b); err != nil {
-		return batch{}, fmt.Errorf("%w: %s: %v", errBadBatch, key, err)
+	b, err := l.openBatch(key, data)
+	if err != nil {
+		return batch{}, err
 	}
 	root := l.tree.Root()
 	switch {
-	case b.Version != 1 || b.Origin != l.cfg.Origin || b.Start != start:
+	case b.Start != start:
 		return batch{}, fmt.Errorf("%w: %s: not a batch of %s at %d", errBadBatch, key, l.cfg.Origin, start)
 	case start == l.tree.Size() && !bytes.Equal(b.RootBefore, root[:]):
 		return batch{}, fmt.Errorf("%w: %s: does not extend the log's tree", errBadBatch, key)
 	}
-	for i, e := range b.Entries {
-		if len(e) > tlog.MaxLeafSize {
-			return batch{}, fmt.Errorf("%w: %s: entry %d is too large", errBadBatch, key, i)
-		}
-	}
 	return b, nil
+}
+
+// tampered reports a log record that failed authentication: a log line,
+// the Tampered callback, and the error Ready returns from now on.
+func (l *LogWriter) tampered(err error) error {
+	l.cfg.Logger.Error("evidence tampering: a stored log record failed authentication and was not acted on",
+		"record", "log", "origin", l.cfg.Origin, "err", err)
+	if l.cfg.Tampered != nil {
+		l.cfg.Tampered(err)
+	}
+	return fmt.Errorf("%w: %w", ErrLogTampered, err)
 }
 
 // parseSeqKey returns the number at the end of a lease, batch or

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/evidence/tlog"
+	"github.com/toolgate/toolgate/evidence/trust"
 )
 
 // catchUp logs what the previous process of this instance stored but
@@ -32,12 +33,8 @@ func (l *LogWriter) catchUp(ctx context.Context) ([][]byte, error) {
 	var found [][]byte
 	skip := func(string) error { return nil }
 	err = walkRequestInfos(ctx, l.store, func(id string, infos []KeyInfo) error {
-		entries, err := l.lostEntries(ctx, id, infos, since)
-		for _, e := range entries {
-			if !logged[entryKey(e)] {
-				found = append(found, e)
-			}
-		}
+		entries, err := l.lostEntries(ctx, id, infos, since, logged)
+		found = append(found, entries...)
 		return err
 	}, skip)
 	if err != nil {
@@ -104,9 +101,12 @@ func (l *LogWriter) batchEntries(ctx context.Context, batches []KeyInfo, since t
 		if err != nil {
 			return nil, err
 		}
-		var b batch
-		if err := json.Unmarshal(data, &b); err != nil {
-			return nil, fmt.Errorf("%s: %w", ki.Key, err)
+		// A batch that does not authenticate vouches for nothing: what it
+		// lists is not taken as logged.
+		b, err := l.openBatch(ki.Key, data)
+		if err != nil {
+			l.legacyOrTampered(err)
+			continue
 		}
 		for _, e := range b.Entries {
 			logged[entryKey(e)] = true
@@ -135,8 +135,11 @@ func entryDigest(e tlog.Entry) string {
 // artifacts stored since a time: its claim if this instance stored
 // request.json, its completion if this instance owned the last attempt,
 // the only one that writes a manifest, and its approval if this instance
-// stored approval.json.
-func (l *LogWriter) lostEntries(ctx context.Context, id string, infos []KeyInfo, since time.Time) ([][]byte, error) {
+// stored approval.json, less those logged already. The store is
+// untrusted, so only artifacts the writer can authenticate are logged
+// (see catchUpRequest.authentic).
+func (l *LogWriter) lostEntries(ctx context.Context, id string, infos []KeyInfo, since time.Time, logged map[string]bool) ([][]byte, error) {
+	r := catchUpRequest{l: l, id: id, logged: logged}
 	var out [][]byte
 	recent := func(ki KeyInfo) bool { return ki.ModTime.IsZero() || !ki.ModTime.Before(since) }
 	for _, ki := range infos {
@@ -147,11 +150,11 @@ func (l *LogWriter) lostEntries(ctx context.Context, id string, infos []KeyInfo,
 		var err error
 		switch ki.Key {
 		case Key(id, ArtifactRequest):
-			e, err = l.ownEntry(ctx, ki.Key, tlog.KindClaim, ki.Key)
+			e, err = r.ownEntry(ctx, ki.Key, tlog.KindClaim, ki.Key)
 		case Key(id, ArtifactManifest):
-			e, err = l.ownEntry(ctx, ki.Key, tlog.KindCompletion, lastDecisionKey(id, infos))
+			e, err = r.ownEntry(ctx, ki.Key, tlog.KindCompletion, lastDecisionKey(id, infos))
 		case Key(id, ArtifactApproval):
-			e, err = l.ownEntry(ctx, ki.Key, tlog.KindApproval, ki.Key)
+			e, err = r.ownEntry(ctx, ki.Key, tlog.KindApproval, ki.Key)
 		}
 		if err != nil {
 			return out, err
@@ -163,9 +166,23 @@ func (l *LogWriter) lostEntries(ctx context.Context, id string, infos []KeyInfo,
 	return out, nil
 }
 
+// catchUpRequest reads one request's artifacts for the catch-up.
+type catchUpRequest struct {
+	l      *LogWriter
+	id     string
+	logged map[string]bool // the entries of the recent batches
+	// covered holds the digests of the artifacts the request's manifest
+	// lists, once read, when a trusted key signed it.
+	covered map[string]string
+	read    bool
+}
+
 // ownEntry returns the entry of the artifact at key when the record at
-// ownerKey names this instance as its gateway, else nil.
-func (l *LogWriter) ownEntry(ctx context.Context, key, kind, ownerKey string) ([]byte, error) {
+// ownerKey names this instance as its gateway and both authenticate, else
+// nil. A record that names this instance but does not authenticate was
+// planted or altered: it is reported as tampering and not logged.
+func (r *catchUpRequest) ownEntry(ctx context.Context, key, kind, ownerKey string) ([]byte, error) {
+	l := r.l
 	owner, err := l.store.Get(ctx, ownerKey)
 	if errors.Is(err, ErrNotExist) {
 		return nil, nil // a layout verification reports, not the log's business
@@ -176,7 +193,8 @@ func (l *LogWriter) ownEntry(ctx context.Context, key, kind, ownerKey string) ([
 	var rec struct {
 		Gateway string `json:"gateway"`
 	}
-	if json.Unmarshal(owner, &rec) != nil {
+	body, _, _ := trust.Split(owner)
+	if json.Unmarshal(body, &rec) != nil {
 		return nil, nil
 	}
 	if inst, _ := ParseGatewayName(rec.Gateway); inst != l.cfg.Instance {
@@ -193,7 +211,80 @@ func (l *LogWriter) ownEntry(ctx context.Context, key, kind, ownerKey string) ([
 		l.cfg.Logger.Warn("transparency log catch-up: artifact not logged", "key", key, "err", err)
 		return nil, nil
 	}
+	if r.logged[entryKey(e)] {
+		return nil, nil // logged already: nothing is done with it
+	}
+	err = r.authentic(ctx, key, data)
+	if err == nil && key != ownerKey {
+		err = r.authentic(ctx, ownerKey, owner)
+	}
+	if err != nil {
+		l.legacyOrTampered(fmt.Errorf("transparency log catch-up: %w", err))
+		return nil, nil
+	}
 	return e, nil
+}
+
+// authentic checks a stored artifact of the request: a manifest must be
+// signed by a trusted key; any other record must carry a seal the
+// keyring opens, or be listed, with its exact digest, by the request's
+// manifest so signed. Every error wraps trust.ErrTampered.
+func (r *catchUpRequest) authentic(ctx context.Context, key string, data []byte) error {
+	if key == Key(r.id, ArtifactManifest) {
+		// The bytes the entry is built from are the ones checked.
+		r.useManifest(data)
+		if r.covered == nil {
+			return fmt.Errorf("%w: %s: not signed by a trusted key", trust.ErrTampered, key)
+		}
+		return nil
+	}
+	_, _, openErr := r.l.cfg.Trusted.Open(key, data)
+	if openErr == nil {
+		return nil
+	}
+	if err := r.readManifest(ctx); err != nil {
+		return err
+	}
+	if want, ok := r.covered[key]; ok && want == Digest(key, data).SHA256 {
+		return nil
+	}
+	return openErr
+}
+
+// readManifest reads the request's manifest once (see useManifest).
+func (r *catchUpRequest) readManifest(ctx context.Context) error {
+	if r.read {
+		return nil
+	}
+	data, err := r.l.store.Get(ctx, Key(r.id, ArtifactManifest))
+	if errors.Is(err, ErrNotExist) {
+		r.read = true
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	r.useManifest(data)
+	return nil
+}
+
+// useManifest keeps the digests the manifest data lists when a trusted
+// key signed it for this request.
+func (r *catchUpRequest) useManifest(data []byte) {
+	r.read, r.covered = true, nil
+	m, err := ParseManifest(data)
+	if err != nil || m.RequestID != r.id || m.Signature == nil {
+		return
+	}
+	for _, pub := range r.l.cfg.Trusted.PublicKeys() {
+		if KeyID(pub) == m.Signature.KeyID && CheckSignature(pub, m) == nil {
+			r.covered = map[string]string{}
+			for _, a := range m.Artifacts {
+				r.covered[a.Key] = a.SHA256
+			}
+			return
+		}
+	}
 }
 
 // lastDecisionKey returns the key of the decision of a request's last

@@ -146,35 +146,43 @@ func TestLoggedStoreLogsApprovalsAndRefusesThemWhenFenced(t *testing.T) {
 
 // A gateway killed after storing an approval.json, before its entry was
 // sequenced, loses no entry: the next process of the instance that wrote
-// it logs it; another instance's approval is left to its own log.
+// it logs it, as the approval carries its seal; another instance's
+// approval is left to its own log.
 func TestLogCatchesUpApprovalsAfterACrash(t *testing.T) {
 	ctx := context.Background()
 	mem := NewMemoryStore()
-	cfg := testLogConfig(t, mem)
-	l, s := openLogged(t, mem, cfg)
+	tl := newTrustLog(t, mem, "")
+	l, s := tl.open(t, mem)
 	newStory(t, s, "mine", nil).ask(1)
+	theirs := newStory(t, s, "theirs", nil).ask(1)
 	if err := l.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mine := &story{t: t, s: s, id: "mine"}
-	mine.a, mine.aData = readApprovalRequest(t, mem, "mine")
-	v := mine.approval(ApprovalApprove, hourIn)
-	v.Gateway = cfg.Gateway
-	data, _ := json.Marshal(v)
-	mustPut(t, s, Key("mine", ArtifactApproval), data)
-	theirs := newStory(t, mem, "theirs", nil).ask(1)
-	v = theirs.approval(ApprovalDeny, hourIn)
-	v.Gateway = "toolgate/test@gw-2"
-	data, _ = json.Marshal(v)
-	mustPut(t, mem, Key("theirs", ArtifactApproval), data)
+	for _, a := range []struct {
+		st      *story
+		word    string
+		gateway string
+	}{{&story{t: t, s: s, id: "mine"}, ApprovalApprove, tl.cfg.Gateway}, {theirs, ApprovalDeny, "toolgate/test@gw-2"}} {
+		a.st.a, a.st.aData = readApprovalRequest(t, mem, a.st.id)
+		v := a.st.approval(a.word, hourIn)
+		v.Gateway = a.gateway
+		data, _ := json.Marshal(v)
+		data, err := tl.cfg.Sealer.Sign(Key(a.st.id, ArtifactApproval), data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustPut(t, s, Key(a.st.id, ArtifactApproval), data)
+	}
 	// The process dies here: no Flush, no Close.
-	next, _ := openLogged(t, mem, cfg)
+	next, _ := tl.open(t, mem)
 	if err := next.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Both claims name gw-1; only the approval of "theirs" is gw-2's.
-	if got := loggedCalls(t, mem); len(got) != 3 || got[0] != "claim mine" || !sameSet(got[1:], []string{"approval mine", "claim theirs"}) {
-		t.Fatalf("log = %v, want claim mine, then approval mine and claim theirs", got)
+	if got, want := loggedCalls(t, mem), []string{"claim mine", "claim theirs", "approval mine"}; !slices.Equal(got, want) {
+		t.Fatalf("log = %v, want %v", got, want)
+	}
+	if n := tl.tampered.Load(); n != 0 {
+		t.Fatalf("%d honest records reported as tampering", n)
 	}
 }
 
@@ -223,21 +231,22 @@ func (s lyingStore) Put(ctx context.Context, key string, data []byte) error {
 
 // A gateway killed with entries queued loses none of them: the next
 // process of the same instance finds its artifacts and logs them, once,
-// and leaves other instances' requests to their own logs.
+// and leaves other instances' requests to their own logs. (What it does
+// with artifacts it cannot authenticate: TestLogCatchUpLogsOnlyWhatItAuthenticates.)
 func TestLogCatchesUpAfterACrash(t *testing.T) {
 	ctx := context.Background()
 	mem := NewMemoryStore()
-	cfg := testLogConfig(t, mem)
-	l, s := openLogged(t, mem, cfg)
-	storeCall(t, s, "a", cfg.Gateway)
+	tl := newTrustLog(t, mem, "")
+	l, s := tl.open(t, mem)
+	sealedCall(t, s, tl, "a")
 	if err := l.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	storeCall(t, s, "b", cfg.Gateway)
-	storeClaim(t, s, "c", cfg.Gateway)
-	storeCall(t, mem, "other", "toolgate/test@gw-2")
+	sealedCall(t, s, tl, "b")
+	sealedClaim(t, s, tl, "c", tl.cfg.Gateway)
+	sealedClaim(t, mem, tl, "other", "toolgate/test@gw-2")
 	// The process dies here: no Flush, no Close.
-	next, _ := openLogged(t, mem, cfg)
+	next, _ := tl.open(t, mem)
 	if err := next.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +256,7 @@ func TestLogCatchesUpAfterACrash(t *testing.T) {
 		t.Fatalf("log = %v, want %v (the last three in any order)", got, want)
 	}
 	// A clean restart finds nothing more to log.
-	again, _ := openLogged(t, mem, cfg)
+	again, _ := tl.open(t, mem)
 	if err := again.Close(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -2,45 +2,23 @@ package evidence
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/toolgate/toolgate/evidence/tlog"
-	"golang.org/x/mod/sumdb/note"
 )
 
-// testLogConfig returns the configuration of instance "gw-1"'s log, with
-// checkpoints signed by a fresh key.
-func testLogConfig(t *testing.T, s Store) LogConfig {
+// testLogConfig returns the configuration of instance "gw-1"'s log,
+// signed and sealed by a fresh key.
+func testLogConfig(t testing.TB, s Store) LogConfig {
 	t.Helper()
-	origin, err := LogOrigin(context.Background(), s, "gw-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	skey, _, err := note.GenerateKey(rand.Reader, origin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := note.NewSigner(skey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return LogConfig{
-		Instance: "gw-1", Origin: origin, Gateway: "toolgate/test@gw-1", Interval: time.Hour, OpTimeout: time.Second, MaxPending: 100,
-		Logger: slog.New(slog.DiscardHandler),
-		SignCheckpoint: func(size uint64, root tlog.Hash) ([]byte, error) {
-			text := fmt.Sprintf("%s\n%d\n%s\n", origin, size, base64.StdEncoding.EncodeToString(root[:]))
-			return note.Sign(&note.Note{Text: text}, signer)
-		},
-	}
+	cfg := signedLogConfig(t, s, newSigner(t))
+	cfg.MaxPending = 100
+	return cfg
 }
 
 // logEntries reads back every entry of instance gw-1's log from its
@@ -286,10 +264,10 @@ func TestLogPlantedBatchFences(t *testing.T) {
 	}
 	mustPut(t, s, seqKey(LogPrefix("gw-1")+batchDir, 0), []byte(`{"v":1,"origin":"elsewhere","epoch":9,"start":0}`))
 	appendAll(l, "a")
-	if err := l.Flush(ctx); !errors.Is(err, ErrLogFenced) {
+	if err := l.Flush(ctx); !errors.Is(err, ErrLogTampered) {
 		t.Fatalf("flush over a planted batch: %v", err)
 	}
-	if err := l.Ready(); !errors.Is(err, ErrLogFenced) {
+	if err := l.Ready(); !errors.Is(err, ErrLogTampered) {
 		t.Fatalf("Ready: %v", err)
 	}
 }

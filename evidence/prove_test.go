@@ -34,9 +34,13 @@ func signedLog(t testing.TB, s StoreCloser, signer *Signer) (*LogWriter, StoreCl
 	if err != nil {
 		t.Fatal(err)
 	}
+	sealer, trusted, err := LogKeys(signer)
+	if err != nil {
+		t.Fatal(err)
+	}
 	l, err := OpenLog(ctx, s, LogConfig{
 		Instance: "gw-1", Origin: origin, Gateway: "toolgate/test@gw-1", Interval: time.Hour, OpTimeout: time.Second,
-		MaxPending: 10_000, Logger: slog.New(slog.DiscardHandler),
+		MaxPending: 10_000, Logger: slog.New(slog.DiscardHandler), Sealer: sealer, Trusted: trusted,
 		SignCheckpoint: func(size uint64, root tlog.Hash) ([]byte, error) { return tlog.SignCheckpoint(cs, size, root) },
 	})
 	if err != nil {

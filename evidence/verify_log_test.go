@@ -48,8 +48,12 @@ func signedLogConfig(t testing.TB, s Store, signer *Signer) LogConfig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sealer, trusted, err := LogKeys(signer)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return LogConfig{
-		Instance: "gw-1", Origin: origin, Gateway: "toolgate/test@gw-1",
+		Instance: "gw-1", Origin: origin, Gateway: "toolgate/test@gw-1", Sealer: sealer, Trusted: trusted,
 		Interval: time.Hour, OpTimeout: time.Second, MaxPending: 1000, Logger: slog.New(slog.DiscardHandler),
 		SignCheckpoint: func(size uint64, root tlog.Hash) ([]byte, error) { return tlog.SignCheckpoint(cs, size, root) },
 	}

@@ -128,7 +128,7 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	}
 	closers = append(closers, closeLease)
 	if signer != nil {
-		logged, closeLog, err := openTransparencyLog(ctx, cfg, store, signer, instance, replicaKeys, tel, log)
+		logged, closeLog, err := openTransparencyLog(ctx, cfg, store, signer, instance, replicaKeys, sharedMAC, tel, log)
 		if err != nil {
 			return fail(err)
 		}

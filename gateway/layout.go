@@ -37,6 +37,9 @@ func (c Config) gatewayPaths() []gatewayPath {
 	if k := c.Evidence.SigningKey; k != nil {
 		add("evidence.signing_key.file", k.File)
 	}
+	if f := c.Log.StateFile; f != "none" {
+		add("log.state_file", f)
+	}
 	if k := c.Redact.FingerprintKey; k != nil {
 		add("redact.fingerprint_key.file", k.File)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/toolgate/toolgate/evidence"
@@ -35,6 +36,30 @@ type TransparencyLogConfig struct {
 	// MaxPending is how many entries may wait to be sequenced before new
 	// calls are refused. 0 means 65536.
 	MaxPending int `yaml:"max_pending"`
+	// StateFile keeps the newest checkpoint this gateway signed, outside
+	// the store, so that a store rolled back or forked behind it is
+	// refused at start (evidence.OpenLog). Empty means beside the signing
+	// key file: "<key file>.<instance>.log-state" ("./toolgate.<instance>.log-state"
+	// for a key from the environment, none for a mem:// store); none
+	// keeps no state.
+	StateFile string `yaml:"state_file"`
+}
+
+// logStateFile returns the log's state file, or "" for none. A mem://
+// store dies with the process, so by default it keeps none.
+func (c Config) logStateFile(instance string) string {
+	key := c.Evidence.SigningKey
+	switch f := c.Log.StateFile; {
+	case f == "none":
+		return ""
+	case f != "":
+		return f
+	case strings.HasPrefix(c.Evidence.URL, "mem://"):
+		return ""
+	case key != nil && key.File != "":
+		return key.File + "." + instance + ".log-state"
+	}
+	return "toolgate." + instance + ".log-state"
 }
 
 func (c TransparencyLogConfig) validate() error {
@@ -54,12 +79,20 @@ func (c TransparencyLogConfig) validate() error {
 // Beside it runs the peer witness (startPeerWitness), which witnesses the
 // logs of the replicas whose keys are trusted.
 func openTransparencyLog(ctx context.Context, cfg Config, store evidence.StoreCloser, signer *evidence.Signer,
-	instance string, trusted []ed25519.PublicKey, tel *telemetry.Telemetry, log *slog.Logger) (evidence.StoreCloser, io.Closer, error) {
+	instance string, trusted []ed25519.PublicKey, sharedMAC []byte, tel *telemetry.Telemetry, log *slog.Logger) (evidence.StoreCloser, io.Closer, error) {
 	origin, err := evidence.LogOrigin(ctx, store, instance)
 	if err != nil {
 		return nil, nil, fmt.Errorf("log: opening the transparency log needs the evidence store at start: %w", err)
 	}
 	noteSigner, err := signer.CheckpointSigner(origin)
+	if err != nil {
+		return nil, nil, fmt.Errorf("log: %w", err)
+	}
+	var macKeys [][]byte
+	if sharedMAC != nil {
+		macKeys = append(macKeys, sharedMAC)
+	}
+	sealer, ring, err := evidence.LogKeys(signer, macKeys...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("log: %w", err)
 	}
@@ -73,13 +106,18 @@ func openTransparencyLog(ctx context.Context, cfg Config, store evidence.StoreCl
 		Interval:   orDefault(cfg.Log.CheckpointInterval, DefaultCheckpointInterval),
 		OpTimeout:  cfg.Evidence.opTimeout(),
 		MaxPending: orDefault(cfg.Log.MaxPending, DefaultLogMaxPending),
+		Sealer:     sealer,
+		Trusted:    ring,
+		StateFile:  cfg.logStateFile(instance),
+		Tampered:   func(error) { tel.Tampering(telemetry.RecordLog) },
 		Logger:     log,
 	}
 	l, err := evidence.OpenLog(ctx, store, lc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("log: %w", err)
 	}
-	log.Info("transparency log open", "origin", origin, "epoch", l.Epoch(), "size", l.Size(), "key_id", signer.KeyID())
+	log.Info("transparency log open", "origin", origin, "epoch", l.Epoch(), "size", l.Size(), "key_id", signer.KeyID(),
+		"state_file", lc.StateFile)
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {

@@ -33,8 +33,12 @@ func withBenchLog(b *testing.B, s evidence.StoreCloser) evidence.StoreCloser {
 	if err != nil {
 		b.Fatal(err)
 	}
+	sealer, trusted, err := evidence.LogKeys(signer)
+	if err != nil {
+		b.Fatal(err)
+	}
 	l, err := evidence.OpenLog(ctx, s, evidence.LogConfig{
-		Instance: "bench", Origin: origin, Gateway: gatewayName("bench"),
+		Instance: "bench", Origin: origin, Gateway: gatewayName("bench"), Sealer: sealer, Trusted: trusted,
 		SignCheckpoint: func(size uint64, root tlog.Hash) ([]byte, error) { return tlog.SignCheckpoint(cs, size, root) },
 		Interval:       DefaultCheckpointInterval, OpTimeout: evidence.DefaultOpTimeout, MaxPending: DefaultLogMaxPending,
 		Logger: slog.New(slog.DiscardHandler),

@@ -337,8 +337,13 @@ func forkedLog(t *testing.T, real evidence.Reader, signer *evidence.Signer, inst
 	if err != nil {
 		t.Fatal(err)
 	}
+	sealer, trusted, err := evidence.LogKeys(signer)
+	if err != nil {
+		t.Fatal(err)
+	}
 	l, err := evidence.OpenLog(ctx, fork, evidence.LogConfig{
 		Instance: instance, Origin: origin, Gateway: "toolgate/fork@" + instance, Interval: time.Hour, OpTimeout: time.Second,
+		Sealer: sealer, Trusted: trusted,
 		MaxPending: 100, Logger: slog.New(slog.DiscardHandler),
 		SignCheckpoint: func(size uint64, root tlog.Hash) ([]byte, error) { return tlog.SignCheckpoint(cs, size, root) },
 	})
