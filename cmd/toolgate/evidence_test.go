@@ -797,6 +797,14 @@ type layoutWriter struct {
 	t       *testing.T
 	s       evidence.Store
 	written map[string]map[string][]byte // request id → name → data
+	// signer signs the closes of attempts not dispatched, as a gateway
+	// does; its key is layoutKey's.
+	signer *evidence.Signer
+}
+
+// layoutKey is the private key of the gateway a layoutWriter plays.
+func layoutKey() ed25519.PrivateKey {
+	return ed25519.NewKeyFromSeed(bytes.Repeat([]byte{42}, ed25519.SeedSize))
 }
 
 func newLayoutWriter(t *testing.T, dir string) *layoutWriter {
@@ -806,7 +814,11 @@ func newLayoutWriter(t *testing.T, dir string) *layoutWriter {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return &layoutWriter{t: t, s: s, written: map[string]map[string][]byte{}}
+	signer, err := evidence.NewSigner(layoutKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &layoutWriter{t: t, s: s, written: map[string]map[string][]byte{}, signer: signer}
 }
 
 // put stores v as JSON under name within request id's folder.
@@ -848,10 +860,23 @@ func (w *layoutWriter) claim(id string, attempts int, ruleIDs ...string) {
 func (w *layoutWriter) dispatch(id string, n int, name, state, forID string) {
 	w.t.Helper()
 	d := evidence.DispatchRecord{RequestID: forID, Attempt: n, State: state, Gateway: "toolgate/test@a", At: time.Now().UTC()}
-	if state == evidence.NotDispatched {
-		d.Reason = "connection refused"
+	if state != evidence.NotDispatched {
+		w.put(id, evidence.AttemptArtifact(n, name), d)
+		return
 	}
-	w.put(id, evidence.AttemptArtifact(n, name), d)
+	d.Reason = "connection refused"
+	data, err := json.Marshal(d)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	sealer, err := w.signer.Sealer()
+	if err == nil {
+		data, err = sealer.Sign(evidence.Key(id, evidence.AttemptArtifact(n, name)), data)
+	}
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.putRaw(id, evidence.AttemptArtifact(n, name), data)
 }
 
 // finish stores a result, a response and an unsigned manifest listing
@@ -963,12 +988,8 @@ note: 1 request(s) have unsigned manifests: their artifacts match, but nothing s
 	})
 
 	t.Run("a required signature is not demanded of a request that never ran", func(t *testing.T) {
-		pub, _, err := ed25519.GenerateKey(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
 		var pem bytes.Buffer
-		if err := writePublicKey(&pem, pub); err != nil {
+		if err := writePublicKey(&pem, layoutKey().Public().(ed25519.PublicKey)); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(filepath.Join(dir, "gateway.pub"), pem.Bytes(), 0o600); err != nil {
