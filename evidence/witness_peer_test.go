@@ -47,9 +47,13 @@ func newReplica(t testing.TB, s *MemoryStore, inst string, signer *Signer, trust
 	if err != nil {
 		t.Fatal(err)
 	}
+	sealer, ring, err := LogKeys(signer)
+	if err != nil {
+		t.Fatal(err)
+	}
 	l, err := OpenLog(ctx, s, LogConfig{
 		Instance: inst, Origin: origin, Gateway: "toolgate/test@" + inst, Interval: time.Hour, OpTimeout: time.Second,
-		MaxPending: 10_000, Logger: slog.New(slog.DiscardHandler),
+		MaxPending: 10_000, Logger: slog.New(slog.DiscardHandler), Sealer: sealer, Trusted: ring,
 		SignCheckpoint: func(size uint64, root tlog.Hash) ([]byte, error) { return tlog.SignCheckpoint(cs, size, root) },
 	})
 	if err != nil {
