@@ -190,10 +190,15 @@ func TestHostileReplicasTrustEachOther(t *testing.T) {
 						t.Errorf("replica %d counted %d tampered responses, want 0", i, n)
 					}
 				}
-				out, stderr, code := runToolEnv(t, d.b.dir, d.b.env, "evidence", "verify", "--all", "--config", "gw-b.yaml", "--require-signature")
-				if code != exitOK || !strings.Contains(out, fmt.Sprintf("verified %d requests: %d ok", replicaCalls, replicaCalls)) {
-					t.Fatalf("verify --config gw-b.yaml (both replicas' keys): exit %d\n%s%s", code, out, stderr)
-				}
+				// Until both logs sequence them (within a second) the newest
+				// requests are pending; every one verifies once they have.
+				eventually(t, faultSettle, "verify --config gw-b.yaml (both replicas' keys)", func() error {
+					out, stderr, code := runToolEnv(t, d.b.dir, d.b.env, "evidence", "verify", "--all", "--config", "gw-b.yaml", "--require-signature")
+					if code != exitOK || !strings.Contains(out, fmt.Sprintf("verified %d requests: %d ok", replicaCalls, replicaCalls)) {
+						return fmt.Errorf("exit %d\n%s%s", code, out, stderr)
+					}
+					return nil
+				})
 			})
 
 			t.Run("replicas that do not trust each other refuse each other's answers as tampering", func(t *testing.T) {
