@@ -69,10 +69,16 @@ func (l *LogWriter) readState() ([]signedHead, error) {
 	return []signedHead{{source: "the state file " + path, remove: path, origin: origin, size: size, root: root}}, nil
 }
 
-// writeState replaces the state file with note, atomically: a crash
-// leaves the old file or the new one, never a mix. It is written after
-// the checkpoint is stored, so the state never runs ahead of the store.
-func writeState(path string, note []byte) error {
+// writeState replaces the state file with note (see WriteFileAtomic). It
+// is written after the checkpoint is stored, so the state never runs
+// ahead of the store.
+func writeState(path string, note []byte) error { return WriteFileAtomic(path, note) }
+
+// WriteFileAtomic replaces the file at path with data: written to a
+// temporary file beside it, synced, renamed into place and the folder
+// synced, so that a crash leaves the old file or the new one, never a mix.
+// The state files kept outside the store are written so.
+func WriteFileAtomic(path string, data []byte) error {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -82,7 +88,7 @@ func writeState(path string, note []byte) error {
 		return err
 	}
 	defer os.Remove(tmp.Name()) // a no-op once renamed
-	if _, err := tmp.Write(note); err != nil {
+	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
 		return err
 	}

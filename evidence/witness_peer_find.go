@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -203,22 +202,7 @@ func (st *peerState) save(file string) error {
 	if err != nil {
 		return fmt.Errorf("evidence: peer witness state: %w", err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(file), ".peer-witness-*")
-	if err != nil {
-		return fmt.Errorf("evidence: peer witness state: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(append(data, '\n'))
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), file)
-	}
-	if err != nil {
+	if err := WriteFileAtomic(file, append(data, '\n')); err != nil {
 		return fmt.Errorf("evidence: peer witness state: %w", err)
 	}
 	return nil

@@ -15,7 +15,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -917,23 +916,7 @@ func printLogReport(w io.Writer, rep evidence.LogReport) {
 // writeFileAtomic replaces name with data, so that a crash leaves the old
 // kept checkpoints or the new ones, never half of either.
 func writeFileAtomic(name string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(name), ".checkpoint-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), name)
+	return evidence.WriteFileAtomic(name, data)
 }
 
 // verifyRequest verifies one request, which must have evidence in the
