@@ -499,31 +499,9 @@ func (g *Gateway) storedAnswer(ctx context.Context, p *prepared, rec *recorder, 
 			g.recovery.settled(id)
 		}
 	}
-	body, err := g.store.Get(ctx, responseKey)
-	if errors.Is(err, evidence.ErrNotExist) && g.spool != nil {
-		// Finished while the store was down: the answer waits in the spool.
-		body, err = g.spool.Get(ctx, responseKey)
-	}
-	switch {
-	case err == nil:
-		err := g.checkReplay(ctx, id, p.hash, body)
-		if errors.Is(err, errAwaitingManifest) {
-			return nil, true, rec.failure(codes.Aborted, "request_id %q was answered by another replica, which has not "+
-				"finished its record yet; retry with the same request_id shortly", id)
-		}
-		if err != nil {
-			if errors.Is(err, trust.ErrTampered) {
-				g.tampered(nil, telemetry.RecordResponse, id, err)
-			}
-			return nil, true, rec.failure(codes.DataLoss, "%v", err)
-		}
-		resp, err := decodeResponse(body)
-		if err != nil {
-			return nil, true, rec.failure(codes.Internal, "stored response.json for %s is unreadable: %v", id, err)
-		}
-		return resp, true, nil
-	case !errors.Is(err, evidence.ErrNotExist):
-		return nil, true, rec.failure(codes.Unavailable, "evidence store unavailable: %v", err)
+	resp, answered, err := g.answerFromResponse(ctx, p, rec)
+	if answered {
+		return resp, true, err
 	}
 	m, err := g.store.Get(ctx, manifestKey)
 	if err != nil {
@@ -533,12 +511,54 @@ func (g *Gateway) storedAnswer(ctx context.Context, p *prepared, rec *recorder, 
 	if err != nil {
 		return nil, true, rec.failure(codes.DataLoss, "the manifest of request_id %q is unreadable: %v", id, err)
 	}
+	if man.Outcome == evidence.OutcomeCompleted {
+		// The manifest is written after response.json: one that says
+		// completed means the response was written since it was looked for.
+		if resp, answered, err := g.answerFromResponse(ctx, p, rec); answered {
+			return resp, true, err
+		}
+	}
 	why := man.Error
 	if why == "" {
 		why = "no response is stored"
 	}
 	return nil, true, rec.failure(codes.Aborted,
 		"request_id %q already %s (%s) and is never executed twice; use a new request_id", id, man.Outcome, why)
+}
+
+// answerFromResponse answers a retry with the stored response.json, from
+// the store or, while the store was down, the spool. answered is false
+// when no response is stored.
+func (g *Gateway) answerFromResponse(ctx context.Context, p *prepared, rec *recorder) (*toolgatev1.RunToolResponse, bool, error) {
+	id := p.c.RequestID
+	responseKey := evidence.Key(id, evidence.ArtifactResponse)
+	body, err := g.store.Get(ctx, responseKey)
+	if errors.Is(err, evidence.ErrNotExist) && g.spool != nil {
+		// Finished while the store was down: the answer waits in the spool.
+		body, err = g.spool.Get(ctx, responseKey)
+	}
+	switch {
+	case errors.Is(err, evidence.ErrNotExist):
+		return nil, false, nil
+	case err != nil:
+		return nil, true, rec.failure(codes.Unavailable, "evidence store unavailable: %v", err)
+	}
+	err = g.checkReplay(ctx, id, p.hash, body)
+	if errors.Is(err, errAwaitingManifest) {
+		return nil, true, rec.failure(codes.Aborted, "request_id %q was answered by another replica, which has not "+
+			"finished its record yet; retry with the same request_id shortly", id)
+	}
+	if err != nil {
+		if errors.Is(err, trust.ErrTampered) {
+			g.tampered(nil, telemetry.RecordResponse, id, err)
+		}
+		return nil, true, rec.failure(codes.DataLoss, "%v", err)
+	}
+	resp, err := decodeResponse(body)
+	if err != nil {
+		return nil, true, rec.failure(codes.Internal, "stored response.json for %s is unreadable: %v", id, err)
+	}
+	return resp, true, nil
 }
 
 // closeAbandoned closes the last attempt of a request a retry found

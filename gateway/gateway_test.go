@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"sync"
 	"testing"
 	"time"
@@ -506,5 +507,44 @@ when { principal.groups.contains("ops") && principal.roles.contains("oncall") };
 				t.Fatalf("rule = %s, want %s", resp.GetPolicyCheck().GetRuleId(), tc.wantRule)
 			}
 		})
+	}
+}
+
+// missedResponseStore answers the next Get of response.json with "not
+// found" although it is stored: what a retry sees when it looks for the
+// response a moment before the request's writer stores it.
+type missedResponseStore struct {
+	evidence.Store
+	miss atomic.Bool
+}
+
+func (s *missedResponseStore) Get(ctx context.Context, key string) ([]byte, error) {
+	if strings.HasSuffix(key, "/"+evidence.ArtifactResponse) && s.miss.CompareAndSwap(true, false) {
+		return nil, evidence.ErrNotExist
+	}
+	return s.Store.Get(ctx, key)
+}
+
+// A retry that misses response.json and then finds the manifest, which is
+// written after it, gets the stored answer, not "already completed".
+func TestRetryBetweenResponseAndManifestGetsTheAnswer(t *testing.T) {
+	store := &missedResponseStore{Store: evidence.NewMemoryStore()}
+	d := &countingDriver{out: drivers.Result{Stdout: "done"}}
+	e := newEnv(t, envOptions{store: store, extra: map[string]drivers.Driver{"count": d},
+		policies: map[string]string{"policy.default.cedar": `permit (principal, action, resource);`}})
+	first, err := e.call(context.Background(), "race-1", "count.run", map[string]any{"k": "v"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.miss.Store(true)
+	again, err := e.call(context.Background(), "race-1", "count.run", map[string]any{"k": "v"})
+	if err != nil || !proto.Equal(again, first) {
+		t.Fatalf("retry = %v, %v; want the stored answer", again, err)
+	}
+	if store.miss.Load() {
+		t.Fatal("the retry never looked for response.json")
+	}
+	if d.runs.Load() != 1 {
+		t.Fatalf("driver ran %d times, want once", d.runs.Load())
 	}
 }
