@@ -24,6 +24,7 @@ import (
 	"github.com/toolgate/toolgate/evidence/lease"
 	"github.com/toolgate/toolgate/evidence/trust"
 	"github.com/toolgate/toolgate/gateway/telemetry"
+	"github.com/toolgate/toolgate/internal/ownedid"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -240,6 +241,11 @@ func (g *Gateway) RunTool(ctx context.Context, req *toolgatev1.RunToolRequest) (
 
 // run is the pipeline for one validated call.
 func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.RunToolResponse, error) {
+	// Another caller's owned id is refused before it is claimed: a claim
+	// would make the owner's call fail.
+	if err := ownedid.Check(caller, c.RequestID); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	p, err := g.prepare(ctx, caller, c)
 	if err != nil {
 		return nil, err

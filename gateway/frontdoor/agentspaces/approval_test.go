@@ -2,9 +2,12 @@ package agentspaces
 
 import (
 	"context"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/toolgate/toolgate/gateway"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -15,6 +18,9 @@ func TestApprovalByUserMessage(t *testing.T) {
 	a := e.post(aliceKey, "run_um", "", example(t, "approval-usermessage"))
 	if a.reply.Status != statusCompleted || len(a.reply.Events) != 1 || !*a.reply.Events[0].Success {
 		t.Fatalf("reply %+v", a.reply)
+	}
+	if a = e.post(agentKey, "run_um", "turn-1", example(t, "example3-operations")); a.reply.Status != statusCompleted {
+		t.Fatalf("re-sent batch %+v", a.reply)
 	}
 	if e.read("temp/a.txt") != "<absent>" {
 		t.Fatal("the approved command did not run")
@@ -35,6 +41,12 @@ func TestStructuredApprovalWithReason(t *testing.T) {
 	if a.reply.Status != statusCompleted || len(a.reply.Events) != 1 || !*a.reply.Events[0].Success {
 		t.Fatalf("resume %+v", a.reply)
 	}
+	a = e.post(agentKey, "run_af", "t1", `{"protocolVersion":"1.0","operations":[
+		{"type":"createFile","path":"x.txt","content":"x"},
+		{"type":"shell","id":"shell-1","command":"rm -rf temp/"}]}`)
+	if a.reply.Status != statusCompleted || len(a.reply.Events) != 2 || !*a.reply.Events[1].Success || e.read("temp/a.txt") != "<absent>" {
+		t.Fatalf("re-sent batch %+v", a.reply)
+	}
 	list, err := e.gw.ListApprovalsAs(context.Background(), "alice", nil, &toolgatev1.ListApprovalsRequest{State: "all"})
 	if err != nil || len(list.GetApprovals()) != 1 {
 		t.Fatalf("approvals %v %v", list, err)
@@ -47,15 +59,20 @@ func TestStructuredApprovalWithReason(t *testing.T) {
 func TestDeniedApprovalIsPolicyDeniedAndTheBatchGoesOn(t *testing.T) {
 	e := newTestEnv(t, envOptions{})
 	e.seed("temp/a.txt", "a")
-	a := e.post(agentKey, "run_deny", "t1", `{"operations":[
+	batch := `{"operations":[
 		{"type":"shell","id":"c1","command":"rm -rf temp/*"},
-		{"type":"createFile","id":"after","path":"after.txt","content":"after"}]}`)
+		{"type":"createFile","id":"after","path":"after.txt","content":"after"}]}`
+	a := e.post(agentKey, "run_deny", "t1", batch)
 	if a.reply.Status != statusAwaitingApproval {
 		t.Fatalf("reply %+v", a.reply)
 	}
 	a = e.post(aliceKey, "run_deny", "", `{"approval":{"operationId":"c1","decision":"denied","reason":"not today"}}`)
+	if got := types(a.reply.Events); a.reply.Status != statusCompleted || len(got) != 1 || got[0] != opMessage {
+		t.Fatalf("decision %+v", a.reply)
+	}
+	a = e.post(agentKey, "run_deny", "t1", batch)
 	if got := types(a.reply.Events); a.reply.Status != statusCompleted || len(got) != 2 || got[0] != eventPolicyDenied || got[1] != "createFile" {
-		t.Fatalf("resume %+v", a.reply)
+		t.Fatalf("re-sent batch %+v", a.reply)
 	}
 	if ev := a.reply.Events[0]; ev.OperationID != "c1" || ev.OperationType != "shell" || !strings.Contains(ev.Reason, "not today") {
 		t.Errorf("policyDenied event %+v: want the approver's reason", ev)
@@ -86,37 +103,38 @@ func TestOnlyAnApproverCanResumeARun(t *testing.T) {
 				body = `{"approval":{"approvalId":"` + ev.ApprovalID + `","decision":"approved"}}`
 			}
 			a := e.post(tc.key, "run_self", "", body)
-			if a.reply.Status != statusAwaitingApproval || len(a.reply.Events) != 1 || a.reply.Events[0].Type != eventError {
-				t.Fatalf("reply %+v, want one error event and the run still awaiting approval", a.reply)
-			}
-			if c := a.reply.Events[0].Category; c != categoryPolicy && c != categoryValidation {
-				t.Errorf("category %q", c)
+			if a.reply.Status != statusError || len(a.reply.Events) != 1 || a.reply.Events[0].Type != eventError ||
+				a.reply.Events[0].Category != categoryPolicy {
+				t.Fatalf("reply %+v, want the refusal", a.reply)
 			}
 			if e.read("temp/a.txt") != "a" || e.calls("shell") != 0 {
 				t.Fatal("the held command ran")
 			}
 			// The real approver still can.
 			a = e.post(aliceKey, "run_self", "", example(t, "example3-approval"))
-			if a.reply.Status != statusCompleted || e.read("temp/a.txt") != "<absent>" {
+			if a.reply.Status != statusCompleted {
 				t.Fatalf("alice's approval after the refused one: %+v", a.reply)
+			}
+			if a = e.post(agentKey, "run_self", "turn-1", example(t, "example3-operations")); a.reply.Status != statusCompleted || e.read("temp/a.txt") != "<absent>" {
+				t.Fatalf("the re-sent batch after alice's approval: %+v", a.reply)
 			}
 		})
 	}
 }
 
-func TestResumeAfterRestartTellsToResend(t *testing.T) {
+// An instance that no longer holds the batch (a restart, another replica)
+// answers an approver as the one that held it would: the decision is
+// recorded, and the batch's caller re-sends it under its turn.
+func TestAnApprovalAfterARestartIsAnsweredAlike(t *testing.T) {
 	e := newTestEnv(t, envOptions{})
 	e.seed("temp/a.txt", "a")
 	pauseExampleThree(t, e, "run_restart", "turn-9")
-	// A restart: a new door on the same gateway and evidence holds nothing.
 	door, err := New(e.gw, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.door = door
 	reply, code := door.Serve(context.Background(), Request{Caller: "alice", RunID: "run_restart", Body: []byte(example(t, "example3-approval"))})
-	if code != 200 || reply.Status != statusError || len(reply.Events) != 1 || reply.Events[0].Category != categorySystem ||
-		!strings.Contains(reply.Events[0].Message, "re-send it with Idempotency-Key turn-9") || reply.Toolgate.Turn != "turn-9" {
+	if code != 200 || reply.Status != statusCompleted || len(reply.Events) != 1 || reply.Events[0].Type != opMessage || reply.Toolgate.Turn != "" {
 		t.Fatalf("reply %d %+v", code, reply)
 	}
 	if e.calls("shell") != 0 {
@@ -128,12 +146,66 @@ func TestResumeAfterRestartTellsToResend(t *testing.T) {
 	}
 }
 
+// selfApprovalPolicy is the test policy with the agent allowed to approve
+// its own held commands.
+func selfApprovalPolicy(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("testdata/policy.cedar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b) + `
+@id("agent_approves_itself")
+@self_approval("allowed")
+permit (principal == Caller::"agent", action == Action::"Approve", resource == Tool::"workspace.shell");
+`
+}
+
+// A caller whom policy lets approve its own calls resumes its batch as
+// the protocol has it: the reply carries the resumed events, which are its
+// own. After a restart it is told to re-send the batch under its turn.
+func TestACallerApprovingItsOwnBatchResumesIt(t *testing.T) {
+	e := newTestEnv(t, envOptions{policy: selfApprovalPolicy(t)})
+	e.seed("temp/a.txt", "a")
+	e.seed("secrets/token.txt", "mine")
+	// The agent, signed in with a token that makes it one of ops.
+	serve := func(door *Door, runID, turn, body string) (Reply, int) {
+		return door.Serve(context.Background(), Request{Caller: "agent", Identity: &gateway.Identity{Method: "oauth", Groups: []string{"ops"}},
+			RunID: runID, Turn: turn, Body: []byte(body)})
+	}
+	reply, _ := serve(e.door, "run_own", "turn-1", `{"operations":[
+		{"type":"shell","id":"cleanup-1","command":"rm -rf temp/*"},
+		{"type":"readFile","id":"r1","path":"secrets/token.txt"}]}`)
+	if reply.Status != statusAwaitingApproval {
+		t.Fatalf("pause %+v", reply)
+	}
+	reply, _ = serve(e.door, "run_own", "", example(t, "example3-approval"))
+	if got := types(reply.Events); reply.Status != statusCompleted || !slices.Equal(got, []string{opShell, opReadFile}) ||
+		*reply.Events[1].Content != "mine" || reply.Toolgate.Turn != "turn-1" {
+		t.Fatalf("resume %+v", reply)
+	}
+
+	e.seed("temp/a.txt", "a")
+	if reply, _ = serve(e.door, "run_own_restart", "turn-9", example(t, "example3-operations")); reply.Status != statusAwaitingApproval {
+		t.Fatalf("pause %+v", reply)
+	}
+	door, err := New(e.gw, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply, code := serve(door, "run_own_restart", "", example(t, "example3-approval"))
+	if code != 200 || reply.Status != statusError || len(reply.Events) != 1 || reply.Events[0].Category != categorySystem ||
+		!strings.Contains(reply.Events[0].Message, "re-send it with Idempotency-Key turn-9") || reply.Toolgate.Turn != "turn-9" {
+		t.Fatalf("reply %d %+v", code, reply)
+	}
+}
+
 func TestAResumeForAnotherRunIsRefused(t *testing.T) {
 	e := newTestEnv(t, envOptions{})
 	e.seed("temp/a.txt", "a")
 	ev := pauseExampleThree(t, e, "run_one", "turn-1")
 	a := e.post(aliceKey, "run_two", "", `{"approval":{"approvalId":"`+ev.ApprovalID+`","decision":"approved"}}`)
-	if a.reply.Status != statusAwaitingApproval || a.reply.Events[0].Category != categoryValidation || e.calls("shell") != 0 {
+	if a.reply.Status != statusError || a.reply.Events[0].Category != categoryPolicy || e.calls("shell") != 0 {
 		t.Fatalf("reply %+v: run_two's endpoint decided run_one's approval", a.reply)
 	}
 }

@@ -82,7 +82,7 @@ func TestRunIDsAndTurnsCannotEscapeTheRequestIDGrammar(t *testing.T) {
 	// nothing: operation ids are never request ids.
 	e.post(agentKey, "b", "c", `{"operations":[{"type":"createFile","id":"a:b:c:0","path":"y.txt","content":"y"}]}`)
 	a := e.post(agentKey, "a", "b", `{"operations":[{"type":"createFile","id":"b:c:0","path":"z.txt","content":"z"}]}`)
-	if !*a.reply.Events[0].Success || a.reply.Events[0].Toolgate.RequestID != "a:b:0" {
+	if !*a.reply.Events[0].Success || a.reply.Events[0].Toolgate.RequestID != requestID("agent", "a", "b", 0) {
 		t.Fatalf("event %+v", a.reply.Events[0])
 	}
 }

@@ -217,19 +217,34 @@ func TestExampleThreeApprovalEndToEnd(t *testing.T) {
 	e.seed("temp/a.txt", "a")
 	pauseExampleThree(t, e, "run_del456", "turn-1")
 
+	// alice approves: she is told her decision, not the batch's events.
 	a := e.post(aliceKey, "run_del456", "", example(t, "example3-approval"))
-	if a.code != 200 || a.reply.Status != statusCompleted || len(a.reply.Events) != 1 {
-		t.Fatalf("resume %d %+v", a.code, a.reply)
+	if a.code != 200 || a.reply.Status != statusCompleted || len(a.reply.Events) != 1 || a.turn != "" {
+		t.Fatalf("approval %d %+v", a.code, a.reply)
 	}
-	ev := a.reply.Events[0]
+	if ev := a.reply.Events[0]; ev.Type != opMessage || ev.OperationID != "cleanup-1" || !*ev.Success || !approvalIDPattern.MatchString(ev.ApprovalID) {
+		t.Fatalf("the approver's event %+v", ev)
+	}
+	if e.calls("shell") != 0 {
+		t.Fatal("the approval ran the caller's batch on the approver's request")
+	}
+
+	// The agent re-sends its batch under its turn: the message is
+	// replayed, and the approved command runs, once, with the spec's
+	// resumed event.
+	a = e.post(agentKey, "run_del456", "turn-1", example(t, "example3-operations"))
+	if a.reply.Status != statusCompleted || len(a.reply.Events) != 2 || a.turn != "turn-1" {
+		t.Fatalf("re-sent batch %+v", a.reply)
+	}
+	ev := a.reply.Events[1]
 	if ev.Type != "shell" || ev.OperationID != "cleanup-1" || *ev.Command != "rm -rf temp/*" || !*ev.Success ||
 		*ev.ExitCode != 0 || *ev.Stdout != "" || *ev.Stderr != "" || ev.DurationMs == nil {
 		t.Fatalf("resumed event %+v", ev)
 	}
-	if e.read("temp/a.txt") != "<absent>" || e.calls("shell") != 1 || a.turn != "turn-1" {
-		t.Fatalf("after approval: temp/a.txt %q, shell calls %d, turn %q", e.read("temp/a.txt"), e.calls("shell"), a.turn)
+	if e.read("temp/a.txt") != "<absent>" || e.calls("shell") != 1 {
+		t.Fatalf("after approval: temp/a.txt %q, shell calls %d", e.read("temp/a.txt"), e.calls("shell"))
 	}
-	rid := requestID("run_del456", "turn-1", 1)
+	rid := requestID("agent", "run_del456", "turn-1", 1)
 	if appr := e.artifact(rid, "approval.json"); appr["approver"] != "alice" {
 		t.Errorf("approval.json %v", appr)
 	}
@@ -237,7 +252,7 @@ func TestExampleThreeApprovalEndToEnd(t *testing.T) {
 		t.Errorf("request.json %v: want the agent's call through the door", req)
 	}
 
-	// Re-sending the batch replays it: the command ran once.
+	// Re-sending it again replays it: the command ran once.
 	a = e.post(agentKey, "run_del456", "turn-1", example(t, "example3-operations"))
 	if a.reply.Status != statusCompleted || len(a.reply.Events) != 2 || !*a.reply.Events[1].Success {
 		t.Fatalf("re-sent batch %+v", a.reply)

@@ -19,23 +19,29 @@
 //
 // # Idempotency
 //
-// The request id of operation i of a batch is <runId>:<turn>:<i>, where
-// the turn is the request's Idempotency-Key header, or a fresh one that
-// the reply echoes in that header. Neither runId nor turn may hold ':', so
-// the ids of two runs or two turns never meet. Re-sending a batch with its
-// turn replays the stored answers: nothing runs twice, and an operation
-// changed in between is an error event (the gateway's ALREADY_EXISTS).
+// The request id of operation i of a batch is <runId>:<turn>:<i>, owned by
+// the batch's caller (internal/ownedid: an owner tag of the caller's name
+// before it), where the turn is the request's Idempotency-Key header, or a
+// fresh one that the reply echoes in that header. Neither runId nor turn
+// may hold ':', so the ids of two runs or two turns never meet; and since
+// the ids are the caller's own, neither do two callers' ids under one run
+// id and turn, and the gateway refuses anyone else a claim on them.
+// Re-sending a batch with its turn replays the stored answers: nothing
+// runs twice, and an operation changed in between is an error event (the
+// gateway's ALREADY_EXISTS).
 //
 // # Approvals
 //
-// A paused batch is held in memory on the instance that paused it, at
-// most Config.PausedBatches of them, each until its approval expires. A
-// structured {"approval": {operationId, decision, reason}} message, or a
+// A structured {"approval": {operationId, decision, reason}} message, or a
 // user message "approved" / "denied", decides the approval as its sender
-// (gateway.DecideApprovalAs: the sender must be an approver) and then runs
-// the held operations on, as the batch's requester and under the same
-// request ids. An instance that does not hold the batch (a restart,
-// another replica) records the decision and answers with an error event
-// telling the client to re-send the batch with its turn, which is
-// idempotent and picks the approval up.
+// (gateway.DecideApprovalAs: the sender must be an approver). A batch's
+// events are its caller's: an approver is answered with the decision
+// alone, and the caller re-sends the batch under its turn, which replays
+// what ran and picks the approval up. Only a caller whom policy lets
+// approve its own calls has its paused batch run on in the reply to its
+// decision: such a batch is held in memory on the instance that paused
+// it, at most Config.PausedBatches of them, each until its approval
+// expires; elsewhere the reply tells it to re-send. A decision its sender
+// may not make gets one answer, the same for a run that waits and one that
+// never existed, naming no approval, turn or request id.
 package agentspaces

@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
+	"github.com/toolgate/toolgate/internal/ownedid"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -182,9 +183,15 @@ func freshTurn() string {
 	return "t" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
 }
 
-// requestID is the request id of operation i of a turn of a run. Neither
-// runID nor turn holds ':', so the three parts are read back unambiguously.
-func requestID(runID, turn string, i int) string { return fmt.Sprintf("%s:%s:%d", runID, turn, i) }
+// requestID is the request id of operation i of caller's turn of a run:
+// "<runId>:<turn>:<i>", owned by caller (see ownedid). Neither runID nor
+// turn holds ':', so the parts are read back unambiguously; and since
+// other callers may know a run id and a turn, the ids are caller's alone:
+// another caller's batch under the same run and turn has ids of its own,
+// and the gateway refuses anyone else a claim on them.
+func requestID(caller, runID, turn string, i int) string {
+	return ownedid.New(caller, fmt.Sprintf("%s:%s:%d", runID, turn, i))
+}
 
 // runFrom runs b's operations from index k on, in order, as b's requester,
 // and holds b when one of them waits for an approval.
@@ -227,7 +234,7 @@ func (d *Door) runOne(ctx context.Context, b *heldBatch, i int) outcome {
 	if op.Type == opMessage {
 		return outcome{event: messageEvent(d.opts.Now(), op)}
 	}
-	id := requestID(b.RunID, b.Turn, i)
+	id := requestID(b.Requester, b.RunID, b.Turn, i)
 	args, err := structpb.NewStruct(op.Args)
 	if err != nil {
 		return outcome{event: errorEvent(d.opts.Now(), op.ID, categoryValidation, "arguments: "+err.Error(), nil)}

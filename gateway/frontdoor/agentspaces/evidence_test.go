@@ -35,7 +35,7 @@ func TestEvidenceIsThatOfRunToolExceptFrontDoor(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	viaDoor, viaGRPC := e.artifact(requestID("run_ev", "door", 0), "request.json"), e.artifact("grpc-1", "request.json")
+	viaDoor, viaGRPC := e.artifact(requestID("agent", "run_ev", "door", 0), "request.json"), e.artifact("grpc-1", "request.json")
 	if viaDoor["front_door"] != Name || viaGRPC["front_door"] != nil {
 		t.Fatalf("front_door: door %v, gRPC %v", viaDoor["front_door"], viaGRPC["front_door"])
 	}
@@ -47,7 +47,7 @@ func TestEvidenceIsThatOfRunToolExceptFrontDoor(t *testing.T) {
 	if !maps.EqualFunc(viaDoor, viaGRPC, func(x, y any) bool { return jsonEqual(x, y) }) {
 		t.Errorf("request.json differs:\ndoor %v\ngRPC %v", viaDoor, viaGRPC)
 	}
-	dr, gr := e.artifact(requestID("run_ev", "door", 0), "tool_result.json"), e.artifact("grpc-1", "tool_result.json")
+	dr, gr := e.artifact(requestID("agent", "run_ev", "door", 0), "tool_result.json"), e.artifact("grpc-1", "tool_result.json")
 	if dr["stdout"] != "hello" || !jsonEqual(dr["stdout"], gr["stdout"]) || !jsonEqual(dr["exit_code"], gr["exit_code"]) {
 		t.Errorf("tool_result.json differs:\ndoor %v\ngRPC %v", dr, gr)
 	}

@@ -67,7 +67,7 @@ func TestSameEventsOverGRPC(t *testing.T) {
 		turn == "" || turn != r.Toolgate.Turn || !*r.Events[2].Success {
 		t.Fatalf("example 1 over gRPC: %+v %q %v", r, turn, err)
 	}
-	if req := e.artifact(requestID("run_abc123", turn, 1), "request.json"); req["front_door"] != Name {
+	if req := e.artifact(requestID("agent", "run_abc123", turn, 1), "request.json"); req["front_door"] != Name {
 		t.Errorf("request.json %v", req)
 	}
 
@@ -77,12 +77,16 @@ func TestSameEventsOverGRPC(t *testing.T) {
 		t.Fatalf("example 3 over gRPC: %+v %v", r, err)
 	}
 	r, _, err = e.grpcCall(c, agentKey, "run_del456", "", example(t, "example3-approval"))
-	if err != nil || r.Status != statusAwaitingApproval || r.Events[0].Category != categoryPolicy {
+	if err != nil || r.Status != statusError || r.Events[0].Category != categoryPolicy {
 		t.Fatalf("self-approval over gRPC: %+v %v", r, err)
 	}
 	r, _, err = e.grpcCall(c, aliceKey, "run_del456", "", example(t, "example3-approval"))
-	if err != nil || r.Status != statusCompleted || len(r.Events) != 1 || !*r.Events[0].Success || e.read("temp/a.txt") != "<absent>" {
+	if err != nil || r.Status != statusCompleted || len(r.Events) != 1 || !*r.Events[0].Success {
 		t.Fatalf("approval over gRPC: %+v %v", r, err)
+	}
+	r, _, err = e.grpcCall(c, agentKey, "run_del456", "turn-1", example(t, "example3-operations"))
+	if err != nil || r.Status != statusCompleted || len(r.Events) != 2 || !*r.Events[1].Success || e.read("temp/a.txt") != "<absent>" {
+		t.Fatalf("the re-sent batch over gRPC: %+v %v", r, err)
 	}
 
 	if _, _, err := e.grpcCall(c, agentKey, "run:x", "", `{"operations":[]}`); status.Code(err) != codes.InvalidArgument {

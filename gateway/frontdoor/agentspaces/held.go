@@ -12,7 +12,7 @@ import (
 type heldBatch struct {
 	RunID, Requester, Turn, PolicyRef string
 	// Identity is the requester's, as it authenticated when the batch was
-	// held: the rest of the batch runs with it.
+	// held; the requester's decision replaces it with the one it sends.
 	Identity   *gateway.Identity
 	Ops        []operation
 	K          int
@@ -21,9 +21,10 @@ type heldBatch struct {
 }
 
 // heldTable keeps paused batches in memory, at most max of them, each
-// until its approval expires. It is a convenience for resuming: the truth
-// is in the evidence, and a batch not held any more is re-sent by its
-// client under the same turn.
+// until its approval expires. It finds the approval an operationId names,
+// and lets a caller that approves its own call resume its batch. It is a
+// convenience: the truth is in the evidence, and a batch not held any more
+// is re-sent by its client under the same turn.
 type heldTable struct {
 	mu    sync.Mutex
 	max   int
