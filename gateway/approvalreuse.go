@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/toolgate/toolgate/evidence"
@@ -23,7 +24,7 @@ func (g *Gateway) useLedger() approvaluse.Ledger {
 // it uses h's approval as decided.
 func (g *Gateway) readUse(ctx context.Context, h *heldApproval) error {
 	id := h.request.RequestID
-	u, _, err := g.useLedger().Read(ctx, id)
+	u, raw, err := g.useLedger().Read(ctx, id)
 	switch {
 	case err != nil:
 		return err
@@ -33,7 +34,7 @@ func (g *Gateway) readUse(ctx context.Context, h *heldApproval) error {
 		h.verdict == nil || u.ApprovalSHA256 != h.verdictSHA256:
 		return fmt.Errorf("%s of %s uses another approval than its request holds", evidence.ArtifactApprovalUse, id)
 	}
-	h.use = u
+	h.use, h.useRaw = u, raw
 	return nil
 }
 
@@ -84,7 +85,7 @@ func (g *Gateway) borrowApproval(ctx context.Context, p *prepared, d policy.Deci
 // h.use the use that stands: h.user's, or another request's.
 func (g *Gateway) claimUse(ctx context.Context, h *heldApproval) error {
 	a := h.request
-	u, _, err := g.useLedger().Claim(ctx, evidence.ApprovalUseRecord{
+	u, raw, err := g.useLedger().Claim(ctx, evidence.ApprovalUseRecord{
 		RequestID: a.RequestID, ApprovalID: a.ApprovalID, UsedBy: h.user,
 		CanonicalRequestHash: a.CanonicalRequestHash, PolicySetDigest: a.PolicySetDigest, RuleID: a.RuleID,
 		ApprovalSHA256: h.verdictSHA256, UsedAt: g.now().UTC(), Gateway: g.engineBase,
@@ -95,8 +96,21 @@ func (g *Gateway) claimUse(ctx context.Context, h *heldApproval) error {
 	if u.ApprovalID != a.ApprovalID || u.ApprovalSHA256 != h.verdictSHA256 {
 		return fmt.Errorf("%s of %s uses another approval than its request holds", evidence.ArtifactApprovalUse, a.RequestID)
 	}
-	h.use = u
+	h.use, h.useRaw = u, raw
 	return nil
+}
+
+// noteUse adds the use record of p's own approval to what rec's manifest
+// lists, when it is stored and not listed yet: the attempt that claimed
+// it, or found it claimed by another request, ends the request.
+func noteUse(rec *recorder, p *prepared) {
+	h := p.held
+	key := evidence.Key(p.c.RequestID, evidence.ArtifactApprovalUse)
+	if h == nil || h.use == nil || h.request.RequestID != p.c.RequestID || slices.Contains(rec.refs, key) {
+		return
+	}
+	rec.refs = append(rec.refs, key)
+	rec.digests = append(rec.digests, evidence.Digest(key, h.useRaw))
 }
 
 // useHeld claims the approval an allowed attempt of p is about to use,

@@ -44,8 +44,9 @@ type heldApproval struct {
 	// use is approval_use.json, nil while unused; user the request that
 	// would use the approval: its own, or another request of the same
 	// call (see package approvaluse).
-	use  *evidence.ApprovalUseRecord
-	user string
+	use    *evidence.ApprovalUseRecord
+	useRaw []byte // use as stored
+	user   string
 }
 
 // final reports whether the approval ends user's request denied: an

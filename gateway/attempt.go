@@ -127,6 +127,7 @@ func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int
 			}
 			decision, record.Approval = judgeHeld(p.held, asked, record.DecidedAt)
 		}
+		noteUse(rec, p)
 		record.Decision, record.RuleID, record.Reason = decision.Word(), decision.RuleID, decision.Reason
 		record.Suggestion = decision.Suggestion
 		record.PolicyRef, record.PolicySetDigest = decision.PolicyRef, decision.PolicySetDigest
