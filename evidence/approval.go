@@ -251,12 +251,21 @@ type ApprovalSummary struct {
 	Signature string `json:"signature,omitempty"`
 	// KeyID names the key the records say signed them.
 	KeyID string `json:"key_id,omitempty"`
+	// UsedBy is the request that used the approval, from
+	// approval_use.json: the request itself, or another request of the
+	// identical call.
+	UsedBy string `json:"used_by,omitempty"`
+	// GrantedFor is set on a request that used the approval of another
+	// request of the identical call: that request, which holds the
+	// approval's records.
+	GrantedFor string `json:"granted_for,omitempty"`
 }
 
 // approvalState derives an approval's state from its decision v (nil when
-// undecided) and the request's attempts: approved becomes consumed once an
-// attempt after the one that asked was dispatched.
-func approvalState(asked int, v *ApprovalRecord, attempts []Attempt) string {
+// undecided), whether approval_use.json is stored, and the request's
+// attempts: approved becomes consumed once it is used, or an attempt after
+// the one that asked was dispatched.
+func approvalState(asked int, v *ApprovalRecord, used bool, attempts []Attempt) string {
 	switch {
 	case v == nil:
 		return ApprovalStatePending
@@ -264,6 +273,8 @@ func approvalState(asked int, v *ApprovalRecord, attempts []Attempt) string {
 		return ApprovalStateDenied
 	case v.Decision == ApprovalExpired:
 		return ApprovalStateExpired
+	case used:
+		return ApprovalStateConsumed
 	}
 	for _, a := range attempts {
 		if a.Number > asked && a.State == Dispatched {
@@ -312,7 +323,19 @@ func ReadApproval(ctx context.Context, s Reader, requestID string, keys []string
 	if err != nil {
 		return summary, true, fmt.Errorf("%w: %w", ErrMalformedApproval, err)
 	}
-	summary.State = approvalState(a.Attempt, v, attempts)
+	used := slices.Contains(keys, Key(requestID, ArtifactApprovalUse))
+	if used {
+		uData, err := s.Get(ctx, Key(requestID, ArtifactApprovalUse))
+		if err != nil {
+			return summary, true, fmt.Errorf("evidence: read approval use of %q: %w", requestID, err)
+		}
+		u, err := ParseApprovalUseRecord(splitApproval(uData, &summary), requestID)
+		if err != nil {
+			return summary, true, fmt.Errorf("%w: %w", ErrMalformedApproval, err)
+		}
+		summary.UsedBy = u.UsedBy
+	}
+	summary.State = approvalState(a.Attempt, v, used, attempts)
 	return summary, true, nil
 }
 

@@ -77,7 +77,7 @@ func splitApproval(data []byte, summary *ApprovalSummary) []byte {
 // its way into one) is not one a gateway's decision explains.
 func (j *logJoin) judgeUsedApproval(rep *VerifyReport, recs []logRecord, infos []KeyInfo) {
 	a := rep.Approval
-	if a == nil || a.State != ApprovalStateConsumed || a.NestedRequestID != "" || len(recordsOf(recs, tlog.KindApproval)) > 0 {
+	if a == nil || a.State != ApprovalStateConsumed || a.NestedRequestID != "" || a.GrantedFor != "" || len(recordsOf(recs, tlog.KindApproval)) > 0 {
 		return
 	}
 	key := Key(rep.RequestID, ArtifactApproval)

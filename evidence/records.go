@@ -99,7 +99,8 @@ type DecisionApproval struct {
 	// Approvers is the @approval group that may approve.
 	Approvers string `json:"approvers"`
 	// Outcome is ApprovalPending on the attempt that asked; ApprovalApprove,
-	// ApprovalDeny or ApprovalExpired on the attempts after it.
+	// ApprovalDeny, ApprovalExpired or ApprovalUsed on the attempts after
+	// it.
 	Outcome string `json:"outcome"`
 	// ApprovalSHA256 is the hex SHA-256 of the stored approval.json, and
 	// Approver who decided; both empty while pending.
@@ -108,6 +109,10 @@ type DecisionApproval struct {
 	// PolicySetChanged is set when the approval was granted under another
 	// policy set digest than the one that used it.
 	PolicySetChanged bool `json:"policy_set_changed,omitempty"`
+	// RequestID is set when the approval was granted for another request
+	// of the identical call: the request whose approval_use.json names
+	// this one (see ApprovalUseRecord).
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // Approval outcomes, in ApprovalRecord.Decision and DecisionApproval.Outcome.
@@ -374,7 +379,7 @@ func IsArtifactKey(requestID, key string) bool {
 	}
 	switch name {
 	case ArtifactRequest, ArtifactPolicyDecision, ArtifactDispatch, ArtifactNotDispatched, ArtifactToolResult,
-		ArtifactResponse, ArtifactManifest, ArtifactApprovalRequest, ArtifactApproval:
+		ArtifactResponse, ArtifactManifest, ArtifactApprovalRequest, ArtifactApproval, ArtifactApprovalUse:
 		return true
 	}
 	return false

@@ -31,6 +31,8 @@ type approvalCheck struct {
 	claimHash string
 	v         *ApprovalRecord
 	vSum      string // hex SHA-256 of V's stored bytes
+	// use is approval_use.json, once authenticated and bound to A and V.
+	use *ApprovalUseRecord
 	// summary is set once A parses.
 	summary *ApprovalSummary
 	// signature and keyID say how the approval's records were sealed
@@ -57,8 +59,11 @@ func (r *requestCopies) checkApproval(ctx context.Context, id string, keys []str
 		return nil, err
 	}
 	if !c.has[aKey] {
-		if c.has[vKey] {
+		if c.has[vKey] || c.has[Key(id, ArtifactApprovalUse)] {
 			c.problem("%s: present without %s: a decision on an approval nobody asked for", vKey, ArtifactApprovalRequest)
+		}
+		if err := c.checkBorrowed(ctx); err != nil {
+			return nil, err
 		}
 		c.withoutAsk()
 		return c, nil
@@ -88,9 +93,12 @@ func (r *requestCopies) checkApproval(ctx context.Context, id string, keys []str
 		return nil, err
 	}
 	c.summary = &ApprovalSummary{ApprovalID: a.ApprovalID, NestedRequestID: a.NestedRequestID,
-		State: approvalState(a.Attempt, c.v, attempts), Signature: c.signature, KeyID: c.keyID}
+		State: approvalState(a.Attempt, c.v, c.use != nil, attempts), Signature: c.signature, KeyID: c.keyID}
 	if c.v != nil {
 		c.summary.Approver = c.v.Approver
+	}
+	if c.use != nil {
+		c.summary.UsedBy = c.use.UsedBy
 	}
 	return c, nil
 }
@@ -172,6 +180,8 @@ func (c *approvalCheck) withoutAsk() {
 			c.problem("%s: decided %s, yet attempt %d was dispatched", key, DecisionApprovalRequired, a.Number)
 		case d.Decision == DecisionApprovalRequired && strings.HasPrefix(a.Reason, AwaitingApprovalReason("")):
 			c.problem("%s: attempt %d waits for an approval (%q), but the request has no %s", key, a.Number, a.Reason, ArtifactApprovalRequest)
+		case d.Approval != nil && d.Approval.RequestID != "":
+			// Another request's approval: checkBorrowed judged it.
 		case d.Approval != nil && d.Approval.Outcome != ApprovalPending:
 			c.problem("%s: names approval %s (%s), but the request has no %s", key, d.Approval.ApprovalID, d.Approval.Outcome, ArtifactApprovalRequest)
 		case d.Decision == "allow" && wasHeld:
@@ -246,6 +256,11 @@ func (c *approvalCheck) checkOwn(ctx context.Context, aData []byte) error {
 			return err
 		}
 		c.readDecision(vKey, vData, c.id, aData)
+	}
+	if c.has[Key(c.id, ArtifactApprovalUse)] {
+		if err := c.readUse(ctx); err != nil {
+			return err
+		}
 	}
 	c.checkReasons()
 	c.eachDecision(c.checkAttempt)
@@ -346,6 +361,9 @@ func (c *approvalCheck) checkUse(at Attempt, d DecisionRecord, key string) {
 	case !d.DecidedAt.Before(a.ExpiresAt):
 		c.problem("%s: attempt %d used approval %s at %s, at or after expires_at %s", key, at.Number, a.ApprovalID,
 			stamp(d.DecidedAt), stamp(a.ExpiresAt))
+	case c.use != nil && c.use.UsedBy != c.id:
+		c.problem("%s: attempt %d runs under approval %s, which %s says request %s used", key, at.Number, a.ApprovalID,
+			ArtifactApprovalUse, c.use.UsedBy)
 	}
 }
 
@@ -356,16 +374,19 @@ func (c *approvalCheck) checkUse(at Attempt, d DecisionRecord, key string) {
 func (c *approvalCheck) checkEnd(d DecisionRecord, key string) {
 	a, v, da := c.a, c.v, d.Approval
 	unusedInTime := v != nil && v.Decision == ApprovalApprove && da.Outcome == ApprovalExpired && !d.DecidedAt.Before(a.ExpiresAt)
+	usedElsewhere := v != nil && v.Decision == ApprovalApprove && c.use != nil && c.use.UsedBy != c.id
 	switch {
 	case da.ApprovalID != a.ApprovalID:
 		c.problem("%s: names approval %s, the request asked for %s", key, da.ApprovalID, a.ApprovalID)
 	case v == nil:
 		c.problem("%s: ends on approval %s (%s), but no valid %s decides it", key, a.ApprovalID, da.Outcome, ArtifactApproval)
-	case da.Outcome != v.Decision && !unusedInTime:
+	case da.Outcome == ApprovalUsed && !usedElsewhere:
+		c.problem("%s: says approval %s was used by another request, but no valid %s says so", key, a.ApprovalID, ArtifactApprovalUse)
+	case da.Outcome != v.Decision && !unusedInTime && da.Outcome != ApprovalUsed:
 		c.problem("%s: says approval %s was %q, %s says %q", key, a.ApprovalID, da.Outcome, ArtifactApproval, v.Decision)
 	case da.ApprovalSHA256 != c.vSum:
 		c.problem("%s: approval_sha256 %s is not the SHA-256 of the stored %s", key, da.ApprovalSHA256, ArtifactApproval)
-	case (v.Decision != ApprovalApprove || unusedInTime) && d.RuleID != a.RuleID:
+	case (v.Decision != ApprovalApprove || unusedInTime || da.Outcome == ApprovalUsed) && d.RuleID != a.RuleID:
 		c.problem("%s: a %s approval ends the request under rule %q, not the approval's %q", key, da.Outcome, d.RuleID, a.RuleID)
 	}
 }

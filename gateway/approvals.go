@@ -304,7 +304,7 @@ func (v *approvalView) state() string {
 		return stateExpired
 	case vd.Decision == evidence.ApprovalDeny:
 		return stateDenied
-	case v.consumed || v.finished():
+	case v.consumed || v.finished() || v.h.use != nil:
 		return stateConsumed
 	case !v.now.Before(v.h.request.ExpiresAt):
 		return stateExpired

@@ -733,16 +733,22 @@ func TestApprovalAttacks(t *testing.T) {
 		wantCode(t, err, codes.NotFound, "no approval")
 		e.mustPend("alice", "atk-2", args)
 	})
-	t.Run("an approval does not carry over to another request_id with the same call", func(t *testing.T) {
+	t.Run("an approval carries over to one other request_id with the same call, once", func(t *testing.T) {
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		apr := e.pendingID("alice", "atk-3", args)
 		e.mustDecide("bob", apr, "approve", "")
-		other := e.mustPend("alice", "atk-3-again", args)
-		if other.GetPendingApproval().GetApprovalId() == apr {
-			t.Fatal("another request_id was given the approved approval's id")
+		if resp := e.mustRun("alice", "atk-3-again", args); !resp.GetOk() {
+			t.Fatalf("the approved call under another request_id: %v", resp)
 		}
-		if n := e.driver.runs.Load(); n != 0 {
-			t.Fatalf("the same call under another request_id ran %d times on the first request's approval", n)
+		other := e.mustPend("alice", "atk-3-third", args)
+		if other.GetPendingApproval().GetApprovalId() == apr {
+			t.Fatal("a third request_id was given the used approval's id")
+		}
+		if resp := e.mustRun("alice", "atk-3", args); resp.GetOk() || resp.GetToolResult() != nil {
+			t.Fatalf("the approval's own request ran after another used it: %v", resp)
+		}
+		if n := e.driver.runs.Load(); n != 1 {
+			t.Fatalf("the approved call ran %d times", n)
 		}
 	})
 	t.Run("changed args under the approved request_id are refused", func(t *testing.T) {

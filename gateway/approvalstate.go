@@ -41,19 +41,31 @@ type heldApproval struct {
 	// its stored bytes.
 	verdict       *evidence.ApprovalRecord
 	verdictSHA256 string
+	// use is approval_use.json, nil while unused; user the request that
+	// would use the approval: its own, or another request of the same
+	// call (see package approvaluse).
+	use    *evidence.ApprovalUseRecord
+	useRaw []byte // use as stored
+	user   string
 }
 
-// final reports whether the approval ends its request denied: an
-// approver's deny or an expiry.
+// final reports whether the approval ends user's request denied: an
+// approver's deny, an expiry, or a use by another request.
 func (h *heldApproval) final() bool {
-	return h.verdict != nil && h.verdict.Decision != evidence.ApprovalApprove
+	return h.verdict != nil && (h.verdict.Decision != evidence.ApprovalApprove || h.usedElsewhere())
 }
+
+// usedElsewhere reports whether a request other than user used it.
+func (h *heldApproval) usedElsewhere() bool { return h.use != nil && h.use.UsedBy != h.user }
 
 // link is the approval as a decision record names it, with outcome.
 func (h *heldApproval) link(outcome string) *evidence.DecisionApproval {
 	l := &evidence.DecisionApproval{ApprovalID: h.request.ApprovalID, Approvers: h.request.Approvers, Outcome: outcome}
 	if h.verdict != nil {
 		l.ApprovalSHA256, l.Approver = h.verdictSHA256, h.verdict.Approver
+	}
+	if h.user != h.request.RequestID {
+		l.RequestID = h.request.RequestID
 	}
 	return l
 }
@@ -62,7 +74,7 @@ func (h *heldApproval) link(outcome string) *evidence.DecisionApproval {
 // when keys list it, each authenticated (an error wrapping
 // trust.ErrTampered when one fails).
 func (g *Gateway) readHeld(ctx context.Context, id string, keys []string) (*heldApproval, error) {
-	h := &heldApproval{}
+	h := &heldApproval{user: id}
 	key := evidence.Key(id, evidence.ArtifactApprovalRequest)
 	raw, err := g.store.Get(ctx, key)
 	if err != nil {
@@ -82,7 +94,13 @@ func (g *Gateway) readHeld(ctx context.Context, id string, keys []string) (*held
 	if !slices.Contains(keys, evidence.Key(id, evidence.ArtifactApproval)) {
 		return h, nil
 	}
-	return h, g.readVerdict(ctx, h)
+	if err := g.readVerdict(ctx, h); err != nil {
+		return nil, err
+	}
+	if !slices.Contains(keys, evidence.Key(id, evidence.ArtifactApprovalUse)) {
+		return h, nil
+	}
+	return h, g.readUse(ctx, h)
 }
 
 // readVerdict reads V into h, authenticated.
@@ -173,7 +191,7 @@ func (g *Gateway) askApproval(ctx, pre context.Context, p *prepared, rec *record
 		RuleID: d.RuleID, Reason: d.Reason, Approvers: d.Approvers,
 		RequestedAt: record.DecidedAt, ExpiresAt: record.DecidedAt.Add(g.approvalTTL), Gateway: g.engineBase,
 	}
-	stored, err := g.putApprovalRequest(pre, rec, a)
+	stored, err := g.putApprovalRequest(pre, rec, a, p.c.ParentRequestID == "")
 	if err != nil {
 		log.Error("could not record the approval request; nothing ran", "err", err)
 		rec.closeAttempt(ctx, "the approval request could not be recorded: "+err.Error())
@@ -202,12 +220,18 @@ func (g *Gateway) askApproval(ctx, pre context.Context, p *prepared, rec *record
 	return pendingReply(p, stored, rec.refs), nil
 }
 
-// putApprovalRequest writes the index entry, then A, both create-only and
+// putApprovalRequest writes the index entries, then A, all create-only and
 // straight to the store, and returns A as stored (redacted), from which
-// every pending reply is built.
-func (g *Gateway) putApprovalRequest(ctx context.Context, rec *recorder, a evidence.ApprovalRequestRecord) (evidence.ApprovalRequestRecord, error) {
+// every pending reply is built. byCall also indexes A by the call's hash,
+// for the identical call under another request id.
+func (g *Gateway) putApprovalRequest(ctx context.Context, rec *recorder, a evidence.ApprovalRequestRecord, byCall bool) (evidence.ApprovalRequestRecord, error) {
 	if err := g.store.Put(ctx, approvalIndexKey(a.ApprovalID), []byte(a.RequestID)); err != nil {
 		return a, fmt.Errorf("approval index: %w", err)
+	}
+	if byCall {
+		if err := g.useLedger().Index(ctx, a.CanonicalRequestHash, a.ApprovalID, a.RequestID); err != nil {
+			return a, err
+		}
 	}
 	return g.storeApprovalRequest(ctx, rec, a)
 }
@@ -325,7 +349,12 @@ func judgeHeld(h *heldApproval, d policy.Decision, now time.Time) (policy.Decisi
 	a := h.request
 	if h.final() || !now.Before(a.ExpiresAt) {
 		outcome, reason := h.verdict.Decision, h.verdict.Reason
-		if !h.final() {
+		switch {
+		case h.usedElsewhere():
+			outcome = evidence.ApprovalUsed
+			reason = fmt.Sprintf("approval %s was used by request %s, the same call under another request_id",
+				a.ApprovalID, h.use.UsedBy)
+		case !h.final():
 			outcome = evidence.ApprovalExpired
 			reason = fmt.Sprintf("approval %s was granted, but not used before it expired at %s",
 				a.ApprovalID, a.ExpiresAt.UTC().Format(time.RFC3339))
@@ -338,6 +367,9 @@ func judgeHeld(h *heldApproval, d policy.Decision, now time.Time) (policy.Decisi
 	switch {
 	case d.ApprovalRequired && d.RuleID == a.RuleID:
 		d.Allow, d.ApprovalRequired = true, false
+		if link.RequestID != "" {
+			d.Reason = fmt.Sprintf("%s (approval %s, granted for request %s)", d.Reason, a.ApprovalID, a.RequestID)
+		}
 	case d.ApprovalRequired:
 		d = policy.Decision{
 			RuleID: RuleApprovalStale, PolicyRef: d.PolicyRef, PolicySetDigest: d.PolicySetDigest,

@@ -110,11 +110,24 @@ func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int
 		decision = guestRerunDecision(decision, p.guestCall)
 	}
 	if decision.ApprovalRequired && p.held == nil {
-		return g.askApproval(ctx, pre, p, rec, n, decision, shadow, log)
+		if p.held = g.borrowApproval(pre, p, decision, log); p.held == nil {
+			return g.askApproval(ctx, pre, p, rec, n, decision, shadow, log)
+		}
+		defer g.endBorrowed(ctx, p)
 	}
 	record := g.decisionRecord(p, n, decision, shadow)
 	if p.held != nil {
+		asked := decision
 		decision, record.Approval = judgeHeld(p.held, decision, record.DecidedAt)
+		if decision.Allow {
+			if err := g.useHeld(pre, p); err != nil {
+				log.Error("could not record the approval's use; nothing ran", "err", err)
+				rec.closeAttempt(ctx, "the approval's use could not be recorded: "+err.Error())
+				return nil, approvalUseFailure(rec, p, g.now(), err)
+			}
+			decision, record.Approval = judgeHeld(p.held, asked, record.DecidedAt)
+		}
+		noteUse(rec, p)
 		record.Decision, record.RuleID, record.Reason = decision.Word(), decision.RuleID, decision.Reason
 		record.Suggestion = decision.Suggestion
 		record.PolicyRef, record.PolicySetDigest = decision.PolicyRef, decision.PolicySetDigest

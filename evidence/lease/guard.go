@@ -51,7 +51,7 @@ func (g *guarded) mayWrite(ctx context.Context, key string, cause error) error {
 		return nil
 	}
 	switch path.Base(name) {
-	case evidence.ArtifactRequest, evidence.ArtifactDispatch, evidence.ArtifactApproval:
+	case evidence.ArtifactRequest, evidence.ArtifactDispatch, evidence.ArtifactApproval, evidence.ArtifactApprovalUse:
 		return cause
 	}
 	_, err := g.Store.Get(ctx, evidence.Key(id, evidence.ArtifactManifest))

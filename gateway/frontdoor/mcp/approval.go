@@ -179,7 +179,8 @@ func (d *Door) elicitationMode(req *mcp.CallToolRequest) string {
 // 2026-07-28 client that elicits gets an input-required result: its
 // answer to the elicitation only means "retry now", never "approved",
 // since only an approver's DecideApproval approves. Any other client
-// gets a tool error naming the approval and the key to retry with.
+// gets a tool error naming the approval: the identical call again, under
+// any request id, uses it once approved (see package approvaluse).
 func (d *Door) approvalResult(req *mcp.CallToolRequest, caller, rid string, resp *toolgatev1.RunToolResponse) *mcp.CallToolResult {
 	pa := resp.GetPendingApproval()
 	meta := resultMeta(rid, resp)
@@ -191,7 +192,8 @@ func (d *Door) approvalResult(req *mcp.CallToolRequest, caller, rid string, resp
 	what := fmt.Sprintf("Approval %s is required (rule %s: %s).", pa.GetApprovalId(), pa.GetRuleId(), pa.GetReason())
 	mode := d.elicitationMode(req)
 	if mode == "" {
-		text := fmt.Sprintf("%s Once an approver approves it, call this tool again with _meta {%q: %q}.", what, MetaIdempotencyKey, rid)
+		text := fmt.Sprintf("%s Once an approver approves it, call this tool again with the same arguments "+
+			"(or with _meta {%q: %q}); it runs once.", what, MetaIdempotencyKey, rid)
 		return errorResult(text, meta)
 	}
 	state := d.sealState(approvalState{

@@ -180,6 +180,35 @@ func TestApprovalFallbackForLegacyClients(t *testing.T) {
 	}
 }
 
+// TestApprovalWithoutMetaRunsOnce: a client that neither elicits nor
+// sends _meta gets a fresh request id on every call; once the approval
+// is decided, the identical call uses it, once.
+func TestApprovalWithoutMetaRunsOnce(t *testing.T) {
+	e := newTestEnv(t, nil)
+	cs := e.connect(clientOptions{key: agentKey, legacy: true})
+	args := map[string]any{"text": "no-meta"}
+	first := call(t, cs, "held", args, nil)
+	aid := approvalOf(t, first)
+	if !first.IsError || !strings.Contains(text(first), "call this tool again with the same arguments") {
+		t.Fatalf("isError %v, text %q", first.IsError, text(first))
+	}
+	if again := call(t, cs, "held", args, nil); approvalOf(t, again) == aid {
+		t.Fatal("a pending approval was used")
+	}
+	before := e.driver.runs.Load()
+	e.decide("alice", aid, "approve")
+	done := call(t, cs, "held", args, nil)
+	if done.IsError || text(done) != "no-meta" || e.driver.runs.Load() != before+1 {
+		t.Fatalf("after the approval: isError %v, text %q, %d runs", done.IsError, text(done), e.driver.runs.Load()-before)
+	}
+	if rid := done.Meta[MetaRequestID]; rid == first.Meta[MetaRequestID] {
+		t.Fatalf("the retry had the held call's request id %v", rid)
+	}
+	if third := call(t, cs, "held", args, nil); !third.IsError || approvalOf(t, third) == aid || e.driver.runs.Load() != before+1 {
+		t.Fatalf("a used approval ran again: isError %v, text %q", third.IsError, text(third))
+	}
+}
+
 func TestDeniedApprovalIsAToolError(t *testing.T) {
 	e := newTestEnv(t, nil)
 	cs := e.connect(clientOptions{key: agentKey, elicit: acceptAll, rawMRTR: true})
