@@ -24,7 +24,7 @@ func TestOneLineTurnsTheDoorOnWithItsDefaults(t *testing.T) {
 		t.Fatalf("%v %v", doors, err)
 	}
 	c := doors[0].Config.(*Config)
-	if c.BodyLimit() != frontdoor.DefaultMaxBodyBytes || c.ListTTL != 2*time.Second || c.PolicyRef != "" || c.StateKeyFile != "" ||
+	if c.BodyLimit() != 4<<20 || c.ListTTL != 2*time.Second || c.PolicyRef != "" || c.StateKeyFile != "" ||
 		c.ApprovalURL != "" || c.ApprovalTools {
 		t.Errorf("defaults %+v", c)
 	}
