@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-
 )
 
 // TestNullArgumentIsAnAbsentOne: clients in strict tool-schema modes send
