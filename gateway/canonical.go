@@ -16,22 +16,27 @@ import (
 // and two spellings of one call are one request. A value with no canonical
 // form is an invalidArgument naming the argument and the rule. A tool whose
 // driver has no normaliser costs one type assertion; canonical input costs
-// no re-encoding.
+// no re-encoding. Null arguments are left out first, for every driver.
 func (g *Gateway) canonicalise(c call, tool Tool, args map[string]any) (call, map[string]any, error) {
-	n, ok := g.drivers[tool.Driver].(drivers.Normalizer)
-	if !ok {
-		return c, args, nil
-	}
-	canon, changed, err := normalize(n, tool.Target, args)
-	if err != nil {
-		var argErr *drivers.ArgError
-		if errors.As(err, &argErr) {
-			return c, nil, invalidf("args.%s: %v", argErr.Arg, argErr.Err)
+	// A null argument is an absent one (drivers.OmitNulls): {"x": null}
+	// and {} are one call, with one hash, one record and one decision.
+	args, dropped := drivers.OmitNulls(args)
+	canon, changed := args, false
+	if n, ok := g.drivers[tool.Driver].(drivers.Normalizer); ok {
+		var err error
+		if canon, changed, err = normalize(n, tool.Target, args); err != nil {
+			var argErr *drivers.ArgError
+			if errors.As(err, &argErr) {
+				return c, nil, invalidf("args.%s: %v", argErr.Arg, argErr.Err)
+			}
+			return c, nil, invalidf("args: %v", err)
 		}
-		return c, nil, invalidf("args: %v", err)
+	}
+	if !changed && !dropped {
+		return c, args, nil
 	}
 	if !changed {
-		return c, args, nil
+		canon = args
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

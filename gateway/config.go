@@ -70,6 +70,12 @@ type Config struct {
 	// OTEL_EXPORTER_OTLP_* endpoint variables are set.
 	Telemetry telemetry.Config `yaml:"telemetry"`
 
+	// DoorSettings are the front doors' sections as their kinds decoded
+	// them (cmd sets it from frontdoor.Load; not a key of the file): the
+	// secret files they name are hidden from sandboxes as the rest of the
+	// configuration's are.
+	DoorSettings map[string]any `yaml:"-"`
+
 	// File is the path the configuration was read from (LoadConfig sets
 	// it; it is not a key of the file). CheckLayout keeps every workspace
 	// apart from it, and the shell sandbox hides it.
@@ -81,8 +87,8 @@ type Config struct {
 // statement that something in front of the gateway provides it.
 type TLSConfig struct {
 	// CertFile and KeyFile are the server's PEM certificate chain and key.
-	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
+	CertFile string `yaml:"cert_file" secret:"public"`
+	KeyFile  string `yaml:"key_file" secret:"file"`
 	// AllowPlaintext permits a non-loopback listener without TLS, for
 	// deployments where a proxy or service mesh terminates TLS.
 	AllowPlaintext bool `yaml:"allow_plaintext"`
@@ -239,7 +245,7 @@ func (e EvidenceConfig) storeURL() (string, error) {
 // SecretSource names where a secret is read from: a file or an environment
 // variable, never the configuration itself.
 type SecretSource struct {
-	File string `yaml:"file"`
+	File string `yaml:"file" secret:"file"`
 	Env  string `yaml:"env"`
 }
 
@@ -272,7 +278,7 @@ type RedactConfig struct {
 	// RulesFile is a gitleaks-format TOML file of rules added to the
 	// default set (gitleaks' rules and Toolgate's); a rule with the id of a
 	// default rule replaces it.
-	RulesFile string `yaml:"rules_file"`
+	RulesFile string `yaml:"rules_file" secret:"public"`
 	// DisableRules are rule ids to switch off.
 	DisableRules []string `yaml:"disable_rules"`
 	// FingerprintKey keys the HMAC-SHA256 fingerprints of redacted secrets

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/internal/secretfile"
 )
 
 // gatewayPath is one of the gateway's own files or folders, named by the
@@ -19,7 +20,9 @@ type gatewayPath struct {
 
 // gatewayPaths lists the files and folders a workspace must never reach:
 // whoever can write them can rewrite policy, forge or erase evidence, or
-// read the keys.
+// read the keys. The secret files are not listed here by hand: they are
+// every file a field tagged `secret:"file"` names, in this configuration,
+// its drivers' sections and its front doors' (secretFiles).
 func (c Config) gatewayPaths() []gatewayPath {
 	var out []gatewayPath
 	add := func(key, path string) {
@@ -34,18 +37,13 @@ func (c Config) gatewayPaths() []gatewayPath {
 	if c.Evidence.SpoolDir != "none" {
 		add("evidence.spool_dir", c.Evidence.SpoolDir)
 	}
-	if k := c.Evidence.SigningKey; k != nil {
-		add("evidence.signing_key.file", k.File)
-	}
 	if f := c.Log.StateFile; f != "none" {
 		add("log.state_file", f)
 	}
-	if k := c.Redact.FingerprintKey; k != nil {
-		add("redact.fingerprint_key.file", k.File)
+	for _, p := range c.secretFiles() {
+		add(p.Key, p.Path)
 	}
-	out = append(out, c.Evidence.trustedKeyPaths()...)
 	add("redact.rules_file", c.Redact.RulesFile)
-	add("tls.key_file", c.TLS.KeyFile)
 	add("tls.cert_file", c.TLS.CertFile)
 	for _, name := range sortedKeys(c.Drivers) {
 		if po, ok := c.Drivers[name].Config.(drivers.PathOwner); ok {
@@ -55,6 +53,18 @@ func (c Config) gatewayPaths() []gatewayPath {
 		}
 	}
 	add("the configuration file", c.File)
+	return out
+}
+
+// secretFiles lists every file the configuration names as a secret: the
+// fields tagged `secret:"file"` of the configuration (the signing,
+// fingerprint, shared MAC, webhook and TLS keys, the trusted keys), of its
+// drivers' sections and of its front doors' decoded sections (DoorSettings).
+func (c Config) secretFiles() []secretfile.Path {
+	out := secretfile.Find("", c)
+	for _, name := range sortedKeys(c.DoorSettings) {
+		out = append(out, secretfile.Find("front_doors."+name, c.DoorSettings[name])...)
+	}
 	return out
 }
 

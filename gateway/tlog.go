@@ -42,7 +42,7 @@ type TransparencyLogConfig struct {
 	// key file: "<key file>.<instance>.log-state" ("./toolgate.<instance>.log-state"
 	// for a key from the environment, none for a mem:// store); none
 	// keeps no state.
-	StateFile string `yaml:"state_file"`
+	StateFile string `yaml:"state_file" secret:"public"`
 }
 
 // logStateFile returns the log's state file, or "" for none. A mem://

@@ -170,19 +170,3 @@ func readSharedMACKey(src *SecretSource, getenv func(string) string) ([]byte, er
 	}
 	return key, nil
 }
-
-// trustedKeyPaths are the files evidence.trusted_keys and
-// evidence.shared_mac_key name, keyed as gatewayPaths keys them: whoever
-// could write one could make the gateway trust their key.
-func (e EvidenceConfig) trustedKeyPaths() []gatewayPath {
-	var out []gatewayPath
-	for i, src := range e.TrustedKeys {
-		if src.File != "" {
-			out = append(out, gatewayPath{fmt.Sprintf("evidence.trusted_keys[%d].file", i), src.File})
-		}
-	}
-	if s := e.SharedMACKey; s != nil && s.File != "" {
-		out = append(out, gatewayPath{"evidence.shared_mac_key.file", s.File})
-	}
-	return out
-}

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/toolgate/toolgate/internal/termsafe"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -231,12 +230,12 @@ func printJSON(stdout, stderr io.Writer, m proto.Message) int {
 		fmt.Fprintf(stderr, "toolgate approvals: %v\n", err)
 		return exitError
 	}
-	var out bytes.Buffer
-	if err := json.Indent(&out, raw, "", "  "); err != nil {
+	out, err := termsafe.Indent(raw, "", "  ")
+	if err != nil {
 		fmt.Fprintf(stderr, "toolgate approvals: %v\n", err)
 		return exitError
 	}
-	fmt.Fprintf(stdout, "%s\n", out.Bytes())
+	fmt.Fprintf(stdout, "%s\n", out)
 	return exitOK
 }
 
@@ -316,12 +315,12 @@ func printApproval(w, stderr io.Writer, a *toolgatev1.Approval, now time.Time) i
 			return exitError
 		}
 	}
-	var pretty bytes.Buffer
-	if err := json.Indent(&pretty, args, "  ", "  "); err != nil {
+	pretty, err := termsafe.Indent(args, "  ", "  ")
+	if err != nil {
 		fmt.Fprintf(stderr, "toolgate approvals show: args: %v\n", err)
 		return exitError
 	}
-	fmt.Fprintf(w, "args (as the evidence records them, redacted):\n  %s\n", pretty.Bytes())
+	fmt.Fprintf(w, "args (as the evidence records them, redacted; unsafe characters escaped):\n  %s\n", pretty)
 	return exitOK
 }
 

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/internal/termsafe"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -70,10 +71,10 @@ func callCmd(ctx context.Context, args []string, std stdio) int {
 	resp, err := client.RunTool(ctx, req)
 	if err != nil {
 		st := status.Convert(err)
-		fmt.Fprintf(stderr, "toolgate call: %s: %s\n", st.Code(), st.Message())
+		fmt.Fprintf(stderr, "toolgate call: %s: %s\n", st.Code(), termsafe.Text(st.Message()))
 		for _, d := range st.Details() {
 			if f, ok := d.(*toolgatev1.RunToolFailure); ok {
-				fmt.Fprintf(stderr, "evidence written: %v\n", f.GetEvidenceRefs())
+				fmt.Fprintf(stderr, "evidence written: %s\n", termsafe.Text(fmt.Sprint(f.GetEvidenceRefs())))
 			}
 		}
 		return exitError
@@ -82,11 +83,11 @@ func callCmd(ctx context.Context, args []string, std stdio) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	var pretty bytes.Buffer
-	if err := json.Indent(&pretty, out, "", "  "); err != nil {
+	pretty, err := termsafe.Indent(out, "", "  ")
+	if err != nil {
 		return fail("%v", err)
 	}
-	fmt.Fprintf(stdout, "%s\n", bytes.TrimSpace(pretty.Bytes()))
+	fmt.Fprintf(stdout, "%s\n", bytes.TrimSpace(pretty))
 	if p := resp.GetPendingApproval(); p != nil {
 		fmt.Fprintf(stderr, "toolgate call: not run: waiting for approval %s by a member of %s (rule %s), until %s\n"+
 			"once it is decided, run the same call with --request-id %s again\n",

@@ -19,12 +19,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/tlog"
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/internal/termsafe"
 )
 
 const evidenceUsage = `Usage: toolgate evidence <command> [flags]
@@ -391,18 +390,14 @@ func readArtifact(ctx context.Context, s evidence.Reader, keys []string, key str
 }
 
 // cell renders one field of a tab-separated line: "-" when empty, quoted
-// when it holds anything but printable characters, so that evidence cannot
-// break the columns or send escape sequences to a terminal.
+// with its unsafe runes escaped when it holds any (termsafe.Quote), so that
+// evidence cannot break the columns, send escape sequences to a terminal
+// or reorder what it shows.
 func cell(s string) string {
 	if s == "" {
 		return "-"
 	}
-	for _, r := range s {
-		if !unicode.IsPrint(r) || r == utf8.RuneError {
-			return strconv.Quote(s)
-		}
-	}
-	return s
+	return termsafe.Quote(s)
 }
 
 // parseSince reads --since: an RFC 3339 time, or a duration before now.
@@ -486,12 +481,11 @@ func evidenceShow(ctx context.Context, args []string, std stdio) int {
 			fmt.Fprintln(stdout)
 		}
 		fmt.Fprintf(stdout, "== %s ==\n", key)
-		var pretty bytes.Buffer
-		if json.Valid(data) && json.Indent(&pretty, data, "", "  ") == nil {
-			fmt.Fprintf(stdout, "%s\n", bytes.TrimSpace(pretty.Bytes()))
+		if pretty, err := termsafe.Indent(data, "", "  "); err == nil {
+			fmt.Fprintf(stdout, "%s\n", bytes.TrimSpace(pretty))
 			continue
 		}
-		fmt.Fprintf(stdout, "(not JSON, %d bytes; control characters escaped)\n%s\n", len(data), escapeControl(bytes.TrimSuffix(data, []byte("\n"))))
+		fmt.Fprintf(stdout, "(not JSON, %d bytes; control characters escaped)\n%s\n", len(data), termsafe.Text(string(bytes.TrimSuffix(data, []byte("\n")))))
 	}
 	return exit(showApproval(ctx, stdout, store, id, keys))
 }
@@ -537,27 +531,6 @@ func listRequest(ctx context.Context, s evidence.Reader, id string) ([]string, e
 		return nil, fmt.Errorf("%w for request %q", errNoEvidence, id)
 	}
 	return keys, nil
-}
-
-// escapeControl returns data with everything but printable characters,
-// tabs and newlines escaped, so that a tampered artifact cannot drive the
-// terminal.
-func escapeControl(data []byte) string {
-	var b strings.Builder
-	for len(data) > 0 {
-		r, size := utf8.DecodeRune(data)
-		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, data[0])
-		case r == '\n' || r == '\t' || unicode.IsPrint(r):
-			b.WriteRune(r)
-		default:
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-		}
-		data = data[size:]
-	}
-	return b.String()
 }
 
 // stringList is a repeatable string flag.
@@ -867,8 +840,7 @@ func (p *verifyPrinter) log(rep evidence.LogReport) error {
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(p.stdout, "%s\n", data)
-		return err
+		return printJSONLine(p.stdout, data)
 	}
 	if p.verbose || rep.Status != evidence.LogOK {
 		printLogReport(p.stdout, rep)
@@ -985,7 +957,17 @@ func printJSONReport(w io.Writer, rep evidence.VerifyReport, verdict string) err
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "%s\n", data)
+	return printJSONLine(w, data)
+}
+
+// printJSONLine prints the JSON document data as a line, its unsafe runes
+// escaped (termsafe.JSON): it is read by people as well as programs.
+func printJSONLine(w io.Writer, data []byte) error {
+	safe, err := termsafe.JSON(data)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", safe)
 	return err
 }
 

@@ -171,8 +171,7 @@ func printProofJSON(w io.Writer, rep evidence.ProofReport, verr error) error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "%s\n", data)
-	return err
+	return printJSONLine(w, data)
 }
 
 // evidenceCosign has every instance's newest checkpoint cosigned by the

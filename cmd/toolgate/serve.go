@@ -92,6 +92,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	if err != nil {
 		return err
 	}
+	cfg.DoorSettings = frontdoor.Settings(doors)
 
 	var handler slog.Handler
 	switch *logFormat {

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/status"
 
+	"github.com/toolgate/toolgate/internal/termsafe"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -38,11 +39,11 @@ func toolsCmd(ctx context.Context, args []string, std stdio) int {
 	})
 	if err != nil {
 		st := status.Convert(err)
-		return fail("%s: %s", st.Code(), st.Message())
+		return fail("%s: %s", st.Code(), termsafe.Text(st.Message()))
 	}
 	fmt.Fprintln(stdout, "tool_id\tdriver\ttags\tdescription")
 	for _, t := range resp.GetTools() {
-		fmt.Fprintf(stdout, "%s\t%s\t%s\t%s\n", t.GetToolId(), t.GetDriver(), strings.Join(t.GetTags(), ","), t.GetDescription())
+		fmt.Fprintf(stdout, "%s\t%s\t%s\t%s\n", cell(t.GetToolId()), cell(t.GetDriver()), cell(strings.Join(t.GetTags(), ",")), cell(t.GetDescription()))
 	}
 	return exitOK
 }

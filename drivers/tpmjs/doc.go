@@ -15,13 +15,12 @@
 // [ValidateVersion] and [ValidateExportName]). A call that fails the checks
 // is a Result with exit code 2 and the executor receives nothing.
 //
-// The version grammar admits ranges with spaces, "<", ">" and "||", which
-// an executor that pastes the version into a shell still reads as shell
-// syntax: "<2.0.0" becomes a redirection and "||" a command list. The
-// grammar keeps every word harmless (no word is a bare version or starts
-// with "-", no other metacharacter is accepted), but the range itself does
-// not reach npm intact. For executors built from the Node templates, pin
-// exact versions or dist-tags in the catalog.
+// The version grammar admits only what a shell takes literally inside one
+// word: an exact version, a caret, tilde or x-range of one version
+// ("^1.2.0", "~1.2", "1.x") and dist-tags. Comparator ranges, unions,
+// hyphen ranges and "*" are refused, since an executor that pastes the
+// version into a shell would read "<", ">" as redirections, "||" as a
+// command list, a space as the start of another package and "*" as a glob.
 //
 // # Results
 //

@@ -75,33 +75,33 @@ func checkNamePart(full, what, part string) error {
 }
 
 // ValidateVersion reports whether s is a version specifier the driver may
-// forward: an exact semantic version, a range, or a dist-tag.
+// forward: an exact semantic version, a caret, tilde or x-range of one
+// version, or a dist-tag.
 //
-// The accepted grammar (spaces are U+0020 only):
+// Executors paste the version unquoted into a shell command, so the
+// grammar admits only characters a POSIX shell takes literally inside a
+// word:
 //
-//	version    = range-set | dist-tag
-//	range-set  = range *( *" " "||" *" " range )
-//	range      = comparator *( 1*" " op partial )
-//	comparator = [ op ] partial
-//	op         = "<" | "<=" | ">" | ">=" | "=" | "~" | "^"
+//	version    = [ op ] partial | dist-tag
+//	op         = "^" | "~" | "="
 //	partial    = [ "v" ] xr [ "." xr [ "." xr ] ] [ "-" pre ] [ "+" build ]
-//	xr         = "x" | "X" | "*" | "0" | [1-9] *15[0-9]
+//	xr         = "x" | "X" | "0" | [1-9] *15[0-9]
 //	pre        = ident *( "." ident )       ; only after three numbers
 //	build      = alnum *( "." alnum )       ; only after three numbers
 //	ident      = "0" | [1-9] *[0-9] | alnum with at least one letter or "-"
 //	alnum      = 1*[0-9A-Za-z-]
 //	dist-tag   = [a-z] *[a-z0-9._-]         ; at most 128 characters
 //
-// The whole specifier is at most 256 characters and neither starts nor ends
-// with a space. Hyphen ranges ("1.2.3 - 2.3.4") and bare versions after the
-// first comparator of a range ("1.2.3 2.0.0") are refused: an executor that
-// pastes the version into a shell command would receive the second version
-// as a word of its own, which npm reads as the name of another package to
-// install.
+// at most 256 characters in all. Comparator ranges (">=1.2.0 <2.0.0"),
+// unions ("1.x || 2.x"), hyphen ranges and the "*" wildcard are refused:
+// pasted into a shell, "<" and ">" redirect (">=0.1.0" creates a file, "<1.0.0"
+// reads one), "||" runs what follows as a command, a space starts a new
+// word that npm installs as another package, and "*" is a glob. "^1.2.0"
+// and "~1.2" say what most such ranges mean, "1.x" replaces "1.*", and an
+// exact version or a dist-tag pins the rest.
 //
 // An accepted specifier therefore consists of ASCII letters, digits and
-// ". - + _ * = ~ ^ < > |" and spaces only: it never contains $ ` ; & ( ) ' "
-// \ or a line break, "|" only appears as "||", and no word starts with "-".
+// ". - + _ = ~ ^" only (safeVersionByte), and never starts with "-".
 func ValidateVersion(s string) error {
 	if s == "" {
 		return errors.New("version is empty")
@@ -110,12 +110,12 @@ func ValidateVersion(s string) error {
 		return fmt.Errorf("version %s is longer than %d characters", clip(s), maxVersionLen)
 	}
 	for i := 0; i < len(s); i++ {
-		if !versionByte(s[i]) {
-			return fmt.Errorf("version %s: character %s is not allowed", clip(s), charAt(s, i))
+		if !safeVersionByte(s[i]) {
+			return fmt.Errorf("version %s: character %s is not allowed%s", clip(s), charAt(s, i), rangeHint(s[i]))
 		}
 	}
-	rangeErr := checkRangeSet(s)
-	if rangeErr == nil {
+	specErr := checkSpecifier(s)
+	if specErr == nil {
 		return nil
 	}
 	tagErr := checkDistTag(s)
@@ -123,22 +123,43 @@ func ValidateVersion(s string) error {
 		return nil
 	}
 	// Report the error of the reading the specifier most looks like: a
-	// word that starts with a letter and holds no range operator is meant
-	// as a dist-tag.
+	// word that starts with a letter and holds no operator is meant as a
+	// dist-tag.
 	if c := s[0]; ('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') && c != 'v' && c != 'x' &&
-		!strings.ContainsAny(s, "|<>=~^*") {
+		!strings.ContainsAny(s, "=~^") {
 		return fmt.Errorf("version %s: %w", clip(s), tagErr)
 	}
-	return fmt.Errorf("version %s: %w", clip(s), rangeErr)
+	return fmt.Errorf("version %s: %w", clip(s), specErr)
 }
 
-// versionByte reports whether c may appear anywhere in a version specifier.
-func versionByte(c byte) bool {
+// safeVersionByte reports whether c may appear anywhere in a version
+// specifier: a byte a shell takes literally inside a word.
+func safeVersionByte(c byte) bool {
 	switch {
 	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		return true
 	}
-	return strings.IndexByte(".-+_*=~^<>| ", c) >= 0
+	return strings.IndexByte(".-+_=~^", c) >= 0
+}
+
+// rangeHint says what to write instead of a range character the grammar
+// refuses.
+func rangeHint(c byte) string {
+	switch c {
+	case '<', '>', '|', ' ':
+		return ` (comparator ranges and unions reach the executor's shell as redirections, pipes and extra words; use an exact version, "^1.2.0", "~1.2" or "1.x")`
+	case '*':
+		return ` (a glob to the executor's shell; use "x", as in "1.x")`
+	}
+	return ""
+}
+
+// checkSpecifier checks s against the "[ op ] partial" rule.
+func checkSpecifier(s string) error {
+	if op := s[0]; op == '^' || op == '~' || op == '=' {
+		s = s[1:]
+	}
+	return checkPartial(s)
 }
 
 // checkDistTag checks s against the dist-tag rule.
@@ -154,64 +175,6 @@ func checkDistTag(s string) error {
 		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
 			return fmt.Errorf("a dist-tag consists of a-z, 0-9, \".\", \"_\" and \"-\"; found %q", c)
 		}
-	}
-	return nil
-}
-
-// checkRangeSet checks s against the range-set rule.
-func checkRangeSet(s string) error {
-	if s[0] == ' ' || s[len(s)-1] == ' ' {
-		return errors.New("leading or trailing spaces are not allowed")
-	}
-	if strings.Contains(strings.ReplaceAll(s, "||", ""), "|") {
-		return errors.New(`"|" is only allowed as "||" between two ranges`)
-	}
-	for _, r := range strings.Split(s, "||") {
-		r = strings.Trim(r, " ")
-		if r == "" {
-			return errors.New(`"||" must stand between two ranges`)
-		}
-		if err := checkRange(r); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// checkRange checks one range of a range set: comparators separated by
-// spaces.
-func checkRange(r string) error {
-	first := true
-	for _, c := range strings.Split(r, " ") {
-		if c == "" {
-			continue // several spaces between two comparators
-		}
-		if err := checkComparator(c, first); err != nil {
-			return err
-		}
-		first = false
-	}
-	return nil
-}
-
-// checkComparator checks one comparator. Only the first comparator of a
-// range may omit its operator.
-func checkComparator(c string, first bool) error {
-	op := ""
-	for _, o := range []string{"<=", ">=", "<", ">", "=", "~", "^"} {
-		if strings.HasPrefix(c, o) {
-			op = o
-			break
-		}
-	}
-	if op == "" && !first {
-		if c == "-" {
-			return errors.New(`hyphen ranges ("1.2.3 - 2.3.4") are not supported; use ">=1.2.3 <=2.3.4"`)
-		}
-		return fmt.Errorf("comparator %q after the first one of a range needs an operator (<, <=, >, >=, =, ~, ^)", c)
-	}
-	if err := checkPartial(c[len(op):]); err != nil {
-		return fmt.Errorf("comparator %q: %w", c, err)
 	}
 	return nil
 }
@@ -263,7 +226,7 @@ func checkXR(s string) (numeric bool, err error) {
 	switch s {
 	case "":
 		return false, errors.New("empty version number")
-	case "x", "X", "*":
+	case "x", "X":
 		return false, nil
 	}
 	if len(s) > maxNumericDigits {

@@ -142,6 +142,16 @@ func Kinds() []string {
 	return names
 }
 
+// NewConfig returns the settings of the door kind name holding their
+// defaults, and whether this build has the kind; a test walks their types.
+func NewConfig(name string) (Config, bool) {
+	k, ok := lookupKind(name)
+	if !ok {
+		return nil, false
+	}
+	return k.New(), true
+}
+
 func lookupKind(name string) (Kind, bool) {
 	registry.RLock()
 	defer registry.RUnlock()
@@ -207,6 +217,17 @@ func Load(cfg gateway.Config) ([]Loaded, error) {
 		}
 	}
 	return on, nil
+}
+
+// Settings returns the decoded sections of doors by name, for
+// gateway.Config.DoorSettings: the gateway hides the secret files they
+// name from sandboxes without knowing the doors' types.
+func Settings(doors []Loaded) map[string]any {
+	out := make(map[string]any, len(doors))
+	for _, d := range doors {
+		out[d.Name] = d.Config
+	}
+	return out
 }
 
 // checkListener applies the listener rules to door l, whose address has a

@@ -60,7 +60,7 @@ type Config struct {
 	// of approval-required results; created (mode 0600) when missing.
 	// Replicas behind one URL share it. Unset: a random key per process,
 	// so a restart only costs a client a fresh call.
-	StateKeyFile string `yaml:"state_key_file"`
+	StateKeyFile string `yaml:"state_key_file" secret:"file"`
 	// ApprovalURL, when set, is the page an approver decides on, with
 	// {approval_id} substituted; clients that take only URL-mode
 	// elicitation are pointed at it.

@@ -83,7 +83,7 @@ type Config struct {
 	Issuer string `yaml:"issuer"`
 	// JWKSFile is a JSON Web Key Set file holding the issuer's public
 	// keys, read again whenever its modification time or size changes.
-	JWKSFile string `yaml:"jwks_file"`
+	JWKSFile string `yaml:"jwks_file" secret:"public"`
 	// JWKSURL is where the issuer publishes its JWKS (https, or http on a
 	// loopback host). Give jwks_file or jwks_url. Fetched at start (a
 	// failure is logged and tokens are refused until a fetch succeeds),
