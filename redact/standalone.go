@@ -67,7 +67,7 @@ func CheckCallerSecret(v string, also ...string) error {
 // case) and its whole base64 encodings (standard and URL, with or without padding, also when a
 // trailing newline was encoded with it) are replaced, under the same rule.
 func (r *Redactor) Standalone(values ...string) *Redactor {
-	forms := standaloneForms(values)
+	forms := append(standaloneForms(values), partialForms(values, true)...)
 	e := &engine{fpKey: r.fpKey, knownOnly: true}
 	texts := make([]string, 0, len(forms)+1)
 	for i := range forms {
