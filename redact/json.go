@@ -164,11 +164,11 @@ type jsonWalker struct {
 	// structural are values secret by structure (see structure.go), sorted and disjoint.
 	structural []span
 	// encoded are the base64 blobs in doc whose decoding needs a search (see encodedHits).
-	encoded []span
-	nesting    int // how deep in strings of an outer document doc is
-	path       []pathElem
-	edits      []edit
-	findings   []Finding
+	encoded  []span
+	nesting  int // how deep in strings of an outer document doc is
+	path     []pathElem
+	edits    []edit
+	findings []Finding
 }
 
 type edit struct {
