@@ -17,6 +17,7 @@ package redact
 import (
 	"bytes"
 	"slices"
+	"unicode/utf8"
 )
 
 // minPartialRun is the shortest run of a value's bytes that is redacted short of the whole.
@@ -106,11 +107,14 @@ func (f *form) appendRuns(spans []span, text []byte, end int, done map[runKey]in
 	return spans
 }
 
-// reversals returns s with its characters in reverse order, as rev and most languages reverse
-// text, and with its bytes in reverse order (the same for ASCII).
+// reversals returns s with its bytes in reverse order and, when s is UTF-8, with its characters
+// in reverse order, as rev and most languages reverse text (the same for ASCII).
 func reversals(s string) []string {
 	b := []byte(s)
 	slices.Reverse(b)
+	if !utf8.ValidString(s) {
+		return []string{string(b)}
+	}
 	r := []rune(s)
 	slices.Reverse(r)
 	return []string{string(r), string(b)}
