@@ -33,8 +33,8 @@ var builtinKeyNames = []string{
 // Config configures a Redactor. The zero Config gives the default rules without fingerprints.
 type Config struct {
 	// KnownSecrets are exact values (e.g. configured secrets) to replace wherever they appear,
-	// also in their base64 and base64url (line-wrapped too), hex, percent-encoded and
-	// JSON-escaped forms (see knownForms and findWrapped).
+	// also in their base64 and base64url (line-wrapped too), hex, percent-encoded, JSON-escaped
+	// and reversed forms (see knownForms and findWrapped), and in part (see partial.go).
 	KnownSecrets []string
 	// KeyNames are extra JSON key names whose values are secret, added to the built-in list.
 	KeyNames []string
