@@ -210,3 +210,20 @@ func TestPartialMin(t *testing.T) {
 		}
 	}
 }
+
+func TestBase64Values(t *testing.T) {
+	t.Parallel()
+	const std = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+	for c := range 256 {
+		want := strings.IndexByte(std, byte(c))
+		switch byte(c) {
+		case '+', '-':
+			want = 62
+		case '/', '_':
+			want = 63
+		}
+		if got := base64Value(byte(c)); got != want || (want >= 0) != isBase64Byte(byte(c)) {
+			t.Errorf("base64Value(%q) = %d, want %d", byte(c), got, want)
+		}
+	}
+}

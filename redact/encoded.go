@@ -28,140 +28,186 @@ const minEncodedBlob = 16
 const maxDecodeDepth = 2
 
 // blob is one base64 encoding in text: its characters, with line breaks and escapes removed,
-// and where each lies in text.
+// and where they lie in text.
 type blob struct {
 	chars []byte
-	offs  []int // offs[i]: the offset in text of chars[i]
-	end   int   // the end in text, past any padding
+	// segs are the pieces of text the characters come from, in order: segs[k] holds chars
+	// from starts[k] on. An escaped '/' is a piece of its own.
+	segs   [][2]int
+	starts []int
+	n      int    // how many characters the pieces hold
+	end    int    // the end in text, past any padding
+	buf    []byte // holds chars when they are not one piece of text
 }
+
+// base64Values holds, for each byte, 1 + its 6-bit value as a base64 character of either
+// alphabet, or 0: one load per byte in the scans of every text.
+const base64Values = "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x3f\x00\x3f\x00\x40\x35\x36\x37\x38\x39\x3a\x3b\x3c\x3d\x3e\x00\x00\x00\x00\x00\x00\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x00\x00\x00\x00\x40\x00\x1b\x1c\x1d\x1e\x1f\x20\x21\x22\x23\x24\x25\x26\x27\x28\x29\x2a\x2b\x2c\x2d\x2e\x2f\x30\x31\x32\x33\x34\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
 
 // base64Value returns the 6-bit value of a base64 character of either alphabet, or -1.
-func base64Value(c byte) int {
-	switch {
-	case 'A' <= c && c <= 'Z':
-		return int(c - 'A')
-	case 'a' <= c && c <= 'z':
-		return int(c-'a') + 26
-	case '0' <= c && c <= '9':
-		return int(c-'0') + 52
-	case c == '+' || c == '-':
-		return 62
-	case c == '/' || c == '_':
-		return 63
+func base64Value(c byte) int { return int(base64Values[c]) - 1 }
+
+// isHexRun reports whether run holds only hex digits and '-': a digest or a UUID, not base64
+// worth decoding. (The base64 forms of known values still find them there.)
+func isHexRun(run []byte) bool {
+	for _, c := range run {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' || c == '-') {
+			return false
+		}
 	}
-	return -1
+	return true
 }
 
-// escapeAt reads a JSON escape at text[i] (with escaped set; any number of backslashes, as in
-// JSON inside a JSON string): it returns the byte it stands for, '/' and the line break bytes
-// 'n' and 'r' as such and 0 for any other, and the offset after it. ok is false if text[i] is
-// not a backslash.
-func escapeAt(text []byte, i int) (c byte, next int, ok bool) {
-	if text[i] != '\\' {
-		return 0, 0, false
-	}
+// escapeAt reads a JSON escape at text[i], a backslash (any number of them, as in JSON inside a
+// JSON string): it returns the byte it stands for, '/' and the line break bytes 'n' and 'r' as
+// such and 0 for any other, and the offset after it.
+func escapeAt(text []byte, i int) (c byte, next int) {
 	j := i
 	for j < len(text) && text[j] == '\\' {
 		j++
 	}
 	if j == len(text) {
-		return 0, j, true
+		return 0, j
 	}
 	switch text[j] {
 	case '/':
-		return '/', j + 1, true
+		return '/', j + 1
 	case 'n':
-		return '\n', j + 1, true
+		return '\n', j + 1
 	case 'r':
-		return '\r', j + 1, true
+		return '\r', j + 1
 	case 'u':
-		return 0, min(len(text), j+5), true
+		return 0, min(len(text), j+5)
 	}
-	return 0, j + 1, true
+	return 0, j + 1
 }
 
-// charAt returns the base64 character at text[i] and the offset after it, or ok false. With
-// escaped set, `\/` is a '/'.
-func charAt(text []byte, i int, escaped bool) (c byte, next int, ok bool) {
-	if isBase64Byte(text[i]) {
-		return text[i], i + 1, true
+// slashAt reports whether text[i] starts an escaped '/' (with escaped set) and returns the
+// offset after it.
+func slashAt(text []byte, i int, escaped bool) (int, bool) {
+	if !escaped || text[i] != '\\' {
+		return 0, false
 	}
-	if escaped {
-		if e, n, isEsc := escapeAt(text, i); isEsc && e == '/' {
-			return '/', n, true
-		}
-	}
-	return 0, 0, false
+	c, next := escapeAt(text, i)
+	return next, c == '/'
 }
 
 // lineBreakAt returns the offset after the line break (\n or \r\n, JSON-escaped with escaped
 // set) at text[i], or ok false.
 func lineBreakAt(text []byte, i int, escaped bool) (int, bool) {
+	if i >= len(text) {
+		return 0, false
+	}
 	if !escaped {
 		switch {
-		case i < len(text) && text[i] == '\n':
+		case text[i] == '\n':
 			return i + 1, true
 		case i+1 < len(text) && text[i] == '\r' && text[i+1] == '\n':
 			return i + 2, true
 		}
 		return 0, false
 	}
-	if i >= len(text) {
+	if text[i] != '\\' {
 		return 0, false
 	}
-	c, next, ok := escapeAt(text, i)
-	if ok && c == '\r' && next < len(text) {
-		c, next, ok = escapeAt(text, next)
+	c, next := escapeAt(text, i)
+	if c == '\r' && next < len(text) && text[next] == '\\' {
+		c, next = escapeAt(text, next)
 	}
-	if !ok || c != '\n' {
+	if c != '\n' {
 		return 0, false
 	}
 	return next, true
 }
 
-// readSegment appends to b the base64 characters from text[i] on and returns the offset after
-// them.
-func (b *blob) readSegment(text []byte, i int, escaped bool) int {
-	for i < len(text) {
-		c, next, ok := charAt(text, i, escaped)
-		if !ok {
-			break
-		}
-		b.chars = append(b.chars, c)
-		b.offs = append(b.offs, i)
-		i = next
+// runEnd returns the end of the run of base64 characters at text[i].
+func runEnd(text []byte, i int) int {
+	for i < len(text) && base64Values[text[i]] != 0 {
+		i++
 	}
 	return i
 }
+
+// readSegment adds to b the base64 characters from text[i] on (with escaped set, escaped '/'
+// too) and returns how many it added and the offset after them.
+func (b *blob) readSegment(text []byte, i int, escaped bool) (int, int) {
+	n := 0
+	for i < len(text) {
+		if j := runEnd(text, i); j > i {
+			b.starts = append(b.starts, b.n)
+			b.segs = append(b.segs, [2]int{i, j})
+			b.n += j - i
+			n += j - i
+			i = j
+			continue
+		}
+		next, ok := slashAt(text, i, escaped)
+		if !ok {
+			break
+		}
+		b.starts = append(b.starts, b.n)
+		b.segs = append(b.segs, [2]int{i, next})
+		b.n++
+		n++
+		i = next
+	}
+	return n, i
+}
+
+// truncate drops the pieces from k on.
+func (b *blob) truncate(k int) { b.n, b.segs, b.starts = b.starts[k], b.segs[:k], b.starts[:k] }
 
 // scanBlobs calls fn with each blob of text (see the top of this file). b's buffers are reused
 // from one call of fn to the next. Each byte of text is read a bounded number of times.
 func scanBlobs(text []byte, escaped bool, b *blob, fn func(*blob)) {
 	for i := 0; i < len(text); {
-		if _, _, ok := charAt(text, i, escaped); !ok {
-			if escaped {
-				if _, next, isEsc := escapeAt(text, i); isEsc {
-					i = next
-					continue
+		c := text[i]
+		if base64Values[c] == 0 {
+			if _, ok := slashAt(text, i, escaped); !ok {
+				i++
+				if escaped && c == '\\' {
+					_, i = escapeAt(text, i-1)
 				}
+				continue
 			}
-			i++
+		}
+		// Most runs are words: too short to be a blob, and not continued by an escape.
+		if j := runEnd(text, i); (j-i < minEncodedBlob || isHexRun(text[i:j])) && (j == len(text) || !escaped || text[j] != '\\') {
+			i = max(j, i+1)
 			continue
 		}
-		b.chars, b.offs = b.chars[:0], b.offs[:0]
-		end := b.readSegment(text, i, escaped)
-		if width := len(b.chars); width%4 == 0 && width >= minEncodedBlob {
+		b.n, b.segs, b.starts = 0, b.segs[:0], b.starts[:0]
+		width, end := b.readSegment(text, i, escaped)
+		if width%4 == 0 && width >= minEncodedBlob {
 			end = b.readLines(text, end, width, escaped)
 		}
 		for n := 0; n < 2 && end < len(text) && text[end] == '='; n++ {
 			end++
 		}
 		b.end = end
-		if len(b.chars) >= minEncodedBlob {
+		if b.n >= minEncodedBlob {
+			b.join(text, escaped)
 			fn(b)
 		}
-		i = end
+		i = max(end, i+1)
 	}
+}
+
+// join sets b.chars: the piece of text itself when there is one, else the pieces joined.
+func (b *blob) join(text []byte, escaped bool) {
+	if len(b.segs) == 1 {
+		b.chars = text[b.segs[0][0]:b.segs[0][1]]
+		return
+	}
+	b.buf = b.buf[:0]
+	for _, seg := range b.segs {
+		if escaped && text[seg[0]] == '\\' {
+			b.buf = append(b.buf, '/')
+			continue
+		}
+		b.buf = append(b.buf, text[seg[0]:seg[1]]...)
+	}
+	b.chars = b.buf
 }
 
 // readLines reads the lines that continue a wrapped blob whose first line, width characters,
@@ -172,15 +218,14 @@ func (b *blob) readLines(text []byte, end, width int, escaped bool) int {
 		if !ok || next >= len(text) {
 			return end
 		}
-		if _, _, ok := charAt(text, next, escaped); !ok {
+		if _, ok := slashAt(text, next, escaped); !ok && !isBase64Byte(text[next]) {
 			return end
 		}
-		before := len(b.chars)
-		lineEnd := b.readSegment(text, next, escaped)
-		n := len(b.chars) - before
+		before := len(b.segs)
+		n, lineEnd := b.readSegment(text, next, escaped)
 		if n > width {
 			// A longer line is something else: it starts a blob of its own.
-			b.chars, b.offs = b.chars[:before], b.offs[:before]
+			b.truncate(before)
 			return end
 		}
 		end = lineEnd
@@ -188,6 +233,15 @@ func (b *blob) readLines(text []byte, end, width int, escaped bool) int {
 			return end
 		}
 	}
+}
+
+// offset returns where in text character c of b lies.
+func (b *blob) offset(c int) int {
+	k, found := slices.BinarySearch(b.starts, c)
+	if !found {
+		k--
+	}
+	return b.segs[k][0] + c - b.starts[k]
 }
 
 // decodeBase64 appends the bytes chars encode to dst: each 4 characters give 3 bytes, a final 2
@@ -205,16 +259,15 @@ func decodeBase64(dst, chars []byte) []byte {
 	return dst
 }
 
-// groupSpan maps decoded bytes [a, b) of blob to the text covered by the whole 4-character
+// groupSpan maps decoded bytes [from, to) of b to the text covered by the whole 4-character
 // groups that carry them.
 func (b *blob) groupSpan(from, to int) (int, int) {
 	first := from / 3 * 4
 	last := min(len(b.chars), (to+2)/3*4) // exclusive
-	start := b.offs[first]
 	if last == len(b.chars) {
-		return start, b.end
+		return b.offset(first), b.end
 	}
-	return start, b.offs[last-1] + 1
+	return b.offset(first), b.offset(last-1) + 1
 }
 
 // findAll returns the secrets in text: by rule and known value, in line-wrapped encodings, and
@@ -256,7 +309,7 @@ func (r *Redactor) encodedHits(text []byte, escaped bool, sc *scratch, depth int
 	scanBlobs(text, escaped, &b, func(b *blob) {
 		decoded = decodeBase64(decoded[:0], b.chars)
 		if r.holdsHit(decoded, sc) || depth+1 < maxDecodeDepth && len(r.encodedHits(decoded, false, sc, depth+1)) > 0 {
-			out = append(out, span{start: b.offs[0], end: b.end})
+			out = append(out, span{start: b.segs[0][0], end: b.end})
 		}
 	})
 	return out

@@ -179,12 +179,13 @@ func FuzzScanBlobs(f *testing.F) {
 		var b blob
 		last := -1
 		scanBlobs([]byte(text), escaped, &b, func(b *blob) {
-			if len(b.chars) != len(b.offs) || len(b.chars) < minEncodedBlob || b.offs[0] <= last || b.end > len(text) {
-				t.Fatalf("bad blob %q at %v, end %d", b.chars, b.offs, b.end)
+			if len(b.chars) < minEncodedBlob || b.offset(0) <= last || b.end > len(text) {
+				t.Fatalf("bad blob %q at %v, end %d", b.chars, b.segs, b.end)
 			}
-			for i, o := range b.offs {
-				if i > 0 && o <= b.offs[i-1] || o >= b.end {
-					t.Fatalf("offsets out of order or extent: %v end %d", b.offs, b.end)
+			for i := range b.chars {
+				o := b.offset(i)
+				if i > 0 && o <= b.offset(i-1) || o >= b.end {
+					t.Fatalf("offsets out of order or extent: %v end %d", b.segs, b.end)
 				}
 				if c := text[o]; c != b.chars[i] && !(escaped && c == '\\' && b.chars[i] == '/') {
 					t.Fatalf("char %q at %d is %q in text", b.chars[i], o, c)
