@@ -40,6 +40,12 @@ type blob struct {
 	buf    []byte // holds chars when they are not one piece of text
 }
 
+// decoding holds the buffers of one level of decoding, reused through scratch.
+type decoding struct {
+	blob    blob
+	decoded []byte
+}
+
 // base64Values holds, for each byte, 1 + its 6-bit value as a base64 character of either
 // alphabet, or 0: one load per byte in the scans of every text.
 const base64Values = "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x3f\x00\x3f\x00\x40\x35\x36\x37\x38\x39\x3a\x3b\x3c\x3d\x3e\x00\x00\x00\x00\x00\x00\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x00\x00\x00\x00\x40\x00\x1b\x1c\x1d\x1e\x1f\x20\x21\x22\x23\x24\x25\x26\x27\x28\x29\x2a\x2b\x2c\x2d\x2e\x2f\x30\x31\x32\x33\x34\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
@@ -287,11 +293,10 @@ func (r *Redactor) findAll(text []byte, sc *scratch, depth int) []span {
 // that encode it.
 func (r *Redactor) findEncoded(text []byte, sc *scratch, depth int) []span {
 	var spans []span
-	var b blob
-	var decoded []byte
-	scanBlobs(text, false, &b, func(b *blob) {
-		decoded = decodeBase64(decoded[:0], b.chars)
-		for _, sp := range r.findAll(decoded, sc, depth+1) {
+	d := &sc.decoding[depth]
+	scanBlobs(text, false, &d.blob, func(b *blob) {
+		d.decoded = decodeBase64(d.decoded[:0], b.chars)
+		for _, sp := range r.findAll(d.decoded, sc, depth+1) {
 			sp.start, sp.end = b.groupSpan(sp.start, sp.end)
 			spans = append(spans, sp)
 		}
@@ -304,11 +309,10 @@ func (r *Redactor) findEncoded(text []byte, sc *scratch, depth int) []span {
 // escaped set, text is JSON text, whose line breaks and slashes may be escaped.
 func (r *Redactor) encodedHits(text []byte, escaped bool, sc *scratch, depth int) []span {
 	var out []span
-	var b blob
-	var decoded []byte
-	scanBlobs(text, escaped, &b, func(b *blob) {
-		decoded = decodeBase64(decoded[:0], b.chars)
-		if r.holdsHit(decoded, sc) || depth+1 < maxDecodeDepth && len(r.encodedHits(decoded, false, sc, depth+1)) > 0 {
+	d := &sc.decoding[depth]
+	scanBlobs(text, escaped, &d.blob, func(b *blob) {
+		d.decoded = decodeBase64(d.decoded[:0], b.chars)
+		if r.holdsHit(d.decoded, sc) || depth+1 < maxDecodeDepth && len(r.encodedHits(d.decoded, false, sc, depth+1)) > 0 {
 			out = append(out, span{start: b.segs[0][0], end: b.end})
 		}
 	})

@@ -344,6 +344,8 @@ type scratch struct {
 	markers  []span // markers already in the text
 	// runs remembers, per alignment of a value, how far its run was followed (see appendRuns).
 	runs map[runKey]int
+	// decoding holds the buffers of each level of base64 decoding (see encoded.go).
+	decoding [maxDecodeDepth]decoding
 }
 
 func (e *engine) getScratch() *scratch { return e.scratch.Get().(*scratch) }
