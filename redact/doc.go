@@ -36,11 +36,15 @@
 //     `\/` and twice, as JSON text inside a JSON string); percent-encoded (query, path or every
 //     byte, hex digits in either case); hex (either case); base64 and base64url at any
 //     alignment inside a longer encoding; and hex or base64 line-wrapped at 60, 64 or 76
-//     columns with \n or \r\n (xxd -p, base64, PEM, MIME). A number holding one becomes the
-//     marker string.
+//     columns with \n or \r\n (xxd -p, base64, PEM, MIME); reversed; and any run of at least
+//     half of it, 12 bytes at least (see partial.go). A number holding one becomes the marker
+//     string.
 //   - caller-secret: a value a caller chose ([Redactor.Standalone]), replaced only where it
 //     stands alone, and only in what that redactor is applied to (tool output). Values must
 //     pass [CheckCallerSecret]: at least 8 bytes and not a common word.
+//
+// Base64 blobs are decoded and searched with all of the above, and what is found there is
+// redacted in the encoding (see encoded.go).
 //
 // # Engine
 //

@@ -122,10 +122,85 @@ func FuzzText(f *testing.F) {
 				}
 			}
 		}
+		if usableKnown(known) {
+			checkRuns(t, r, text, known)
+		}
+		checkDecoded(t, r, text)
 		again, _ := r.Text("fuzz", out)
 		if !bytes.Equal(again, out) {
 			t.Fatalf("not idempotent:\nonce  %q\ntwice %q", out, again)
 		}
+	})
+}
+
+// checkRuns: text with a long run of known in it (all but its last 3 bytes) keeps no run of
+// partialMin bytes of known.
+func checkRuns(t *testing.T, r *Redactor, text, known string) {
+	if len(known) <= minPartialRun {
+		return
+	}
+	out, _ := r.Text("fuzz", []byte(text+" "+known[:len(known)-3]+" "+text))
+	stripped := withoutMarkers(out)
+	n := partialMin(len(known))
+	for i := 0; i+n <= len(known); i++ {
+		if bytes.Contains(stripped, []byte(known[i:i+n])) {
+			t.Fatalf("a run of %d bytes of the known value is left in %q", n, out)
+		}
+	}
+}
+
+// checkDecoded: what the redactor finds in text, it finds in text's base64, in every shape a
+// blob has, and redacts there.
+func checkDecoded(t *testing.T, r *Redactor, text string) {
+	if len(text) < 12 {
+		return
+	}
+	sc := r.getScratch()
+	found := len(r.findAll([]byte(text), sc, maxDecodeDepth-1)) > 0
+	r.scratch.Put(sc)
+	if !found {
+		return
+	}
+	for _, shape := range base64Shapes {
+		encoded := shape.encode([]byte(text))
+		if _, findings := r.Text("fuzz", []byte(encoded)); len(findings) == 0 {
+			t.Fatalf("a secret in %q was not found in its %s encoding %q", text, shape.name, encoded)
+		}
+	}
+}
+
+// FuzzScanBlobs: never panics; each blob's characters are those of text at its offsets
+// (escapes aside), in order, inside the blob's extent; decoding agrees with encoding/base64.
+func FuzzScanBlobs(f *testing.F) {
+	f.Add("content: "+wrapLines(base64.StdEncoding.EncodeToString([]byte(strings.Repeat("secret value ", 20))), 76, "\r\n"), false)
+	f.Add(`{"c":"`+strings.ReplaceAll(wrapLines(base64.StdEncoding.EncodeToString([]byte(strings.Repeat("x/y?", 40))), 64, "\n"), "\n", `\n`)+`"}`, true)
+	f.Add(`a\\/b\u0041QUJDREVGR0hJSktMTU5PUFFS\\r\\nx==`, true)
+	f.Fuzz(func(t *testing.T, text string, escaped bool) {
+		var b blob
+		last := -1
+		scanBlobs([]byte(text), escaped, &b, func(b *blob) {
+			if len(b.chars) < minEncodedBlob || b.offset(0) <= last || b.end > len(text) {
+				t.Fatalf("bad blob %q at %v, end %d", b.chars, b.segs, b.end)
+			}
+			for i := range b.chars {
+				o := b.offset(i)
+				if i > 0 && o <= b.offset(i-1) || o >= b.end {
+					t.Fatalf("offsets out of order or extent: %v end %d", b.segs, b.end)
+				}
+				if c := text[o]; c != b.chars[i] && !(escaped && c == '\\' && b.chars[i] == '/') {
+					t.Fatalf("char %q at %d is %q in text", b.chars[i], o, c)
+				}
+			}
+			last = b.end - 1
+			chars := strings.NewReplacer("-", "+", "_", "/").Replace(string(b.chars))
+			want, err := base64.RawStdEncoding.DecodeString(chars[:len(chars)-len(chars)%4])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := decodeBase64(nil, b.chars); !bytes.HasPrefix(got, want) {
+				t.Fatalf("decoded %q, want %q first", got, want)
+			}
+		})
 	})
 }
 

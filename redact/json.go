@@ -51,7 +51,8 @@ func (r *Redactor) json(artifact string, doc []byte, nesting int, valid bool) ([
 	// and a validity check settle them. Escapes (\u0070assword) could hide a keyword from the
 	// automaton, so a document with \u escapes is always walked.
 	hits := slices.Clone(r.hits(doc, sc))
-	if len(hits) == 0 && !bytes.Contains(doc, []byte(`\u`)) && !(r.canWrap() && hasWrappedRun(doc, true)) && (valid || json.Valid(doc)) {
+	encoded := r.encodedHits(doc, true, sc, 0)
+	if len(hits) == 0 && len(encoded) == 0 && !bytes.Contains(doc, []byte(`\u`)) && !(r.canWrap() && hasWrappedRun(doc, true)) && (valid || json.Valid(doc)) {
 		return doc, nil, nil
 	}
 	docSpans, structural, err := r.scanDocument(doc, hits, sc)
@@ -63,7 +64,7 @@ func (r *Redactor) json(artifact string, doc []byte, nesting int, valid bool) ([
 	// redact); what a pass can change beyond that is the document text around the values, so
 	// the next pass runs only if the scan of the document text finds something new.
 	for pass := 0; pass < maxPasses; pass++ {
-		w := jsonWalker{r: r, sc: sc, artifact: artifact, doc: doc, hits: hits, docSpans: docSpans, structural: structural, nesting: nesting}
+		w := jsonWalker{r: r, sc: sc, artifact: artifact, doc: doc, hits: hits, docSpans: docSpans, structural: structural, encoded: encoded, nesting: nesting}
 		if err := (&jsonParser{doc: doc, w: &w}).parse(); err != nil {
 			return nil, nil, fmt.Errorf("redact: artifact %q: %w", artifact, err)
 		}
@@ -72,6 +73,7 @@ func (r *Redactor) json(artifact string, doc []byte, nesting int, valid bool) ([
 		}
 		doc, findings = w.apply(), append(findings, w.findings...)
 		hits = slices.Clone(r.hits(doc, sc))
+		encoded = r.encodedHits(doc, true, sc, 0)
 		if docSpans, structural, err = r.scanDocument(doc, hits, sc); err != nil || len(docSpans) == 0 {
 			break
 		}
@@ -161,10 +163,12 @@ type jsonWalker struct {
 	docSpans     []span // secrets found in the document text
 	// structural are values secret by structure (see structure.go), sorted and disjoint.
 	structural []span
-	nesting    int // how deep in strings of an outer document doc is
-	path       []pathElem
-	edits      []edit
-	findings   []Finding
+	// encoded are the base64 blobs in doc whose decoding needs a search (see encodedHits).
+	encoded  []span
+	nesting  int // how deep in strings of an outer document doc is
+	path     []pathElem
+	edits    []edit
+	findings []Finding
 }
 
 type edit struct {
@@ -209,7 +213,7 @@ func (w *jsonWalker) str(start, end int, secret, isKey bool) {
 		return
 	}
 	raw := w.doc[start+1 : end-1]
-	if !w.needsLook(start, end) && !(w.r.canWrap() && hasWrappedRun(raw, true)) {
+	if !w.needsLook(start, end) && !overlapsAny(w.encoded, start, end) && !(w.r.canWrap() && hasWrappedRun(raw, true)) {
 		return
 	}
 	value := unquote(raw)

@@ -24,7 +24,9 @@ func knownForms(base []form, values []string) []form {
 	out := slices.Clone(base)
 	seen := map[string]bool{}
 	for _, f := range out {
-		seen[string(f.text)] = true
+		if f.partial == nil {
+			seen[string(f.text)] = true
+		}
 	}
 	add := func(text string, f form) {
 		if text == "" || seen[text] {
@@ -50,12 +52,15 @@ func knownForms(base []form, values []string) []form {
 	return out
 }
 
-// textForms hands add the forms of v that are text of their own: v itself,
-// its JSON-escaped and percent-encoded spellings and its hex, the last two
+// textForms hands add the forms of v that are text of their own: v itself and
+// reversed, its JSON-escaped and percent-encoded spellings and its hex, the last two
 // matched in either case. Base64 forms depend on what surrounds them and are
 // added by each caller.
 func textForms(v string, add func(text string, f form)) {
 	add(v, form{})
+	for _, t := range reversals(v) {
+		add(t, form{})
+	}
 	for _, t := range jsonForms(v) {
 		add(t, form{})
 	}

@@ -33,8 +33,8 @@ var builtinKeyNames = []string{
 // Config configures a Redactor. The zero Config gives the default rules without fingerprints.
 type Config struct {
 	// KnownSecrets are exact values (e.g. configured secrets) to replace wherever they appear,
-	// also in their base64 and base64url (line-wrapped too), hex, percent-encoded and
-	// JSON-escaped forms (see knownForms and findWrapped).
+	// also in their base64 and base64url (line-wrapped too), hex, percent-encoded, JSON-escaped
+	// and reversed forms (see knownForms and findWrapped), and in part (see partial.go).
 	KnownSecrets []string
 	// KeyNames are extra JSON key names whose values are secret, added to the built-in list.
 	KeyNames []string
@@ -115,6 +115,9 @@ type form struct {
 	// standalone counts only occurrences that stand alone (see Redactor.Standalone), under
 	// RuleCallerSecret.
 	standalone bool
+	// partial makes text a gram of the values it lists: a hit is a run of one of them (see
+	// partial.go).
+	partial []partialRef
 }
 
 // New compiles the rules: the gitleaks default set, Toolgate's own rules, cfg.RulesFile, minus
@@ -150,7 +153,7 @@ func New(cfg Config) (*Redactor, error) {
 			e.patterns[pi].rules = append(e.patterns[pi].rules, ri)
 		}
 	}
-	for _, f := range knownForms(nil, cfg.KnownSecrets) {
+	for _, f := range append(knownForms(nil, cfg.KnownSecrets), partialForms(cfg.KnownSecrets, false)...) {
 		texts = append(texts, string(f.text))
 		e.patterns = append(e.patterns, pattern{form: &f})
 		e.wrapped = true
@@ -172,7 +175,7 @@ func New(cfg Config) (*Redactor, error) {
 // gateway passes to one tool call), in every encoding Config.KnownSecrets are. It shares compiled
 // rules with r; r is unchanged.
 func (r *Redactor) WithSecrets(values ...string) *Redactor {
-	extra := knownForms(r.extra, values)
+	extra := append(knownForms(r.extra, values), partialForms(values, false)...)
 	texts := make([]string, len(extra))
 	for i, f := range extra {
 		texts[i] = string(f.text)
@@ -252,10 +255,7 @@ const maxPasses = 16
 // the context rules see (a pattern may match differently next to a marker), and redacted text
 // must be a fixed point of the redactor, or evidence would change each time it passes through.
 func (r *Redactor) redact(text []byte, sc *scratch) ([]byte, []span) {
-	spans := slices.Clone(r.find(text, sc, true))
-	if wrapped := r.findWrapped(text, sc); len(wrapped) > 0 {
-		spans = mergeSpans(append(spans, wrapped...))
-	}
+	spans := r.findAll(text, sc, 0)
 	if len(spans) == 0 {
 		return text, nil
 	}
@@ -342,6 +342,10 @@ type scratch struct {
 	touched  []int   // rules with hits
 	spans    []span
 	markers  []span // markers already in the text
+	// runs remembers, per alignment of a value, how far its run was followed (see appendRuns).
+	runs map[runKey]int
+	// decoding holds the buffers of each level of base64 decoding (see encoded.go).
+	decoding [maxDecodeDepth]decoding
 }
 
 func (e *engine) getScratch() *scratch { return e.scratch.Get().(*scratch) }
@@ -403,6 +407,13 @@ func (r *Redactor) find(text []byte, sc *scratch, scan bool) []span {
 		if n := len(sc.markers); n > 0 && h.end <= sc.markers[n-1].end && h.end-r.keywordLength(h.pattern) >= sc.markers[n-1].start {
 			continue
 		}
+		if p.form != nil && p.form.partial != nil {
+			if sc.runs == nil {
+				sc.runs = map[runKey]int{}
+			}
+			sc.spans = p.form.appendRuns(sc.spans, text, h.end, sc.runs)
+			continue
+		}
 		if p.form != nil {
 			if sp, ok := p.form.at(text, h.end); ok {
 				sc.spans = append(sc.spans, sp)
@@ -422,6 +433,7 @@ func (r *Redactor) find(text []byte, sc *scratch, scan bool) []span {
 		sc.ruleHits[ri] = sc.ruleHits[ri][:0]
 	}
 	sc.touched = sc.touched[:0]
+	clear(sc.runs)
 	spans := mergeSpans(sc.spans)
 	if len(sc.markers) > 0 {
 		spans = withoutMarkerText(spans, sc.markers)

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -39,17 +40,36 @@ var commonWords = sync.OnceValue(func() map[string]bool {
 })
 
 // CheckCallerSecret reports whether v may be handed to a tool as a caller's secret: it must be
-// at least MinCallerSecretLen bytes and neither a common word (the embedded list: decision
-// words, JSON literals, protocol and host names, well-known passwords, Toolgate's own names) nor
-// one of also, compared case-insensitively. The error never quotes v.
+// at least MinCallerSecretLen bytes, and no common word (the embedded list: decision words, JSON
+// literals, protocol and host names, well-known passwords, Toolgate's own names) nor one of also
+// may be what Standalone would redact of it — v itself, v reversed, or a run of v long enough to
+// be redacted (see partial.go) — compared case-insensitively. The error never quotes v.
 func CheckCallerSecret(v string, also ...string) error {
 	if len(v) < MinCallerSecretLen {
 		return fmt.Errorf("%w: %d bytes, shorter than %d", ErrWeakCallerSecret, len(v), MinCallerSecretLen)
 	}
-	if commonWords()[strings.ToLower(v)] || slices.ContainsFunc(also, func(w string) bool { return strings.EqualFold(w, v) }) {
-		return fmt.Errorf("%w: a common word or a name the gateway itself writes in evidence", ErrWeakCallerSecret)
+	words := maps.Keys(commonWords())
+	for w := range words {
+		if erasable(v, w) {
+			return fmt.Errorf("%w: a common word or a name the gateway itself writes in evidence, or holds one", ErrWeakCallerSecret)
+		}
+	}
+	if slices.ContainsFunc(also, func(w string) bool { return erasable(v, w) }) {
+		return fmt.Errorf("%w: a common word or a name the gateway itself writes in evidence, or holds one", ErrWeakCallerSecret)
 	}
 	return nil
+}
+
+// erasable reports whether Standalone(v) would redact the word w where it stands alone: w is v
+// or v reversed, or a run of v at least partialMin(len(v)) long, case aside.
+func erasable(v, w string) bool {
+	if w == "" {
+		return false
+	}
+	if strings.EqualFold(v, w) || slices.ContainsFunc(reversals(v), func(r string) bool { return strings.EqualFold(r, w) }) {
+		return true
+	}
+	return len(v) > minPartialRun && len(w) >= partialMin(len(v)) && strings.Contains(strings.ToLower(v), strings.ToLower(w))
 }
 
 // Standalone returns a Redactor that replaces the given values, and nothing else, where they
@@ -67,7 +87,7 @@ func CheckCallerSecret(v string, also ...string) error {
 // case) and its whole base64 encodings (standard and URL, with or without padding, also when a
 // trailing newline was encoded with it) are replaced, under the same rule.
 func (r *Redactor) Standalone(values ...string) *Redactor {
-	forms := standaloneForms(values)
+	forms := append(standaloneForms(values), partialForms(values, true)...)
 	e := &engine{fpKey: r.fpKey, knownOnly: true}
 	texts := make([]string, 0, len(forms)+1)
 	for i := range forms {

@@ -85,6 +85,12 @@ func TestCheckCallerSecret(t *testing.T) {
 		{"a driver operation", "workspace.readFile", nil, false},
 		{"a name the gateway adds", "fake.echo-tool", []string{"fake.echo-tool"}, false},
 		{"a name the gateway adds, other case", "FAKE.ECHO-TOOL", []string{"fake.echo-tool"}, false},
+		{"a name the gateway adds, reversed", "loot-ohce.ekaf", []string{"fake.echo-tool"}, false},
+		// Runs of 12 bytes of a 20-byte value are redacted: a value holding the request id
+		// would erase it from the output.
+		{"a name the gateway adds, inside", "xx" + "req-0123456789" + "yyyy", []string{"req-0123456789"}, false},
+		{"a common word, inside", "Zq" + "application/json" + "Zq", nil, false},
+		{"a name shorter than a redacted run, inside", "q8Zr27vkP0x" + "tool-a" + "q8Zr27vkP0", []string{"tool-a"}, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 )
 
 // Streaming bounds. A secret is caught whole when it and the text a rule reads before it fit in
@@ -59,10 +58,7 @@ func (r *Redactor) Copy(ctx context.Context, artifact string, dst io.Writer, src
 		// Decide how far to write: all of it at the end, else up to the overlap before the
 		// end, moved back to the start of a secret that crosses it (unless that secret is
 		// longer than copyMaxCarry: then it is cut there and its rest redacted next time).
-		spans := r.find(buf, sc, true)
-		if wrapped := r.findWrapped(buf, sc); len(wrapped) > 0 {
-			spans = mergeSpans(append(slices.Clone(spans), wrapped...))
-		}
+		spans := r.findAll(buf, sc, 0)
 		start := int(done - base)
 		end := len(buf)
 		if !eof {
@@ -94,9 +90,21 @@ func (r *Redactor) Copy(ctx context.Context, artifact string, dst io.Writer, src
 		done = base + int64(end)
 
 		// Keep copyOverlap bytes of context before done, and everything after it.
-		keep := max(0, end-copyOverlap)
+		keep := alignedKeep(buf, max(0, end-copyOverlap))
 		buf = buf[:copy(buf, buf[keep:])]
 		base += int64(keep)
 	}
 	return findings, written, nil
+}
+
+// alignedKeep moves keep, where the context kept for the next read starts, back to a multiple of
+// 4 characters from the start of the base64 run it may cut, so that a blob cut there still
+// decodes at its own offsets (see encoded.go). The run's start lies at or after buf[0], which
+// was itself aligned this way.
+func alignedKeep(buf []byte, keep int) int {
+	start := keep
+	for start > 0 && isBase64Byte(buf[start-1]) {
+		start--
+	}
+	return keep - (keep-start)%4
 }

@@ -142,7 +142,7 @@ func (r *Redactor) findWrapped(text []byte, sc *scratch) []span {
 		}
 		for _, h := range r.hits(joined, sc) {
 			p := r.patternAt(h.pattern)
-			if p.form == nil || p.form.standalone {
+			if p.form == nil || p.form.standalone || p.form.partial != nil {
 				continue
 			}
 			if sp, ok := p.form.at(joined, h.end); ok {
