@@ -1,7 +1,6 @@
 package frontdoor
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -143,15 +142,10 @@ func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 		tooLarge.err = &http.MaxBytesError{Limit: limit}
 		return nil, tooLarge
 	}
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		// Room for the body and the read that finds its end: no regrowth.
-		buf.Grow(int(r.ContentLength) + bytes.MinRead)
-	}
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
+	body, err := readCapped(http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit)
+	if err != nil {
 		return nil, bodyReadError(err, tooLarge)
 	}
-	body := buf.Bytes()
 	if err := argsize.ScanJSON(body, argsize.MaxBodyDepth, argsize.MaxBodyNodes); err != nil {
 		status := http.StatusBadRequest
 		if errors.Is(err, argsize.ErrTooManyValues) {
@@ -161,6 +155,36 @@ func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 			fmt.Sprintf(" (a call's arguments hold at most %d values, %d levels deep)", argsize.MaxNodes, argsize.MaxDepth), err: err}
 	}
 	return body, nil
+}
+
+// readCapped reads r to its end into one buffer: sized to the declared
+// length when there is one (and the read that finds the end), otherwise
+// doubled from 4 KiB but never past limit+1, so that a chunked body costs
+// at most about twice the limit however long it runs.
+func readCapped(r io.Reader, declared, limit int64) ([]byte, error) {
+	size := int64(4 << 10)
+	if declared > 0 {
+		size = declared + 1
+	}
+	buf := make([]byte, 0, min(size, limit+1))
+	for {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) > limit {
+				return nil, &http.MaxBytesError{Limit: limit}
+			}
+			grown := make([]byte, len(buf), min(2*int64(cap(buf)), limit+1))
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // bodyReadError maps a failed read onto a BodyError.
