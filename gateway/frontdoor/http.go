@@ -620,6 +620,8 @@ func (s *Servers) listen(ctx context.Context, addr string, h http.Handler, g *ga
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
+		// The gateway's connection limit sheds idle connections first.
+		ConnState: g.Connections().HTTPConnState,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
