@@ -173,9 +173,10 @@ func TestHostileDoorBodies(t *testing.T) {
 	after := memoryKiB(t, pid, "VmHWM")
 	t.Logf("server VmHWM %d KiB before, %d KiB after the oversized bodies", before, after)
 	// Each refused body costs about twice the 1 MiB limit while it is
-	// read; 14 of them, 8 at once, stay well inside 64 MiB.
-	if grew := after - before; grew > 64<<10 {
-		t.Fatalf("peak memory grew by %d KiB, more than 64 MiB", grew)
+	// read: 8 at once, some 16 MiB, which the race detector's shadow
+	// memory multiplies; 128 MiB bounds that (before: +337 MiB here).
+	if grew := after - before; grew > 128<<10 {
+		t.Fatalf("peak memory grew by %d KiB, more than 128 MiB", grew)
 	}
 	if entries, _ := os.ReadDir(filepath.Join(srv.dir, "evidence", "requests")); len(entries) != 0 {
 		t.Fatalf("refused bodies were recorded: %d request folders", len(entries))
