@@ -21,10 +21,10 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
-	"github.com/toolgate/toolgate/internal/connlimit"
 	"github.com/toolgate/toolgate/evidence/lease"
 	"github.com/toolgate/toolgate/evidence/trust"
 	"github.com/toolgate/toolgate/gateway/telemetry"
+	"github.com/toolgate/toolgate/internal/connlimit"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"

@@ -621,9 +621,9 @@ func (s *Servers) listen(ctx context.Context, addr string, h http.Handler, g *ga
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		// The gateway's connection limit sheds idle connections first.
-		ConnState: g.Connections().HTTPConnState,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ConnState:   g.Connections().HTTPConnState,
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	s.listeners[addr] = lis.Addr()
 	s.servers = append(s.servers, srv)
