@@ -24,6 +24,7 @@ import (
 	"github.com/toolgate/toolgate/evidence/lease"
 	"github.com/toolgate/toolgate/evidence/trust"
 	"github.com/toolgate/toolgate/gateway/telemetry"
+	"github.com/toolgate/toolgate/internal/connlimit"
 	"github.com/toolgate/toolgate/internal/ownedid"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
@@ -126,6 +127,8 @@ type Gateway struct {
 	// encodeBuffer).
 	encodeBuffers sync.Pool
 	limits        LimitsConfig
+	// conns caps the connections of every listener (limits.go).
+	conns *connlimit.Limiter
 	// running counts the top-level calls in flight, against
 	// limits.max_concurrent_calls.
 	running    atomic.Int64
@@ -210,6 +213,7 @@ func New(opts Options) (*Gateway, error) {
 		notifier:       opts.Approvals.Notifier,
 		telemetry:      opts.Telemetry,
 	}
+	g.conns = g.limits.connections(opts.Telemetry)
 	g.claimant = g.engineBase
 	if g.lease != nil {
 		g.claimant = evidence.GatewayNameWithEpoch(g.engineBase, g.lease.Epoch())

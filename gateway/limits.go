@@ -5,10 +5,10 @@ import (
 	"math"
 	"net"
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/toolgate/toolgate/gateway/telemetry"
+	"github.com/toolgate/toolgate/internal/connlimit"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
@@ -19,9 +19,16 @@ import (
 // Every key is optional; zero means the default of DefaultLimits, which is
 // the one place defaults are set.
 type LimitsConfig struct {
-	// MaxConnections caps the TCP connections the gateway holds open.
-	// Connections beyond it are not accepted: they wait in the kernel's
-	// listen backlog until one closes. Each held connection costs a file
+	// MaxConnections caps the TCP connections the gateway holds open,
+	// across the gRPC listener and the doors' (the admin listener has its
+	// own 16). The process's file descriptor limit, raised to its hard
+	// limit at start, lowers it when it leaves less room: 64 descriptors
+	// plus 4 per max_concurrent_calls are kept back for the store, the
+	// log, the drivers and the sandboxes, and connections get the rest
+	// (at least a quarter). At the cap, a new connection is taken and an
+	// idle one closed (one that never sent a request first, then the one
+	// idle longest); only when every connection carries a call does a new
+	// one wait, unserved, for a slot. Each held connection costs a file
 	// descriptor, two goroutines and about 64 KiB of buffers.
 	MaxConnections int `yaml:"max_connections"`
 	// MaxConcurrentStreams caps the calls in flight on one connection;
@@ -177,74 +184,38 @@ func (l LimitsConfig) serverOptions() []grpc.ServerOption {
 	}
 }
 
-// LimitListener wraps the gateway's listener so that it holds at most
-// limits.max_connections connections: further ones are accepted only when
-// one closes, and wait in the kernel's backlog meanwhile. Each time every
-// slot is taken and the listener has to stop accepting, telemetry counts a
-// max_connections hit.
-func (g *Gateway) LimitListener(lis net.Listener) net.Listener {
-	return &limitListener{Listener: lis, t: g.telemetry,
-		slots: make(chan struct{}, g.limits.MaxConnections), done: make(chan struct{})}
-}
+// File descriptors kept back from connections: fdReserveBase for the
+// store, the log, the policy folder, the admin listener (16 connections)
+// and the drivers' pools, and fdPerCall for each call that may run at
+// once (a sandbox's pipes and files, an executor connection, the
+// evidence files it writes).
+const (
+	fdReserveBase = 64
+	fdPerCall     = 4
+)
 
-// limitListener is netutil.LimitListener that tells telemetry when it
-// is full.
-type limitListener struct {
-	net.Listener
-	t         *telemetry.Telemetry
-	slots     chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
-}
-
-// acquire takes a slot, waiting for one while all are held; false when
-// the listener closed meanwhile.
-func (l *limitListener) acquire() bool {
-	select {
-	case l.slots <- struct{}{}:
-		return true
-	default:
+// connections is the limiter of every listener's connections: at most
+// max_connections, and fewer when the process's file descriptor limit
+// (raised to its hard limit) leaves less room beside the reserve.
+func (l LimitsConfig) connections(t *telemetry.Telemetry) *connlimit.Limiter {
+	n := l.MaxConnections
+	if fit, _, ok := connlimit.FDCap(fdReserveBase + fdPerCall*l.MaxConcurrentCalls); ok && fit < n {
+		n = fit
 	}
-	l.t.LimitHit(telemetry.LimitMaxConnections)
-	select {
-	case <-l.done:
-		return false
-	case l.slots <- struct{}{}:
-		return true
-	}
+	return connlimit.New(n, func() { t.LimitHit(telemetry.LimitMaxConnections) })
 }
 
-func (l *limitListener) release() { <-l.slots }
+// LimitListener wraps a listener of the gateway (the gRPC one, a door's)
+// so that all of them together hold at most Connections().Max()
+// connections: limits.max_connections, or fewer when the file descriptor
+// limit leaves less room. At the cap a new connection is taken and the
+// idle connection waiting longest (one that never carried a request
+// first) is closed; only when every connection is busy does the new one
+// wait. Each time every slot is taken, telemetry counts a max_connections
+// hit.
+func (g *Gateway) LimitListener(lis net.Listener) net.Listener { return g.conns.Listener(lis) }
 
-// Accept waits for a free slot, then for a connection.
-func (l *limitListener) Accept() (net.Conn, error) {
-	if !l.acquire() {
-		return nil, net.ErrClosed
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		l.release()
-		return nil, err
-	}
-	return &limitConn{Conn: c, release: l.release}, nil
-}
-
-// Close closes the listener and ends an Accept waiting for a slot.
-func (l *limitListener) Close() error {
-	err := l.Listener.Close()
-	l.closeOnce.Do(func() { close(l.done) })
-	return err
-}
-
-// limitConn gives its slot back on its first Close.
-type limitConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
-}
+// Connections is the gateway's connection limiter: an HTTP server on a
+// LimitListener sets its ConnState to HTTPConnState, so that idle
+// connections are told from busy ones.
+func (g *Gateway) Connections() *connlimit.Limiter { return g.conns }

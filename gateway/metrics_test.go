@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -173,6 +174,7 @@ func TestLimitHitsAreCounted(t *testing.T) {
 	}
 
 	g := &Gateway{telemetry: tel, limits: LimitsConfig{MaxConnections: 1}}
+	g.conns = g.limits.connections(tel)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -189,14 +191,18 @@ func TestLimitHitsAreCounted(t *testing.T) {
 			accepted <- c
 		}
 	}()
-	for range 2 {
+	dial := func() {
 		c, err := net.Dial("tcp", lis.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		t.Cleanup(func() { c.Close() })
 	}
+	dial()
 	first := <-accepted
+	// A busy connection is never shed for a new one, which then waits.
+	g.Connections().HTTPConnState(first, http.StateActive)
+	dial()
 	eventuallyTrue(t, "a max_connections hit", func() bool {
 		return metricValue(t, tel, telemetry.MetricLimitHits, "limit=max_connections") >= 1
 	})

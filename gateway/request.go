@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/internal/argsize"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -23,15 +24,15 @@ import (
 // parse, store and hand to Cedar.
 const (
 	maxToolIDBytes  = 256
-	maxArgsBytes    = 1 << 20
-	maxArgsDepth    = 32
+	maxArgsBytes    = argsize.MaxBytes
+	maxArgsDepth    = argsize.MaxDepth
 	maxCtxFieldSize = 256
 	defaultPolicy   = "policy.default"
 	// maxArgsNodes bounds the values in args (every object member, list
 	// item and scalar counts one). It is checked on the wire before args
 	// are decoded, so what a caller can make the gateway allocate for one
 	// request is bounded by it, whatever the message holds.
-	maxArgsNodes = 1 << 16
+	maxArgsNodes = argsize.MaxNodes
 	// maxArgsWireBytes bounds the args field as it arrives. Protobuf can
 	// take more room than the JSON a value encodes to (a number is 11
 	// bytes in a list, "0," 2 in JSON), but at most 24 bytes more per value

@@ -33,6 +33,8 @@ func (g *Gateway) NewServer(opts ...grpc.ServerOption) (*grpc.Server, *health.Se
 	own := append([]grpc.ServerOption{
 		grpc.ForceServerCodecV2(rawCodec{proto: encoding.GetCodecV2("proto")}),
 		grpc.MaxRecvMsgSize(maxRequestBytes),
+		// Tells the connection limiter which connections carry calls.
+		grpc.StatsHandler(g.conns.StatsHandler()),
 	}, g.limits.serverOptions()...)
 	if g.auth.Enabled() {
 		// Without keys every caller is anonymous (on loopback only), and

@@ -466,12 +466,12 @@ func BenchmarkKeylessRequest(b *testing.B) {
 	})
 }
 
-// TestConnectionsBeyondTheCapWaitAndSilentOnesAreDropped: with room for
-// two connections, a silent TCP connection takes the second slot and a
-// third waits unaccepted (the server does not even send its SETTINGS)
-// while calls go on over the first; the silent one is dropped at the
-// handshake timeout, and only then is the third accepted.
-func TestConnectionsBeyondTheCapWaitAndSilentOnesAreDropped(t *testing.T) {
+// TestAtTheCapSilentConnectionsMakeRoomAndAreDropped: with room for two
+// connections, a silent TCP connection takes the second slot; a third is
+// served in its place, the silent one closed for it, while calls go on
+// over the first (which carried a call, so is shed after silent ones);
+// the third, silent too, is dropped at the handshake timeout.
+func TestAtTheCapSilentConnectionsMakeRoomAndAreDropped(t *testing.T) {
 	e := newEnv(t, envOptions{limits: LimitsConfig{MaxConnections: 2, HandshakeTimeout: time.Second}})
 	e.mustCall("conn-1", "workspace.readFile", map[string]any{"path": "none.txt"})
 	addr := e.conn.Target()
@@ -498,20 +498,23 @@ func TestConnectionsBeyondTheCapWaitAndSilentOnesAreDropped(t *testing.T) {
 		}
 	}
 	silent := dial()
-	waiting := dial()
-	if n, _ := read(waiting, 300*time.Millisecond); n > 0 {
-		t.Fatal("the connection beyond max_connections was accepted")
+	if n, _ := read(silent, 2*time.Second); n == 0 {
+		t.Fatal("the connection within max_connections was not served")
+	}
+	newcomer := dial()
+	if n, _ := read(newcomer, 2*time.Second); n == 0 {
+		t.Fatal("the connection beyond max_connections was not served in place of the silent one")
+	}
+	if _, ended := read(silent, 300*time.Millisecond); !ended {
+		t.Fatal("the silent connection was not closed to make room")
 	}
 	e.mustCall("conn-2", "workspace.readFile", map[string]any{"path": "none.txt"})
 	start := time.Now()
-	if _, ended := read(silent, 10*time.Second); !ended {
+	if _, ended := read(newcomer, 10*time.Second); !ended {
 		t.Fatal("a connection that sent nothing was still open after 10s")
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("a silent connection was dropped after %v, want about the 1s handshake timeout", d)
-	}
-	if n, ended := read(waiting, 10*time.Second); n == 0 || !ended {
-		t.Fatalf("the waiting connection: %d bytes, ended %v; want it accepted (SETTINGS sent) and then dropped as silent", n, ended)
 	}
 }
 

@@ -310,14 +310,32 @@ func TestHostileMCPDoorSizes(t *testing.T) {
 	if got := d.requests(t); len(got) != 0 {
 		t.Fatalf("oversized calls were recorded: %v", got)
 	}
-	junk := strings.Repeat("J", 3<<20)
 	for _, tc := range []struct {
 		name, id string
 		meta     map[string]any
 	}{
-		{"3 MiB under an unknown _meta key", "huge-meta-value", map[string]any{"example.com/junk": junk}},
+		{"3 MiB under an unknown _meta key", "huge-meta-value", map[string]any{"example.com/junk": strings.Repeat("J", 3<<20)}},
 		{"100,000 unknown _meta keys", "huge-meta-keys", manyKeys(100_000)},
-		{"a 3 MiB traceparent", "huge-traceparent", map[string]any{"traceparent": "00-" + junk}},
+	} {
+		t.Run(tc.name+" is 413 before it is decoded, and not recorded", func(t *testing.T) {
+			tc.meta[mcpIdemKey] = tc.id
+			a := mcpCall(t, d, mcpDoorAgentKey, "workspace.readFile", map[string]any{"path": "notes.txt"}, tc.meta)
+			if a.status != http.StatusRequestEntityTooLarge {
+				t.Fatalf("got %d %.300s, want 413", a.status, a.raw)
+			}
+		})
+	}
+	if got := d.requests(t); len(got) != 0 {
+		t.Fatalf("oversized _meta was recorded: %v", got)
+	}
+	junk := strings.Repeat("J", 32<<10)
+	for _, tc := range []struct {
+		name, id string
+		meta     map[string]any
+	}{
+		{"32 KiB under an unknown _meta key", "big-meta-value", map[string]any{"example.com/junk": junk}},
+		{"1,000 unknown _meta keys", "big-meta-keys", manyKeys(1_000)},
+		{"a 32 KiB traceparent", "big-traceparent", map[string]any{"traceparent": "00-" + junk}},
 	} {
 		t.Run(tc.name+" is ignored and not recorded", func(t *testing.T) {
 			start := time.Now()

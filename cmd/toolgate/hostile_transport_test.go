@@ -321,7 +321,7 @@ func TestHostileConnections(t *testing.T) {
 		return err
 	}
 
-	t.Run("connections beyond max_connections wait unaccepted while calls go on, and idle ones are closed", func(t *testing.T) {
+	t.Run("at max_connections a new connection is served in place of an idle one that never made a call", func(t *testing.T) {
 		conn := hostileConn(t, srv.addr)
 		if err := call(conn); err != nil {
 			t.Fatalf("first call: %v", err)
@@ -336,25 +336,23 @@ func TestHostileConnections(t *testing.T) {
 			idle, idleFr = append(idle, c), append(idleFr, fr)
 		}
 		extra, extraFr := rawHTTP2(t, srv.addr, true)
-		if _, err := readUntil(extra, extraFr, 500*time.Millisecond, isSettings); !isTimeout(err) {
-			t.Fatalf("the connection beyond max_connections was served (%v)", err)
+		if _, err := readUntil(extra, extraFr, 5*time.Second, isSettings); err != nil {
+			t.Fatalf("the connection beyond max_connections was not served: %v", err)
+		}
+		if _, err := readUntil(idle[0], idleFr[0], 5*time.Second, func(http2.Frame) bool { return false }); isTimeout(err) {
+			t.Fatal("the oldest idle connection, which never made a call, is still open")
+		}
+		if _, err := readUntil(idle[1], idleFr[1], 300*time.Millisecond, func(http2.Frame) bool { return false }); !isTimeout(err) {
+			t.Fatalf("a second idle connection was closed too (%v)", err)
 		}
 		if err := call(conn); err != nil {
-			t.Fatalf("a call on the open connection while the cap is reached: %v", err)
+			t.Fatalf("a call on the connection that made one, at the cap: %v", err)
 		}
-		for i, c := range idle {
-			f, err := readUntil(c, idleFr[i], 10*time.Second, isGoAway)
-			if err != nil {
-				t.Fatalf("idle connection %d was not sent GOAWAY within 10s: %v", i, err)
-			}
-			t.Logf("idle connection %d: %v", i, f)
-			if _, err := readUntil(c, idleFr[i], 10*time.Second, func(http2.Frame) bool { return false }); isTimeout(err) {
-				t.Fatalf("idle connection %d still open after GOAWAY", i)
-			}
+		f, err := readUntil(idle[1], idleFr[1], 10*time.Second, isGoAway)
+		if err != nil {
+			t.Fatalf("the remaining idle connection was not sent GOAWAY within 10s: %v", err)
 		}
-		if _, err := readUntil(extra, extraFr, 10*time.Second, isSettings); err != nil {
-			t.Fatalf("the waiting connection was not served once slots freed: %v", err)
-		}
+		t.Logf("idle connection: %v", f)
 	})
 
 	t.Run("a connection that never sends the HTTP/2 preface is closed after handshake_timeout", func(t *testing.T) {

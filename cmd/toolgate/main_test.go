@@ -91,9 +91,19 @@ func startServerEnv(t *testing.T, dir string, env []string, args ...string) *ser
 // within 30s.
 func launchServer(t *testing.T, dir string, env []string, args ...string) (*server, error) {
 	t.Helper()
+	return launchWrapped(t, dir, env, nil, args...)
+}
+
+// launchWrapped is launchServer running the binary through wrap (a
+// command and its arguments, the binary's path and its arguments
+// appended), as a shell that sets a resource limit first.
+func launchWrapped(t *testing.T, dir string, env, wrap []string, args ...string) (*server, error) {
+	t.Helper()
 	// The admin listener takes a free port too: a fixed one would clash
 	// between servers. A test's own --admin-listen comes later and wins.
-	cmd := exec.Command(toolgateBin, append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
+	argv := append([]string{toolgateBin, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)
+	argv = append(append([]string(nil), wrap...), argv...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()

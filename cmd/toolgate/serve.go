@@ -188,7 +188,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(g.LimitListener(lis)) }()
 	log.Info("toolgate serving", "addr", lis.Addr().String(), "version", gateway.Version,
-		"policies", cfg.Policies.Dir, "evidence", cfg.Evidence.URL, "auth", len(cfg.Auth.Keys) > 0, "tls", cfg.TLS.Enabled())
+		"policies", cfg.Policies.Dir, "evidence", cfg.Evidence.URL, "auth", len(cfg.Auth.Keys) > 0, "tls", cfg.TLS.Enabled(),
+		"max_connections", g.Connections().Max())
 
 	select {
 	case err := <-served:

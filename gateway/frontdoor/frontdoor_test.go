@@ -86,6 +86,7 @@ func TestDoorValidationNamesTheKey(t *testing.T) {
 	}{
 		{"a listen address without a port", "  echo: {listen: localhost}\n", `config: front_doors.echo.listen "localhost"`},
 		{"a negative body cap", "  echo: {listen: 127.0.0.1:1, max_body_bytes: -1}\n", `config: front_doors.echo.max_body_bytes`},
+		{"a body cap no call fits", "  echo: {listen: 127.0.0.1:1, max_body_bytes: 16777216}\n", `config: front_doors.echo.max_body_bytes 16777216: at most 1114112`},
 		{"an origin with a path", "  echo: {listen: 127.0.0.1:1, cors_origins: ['https://a.example/x']}\n", `config: front_doors.echo.cors_origins`},
 		{"a kind's own key", "  echo: {listen: 127.0.0.1:1, routes: []}\n", `config: front_doors.echo.routes`},
 		{"any origin without keys", "  echo: {listen: 127.0.0.1:1, cors_origins: ['*']}\n", `config: front_doors.echo.cors_origins: "*" without auth.keys`},

@@ -24,10 +24,14 @@ import (
 
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/telemetry"
+	"github.com/toolgate/toolgate/internal/argsize"
 )
 
-// DefaultMaxBodyBytes caps a request body when a door sets no cap.
-const DefaultMaxBodyBytes int64 = 2 << 20
+// DefaultMaxBodyBytes caps a request body when a door sets no cap: the
+// largest body a call can come out of (argsize.MaxBodyBytes, the
+// arguments' 1 MiB and a 64 KiB envelope), which is also the most any
+// door's max_body_bytes may be.
+const DefaultMaxBodyBytes int64 = argsize.MaxBodyBytes
 
 // Server limits of every door listener. There is no write timeout: a call
 // bounds itself (driver timeouts), and a reply may follow a long tool run.
@@ -58,7 +62,8 @@ type Listener struct {
 	// or token all the same); without, no origin: any web page
 	// could otherwise drive the gateway from a browser on this host.
 	CORSOrigins []string `yaml:"cors_origins"`
-	// MaxBodyBytes caps a request's body (the door's default, else 2 MiB).
+	// MaxBodyBytes caps a request's body (default and most: 1 MiB +
+	// 64 KiB, DefaultMaxBodyBytes; a door may default lower).
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 }
 
@@ -85,6 +90,10 @@ func (l Listener) Validate() error {
 	}
 	if l.MaxBodyBytes < 0 {
 		return errors.New("max_body_bytes: must not be negative (0: the door's default)")
+	}
+	if l.MaxBodyBytes > DefaultMaxBodyBytes {
+		return fmt.Errorf("max_body_bytes %d: at most %d, the arguments' limit of %d bytes plus %d for the protocol's fields: "+
+			"no call can come out of a larger body", l.MaxBodyBytes, DefaultMaxBodyBytes, argsize.MaxBytes, argsize.EnvelopeBytes)
 	}
 	for _, o := range l.CORSOrigins {
 		if o == "*" {
@@ -127,8 +136,13 @@ type Plumbing struct {
 	// Origins are the browser origins let through (see
 	// Listener.CORSOrigins); nil takes the default for Keys.
 	Origins []string
-	// MaxBodyBytes caps each body; 0 is DefaultMaxBodyBytes.
+	// MaxBodyBytes caps each body; 0, or more than DefaultMaxBodyBytes,
+	// is DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// Budget, when set, bounds the body bytes read at once across every
+	// address (see BodyBudget); a read beyond it fails with
+	// ErrBodyBudget, which a door answers 503.
+	Budget *BodyBudget
 	// Logger gets a debug line per request (its route pattern, never its
 	// path, which may hold a key).
 	Logger *slog.Logger
@@ -159,7 +173,8 @@ func (p Plumbing) authRequired() bool {
 //     forms are given they must carry the same key; a bearer header that
 //     is no API key goes to the Verifiers, a path key never does;
 //   - an unauthenticated request's body cannot be read at all, an
-//     authenticated one's is capped;
+//     authenticated one's is capped, and counted against the Budget while
+//     the door's handler runs;
 //   - the path is cleaned (doubled slashes, dot segments) and served
 //     without a redirect, which would cost a round trip and could echo a
 //     key in a Location header;
@@ -179,7 +194,7 @@ func (p Plumbing) Wrap(next http.Handler) http.Handler {
 		origins = []string{"*"}
 	}
 	limit := p.MaxBodyBytes
-	if limit == 0 {
+	if limit <= 0 || limit > DefaultMaxBodyBytes {
 		limit = DefaultMaxBodyBytes
 	}
 	log := p.Logger
@@ -208,11 +223,13 @@ func (p Plumbing) Wrap(next http.Handler) http.Handler {
 		p.Telemetry.ObserveStage(telemetry.StageAuth, authEnd.Sub(authStart))
 		r2.Header.Del("Authorization")
 		body := &cappedBody{}
+		var budgeted *budgetedBody
 		if res.err != nil {
 			r2.Body = refusedBody{}
 			r2.ContentLength = 0
 		} else {
-			body.ReadCloser = http.MaxBytesReader(w, r2.Body, limit)
+			budgeted = &budgetedBody{ReadCloser: r2.Body, budget: p.Budget}
+			body.ReadCloser = http.MaxBytesReader(w, budgeted, limit)
 			r2.Body = body
 		}
 		// The caller's W3C trace context becomes the parent of the call's
@@ -225,6 +242,12 @@ func (p Plumbing) Wrap(next http.Handler) http.Handler {
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		start := time.Now()
 		next.ServeHTTP(rec, r2)
+		if budgeted != nil {
+			budgeted.releaseAll()
+			if budgeted.refused.Load() {
+				p.Telemetry.LimitHit(telemetry.LimitMaxConcurrentCalls)
+			}
+		}
 		if body.overCap.Load() || rec.status == http.StatusRequestEntityTooLarge {
 			p.Telemetry.LimitHit(telemetry.LimitMaxRequestBytes)
 		}
@@ -514,6 +537,7 @@ func Serve(ctx context.Context, cfg gateway.Config, g *gateway.Gateway, doors []
 		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	handlers := map[string]http.Handler{}
+	budget := NewBodyBudget(bodyBudget(cfg.Limits))
 	for _, a := range addrs {
 		mux, opened, err := mount(byAddr[a], Deps{Gateway: g, Logger: log})
 		s.doors = append(s.doors, opened...)
@@ -524,7 +548,7 @@ func Serve(ctx context.Context, cfg gateway.Config, g *gateway.Gateway, doors []
 		if err != nil {
 			return nil, errors.Join(err, closeDoors(s.doors))
 		}
-		p.Telemetry = g.Telemetry()
+		p.Telemetry, p.Budget = g.Telemetry(), budget
 		handlers[a] = p.Wrap(mux)
 	}
 	for _, a := range addrs {
@@ -533,6 +557,17 @@ func Serve(ctx context.Context, cfg gateway.Config, g *gateway.Gateway, doors []
 		}
 	}
 	return s, nil
+}
+
+// bodyBudget is the bytes of bodies the doors may hold at once:
+// limits.max_concurrent_calls bodies at the largest limit, so that the
+// doors read no more in parallel than the gateway runs calls.
+func bodyBudget(l gateway.LimitsConfig) int64 {
+	calls := l.MaxConcurrentCalls
+	if calls <= 0 {
+		calls = gateway.DefaultLimits().MaxConcurrentCalls
+	}
+	return int64(calls) * DefaultMaxBodyBytes
 }
 
 // plumbingFor merges the HTTP settings of the doors sharing one address:
@@ -585,8 +620,10 @@ func (s *Servers) listen(ctx context.Context, addr string, h http.Handler, g *ga
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		// The gateway's connection limit sheds idle connections first.
+		ConnState:   g.Connections().HTTPConnState,
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	s.listeners[addr] = lis.Addr()
 	s.servers = append(s.servers, srv)

@@ -15,6 +15,7 @@ import (
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/frontdoor/doortest"
+	"github.com/toolgate/toolgate/internal/argsize"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -83,4 +84,31 @@ func BenchmarkFrontDoor(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/operation")
 		})
 	}
+}
+
+// BenchmarkDoorOversizedBody: what one request costs the process, from a
+// one-operation batch (the baseline) and a batch whose arguments are at their limit to
+// bodies far over it, declared or chunked. The oversized ones must cost a
+// small multiple of the limit (x-limit/op), not of the body.
+func BenchmarkDoorOversizedBody(b *testing.B) {
+	g, auth := benchGateway(b)
+	door, err := New(g, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	door.Routes(mux)
+	hs := httptest.NewServer(frontdoor.Plumbing{Keys: frontdoor.Keys(auth)}.Wrap(mux))
+	b.Cleanup(hs.Close)
+	limit := frontdoor.DefaultMaxBodyBytes
+	batch := func(pad string) []byte {
+		return []byte(`{"protocolVersion":"1.0","operations":[{"type":"readFile","path":"a.txt","pad":` + pad + `}]}`)
+	}
+	doortest.BenchBodies(b, hs.URL+"/v1/runs/bench/operations", nil, limit, []doortest.BodyCase{
+		{Name: "small", Body: []byte(`{"protocolVersion":"1.0","operations":[{"type":"readFile","path":"a.txt"}]}`), Status: http.StatusOK},
+		{Name: "args-at-limit", Body: batch(doortest.Pad(argsize.MaxBytes - 64)), Status: http.StatusOK},
+		{Name: "16MiB", Body: batch(doortest.Pad(16 << 20)), Status: http.StatusRequestEntityTooLarge},
+		{Name: "16MiB-chunked", Body: batch(doortest.Pad(16 << 20)), Chunked: true, Status: http.StatusRequestEntityTooLarge},
+		{Name: "100k-values", Body: batch(doortest.Zeros(100_000)), Status: http.StatusRequestEntityTooLarge},
+	})
 }

@@ -13,8 +13,10 @@ import (
 const Name = "agent_spaces"
 
 // DefaultMaxBodyBytes caps a request body unless max_body_bytes says
-// otherwise: a batch of files may be large.
-const DefaultMaxBodyBytes = 16 << 20
+// otherwise: what every door takes at most, the arguments' limit plus an
+// envelope. A batch's operations share it, so files larger together are
+// sent in several batches.
+const DefaultMaxBodyBytes = frontdoor.DefaultMaxBodyBytes
 
 // Limits of the configuration keys.
 const (
@@ -52,8 +54,8 @@ func init() {
 	frontdoor.Register(frontdoor.Kind{Name: Name, New: func() frontdoor.Config { return defaultConfig() }})
 }
 
-// BodyLimit implements frontdoor.HTTPSettings: max_body_bytes, 16 MiB by
-// default.
+// BodyLimit implements frontdoor.HTTPSettings: max_body_bytes, 1 MiB +
+// 64 KiB by default and at most.
 func (c *Config) BodyLimit() int64 {
 	if c.MaxBodyBytes == 0 {
 		return DefaultMaxBodyBytes

@@ -23,7 +23,7 @@ func TestOneLineTurnsTheDoorOnWithItsDefaults(t *testing.T) {
 		t.Fatalf("%v %v", doors, err)
 	}
 	c := doors[0].Config.(*Config)
-	if c.Driver != "workspace" || c.MaxOperations != 256 || c.PausedBatches != 1024 || c.BodyLimit() != 16<<20 {
+	if c.Driver != "workspace" || c.MaxOperations != 256 || c.PausedBatches != 1024 || c.BodyLimit() != frontdoor.DefaultMaxBodyBytes {
 		t.Errorf("defaults %+v", c)
 	}
 	if doors, err := loadDoors(t, "{}"); err != nil || len(doors) != 0 {

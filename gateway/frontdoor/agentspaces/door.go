@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -263,11 +262,11 @@ func (d *Door) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			Events: []Event{errorEvent(d.opts.Now(), "", categoryPolicy, "missing or unknown API key", nil)}}, http.StatusUnauthorized)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, d.opts.MaxBodyBytes))
+	body, err := frontdoor.ReadBody(w, r, d.opts.MaxBodyBytes)
 	if err != nil {
-		code, msg := httpMalformed, "body: "+err.Error()
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			code, msg = http.StatusRequestEntityTooLarge, fmt.Sprintf("body: more than %d bytes", d.opts.MaxBodyBytes)
+		code, msg := httpMalformed, err.Error()
+		if be, ok := errors.AsType[*frontdoor.BodyError](err); ok && be.Status != http.StatusBadRequest {
+			code = be.Status
 		}
 		d.writeReply(w, Reply{ProtocolVersion: protocolVersion, RunID: runID, Status: statusError,
 			Events: []Event{errorEvent(d.opts.Now(), "", categoryValidation, msg, nil)}}, code)

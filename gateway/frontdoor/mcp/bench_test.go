@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/frontdoor/doortest"
+	"github.com/toolgate/toolgate/internal/argsize"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -212,4 +213,25 @@ func BenchmarkToolsList1000(b *testing.B) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+// BenchmarkDoorOversizedBody: what one request costs the process, from a
+// small tools/call (the baseline) and one whose arguments are at their limit to bodies far
+// over it, declared or chunked. The oversized ones must cost a small
+// multiple of the limit (x-limit/op), not of the body.
+func BenchmarkDoorOversizedBody(b *testing.B) {
+	url := benchDoor(b, benchGateway(b))
+	limit := frontdoor.DefaultMaxBodyBytes
+	call := func(args string) []byte {
+		return []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"noop.run","arguments":` + args + `}}`)
+	}
+	header := http.Header{"Content-Type": {"application/json"}, "Accept": {"application/json, text/event-stream"},
+		"Mcp-Protocol-Version": {"2025-06-18"}}
+	doortest.BenchBodies(b, url, header, limit, []doortest.BodyCase{
+		{Name: "small", Body: call(benchArgs), Status: http.StatusOK},
+		{Name: "args-at-limit", Body: call(`{"s":` + doortest.Pad(argsize.MaxBytes-64) + `}`), Status: http.StatusOK},
+		{Name: "4MiB", Body: call(`{"s":` + doortest.Pad(4<<20) + `}`), Status: http.StatusRequestEntityTooLarge},
+		{Name: "16MiB-chunked", Body: call(`{"s":` + doortest.Pad(16<<20) + `}`), Chunked: true, Status: http.StatusRequestEntityTooLarge},
+		{Name: "100k-values", Body: call(`{"s":` + doortest.Zeros(100_000) + `}`), Status: http.StatusRequestEntityTooLarge},
+	})
 }

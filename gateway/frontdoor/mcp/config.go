@@ -22,8 +22,10 @@ const Path = "/mcp"
 
 // Defaults of the section, in one place.
 const (
-	// DefaultMaxBodyBytes is max_body_bytes when unset: the SDK's own cap.
-	DefaultMaxBodyBytes int64 = 4 << 20
+	// DefaultMaxBodyBytes is max_body_bytes when unset: the most any door
+	// takes, the arguments' limit plus an envelope for the JSON-RPC
+	// fields and _meta.
+	DefaultMaxBodyBytes = frontdoor.DefaultMaxBodyBytes
 	// DefaultListTTL is list_ttl when unset: the default policy reload
 	// interval, so that a client's cached list is no staler than policy.
 	DefaultListTTL = 2 * time.Second
@@ -47,7 +49,7 @@ func init() {
 // newConfig.
 type Config struct {
 	// Listener holds listen (unset: the door is off), cors_origins and
-	// max_body_bytes (default 4 MiB), with the rules every door shares.
+	// max_body_bytes (default and most 1 MiB + 64 KiB), with the rules every door shares.
 	frontdoor.Listener `yaml:",inline"`
 	// PolicyRef is the policy set tools/list and tools/call are decided
 	// by (default "": policy.default). A caller may name another set it

@@ -24,7 +24,7 @@ func TestOneLineTurnsTheDoorOnWithItsDefaults(t *testing.T) {
 		t.Fatalf("%v %v", doors, err)
 	}
 	c := doors[0].Config.(*Config)
-	if c.BodyLimit() != 4<<20 || c.ListTTL != 2*time.Second || c.PolicyRef != "" || c.StateKeyFile != "" ||
+	if c.BodyLimit() != frontdoor.DefaultMaxBodyBytes || c.ListTTL != 2*time.Second || c.PolicyRef != "" || c.StateKeyFile != "" ||
 		c.ApprovalURL != "" || c.ApprovalTools {
 		t.Errorf("defaults %+v", c)
 	}
@@ -42,6 +42,7 @@ func TestBadSettingsNameTheirKey(t *testing.T) {
 		{"{listen: 127.0.0.1:8788, approval_url: 'ftp://x/{approval_id}'}", "front_doors.mcp.approval_url"},
 		{"{listen: 127.0.0.1:8788, approval_url: 'https://x/approvals'}", "front_doors.mcp.approval_url"},
 		{"{listen: 127.0.0.1:8788, max_body_bytes: -1}", "front_doors.mcp.max_body_bytes"},
+		{"{listen: 127.0.0.1:8788, max_body_bytes: 4194304}", "front_doors.mcp.max_body_bytes 4194304: at most"},
 		{"{listen: 127.0.0.1:8788, path: /other}", "path"},
 		{"{listen: 0.0.0.0:8788}", "front_doors.mcp.listen"},
 	} {

@@ -1,8 +1,10 @@
 package mcpdoor
 
 import (
-	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -172,7 +174,13 @@ func (d *Door) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method == http.MethodPost {
-		body := bufio.NewReader(r.Body)
+		// The body is read and its shape checked here, under the doors'
+		// budget, before the SDK decodes it (twice) into messages.
+		body, err := frontdoor.ReadBody(w, r, d.cfg.BodyLimit())
+		if err != nil {
+			refuseBody(w, err)
+			return
+		}
 		if isBatch(body) {
 			// The SDK still serves batches to 2025-03-26 clients and to
 			// requests without MCP-Protocol-Version: one POST would run
@@ -183,10 +191,7 @@ func (d *Door) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.WriteString(w, batchRefusedBody)
 			return
 		}
-		r.Body = struct {
-			io.Reader
-			io.Closer
-		}{body, r.Body}
+		r.Body = io.NopCloser(bytes.NewReader(body))
 	}
 	// 2026-07-28 names the method in a header the SDK checks against the
 	// body; a listen sent without it is answered, as JSON, when it ends.
@@ -198,20 +203,30 @@ func (d *Door) serveHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // isBatch reports whether the body's first non-space byte opens a JSON
-// array; it consumes only the spaces before it.
-func isBatch(body *bufio.Reader) bool {
-	for {
-		c, err := body.Peek(1)
-		if err != nil {
-			return false
-		}
-		switch c[0] {
-		case ' ', '\t', '\r', '\n':
-			_, _ = body.Discard(1)
-		default:
-			return c[0] == '['
-		}
+// array.
+func isBatch(body []byte) bool {
+	rest := bytes.TrimLeft(body, " \t\r\n")
+	return len(rest) > 0 && rest[0] == '['
+}
+
+// refuseBody answers a body frontdoor.ReadBody refused: its HTTP status
+// and a JSON-RPC error with id null, as the body was not decoded
+// (invalid request; -32000, a server error, when the doors' body budget
+// is spent and the client should retry).
+func refuseBody(w http.ResponseWriter, err error) {
+	status := http.StatusBadRequest
+	if be, ok := errors.AsType[*frontdoor.BodyError](err); ok {
+		status = be.Status
 	}
+	code := -32600
+	if status == http.StatusServiceUnavailable {
+		code = -32000
+		w.Header().Set("Retry-After", "1")
+	}
+	msg, _ := json.Marshal(err.Error())
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":%d,"message":%s}}`+"\n", code, msg)
 }
 
 // batchRefusedBody is the JSON-RPC error (invalid request) a batch gets.

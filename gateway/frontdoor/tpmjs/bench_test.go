@@ -15,6 +15,7 @@ import (
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/frontdoor/doortest"
+	"github.com/toolgate/toolgate/internal/argsize"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -148,3 +149,22 @@ func post(b *testing.B, client *http.Client, url, key string, body []byte) []byt
 }
 
 // grpcClient serves g over gRPC on loopback and returns a client.
+
+// BenchmarkDoorOversizedBody: what one request costs the process, from a
+// small call (the baseline) and a call whose arguments are at their limit to bodies far
+// over it, declared or chunked. The oversized ones must cost a small
+// multiple of the limit (x-limit/op), not of the body.
+func BenchmarkDoorOversizedBody(b *testing.B) {
+	url := doorServer(b, benchGateway(b)) + "/execute-tool"
+	limit := frontdoor.DefaultMaxBodyBytes
+	call := func(params string) []byte {
+		return []byte(`{"packageName":"@bench/noop","name":"run","version":"1.0.0","params":` + params + `}`)
+	}
+	doortest.BenchBodies(b, url, http.Header{"Content-Type": {"application/json"}}, limit, []doortest.BodyCase{
+		{Name: "small", Body: call(benchParams), Status: http.StatusOK},
+		{Name: "args-at-limit", Body: call(`{"s":` + doortest.Pad(argsize.MaxBytes-64) + `}`), Status: http.StatusOK},
+		{Name: "2MiB", Body: call(`{"s":` + doortest.Pad(2<<20) + `}`), Status: http.StatusRequestEntityTooLarge},
+		{Name: "16MiB-chunked", Body: call(`{"s":` + doortest.Pad(16<<20) + `}`), Chunked: true, Status: http.StatusRequestEntityTooLarge},
+		{Name: "100k-values", Body: call(`{"s":` + doortest.Zeros(100_000) + `}`), Status: http.StatusRequestEntityTooLarge},
+	})
+}

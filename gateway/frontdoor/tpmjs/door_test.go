@@ -3,6 +3,7 @@ package tpmjsdoor
 import (
 	"context"
 	"fmt"
+	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"net/http"
 	"regexp"
 	"strings"
@@ -123,7 +124,7 @@ func TestInfoAdvertisesCapabilities(t *testing.T) {
 	a := do(t, "GET", e.serve(nil)+"/info", "", nil)
 	caps, _ := a.body["capabilities"].(map[string]any)
 	if a.body["protocolVersion"] != "1.0" || a.body["name"] != "Toolgate" || caps["isolation"] != "process" ||
-		caps["maxRequestBodyBytes"] != float64(2<<20) || caps["maxExecutionTimeMs"] != float64(120000) ||
+		caps["maxRequestBodyBytes"] != float64(frontdoor.DefaultMaxBodyBytes) || caps["maxExecutionTimeMs"] != float64(120000) ||
 		caps["supportsStreaming"] != false {
 		t.Fatalf("info = %s", a.raw)
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/frontdoor"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -229,15 +230,9 @@ func (d *Door) execute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set(headerIdempotencyKey, id)
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, d.maxBody))
+	body, err := frontdoor.ReadBody(w, r, d.maxBody)
 	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			d.writeError(w, http.StatusRequestEntityTooLarge, "INVALID_REQUEST",
-				fmt.Sprintf("body: larger than %d bytes", d.maxBody), elapsed())
-			return
-		}
-		d.writeError(w, http.StatusBadRequest, "INVALID_REQUEST", "body: "+err.Error(), elapsed())
+		d.writeBodyError(w, err, elapsed())
 		return
 	}
 	req, err := d.prepareCall(id, body, r.Header)
@@ -251,6 +246,23 @@ func (d *Door) execute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.writeJSON(w, http.StatusOK, replyOf(id, req.tool, resp, elapsed()))
+}
+
+// writeBodyError answers a body ReadBody refused, with its status: 413
+// and 400 as INVALID_REQUEST, 503 (the doors' body budget) as the
+// protocol's EXECUTOR_BUSY, which clients retry.
+func (d *Door) writeBodyError(w http.ResponseWriter, err error, ms int64) {
+	status, code, msg := http.StatusBadRequest, "INVALID_REQUEST", err.Error()
+	if be, ok := errors.AsType[*frontdoor.BodyError](err); ok {
+		status = be.Status
+	}
+	switch status {
+	case http.StatusServiceUnavailable:
+		code = "EXECUTOR_BUSY"
+	case http.StatusUnauthorized:
+		code = "UNAUTHORIZED"
+	}
+	d.writeError(w, status, code, msg, ms)
 }
 
 // preparedCall is a request mapped onto RunTool.
