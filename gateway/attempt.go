@@ -200,7 +200,9 @@ func (g *Gateway) dispatch(ctx, pre context.Context, p *prepared, rec *recorder)
 func (g *Gateway) runDispatched(ctx context.Context, p *prepared, rec *recorder, resp *toolgatev1.RunToolResponse, decision policy.Decision, log *slog.Logger) (*toolgatev1.RunToolResponse, error) {
 	// The driver gets the caller's deadline but not its cancellation, for
 	// the same reason the evidence writes do; a nested call, though, ends
-	// with the sandbox session that made it.
+	// with the sandbox session that made it. A driver whose tool goes on
+	// without its caller (a TPMJS executor) waits past that deadline for
+	// the tool's own result, which is what is recorded.
 	dctx := ctx
 	switch {
 	case p.c.ParentRequestID != "":
