@@ -8,7 +8,9 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +20,91 @@ import (
 
 	"github.com/toolgate/toolgate/evidence"
 )
+
+// TestFaultRetriesRacingCompletions: many callers retry each request, on
+// two replicas sharing a MinIO bucket, while it completes, so that retries
+// read the request just as its response and then its manifest land. A
+// retry may be told the request is in flight; it must never be told the
+// request is final and to use a new request_id while its response is
+// stored (a caller following that advice runs the tool again), and each
+// tool runs once.
+func TestFaultRetriesRacingCompletions(t *testing.T) {
+	const finding = "class 7a (a retry racing a completion)"
+	r := startReplicas(t)
+	const ids, callersPerID = 24, 4
+	type told struct {
+		id string
+		a  answer
+	}
+	var mu sync.Mutex
+	var final []told
+	var wg sync.WaitGroup
+	for i := range ids {
+		req := countRequest(t, fmt.Sprintf("race-%02d", i), "sleep 0.05")
+		for c := range callersPerID {
+			client := r.a
+			if c%2 == 1 {
+				client = r.b
+			}
+			wg.Go(func() {
+				// Retry while in flight, as a caller does, until the
+				// request has its answer or a final refusal.
+				for deadline := time.Now().Add(faultSettle); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+					a := callWithin(client, req, faultCallDeadline)
+					if retryLater(a.err) {
+						continue
+					}
+					mu.Lock()
+					final = append(final, told{req.RequestId, a})
+					mu.Unlock()
+					return
+				}
+			})
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	if len(final) != ids*callersPerID {
+		t.Fatalf("%s: %d of %d callers got an answer within %v", finding, len(final), ids*callersPerID, faultSettle)
+	}
+	first := map[string]answer{}
+	for _, f := range final {
+		if f.a.err != nil {
+			st := inspect(t, r.bucket, f.id)
+			if st.response != nil {
+				t.Errorf("%s: %s: a caller was told %v, though its response is stored", finding, f.id, f.a)
+			} else {
+				t.Errorf("%s: %s: a caller was told %v", finding, f.id, f.a)
+			}
+			continue
+		}
+		if prev, ok := first[f.id]; ok {
+			sameStory(t, finding+": "+f.id, prev, f.a)
+		} else {
+			first[f.id] = f.a
+		}
+	}
+	for i := range ids {
+		id := fmt.Sprintf("race-%02d", i)
+		if n := runsOf(t, r.dir, id); n != 1 {
+			t.Errorf("%s: %s: the tool ran %d times, want once", finding, id, n)
+		}
+	}
+	settled(t, finding, r.dir, r.minio.Env(), r.url, r.bucket)
+}
+
+// retryLater reports whether err tells a caller to retry the same
+// request_id later (in flight, over the concurrency limit, the store slow
+// on a loaded machine) rather than that the request is final.
+func retryLater(err error) bool {
+	switch status.Code(err) {
+	case codes.Aborted:
+		return !strings.Contains(status.Convert(err).Message(), "new request_id")
+	case codes.ResourceExhausted, codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return false
+}
 
 // TestFaultNotDispatchedSurvivesKill: the store takes the dispatch marker
 // only after the gateway gave up on it (a write that timed out and landed),
