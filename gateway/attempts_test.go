@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"slices"
@@ -529,6 +530,17 @@ func TestANotDispatchedCloseOutlivesTheProcess(t *testing.T) {
 			wantCode(t, err, codes.Unavailable, tc.firstSays)
 			if !tc.spool {
 				return
+			}
+			// An auditor who reads the spool beside the store sees the
+			// close win over the marker it follows.
+			spool, err := evidence.OpenSpool(o.spoolDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := evidence.Verify(context.Background(), store, "r1", evidence.VerifyOptions{Spool: spool, TrustedKeys: []ed25519.PublicKey{signer.PublicKey()}})
+			spool.Close()
+			if err != nil || rep.Status != evidence.StatusNotDispatched {
+				t.Fatalf("verify with the spool: %s %v (%v), want %s", rep.Status, rep.Problems, err, evidence.StatusNotDispatched)
 			}
 			restarted := newEnv(t, o)
 			resp := restarted.mustCall("r1", "flip.run", nil)
