@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,7 +73,7 @@ func retryUntilStored(t *testing.T, e *tpmjsEnv, id string) *toolgatev1.RunToolR
 			return resp
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("retry of %s: still %v after 15s", id, errors.Unwrap(err))
+			t.Fatalf("retry of %s: still %v after 15s", id, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
