@@ -10,10 +10,12 @@ import (
 )
 
 // Spool keeps artifacts on local disk that could not be written to the
-// primary store, until Flush moves them there. A gateway spools only the
-// artifacts of a request whose tool has already run: losing them would lose
+// primary store, until Flush moves them there. A gateway spools the
+// artifacts of a request whose tool has already run (losing them would lose
 // the record of something that happened, while failing the call would not
-// undo it.
+// undo it), and the close of an attempt it told its caller ran nothing
+// after its dispatch marker may have been stored (without the close, a
+// restart would take that attempt for one that ran).
 //
 // A Spool is a FileStore with the same layout as the store it stands in for,
 // so it is also a Store (for replays and for verification of pending
@@ -115,6 +117,13 @@ func (s *Spool) Flush(ctx context.Context, dst Store) (int, error) {
 	return flushed, errors.Join(conflicts...)
 }
 
+// FlushOne moves one spooled artifact, key, to dst as Flush does, for a
+// reader that must see it in dst before it acts. It returns an error
+// wrapping ErrNotExist when key is not spooled.
+func (s *Spool) FlushOne(ctx context.Context, dst Store, key string) error {
+	return s.moveOne(ctx, dst, key)
+}
+
 var errConflict = errors.New("evidence: spooled artifact conflicts with the stored one")
 
 func (s *Spool) moveOne(ctx context.Context, dst Store, key string) error {
@@ -142,7 +151,8 @@ func (s *Spool) moveOne(ctx context.Context, dst Store, key string) error {
 // remove deletes a flushed artifact and syncs its directory, so a restart
 // does not upload it again.
 func (s *Spool) remove(key string) error {
-	if err := s.files.root.Remove(key); err != nil {
+	// A concurrent Flush may have removed it first.
+	if err := s.files.root.Remove(key); err != nil && !isNotExist(err) {
 		return fmt.Errorf("evidence: spool: remove %q: %w", key, err)
 	}
 	dir := path.Dir(key)

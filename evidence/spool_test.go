@@ -117,3 +117,53 @@ func TestSpoolSurvivesReopen(t *testing.T) {
 		t.Fatalf("Flush after reopening = %d, %v", n, err)
 	}
 }
+
+// TestSpoolFlushOne: a reader that must see one spooled record in the
+// store moves it alone; a key not spooled, or spooled and moved already,
+// is ErrNotExist.
+func TestSpoolFlushOne(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const key, other = "requests/r1/not_dispatched.json", "requests/r1/response.json"
+	tests := []struct {
+		name    string
+		prepare func(t *testing.T, sp *Spool, dst Store)
+		key     string
+		wantErr error
+	}{
+		{"moves the key and nothing else", nil, key, nil},
+		{"a key not spooled", nil, "requests/r2/not_dispatched.json", ErrNotExist},
+		{"already moved by another flush", func(t *testing.T, sp *Spool, dst Store) {
+			if err := sp.FlushOne(ctx, dst, key); err != nil {
+				t.Fatal(err)
+			}
+		}, key, ErrNotExist},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sp := openTestSpool(t)
+			for _, k := range []string{key, other} {
+				if err := sp.Put(ctx, k, []byte(`{"k":"`+k+`"}`)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dst := NewMemoryStore()
+			if tc.prepare != nil {
+				tc.prepare(t, sp, dst)
+			}
+			if err := sp.FlushOne(ctx, dst, tc.key); !errors.Is(err, tc.wantErr) {
+				t.Fatalf("FlushOne = %v, want %v", err, tc.wantErr)
+			}
+			if _, err := dst.Get(ctx, key); err != nil && tc.key == key {
+				t.Fatalf("the key is not in the store: %v", err)
+			}
+			if _, err := dst.Get(ctx, other); !errors.Is(err, ErrNotExist) {
+				t.Errorf("another spooled key reached the store: %v", err)
+			}
+			if spooled, _ := sp.List(ctx, "requests/r1/"); !slices.Contains(spooled, other) {
+				t.Errorf("the spool lost the other key: %v", spooled)
+			}
+		})
+	}
+}

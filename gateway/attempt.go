@@ -201,9 +201,9 @@ func (g *Gateway) dispatch(ctx, pre context.Context, p *prepared, rec *recorder)
 		if code == codes.DeadlineExceeded {
 			reason = "the caller's deadline passed before dispatch"
 		}
-		rec.closeAttempt(ctx, reason)
-		return rec.failure(code, "request_id %q was not dispatched, nothing was executed (retry with the same request_id): %s",
-			p.c.RequestID, reason)
+		advice := rec.retryAdvice(rec.closeAttempt(ctx, reason))
+		return rec.failure(code, "request_id %q was not dispatched, nothing was executed (%s): %s",
+			p.c.RequestID, advice, reason)
 	}
 	return nil
 }
@@ -213,7 +213,9 @@ func (g *Gateway) dispatch(ctx, pre context.Context, p *prepared, rec *recorder)
 func (g *Gateway) runDispatched(ctx context.Context, p *prepared, rec *recorder, resp *toolgatev1.RunToolResponse, decision policy.Decision, log *slog.Logger) (*toolgatev1.RunToolResponse, error) {
 	// The driver gets the caller's deadline but not its cancellation, for
 	// the same reason the evidence writes do; a nested call, though, ends
-	// with the sandbox session that made it.
+	// with the sandbox session that made it. A driver whose tool goes on
+	// without its caller (a TPMJS executor) waits past that deadline for
+	// the tool's own result, which is what is recorded.
 	dctx := ctx
 	switch {
 	case p.c.ParentRequestID != "":
@@ -284,8 +286,8 @@ func (g *Gateway) driverFailed(ctx context.Context, p *prepared, rec *recorder, 
 	msg := rec.outputText(err.Error())
 	if errors.Is(err, drivers.ErrNotDispatched) && (nc == nil || len(nc.calls()) == 0) {
 		log.Warn("driver failed before dispatch; nothing ran", "driver", p.tool.Driver, "err", msg)
-		rec.closeAttempt(ctx, fmt.Sprintf("driver %s: %s", p.tool.Driver, msg))
-		return rec.failure(p.notRunCode(g.now()), "driver %s: %s; nothing was executed (retry with the same request_id)", p.tool.Driver, msg)
+		advice := rec.retryAdvice(rec.closeAttempt(ctx, fmt.Sprintf("driver %s: %s", p.tool.Driver, msg)))
+		return rec.failure(p.notRunCode(g.now()), "driver %s: %s; nothing was executed (%s)", p.tool.Driver, msg, advice)
 	}
 	log.Error("driver failed", "driver", p.tool.Driver, "err", msg)
 	cause := fmt.Errorf("driver %s: %s", p.tool.Driver, msg)
@@ -319,10 +321,12 @@ var errDispatchedElsewhere = errors.New("the attempt was dispatched by its owner
 // unknown), and not_dispatched.json closes the attempt after it. Otherwise
 // the attempt's owner dispatched it and errDispatchedElsewhere is returned.
 func (g *Gateway) closeAttempt(ctx context.Context, requestID string, n int, marked bool, encode func(name string, v any) ([]byte, error), reason string) (string, error) {
-	rec := evidence.DispatchRecord{
-		RequestID: requestID, Attempt: n, State: evidence.NotDispatched,
-		Reason: truncateText(reason, maxManifestError), Gateway: g.engineBase, At: g.now().UTC(),
-	}
+	return g.closeAttemptWith(ctx, g.closeRecord(requestID, n, reason), marked, encode)
+}
+
+// closeAttemptWith is closeAttempt writing rec.
+func (g *Gateway) closeAttemptWith(ctx context.Context, rec evidence.DispatchRecord, marked bool, encode func(name string, v any) ([]byte, error)) (string, error) {
+	requestID, n := rec.RequestID, rec.Attempt
 	slot := evidence.AttemptKey(requestID, n, evidence.ArtifactDispatch)
 	data, err := g.encodeSigned(slot, evidence.ArtifactDispatch, rec, encode)
 	if err != nil {
@@ -353,6 +357,15 @@ func (g *Gateway) closeAttempt(ctx context.Context, requestID string, n int, mar
 		return "", err
 	}
 	return after, nil
+}
+
+// closeRecord is the record that closes attempt n of a request as not
+// dispatched.
+func (g *Gateway) closeRecord(requestID string, n int, reason string) evidence.DispatchRecord {
+	return evidence.DispatchRecord{
+		RequestID: requestID, Attempt: n, State: evidence.NotDispatched,
+		Reason: truncateText(reason, maxManifestError), Gateway: g.engineBase, At: g.now().UTC(),
+	}
 }
 
 // encodeSigned encodes and signs a record that closes an attempt not

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"slices"
@@ -495,4 +496,58 @@ func mustList(t *testing.T, s evidence.Store, prefix string) []string {
 		t.Fatal(err)
 	}
 	return keys
+}
+
+// TestANotDispatchedCloseOutlivesTheProcess: the driver proves nothing
+// was sent after the dispatch marker is stored, and the store refuses the
+// close. With a spool the close waits there, and a gateway that never saw
+// the call (a restart: nothing in memory) runs the retry once; without
+// one, the caller is told that a restart would refuse the retry.
+func TestANotDispatchedCloseOutlivesTheProcess(t *testing.T) {
+	cases := []struct {
+		name      string
+		spool     bool
+		firstSays string
+	}{
+		{"spooled", true, "nothing was executed (retry with the same request_id)"},
+		{"no spool", false, "should this gateway restart first, the request is recorded interrupted"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			store, d := newFaultStore(), &flipDriver{fails: 1}
+			signer := testSigner(t, 1)
+			o := envOptions{
+				store: store, signer: signer, extra: map[string]drivers.Driver{"flip": d},
+				policies: map[string]string{"policy.default.cedar": `permit (principal, action, resource);`},
+			}
+			if tc.spool {
+				o.spoolDir = t.TempDir()
+			}
+			first := newEnv(t, o)
+			store.failNext(evidence.ArtifactNotDispatched, 1)
+			_, err := first.call(context.Background(), "r1", "flip.run", nil)
+			wantCode(t, err, codes.Unavailable, tc.firstSays)
+			if !tc.spool {
+				return
+			}
+			// An auditor who reads the spool beside the store sees the
+			// close win over the marker it follows.
+			spool, err := evidence.OpenSpool(o.spoolDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := evidence.Verify(context.Background(), store, "r1", evidence.VerifyOptions{Spool: spool, TrustedKeys: []ed25519.PublicKey{signer.PublicKey()}})
+			spool.Close()
+			if err != nil || rep.Status != evidence.StatusNotDispatched {
+				t.Fatalf("verify with the spool: %s %v (%v), want %s", rep.Status, rep.Problems, err, evidence.StatusNotDispatched)
+			}
+			restarted := newEnv(t, o)
+			resp := restarted.mustCall("r1", "flip.run", nil)
+			if !resp.GetOk() || d.ran.Load() != 1 {
+				t.Fatalf("retry after a restart: ok=%v, tool ran %d times; want ok and once", resp.GetOk(), d.ran.Load())
+			}
+			wantVerified(t, store, "r1", 2)
+		})
+	}
 }

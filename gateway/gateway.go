@@ -474,6 +474,9 @@ func (g *Gateway) resume(ctx context.Context, p *prepared, rec *recorder) (*tool
 		return nil, rec.failure(codes.Unavailable, "the attempts of request_id %q cannot be read: %v", id, err)
 	}
 	last := attempts[len(attempts)-1]
+	if last.State != evidence.NotDispatched && g.flushSpooledClose(ctx, id, last.Number) {
+		return g.resume(ctx, p, rec) // the attempt is closed now: judge it again
+	}
 	if g.closeAbandoned(ctx, id, keys, last) {
 		last.State = evidence.NotDispatched
 		if keys, err = g.store.List(ctx, evidence.RequestPrefix(id)); err != nil {

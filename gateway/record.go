@@ -579,11 +579,24 @@ func (r *recorder) putDispatch(ctx context.Context, state, reason string) error 
 }
 
 // closeAttempt closes the recorder's attempt as not dispatched (see
-// Gateway.closeAttempt). When the close cannot be written, recovery
-// writes it later: nothing of this attempt is in flight any more. The
-// error says whether the close was written now.
+// Gateway.closeAttempt). When the store refuses the close of an attempt
+// whose marker may be stored, the close goes to the spool: the caller is
+// about to be told nothing ran, and that must outlive this process. When
+// neither takes it, recovery writes it later, if this process lives that
+// long: nothing of this attempt is in flight any more. The error says
+// whether the close is durable now.
 func (r *recorder) closeAttempt(ctx context.Context, reason string) error {
-	key, err := r.g.closeAttempt(ctx, r.requestID, r.attempt, r.dispatched, r.redact, reason)
+	// One record for both: a close the store took after all, and its
+	// copy in the spool, must be the same bytes for the flush to agree.
+	closing := r.g.closeRecord(r.requestID, r.attempt, reason)
+	key, err := r.g.closeAttemptWith(ctx, closing, r.dispatched, r.redact)
+	if err != nil && r.dispatched {
+		if spooled, spoolErr := r.g.spoolClose(ctx, closing, r.redact); spoolErr == nil {
+			key, err = spooled, nil
+		} else {
+			err = fmt.Errorf("%w; the spool: %w", err, spoolErr)
+		}
+	}
 	if err != nil {
 		r.g.log.Error("could not close an attempt that was not dispatched; recovery will",
 			"request_id", r.requestID, "attempt", r.attempt, "err", err)
@@ -712,4 +725,21 @@ func nonNilCalls(s []evidence.NestedCallRecord) []evidence.NestedCallRecord {
 		return []evidence.NestedCallRecord{}
 	}
 	return s
+}
+
+// retryAdvice says what the caller of an attempt that ran nothing should
+// do, given closeErr, the outcome of closing it. An attempt closed
+// durably, or one whose marker was never written (recovery closes it from
+// what the store shows), may be retried with the same request id. The close of
+// one whose marker may be stored lives only in this process's memory when
+// neither the store nor the spool took it: should the gateway restart
+// before its recovery writes the close, the attempt counts as dispatched.
+func (r *recorder) retryAdvice(closeErr error) string {
+	if closeErr == nil || !r.dispatched {
+		return "retry with the same request_id"
+	}
+	msg, _ := r.redactor.String(closeErr.Error())
+	return "retry with the same request_id while this gateway runs; neither the evidence store nor the spool took the record " +
+		"that it did not run (" + msg + "), so should this gateway restart first, the request is recorded interrupted " +
+		"and only a new request_id runs it"
 }

@@ -158,15 +158,20 @@
 //
 // # Time limits
 //
-// A call gets the shortest of the context's deadline, Config.CallTimeout,
-// and the executor's advertised maxExecutionTimeMs (from /info) minus a
-// margin of 5 seconds (a quarter of the limit when that is less), so the
-// driver's deadline always comes before the executor's own kill. When that
-// time runs out the call ends with exit code 124 and Stderr
-// "EXECUTION_TIMEOUT: no complete answer from the executor within D (W)",
-// where W names the limit that ended it: the caller's deadline, the
-// driver's time limit, or the driver's time limit set below the executor's
-// advertised maximum. The driver keeps its own deadline because executors
+// A call gets the shorter of Config.CallTimeout and the executor's
+// advertised maxExecutionTimeMs (from /info) minus a margin of 5 seconds
+// (a quarter of the limit when that is less), so the driver's deadline
+// always comes before the executor's own kill. When that time runs out the
+// call ends with exit code 124 and Stderr "EXECUTION_TIMEOUT: no complete
+// answer from the executor within D (W)", where W names the limit that
+// ended it: the driver's time limit, or the driver's time limit set below
+// the executor's advertised maximum. The context's deadline bounds a call
+// only until it is sent (passing before that, it is an error marked
+// drivers.ErrNotDispatched): an executor runs a tool to its end whether or
+// not its client still waits, so a caller's deadline is not the tool's
+// end, and a timeout recorded at it would be false. Cancelling the context
+// abandons the call at any time, with an error saying that the tool may
+// still be running, never a Result. The driver keeps its own deadline because executors
 // do not report their own limits reliably. When an executor's own limit
 // ends a call anyway (its limit is not advertised, or its clock started
 // earlier), its answer is a timeout too, whatever code it wears: the Node

@@ -406,15 +406,31 @@ func (d *Driver) callLimit() (time.Duration, string) {
 }
 
 // post sends one request body to /execute-tool and maps the answer.
+//
+// ctx's deadline bounds the call only until it is sent: an executor runs a
+// tool to its end whether or not its client still waits, so once a byte
+// may have left, the end of ctx's time is not the end of the tool, and
+// the driver waits for the answer until its own limit. Cancelling ctx
+// abandons the call at any time (an error, never a Result).
 func (d *Driver) post(ctx context.Context, body []byte) exchange {
 	limit, why := d.callLimit()
-	budget := limit // the time the call really has, for the timeout message
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < budget {
-		budget, why = time.Until(dl), "the caller's deadline"
+	var conn connWatch
+	sent, abandon := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer abandon(nil)
+	stop := context.AfterFunc(ctx, func() {
+		// A transport that does not report connections may have sent
+		// the call at any time.
+		if errors.Is(ctx.Err(), context.Canceled) || d.reportsConns && !conn.got.Load() {
+			abandon(context.Cause(ctx))
+		}
+	})
+	defer stop()
+	if ctx.Err() != nil {
+		abandon(context.Cause(ctx)) // at once, not when AfterFunc's goroutine runs
 	}
-	callCtx, cancel := context.WithTimeoutCause(ctx, limit, errCallDeadline)
+	callCtx, cancel := context.WithTimeoutCause(sent, limit, errCallDeadline)
 	defer cancel()
-	ex := d.exchange(ctx, callCtx, body, budget, why)
+	ex := d.exchange(ctx, callCtx, &conn, body, limit, why)
 	ex.limit = limit
 	return ex
 }
@@ -422,8 +438,7 @@ func (d *Driver) post(ctx context.Context, body []byte) exchange {
 // exchange sends body within callCtx and reads the answer. A failure before
 // the request got a connection is an error marked drivers.ErrNotDispatched,
 // never a timeout Result: the executor never saw the call.
-func (d *Driver) exchange(ctx, callCtx context.Context, body []byte, budget time.Duration, why string) exchange {
-	var conn connWatch
+func (d *Driver) exchange(ctx, callCtx context.Context, conn *connWatch, body []byte, budget time.Duration, why string) exchange {
 	req, err := http.NewRequestWithContext(conn.context(callCtx), http.MethodPost, d.executeURL, bytes.NewReader(body))
 	if err != nil {
 		err = drivers.NotDispatched(fmt.Errorf("tpmjs %s: build request: %w; nothing was sent", d.name, err))
@@ -489,23 +504,22 @@ func (d *Driver) exchange(ctx, callCtx context.Context, body []byte, budget time
 }
 
 // interrupted turns a failed exchange whose context is done into its
-// outcome: the caller's cancellation is an error, running out of time (the
-// caller's deadline or the driver's own limit) a timeout Result. done is
-// false when the context is still live and the failure was the network's.
+// outcome: running out of the driver's own time a timeout Result; the
+// caller's cancellation, or its deadline passing just as the call may have
+// been sent, an error, since the tool may be running still and no result
+// of it is known. done is false when the context is still live and the
+// failure was the network's.
 func (d *Driver) interrupted(ctx, callCtx context.Context, budget time.Duration, why string) (ex exchange, done bool) {
 	if callCtx.Err() == nil {
 		return exchange{}, false
 	}
-	if errors.Is(ctx.Err(), context.Canceled) {
-		err := fmt.Errorf("tpmjs %s: call abandoned: %w", d.name, ctx.Err())
+	if !errors.Is(context.Cause(callCtx), errCallDeadline) {
+		err := fmt.Errorf("tpmjs %s: call abandoned (%w) after it may have been sent; the tool may still be running at the executor",
+			d.name, context.Cause(callCtx))
 		return exchange{err: err, problem: err.Error()}, true
 	}
-	whose := "the caller's deadline"
-	if errors.Is(context.Cause(callCtx), errCallDeadline) {
-		whose = why
-	}
 	r := failure(ExitTimeout, codeTimeout, fmt.Sprintf("no complete answer from the executor within %v (%s)",
-		budget.Round(time.Millisecond), whose))
+		budget.Round(time.Millisecond), why))
 	return exchange{result: r, problem: r.Stderr}, true
 }
 
