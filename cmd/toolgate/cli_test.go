@@ -263,7 +263,7 @@ func TestEveryCommandFamilyRunsInProcess(t *testing.T) {
 		{"evidence pubkey", nil, []string{"evidence", "pubkey", "--key", key}, exitOK, "-----BEGIN PUBLIC KEY-----"},
 		{"evidence ls of an empty store", nil, []string{"evidence", "ls", "--evidence", "file://" + store}, exitOK, "received_at\trequest_id"},
 		{"evidence verify of an empty store", nil, []string{"evidence", "verify", "--all", "--evidence", "file://" + store}, exitOK, "verified 0 requests"},
-		{"tools", map[string]string{"KEY": "k"}, []string{"tools", "--addr", toolsAddr, "--key-env", "KEY"}, exitOK, "workspace.readFile\tworkspace\t\treads a file\n"},
+		{"tools", map[string]string{"KEY": "k"}, []string{"tools", "--addr", toolsAddr, "--key-env", "KEY"}, exitOK, "workspace.readFile\tworkspace\t-\treads a file\n"},
 		{"approvals ls", nil, []string{"approvals", "ls", "--addr", addr}, exitOK, aprOne},
 		{"call of an unreachable gateway", nil, []string{"call", "--addr", "127.0.0.1:1", "--timeout", "2s", "--request-id", "r", "--tool", "t"}, exitError, ""},
 	}
