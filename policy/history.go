@@ -156,3 +156,34 @@ func sortedUnique(s []string) []string {
 	slices.Sort(s)
 	return slices.Compact(s)
 }
+
+// usesHistory reports whether p reads the history facts or labels
+// sessions. It looks for the words in the policy's text, so a string
+// literal holding one counts too: a false positive only keeps history for
+// nothing, never decides without it.
+func usesHistory(p *cedar.Policy) bool {
+	ann := p.Annotations()
+	if _, ok := ann[AnnotationLabel]; ok {
+		return true
+	}
+	if _, ok := ann[AnnotationCallerLabel]; ok {
+		return true
+	}
+	text := string(p.MarshalCedar())
+	return strings.Contains(text, "session") || strings.Contains(text, "caller")
+}
+
+// UsesHistory reports whether any loaded policy reads context.session or
+// context.caller or carries @label or @caller_label: the gateway keeps
+// history only while its policies need it.
+func (e *Engine) UsesHistory() bool {
+	for _, set := range e.sets {
+		if set.history {
+			return true
+		}
+	}
+	return false
+}
+
+// UsesHistory reports whether the current Engine's policies use history.
+func (l *Live) UsesHistory() bool { return l.Engine().UsesHistory() }

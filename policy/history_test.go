@@ -194,3 +194,27 @@ func TestSplitLabels(t *testing.T) {
 		t.Fatalf("splitLabels = %v, %v; want [a b ns:x]", got, err)
 	}
 }
+
+func TestUsesHistory(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		policy string
+		want   bool
+	}{
+		{"no history", `permit (principal, action, resource == Tool::"workspace.readFile");`, false},
+		{"a label", `@label("x") permit (principal, action, resource);`, true},
+		{"a caller label", `@caller_label("x") permit (principal, action, resource);`, true},
+		{"a session count", `forbid (principal, action, resource) when { context.session.calls > 3 };`, true},
+		{"a rate", `forbid (principal, action, resource) when { context.caller.callsLastMinute > 3 };`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := mustLoad(t, policyDir(t, map[string]string{"p.cedar": tt.policy}))
+			if got := e.UsesHistory(); got != tt.want {
+				t.Errorf("UsesHistory() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -281,6 +281,7 @@ func compileSet(path, file string, src []byte, sc *schemaCheck) (set *policySet,
 			selfApproval:  string(ann[AnnotationSelfApproval]) == SelfApprovalAllowed,
 		}
 		set.byID[id] = &set.policies[i]
+		set.history = set.history || usesHistory(p)
 		ast := (*xast.Policy)(p.AST())
 		if eq, ok := ast.Resource.(xast.ScopeTypeEq); ok {
 			set.byResource[eq.Entity] = append(set.byResource[eq.Entity], i)

@@ -408,6 +408,8 @@ type policySet struct {
 	general     []int
 	byResource  map[types.EntityUID][]int
 	byPrincipal map[types.EntityUID][]int
+	// history: some policy uses history (usesHistory).
+	history bool
 }
 
 type loadedPolicy struct {

@@ -93,6 +93,10 @@ type Outcome struct {
 type Result struct {
 	Facts   Facts
 	Claimed uint64
+	// RetryAfter, for a call not let through, is how long until the
+	// passing of time alone (calls leaving the rate window) would let it
+	// through; 0 when time alone never would.
+	RetryAfter time.Duration
 }
 
 // maxRounds bounds how often one call decides again after losing its slot
@@ -122,7 +126,7 @@ func (l *Ledger) Decide(ctx context.Context, c Call, decide func(Facts) Outcome)
 		}
 		out := decide(facts)
 		if !out.Dispatch {
-			return Result{Facts: facts}, nil
+			return Result{Facts: facts, RetryAfter: l.retryAfter(st.latest, session, c.Tool, decide)}, nil
 		}
 		rec := next(st.latest, session, c, out.Added, l.now())
 		claimed, err := l.claim(ctx, rec)
@@ -315,4 +319,29 @@ func (l *Ledger) claim(ctx context.Context, rec Record) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("history: claim %s: %w", key, err)
+}
+
+// retryAfter returns how long until decide lets the call through on the
+// same history with older calls gone from the rate window, or 0. The facts
+// change only when a second's bucket leaves the window, so only those
+// instants are tried.
+func (l *Ledger) retryAfter(latest *Record, session SessionState, tool string, decide func(Facts) Outcome) time.Duration {
+	if latest == nil {
+		return 0
+	}
+	now := l.now()
+	since := now.Unix() - int64(Window/time.Second)
+	var tried int64
+	for _, b := range latest.Recent {
+		if b.Unix <= since || b.Unix == tried {
+			continue
+		}
+		tried = b.Unix
+		at := time.Unix(b.Unix, 0).Add(Window + time.Second)
+		f := Facts{Slot: latest.Slot, History: historyOf(latest, session, tool, at)}
+		if decide(f).Dispatch {
+			return at.Sub(now).Round(time.Second)
+		}
+	}
+	return 0
 }

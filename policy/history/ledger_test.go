@@ -323,3 +323,29 @@ func TestConcurrentReplicasOnMinIO(t *testing.T) {
 		t.Fatalf("egress on replica b after a sensitive read on a: %+v, %v; want it held back", res, err)
 	}
 }
+
+// TestRetryAfterARateLimit: a call over a caller rate limit is told when
+// the oldest call it counted leaves the window.
+func TestRetryAfterARateLimit(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	l := New(Options{Store: evidence.NewMemoryStore(), Now: clk.Now})
+	c := Call{Caller: "a", Tool: "x"}
+	threePerMinute := func(f Facts) Outcome { return Outcome{Dispatch: f.History.CallsLastMinute < 3} }
+	for range 3 {
+		dispatch(t, l, c, Added{})
+		clk.Add(10 * time.Second)
+	}
+	res, err := l.Decide(context.Background(), c, threePerMinute)
+	if err != nil || res.Claimed != 0 {
+		t.Fatalf("the fourth call in a minute: %+v, %v; want it held back", res, err)
+	}
+	// The first call was at 0s, now is 30s: it leaves the window at 61s.
+	if res.RetryAfter != 31*time.Second {
+		t.Errorf("RetryAfter = %v, want 31s", res.RetryAfter)
+	}
+	never := func(Facts) Outcome { return Outcome{} }
+	if res, _ := l.Decide(context.Background(), c, never); res.RetryAfter != 0 {
+		t.Errorf("a deny time does not lift has RetryAfter %v", res.RetryAfter)
+	}
+}
