@@ -91,6 +91,28 @@ type DecisionRecord struct {
 	// attempt that used it (decision "allow"), and on the final deny an
 	// approver's deny or an expiry made.
 	Approval *DecisionApproval `json:"approval,omitempty"`
+	// History is the session history the decision saw, when the policy
+	// set decides on history.
+	History *DecisionHistory `json:"history,omitempty"`
+}
+
+// DecisionHistory is what a decision saw of the caller's past and what the
+// call added to it: the Cedar facts (context.session and context.caller),
+// the caller's history slot they were read at (0: no history yet) and, for
+// a call let through, the slot it claimed and the labels it added.
+type DecisionHistory struct {
+	Slot                uint64   `json:"slot"`
+	Calls               int64    `json:"calls"`
+	ToolCalls           int64    `json:"tool_calls"`
+	Labels              []string `json:"labels"`
+	CallsLastMinute     int64    `json:"calls_last_minute"`
+	ToolCallsLastMinute int64    `json:"tool_calls_last_minute"`
+	Claimed             uint64   `json:"claimed_slot,omitempty"`
+	LabelsAdded         []string `json:"labels_added,omitempty"`
+	CallerLabelsAdded   []string `json:"caller_labels_added,omitempty"`
+	// RetryAfterMS, on a deny that the passing of time lifts (a rate
+	// limit), is how long the caller must wait.
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 }
 
 // DecisionApproval is the approval a decision asked for, used or ended by.

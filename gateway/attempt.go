@@ -101,9 +101,10 @@ func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int
 
 	var decision policy.Decision
 	var shadow *evidence.ShadowDecision
+	var hist *evidence.DecisionHistory
 	if p.held == nil || !p.held.final() {
 		dctx, stage := g.telemetry.StartStage(ctx, telemetry.StageDecide)
-		decision, shadow = g.decide(dctx, p.caller, p.c, p.tool, p.known, p.args)
+		decision, shadow, hist = g.decide(dctx, p.caller, p.c, p.tool, p.known, p.args)
 		stage.End()
 	}
 	if p.guestCall != nil {
@@ -116,6 +117,7 @@ func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int
 		defer g.endBorrowed(ctx, p)
 	}
 	record := g.decisionRecord(p, n, decision, shadow)
+	record.History = hist
 	if p.held != nil {
 		asked := decision
 		decision, record.Approval = judgeHeld(p.held, decision, record.DecidedAt)

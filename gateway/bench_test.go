@@ -110,6 +110,35 @@ func benchClientWith(b *testing.B, store evidence.Store, tel *telemetry.Telemetr
 	return conn, toolgatev1.NewToolGatewayClient(conn)
 }
 
+// benchHistoryClient is benchClientWith (a memory store, no signer)
+// under a policy that decides on history.
+func benchHistoryClient(b *testing.B, tel *telemetry.Telemetry) (*grpc.ClientConn, toolgatev1.ToolGatewayClient) {
+	b.Helper()
+	dir := b.TempDir()
+	text := `@id("allow_noop") @label("bench")
+permit (principal, action == Action::"RunTool", resource == Tool::"noop.run")
+when { context.session.calls < 1000000000 && context.caller.callsLastMinute < 1000000000 };`
+	if err := os.WriteFile(filepath.Join(dir, "policy.default.cedar"), []byte(text), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	engine, err := policy.Load(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, red := benchDecider(b)
+	auth, _ := NewAuthenticator(nil, nil)
+	g, err := New(Options{
+		Decider: engine, Store: evidence.NewMemoryStore(), Redactor: red, Auth: auth, Instance: "bench", Telemetry: tel,
+		Drivers: map[string]drivers.Driver{"noop": noopDriver{}},
+		Tools:   map[string]Tool{"noop.run": {Driver: "noop", Target: "run"}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	conn := serve(b, g, func(s *grpc.Server) { s.RegisterService(&echoDesc, struct{}{}) })
+	return conn, toolgatev1.NewToolGatewayClient(conn)
+}
+
 // benchLease takes and runs the lease on instance "bench" in store, with
 // the default heartbeat.
 func benchLease(b *testing.B, store evidence.Store) *lease.Lease {
@@ -275,9 +304,20 @@ func BenchmarkRunTool(b *testing.B) {
 // them.
 func BenchmarkOverhead(b *testing.B) {
 	args, _ := structpb.NewStruct(map[string]any{"path": "docs/readme.md", "limit": 10.0, "verbose": true})
-	for _, path := range []struct{ name, tool string }{{"deny", "other.run"}, {"allow", "noop.run"}} {
+	// allow-history is allow under a policy that decides on history (a
+	// session cap and a label): one create-only write of the caller's
+	// next history slot per call, no read.
+	for _, path := range []struct{ name, tool, decision string }{
+		{"deny", "other.run", "deny"}, {"allow", "noop.run", "allow"}, {"allow-history", "noop.run", "allow"},
+	} {
 		b.Run(path.name, func(b *testing.B) {
-			conn, client := benchClientWith(b, evidence.NewMemoryStore(), benchTelemetry(b), nil, nil)
+			var conn *grpc.ClientConn
+			var client toolgatev1.ToolGatewayClient
+			if path.name == "allow-history" {
+				conn, client = benchHistoryClient(b, benchTelemetry(b))
+			} else {
+				conn, client = benchClientWith(b, evidence.NewMemoryStore(), benchTelemetry(b), nil, nil)
+			}
 			var echoTime, callTime time.Duration
 			i := 0
 			for b.Loop() {
@@ -297,8 +337,8 @@ func BenchmarkOverhead(b *testing.B) {
 				}
 				callTime += time.Since(mid)
 				echoTime += mid.Sub(start)
-				if resp.GetPolicyCheck().GetDecision() != path.name {
-					b.Fatalf("decision %q, want %q", resp.GetPolicyCheck().GetDecision(), path.name)
+				if resp.GetPolicyCheck().GetDecision() != path.decision {
+					b.Fatalf("decision %q, want %q", resp.GetPolicyCheck().GetDecision(), path.decision)
 				}
 				i++
 			}

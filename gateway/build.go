@@ -347,7 +347,7 @@ func catalogTools(cfg Config, getenv func(string) string) (map[string]Tool, erro
 		}
 		tool := Tool{
 			Driver: t.Driver, Target: b.Target, Package: b.Package, Version: b.Version,
-			Description: t.Description, Tags: t.Tags, CallerEnv: t.CallerEnv,
+			Description: t.Description, Tags: t.Tags, Labels: t.Labels, CallerEnv: t.CallerEnv,
 			InputSchema: t.inputSchemaJSON(),
 		}
 		for _, name := range sortedKeys(t.Env) {

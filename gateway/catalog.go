@@ -29,6 +29,9 @@ type Tool struct {
 	// in Cedar.
 	Description string
 	Tags        []string
+	// Labels are added to the session of every dispatched call of the
+	// tool (policy.ToolAttributes.Labels).
+	Labels []string
 	// Env is handed to the tool on every call. Its values come from the
 	// gateway's environment and are redacted from all evidence.
 	Env map[string]string
@@ -46,7 +49,7 @@ const callerEnvArg = "_env"
 
 // attributes returns what Cedar sees of the tool beside its id and driver.
 func (t Tool) attributes() policy.ToolAttributes {
-	attrs := policy.ToolAttributes{Tags: t.Tags}
+	attrs := policy.ToolAttributes{Tags: t.Tags, Labels: t.Labels}
 	if t.Package != "" {
 		attrs.Package, attrs.Export, attrs.Version = t.Package, t.Target, t.Version
 	}

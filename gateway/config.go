@@ -24,6 +24,7 @@ import (
 	"github.com/toolgate/toolgate/evidence/lease"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/internal/regularfile"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/redact"
 )
 
@@ -389,6 +390,9 @@ type ToolConfig struct {
 	// resource.tags in Cedar.
 	Description string   `yaml:"description"`
 	Tags        []string `yaml:"tags"`
+	// Labels are added to the session of every dispatched call of the
+	// tool, as a permit's @label adds its labels: context.session.labels.
+	Labels []string `yaml:"labels"`
 	// Env is handed to the tool, each value read from the gateway's
 	// environment: {OPENAI_API_KEY: {from_env: OPENAI_API_KEY}}.
 	Env map[string]EnvValue `yaml:"env"`
@@ -852,6 +856,11 @@ func (t ToolConfig) validate(dc drivers.Config) error {
 	for _, tag := range t.Tags {
 		if tag == "" || len(tag) > 64 {
 			return fmt.Errorf("tags: %q: tags are 1 to 64 bytes", tag)
+		}
+	}
+	for _, l := range t.Labels {
+		if !policy.ValidLabel(l) {
+			return fmt.Errorf("labels: %q: a label is 1 to 64 characters of A-Z, a-z, 0-9, '.', '_', ':' and '-'", l)
 		}
 	}
 	if t.InputSchema != nil {

@@ -48,6 +48,8 @@ func TestConfigValidate(t *testing.T) {
 		{"workspace without root", "drivers: {w: {type: workspace}}", "root: required"},
 		{"tool on missing driver", "tools: {t.x: {driver: nope, target: readFile}}", "no such driver"},
 		{"tool id with space", "tools: {'t x': {driver: workspace, target: readFile}}", "white space"},
+		{"tool labels", "tools: {t.x: {driver: workspace, target: readFile, labels: [sensitive, 'ns:pii']}}", ""},
+		{"tool label with a space", "tools: {t.x: {driver: workspace, target: readFile, labels: ['a b']}}", `labels: "a b": a label is`},
 		{"object lock on s3", "evidence: {url: 's3://b/p?region=auto', object_lock: {mode: COMPLIANCE, days: 30}}", ""},
 		{"object lock on a file store", "evidence: {object_lock: {mode: GOVERNANCE, days: 1}}", "needs an s3://"},
 		{"object lock bad mode", "evidence: {url: 's3://b?region=auto', object_lock: {mode: STRICT, days: 1}}", "GOVERNANCE or COMPLIANCE"},

@@ -112,8 +112,10 @@ type Gateway struct {
 	signer    *evidence.Signer
 	// sealer seals, and trusted opens, the records the gateway reads
 	// back and acts on; both nil when manifests are not signed.
-	sealer    *trust.Sealer
-	trusted   *trust.Keyring
+	sealer  *trust.Sealer
+	trusted *trust.Keyring
+	// history keeps the session history policies decide on (history.go).
+	history   HistoryKeeper
 	redactor  *redact.Redactor
 	auth      *Authenticator
 	drivers   map[string]drivers.Driver
@@ -224,6 +226,7 @@ func New(opts Options) (*Gateway, error) {
 	if err := g.setTrust(opts.TrustedKeys, opts.SharedMACKey); err != nil {
 		return nil, err
 	}
+	g.history = g.newHistory()
 	if g.now == nil {
 		g.now = time.Now
 	}
@@ -365,19 +368,20 @@ func (g *Gateway) prepare(ctx context.Context, caller string, c call) (*prepared
 
 // decide applies the gateway's own rules, then policy. When the policy set
 // has a shadow, the shadow decides too, for the record only.
-func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, known bool, args map[string]any) (policy.Decision, *evidence.ShadowDecision) {
+func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, known bool,
+	args map[string]any) (policy.Decision, *evidence.ShadowDecision, *evidence.DecisionHistory) {
 	if !known {
 		return policy.Decision{
 			RuleID:    RuleUnknownTool,
 			Reason:    fmt.Sprintf("no driver serves tool %q", c.ToolID),
 			PolicyRef: c.PolicyRef,
-		}, nil
+		}, nil, nil
 	}
 	attrs := g.callerAttrs(caller, c.Identity)
 	if reason, ok := g.selection.allows(caller, attrs, c.PolicyRef); !ok {
 		// A recorded deny, not INVALID_ARGUMENT: an attempt to pick the
 		// set that judges a call belongs in the evidence.
-		return policy.Decision{RuleID: RulePolicyRefNotSelectable, Reason: reason, PolicyRef: c.PolicyRef}, nil
+		return policy.Decision{RuleID: RulePolicyRefNotSelectable, Reason: reason, PolicyRef: c.PolicyRef}, nil, nil
 	}
 	req := policy.Request{
 		Caller:          caller,
@@ -393,10 +397,19 @@ func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, 
 		PolicyRef:       c.PolicyRef,
 		Args:            args,
 	}
-	d := g.decider.Decide(ctx, req)
+	var hist *evidence.DecisionHistory
+	var d policy.Decision
+	if g.wantsHistory(tool) {
+		d, hist = g.decideWithHistory(ctx, req)
+		if hist != nil {
+			req.History = factsOf(hist)
+		}
+	} else {
+		d = g.decider.Decide(ctx, req)
+	}
 	shadowRef, ok := g.shadows[d.PolicyRef]
 	if !ok {
-		return d, nil
+		return d, nil, hist
 	}
 	req.PolicyRef = shadowRef
 	sd := g.decider.Decide(ctx, req)
@@ -411,7 +424,7 @@ func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, 
 			"policy_ref", d.PolicyRef, "decision", d.Word(), "rule_id", d.RuleID,
 			"shadow_ref", sd.PolicyRef, "shadow_decision", sr.Decision, "shadow_rule_id", sd.RuleID)
 	}
-	return d, sr
+	return d, sr, hist
 }
 
 // Logger returns the gateway's logger: the one it was given, with every

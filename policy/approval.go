@@ -156,6 +156,9 @@ type ApprovalRequest struct {
 	Group string
 	// Args are the pending call's arguments: context.args.
 	Args map[string]any
+	// History is the pending call's history when it was held back:
+	// context.session and context.caller.
+	History History
 }
 
 // ApprovalContext builds the Cedar context DecideApproval evaluates a
@@ -172,6 +175,8 @@ func ApprovalContext(a ApprovalRequest) (types.Record, error) {
 		"group":        types.String(a.Group),
 		"selfApproval": types.Boolean(a.Approver == a.Requester),
 		"args":         args,
+		"session":      a.History.sessionRecord(),
+		"caller":       a.History.callerRecord(),
 	}), nil
 }
 

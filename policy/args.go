@@ -23,6 +23,8 @@ func Context(req Request) (types.Record, error) {
 		"requestId": types.String(req.RequestID),
 		"policyRef": types.String(effectiveRef(req.PolicyRef)),
 		"args":      args,
+		"session":   req.History.sessionRecord(),
+		"caller":    req.History.callerRecord(),
 	}
 	if req.RunID != "" {
 		m["runId"] = types.String(req.RunID)

@@ -240,6 +240,19 @@ func TestArgsValueDepthLimitIsInclusive(t *testing.T) {
 	}
 }
 
+// emptySession and emptyCaller are the history records of a first call.
+func emptySession() types.Record {
+	return types.NewRecord(types.RecordMap{
+		"calls": types.Long(0), "toolCalls": types.Long(0), "labels": types.NewSet(),
+	})
+}
+
+func emptyCaller() types.Record {
+	return types.NewRecord(types.RecordMap{
+		"callsLastMinute": types.Long(0), "toolCallsLastMinute": types.Long(0),
+	})
+}
+
 func TestContext(t *testing.T) {
 	tests := []struct {
 		name string
@@ -253,6 +266,8 @@ func TestContext(t *testing.T) {
 				"requestId": types.String("r1"),
 				"policyRef": types.String(DefaultRef),
 				"args":      types.NewRecord(nil),
+				"session":   emptySession(),
+				"caller":    emptyCaller(),
 			},
 		},
 		{
@@ -268,6 +283,28 @@ func TestContext(t *testing.T) {
 				"stepId":          types.String("step"),
 				"parentRequestId": types.String("r1"),
 				"args":            types.NewRecord(types.RecordMap{"path": types.String("a")}),
+				"session":         emptySession(),
+				"caller":          emptyCaller(),
+			},
+		},
+		{
+			name: "history appears as session and caller",
+			req: Request{
+				RequestID: "r3",
+				History: History{Calls: 4, ToolCalls: 2, Labels: []string{"sensitive", "pii"},
+					CallsLastMinute: 7, ToolCallsLastMinute: 3},
+			},
+			want: types.RecordMap{
+				"requestId": types.String("r3"),
+				"policyRef": types.String(DefaultRef),
+				"args":      types.NewRecord(nil),
+				"session": types.NewRecord(types.RecordMap{
+					"calls": types.Long(4), "toolCalls": types.Long(2),
+					"labels": types.NewSet(types.String("pii"), types.String("sensitive")),
+				}),
+				"caller": types.NewRecord(types.RecordMap{
+					"callsLastMinute": types.Long(7), "toolCallsLastMinute": types.Long(3),
+				}),
 			},
 		},
 	}

@@ -111,7 +111,8 @@ const (
 // KnownAnnotations returns the annotation keys a policy may carry, in the
 // order messages list them.
 func KnownAnnotations() []string {
-	return []string{AnnotationID, AnnotationReason, AnnotationApproval, AnnotationSelfApproval, AnnotationSuggestion}
+	return []string{AnnotationID, AnnotationReason, AnnotationApproval, AnnotationSelfApproval, AnnotationSuggestion,
+		AnnotationLabel, AnnotationCallerLabel}
 }
 
 // isReservedRuleID reports whether id names a decision the gateway makes
@@ -162,7 +163,8 @@ func checkModel(v *validate.Validator) error {
 	for _, action := range []string{ActionRunTool, ActionCallTool} {
 		for _, req := range []Request{
 			{RequestID: "r"},
-			{RequestID: "r", RunID: "run", StepID: "step", ParentRequestID: "parent", PolicyRef: "p"},
+			{RequestID: "r", RunID: "run", StepID: "step", ParentRequestID: "parent", PolicyRef: "p",
+				History: History{Calls: 2, ToolCalls: 1, Labels: []string{"sensitive"}, CallsLastMinute: 2, ToolCallsLastMinute: 1}},
 		} {
 			cctx, err := Context(req)
 			if err != nil {
@@ -263,12 +265,15 @@ func compileSet(path, file string, src []byte, sc *schemaCheck) (set *policySet,
 			}
 		}
 		problems := append(approvalAnnotationProblems(p), suggestionProblems(p)...)
+		problems = append(problems, labelAnnotationProblems(p)...)
 		for _, msg := range append(problems, sc.policy(p)...) {
 			problem("policy %q: %s", ruleID, msg)
 		}
 
 		_, marked := ann[AnnotationApproval]
+		labels, callerLabels := policyLabels(p)
 		set.policies[i] = loadedPolicy{
+			labels: labels, callerLabels: callerLabels,
 			id: id, policy: p, ruleID: ruleID, reason: string(ann[AnnotationReason]),
 			suggestion:    string(ann[AnnotationSuggestion]),
 			approval:      string(ann[AnnotationApproval]),
@@ -276,6 +281,7 @@ func compileSet(path, file string, src []byte, sc *schemaCheck) (set *policySet,
 			selfApproval:  string(ann[AnnotationSelfApproval]) == SelfApprovalAllowed,
 		}
 		set.byID[id] = &set.policies[i]
+		set.history = set.history || usesHistory(p)
 		ast := (*xast.Policy)(p.AST())
 		if eq, ok := ast.Resource.(xast.ScopeTypeEq); ok {
 			set.byResource[eq.Entity] = append(set.byResource[eq.Entity], i)

@@ -91,6 +91,10 @@ type Request struct {
 	// Args are the tool arguments as decoded by a json.Decoder with
 	// UseNumber; see ArgsValue for how they appear in Cedar.
 	Args map[string]any
+
+	// History is what Cedar sees of the call's past: context.session and
+	// context.caller (see History). The zero value is a first call.
+	History History
 }
 
 // ToolAttributes are the catalog facts about a tool that rules can test:
@@ -102,6 +106,10 @@ type ToolAttributes struct {
 	Export  string
 	Version string
 	Tags    []string
+	// Labels are the catalog's labels of the tool: a call of it that is
+	// dispatched adds them to its session, as a permit's @label does.
+	// Cedar does not see them as an attribute.
+	Labels []string
 }
 
 // CallerAttributes are what the gateway's configuration says about a
@@ -176,6 +184,11 @@ type Decision struct {
 	PolicySetDigest string
 	// Errors lists what went wrong when RuleID is RulePolicyError.
 	Errors []string
+	// Labels and CallerLabels are what the call adds, once dispatched, to
+	// its session and to its caller: the @label and @caller_label labels
+	// of every matching permit, and the tool's catalog labels (session
+	// ones). Sorted, without repeats; nil on a deny.
+	Labels, CallerLabels []string
 }
 
 // Engine holds the policy sets of one folder. Its policies are immutable
@@ -244,13 +257,13 @@ func (e *Engine) Decide(ctx context.Context, req Request) (d Decision) {
 	for _, r := range diag.Reasons {
 		if p := set.byID[r.PolicyID]; p.approval == "" {
 			d.Allow = true
-			return decidedBy(d, p)
+			return addLabels(decidedBy(d, p), set, diag.Reasons, req.Tool)
 		}
 	}
 	p := set.byID[diag.Reasons[0].PolicyID]
 	d.ApprovalRequired = true
 	d.Approvers = p.approval
-	return decidedBy(d, p)
+	return addLabels(decidedBy(d, p), set, diag.Reasons, req.Tool)
 }
 
 // evaluationFailed turns d into the deny of a set some policy of which
@@ -348,6 +361,7 @@ func failed(d Decision, msg string) Decision {
 	d.Reason = msg
 	d.Suggestion = ""
 	d.Errors = []string{msg}
+	d.Labels, d.CallerLabels = nil, nil
 	return d
 }
 
@@ -394,6 +408,8 @@ type policySet struct {
 	general     []int
 	byResource  map[types.EntityUID][]int
 	byPrincipal map[types.EntityUID][]int
+	// history: some policy uses history (usesHistory).
+	history bool
 }
 
 type loadedPolicy struct {
@@ -410,6 +426,8 @@ type loadedPolicy struct {
 	grantsApprove bool
 	// selfApproval: the permit carries @self_approval("allowed").
 	selfApproval bool
+	// labels and callerLabels are the @label and @caller_label lists.
+	labels, callerLabels []string
 }
 
 // candidates returns, in file order, the policies that may apply to a

@@ -565,7 +565,7 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name:    "a misspelt approval annotation, which would otherwise allow at once",
 			files:   map[string]string{"p.cedar": "@id(\"shell\")\n@approve(\"ops\")\npermit (principal, action, resource == Tool::\"workspace.shell\");"},
-			wantErr: []string{"^\\S*p\\.cedar:1:1: policy \"shell\": unknown annotation @approve \\(a policy may carry @id, @reason, @approval, @self_approval, @suggestion\\)"},
+			wantErr: []string{"^\\S*p\\.cedar:1:1: policy \"shell\": unknown annotation @approve \\(a policy may carry @id, @reason, @approval, @self_approval, @suggestion, @label, @caller_label\\)"},
 		},
 		{
 			name: "folder schema that retypes an attribute",

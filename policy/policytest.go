@@ -65,6 +65,7 @@ type SpecToolAttributes struct {
 	Export  string   `json:"export,omitempty"`
 	Version string   `json:"version,omitempty"`
 	Tags    []string `json:"tags,omitempty"`
+	Labels  []string `json:"labels,omitempty"`
 }
 
 // SpecApproval is the pending call of an Approve RequestSpec.

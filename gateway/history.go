@@ -1,0 +1,96 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/policy/history"
+)
+
+// RuleHistoryError: the call's history could not be read or its slot
+// claimed (the store failed, or a history record failed authentication),
+// so nothing ran.
+const RuleHistoryError = "history_error"
+
+// HistoryKeeper decides calls on their session history and records the
+// ones let through; *history.Ledger implements it.
+type HistoryKeeper interface {
+	Decide(ctx context.Context, c history.Call, decide func(history.Facts) history.Outcome) (history.Result, error)
+}
+
+// newHistory is the gateway's history, in its store, sealed with its keys
+// so that every replica trusts the others' records and no one else's.
+func (g *Gateway) newHistory() HistoryKeeper {
+	o := history.Options{Store: g.store, Now: func() time.Time { return g.now() }}
+	if g.sealer != nil {
+		o.Seal = func(key string, data []byte) ([]byte, error) { return g.sealRecord(key, data, true) }
+		o.Open = func(key string, data []byte) ([]byte, error) {
+			body, _, err := g.trusted.Open(key, data)
+			if err != nil {
+				g.tampered(nil, "history", key, err)
+			}
+			return body, err
+		}
+	}
+	return history.New(o)
+}
+
+// historyDecider is implemented by deciders that say whether their
+// policies use history (*policy.Engine, *policy.Live).
+type historyDecider interface{ UsesHistory() bool }
+
+// wantsHistory: the call is decided on history when a policy reads it or
+// labels sessions, or the tool carries catalog labels.
+func (g *Gateway) wantsHistory(tool Tool) bool {
+	if g.history == nil {
+		return false
+	}
+	if len(tool.Labels) > 0 {
+		return true
+	}
+	h, ok := g.decider.(historyDecider)
+	return ok && h.UsesHistory()
+}
+
+// decideWithHistory decides req on its history: the decision that stands
+// saw every call of the caller claimed before it, on any replica, and a
+// call let through holds the next slot of its caller's history.
+func (g *Gateway) decideWithHistory(ctx context.Context, req policy.Request) (policy.Decision, *evidence.DecisionHistory) {
+	var d policy.Decision
+	c := history.Call{Caller: req.Caller, RunID: req.RunID, RequestID: req.RequestID, Tool: req.ToolID}
+	res, err := g.history.Decide(ctx, c, func(f history.Facts) history.Outcome {
+		r := req
+		r.History = f.History
+		d = g.decider.Decide(ctx, r)
+		return history.Outcome{Dispatch: d.Allow, Added: history.Added{Labels: d.Labels, CallerLabels: d.CallerLabels}}
+	})
+	if err != nil {
+		return policy.Decision{
+			RuleID:    RuleHistoryError,
+			Reason:    fmt.Sprintf("the call's history could not be read or extended, so nothing ran: %v", err),
+			PolicyRef: d.PolicyRef, PolicySetDigest: d.PolicySetDigest,
+		}, nil
+	}
+	h := res.Facts.History
+	rec := &evidence.DecisionHistory{
+		Slot: res.Facts.Slot, Calls: h.Calls, ToolCalls: h.ToolCalls, Labels: nonNil(h.Labels),
+		CallsLastMinute: h.CallsLastMinute, ToolCallsLastMinute: h.ToolCallsLastMinute,
+		Claimed: res.Claimed, RetryAfterMS: res.RetryAfter.Milliseconds(),
+	}
+	if res.Claimed > 0 {
+		rec.LabelsAdded, rec.CallerLabelsAdded = d.Labels, d.CallerLabels
+	}
+	if res.RetryAfter > 0 {
+		d.Reason += fmt.Sprintf(" (retry after %s)", res.RetryAfter)
+	}
+	return d, rec
+}
+
+// factsOf is the policy.History a decision record says the call saw.
+func factsOf(h *evidence.DecisionHistory) policy.History {
+	return policy.History{Calls: h.Calls, ToolCalls: h.ToolCalls, Labels: h.Labels,
+		CallsLastMinute: h.CallsLastMinute, ToolCallsLastMinute: h.ToolCallsLastMinute}
+}
