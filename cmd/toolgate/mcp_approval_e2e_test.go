@@ -23,7 +23,8 @@ const (
 )
 
 // noMetaClient is a real MCP client that neither declares elicitation
-// nor sends _meta: each call is a new tools/call, so a new request id.
+// nor sends toolgate's idempotency key in _meta: each call is a new
+// tools/call, so a new request id.
 type noMetaClient struct {
 	name string
 	// installed is a file the client's npm ci installs.
@@ -250,11 +251,13 @@ func frameworkCall(which string) func(t *testing.T, url, tool string, args map[s
 		mcpMust(t, err)
 		stdout := runDriver(t, mcpFrameworksDir, script, "CLIENT="+which, "TOOLGATE_URL="+url, "TOOLGATE_KEY="+mcpDoorAgentKey)
 		var out struct {
-			Calls []noMetaAnswer `json:"calls"`
+			ProtocolVersion string         `json:"protocolVersion"`
+			Calls           []noMetaAnswer `json:"calls"`
 		}
 		if err := json.Unmarshal(stdout, &out); err != nil || len(out.Calls) != 1 {
 			t.Fatalf("the %s client's answer: %v\n%s", which, err, stdout)
 		}
+		t.Logf("the %s client negotiated MCP %s", which, out.ProtocolVersion)
 		return out.Calls[0]
 	}
 }

@@ -3,7 +3,9 @@
 // with TOOLGATE_KEY as its bearer key, the way an agent's tool call would:
 // the framework lists the tools, turns them into its own tool objects, and
 // the test calls one of them directly (no model is involved). Neither
-// client declares elicitation nor sends _meta.
+// client declares elicitation or sends toolgate's idempotency key in _meta
+// (the Vercel client negotiates 2026-07-28, whose _meta carries only the
+// protocol's own keys; LangChain's negotiates 2025-11-25 and sends none).
 //
 // CLIENT picks the framework:
 //   vercel     the Vercel AI SDK's experimental_createMCPClient (@ai-sdk/mcp),
@@ -12,7 +14,8 @@
 //              its HTTP transport, tool.invoke(args)
 //
 // The calls come on stdin as JSON: {"calls": [{"name": "...", "arguments": {...}}, ...]}.
-// The output is one JSON object {"calls": [{"isError": bool, "text": "...", "meta": {...} | null}, ...]}:
+// The output is one JSON object
+//   {"protocolVersion": "..." | null, "calls": [{"isError": bool, "text": "...", "meta": {...} | null}, ...]}:
 // what the framework handed back, or, when it threw (LangChain throws a
 // ToolException for a tool error), isError true and the message it threw.
 import { experimental_createMCPClient } from '@ai-sdk/mcp';
@@ -35,7 +38,7 @@ async function vercel() {
     const r = await tools[name].execute(args, { toolCallId: 'toolgate-test', messages: [] });
     return { isError: r?.isError === true, text: textOf(r?.content), meta: r?._meta ?? null };
   };
-  return { call, close: () => client.close() };
+  return { call, close: () => client.close(), protocolVersion: client.initializeResult?.protocolVersion ?? null };
 }
 
 async function langchain() {
@@ -50,7 +53,9 @@ async function langchain() {
     const out = await tool.invoke(args);
     return { isError: false, text: typeof out === 'string' ? out : textOf(Array.isArray(out) ? out : [out]), meta: null };
   };
-  return { call, close: () => client.close() };
+  // The adapters keep the SDK's client, which knows what it negotiated.
+  const sdk = await client.getClient('toolgate');
+  return { call, close: () => client.close(), protocolVersion: sdk?.transport?.protocolVersion ?? null };
 }
 
 const clients = { vercel, langchain };
@@ -59,7 +64,7 @@ if (!open) {
   console.error(`CLIENT must be one of ${Object.keys(clients).join(', ')}`);
   process.exit(2);
 }
-const { call, close } = await open();
+const { call, close, protocolVersion } = await open();
 const calls = [];
 for (const c of script.calls) {
   try {
@@ -69,4 +74,4 @@ for (const c of script.calls) {
   }
 }
 await close();
-console.log(JSON.stringify({ calls }));
+console.log(JSON.stringify({ protocolVersion, calls }));
