@@ -2,11 +2,16 @@ package gateway
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/evidence/trust"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -113,6 +118,68 @@ func TestAWaitNeedsTheSameCallStillPending(t *testing.T) {
 			}
 			for _, id := range []string{"held-1", "new-1"} {
 				wantVerifiedClean(t, e, id)
+			}
+		})
+	}
+}
+
+// TestAForgedPendingApprovalIsNotWaitedOn: the index from a call to its
+// approvals is only a hint. A pending approval whose
+// approval_request.json fails authentication is not waited on: the call
+// asks for its own, and nothing runs.
+func TestAForgedPendingApprovalIsNotWaitedOn(t *testing.T) {
+	e := newSealedApprovalEnv(t, 1)
+	apr := e.pendingID("alice", "held-1", nil)
+	askKey := evidence.Key("held-1", evidence.ArtifactApprovalRequest)
+	body, _, _ := trust.Split(e.raw(askKey))
+	e.plant(askKey, body)
+	resp := e.mustPend("alice", "new-1", nil)
+	if got := resp.GetPendingApproval().GetApprovalId(); got == "" || got == apr {
+		t.Fatalf("new-1 waits on %q, the forged approval %s", got, apr)
+	}
+	if e.driver.runs.Load() != 0 {
+		t.Fatal("the tool ran")
+	}
+}
+
+// TestVerifyChecksTheApprovalAWaitNames: a request that waited on another
+// request's approval verifies only while that approval's signed
+// approval_request.json asks for the same call.
+func TestVerifyChecksTheApprovalAWaitNames(t *testing.T) {
+	askKey := evidence.Key("held-1", evidence.ArtifactApprovalRequest)
+	for _, tc := range []struct {
+		name   string
+		attack func(e *sealedApprovalEnv)
+		want   string
+	}{
+		{"the approval request deleted", func(e *sealedApprovalEnv) {
+			if err := os.Remove(filepath.Join(e.dir, filepath.FromSlash(askKey))); err != nil {
+				t.Fatal(err)
+			}
+		}, "is missing"},
+		{"the approval request unsigned", func(e *sealedApprovalEnv) {
+			body, _, _ := trust.Split(e.raw(askKey))
+			e.plant(askKey, body)
+		}, "failed authentication"},
+		{"another call's approval request in its place", func(e *sealedApprovalEnv) {
+			e.pendingID("alice", "other", otherCall)
+			other := e.raw(evidence.Key("other", evidence.ArtifactApprovalRequest))
+			e.plant(askKey, other)
+		}, "failed authentication"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newSealedApprovalEnv(t, 1)
+			e.pendingID("alice", "held-1", nil)
+			e.mustPend("alice", "wait-1", nil)
+			keys := evidence.VerifyOptions{TrustedKeys: []ed25519.PublicKey{testSigner(t, 1).PublicKey()}}
+			if rep, err := evidence.Verify(context.Background(), e.store, "wait-1", keys); err != nil || len(rep.Problems) > 0 {
+				t.Fatalf("verify wait-1 before the attack: %v %v", rep.Problems, err)
+			}
+			tc.attack(e)
+			rep, err := evidence.Verify(context.Background(), e.store, "wait-1", keys)
+			if err != nil || !strings.Contains(strings.Join(rep.Problems, "\n"), tc.want) {
+				t.Fatalf("verify wait-1: %s %v (%v), want a problem saying %q", rep.Status, rep.Problems, err, tc.want)
 			}
 		})
 	}
