@@ -72,6 +72,13 @@ step "the MCP TypeScript SDK and the MCP Inspector, at pinned versions, for the 
 (cd gateway/frontdoor/mcp/testdata/npm && npm ci --ignore-scripts --no-audit --no-fund)
 (cd gateway/frontdoor/mcp/testdata/inspector && npm ci --ignore-scripts --no-audit --no-fund)
 
+step "two agent frameworks' MCP clients, at pinned versions, for the MCP approval path without _meta"
+# package-lock.json pins the Vercel AI SDK's MCP client (@ai-sdk/mcp 2.0.99, experimental_createMCPClient)
+# and LangChain's MCP adapters (@langchain/mcp-adapters 1.1.4, with @langchain/core 1.4.0 and
+# @langchain/langgraph 1.7.3) by integrity hash: about 94 MB. @ai-sdk/* ask for node >= 22 (npm warns
+# EBADENGINE); their MCP client and tool calling, all the tests run, work on node 20.
+(cd gateway/frontdoor/mcp/testdata/frameworks && npm ci --ignore-scripts --no-audit --no-fund)
+
 step "go test -race"
 # cmd/toolgate runs the real binary, MinIO and the npm clients end to end: about 7.5 minutes on an
 # idle 2-core machine, too close to go test's default 10-minute limit per package on a busy one.

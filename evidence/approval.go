@@ -66,6 +66,15 @@ func AwaitingApprovalReason(approvalID string) string {
 	return "awaiting approval " + approvalID
 }
 
+// WaitingApprovalReason is the reason of the dispatch record that closes
+// an attempt held for the pending approval approvalID that request
+// requestID, the identical call under another request id, asked for: the
+// attempt ran nothing and asked for no approval of its own. It shares no
+// prefix with AwaitingApprovalReason.
+func WaitingApprovalReason(approvalID, requestID string) string {
+	return "waiting on approval " + approvalID + " of request " + requestID
+}
+
 // DecisionApprovalRequired is the decision, in DecisionRecord.Decision, of
 // a call policy holds back for a human's approval.
 const DecisionApprovalRequired = "approval_required"
@@ -255,9 +264,9 @@ type ApprovalSummary struct {
 	// approval_use.json: the request itself, or another request of the
 	// identical call.
 	UsedBy string `json:"used_by,omitempty"`
-	// GrantedFor is set on a request that used the approval of another
-	// request of the identical call: that request, which holds the
-	// approval's records.
+	// GrantedFor is set on a request that used, or waited on, the
+	// approval of another request of the identical call: that request,
+	// which holds the approval's records.
 	GrantedFor string `json:"granted_for,omitempty"`
 }
 

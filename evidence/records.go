@@ -133,7 +133,9 @@ type DecisionApproval struct {
 	PolicySetChanged bool `json:"policy_set_changed,omitempty"`
 	// RequestID is set when the approval was granted for another request
 	// of the identical call: the request whose approval_use.json names
-	// this one (see ApprovalUseRecord).
+	// this one (see ApprovalUseRecord). On a pending decision it names
+	// the request whose still pending approval this call waits on instead
+	// of asking for one more.
 	RequestID string `json:"request_id,omitempty"`
 }
 

@@ -91,6 +91,10 @@ func (r *requestCopies) checkApproval(ctx context.Context, id string, keys []str
 		}
 	} else if err := c.checkOwn(ctx, aData); err != nil {
 		return nil, err
+	} else if err := c.checkBorrowed(ctx); err != nil {
+		// Attempts before the one that asked may have waited on another
+		// request's pending approval of the same call.
+		return nil, err
 	}
 	c.summary = &ApprovalSummary{ApprovalID: a.ApprovalID, NestedRequestID: a.NestedRequestID,
 		State: approvalState(a.Attempt, c.v, c.use != nil, attempts), Signature: c.signature, KeyID: c.keyID}

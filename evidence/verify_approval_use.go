@@ -95,6 +95,10 @@ func (c *approvalCheck) checkBorrowed(ctx context.Context) error {
 		if firstErr != nil || d.Approval == nil || d.Approval.RequestID == "" {
 			return
 		}
+		if d.Approval.Outcome == ApprovalPending {
+			firstErr = c.checkWaited(ctx, at, d, key)
+			return
+		}
 		b, err := c.readBorrowed(ctx, d.Approval.RequestID)
 		if err != nil {
 			firstErr = err
@@ -202,4 +206,113 @@ func (c *approvalCheck) borrowedProblem(b borrowed, aSum, claim string) string {
 		return Key(b.owner, ArtifactApprovalUse) + " is not bound to its approval"
 	}
 	return ""
+}
+
+// checkWaited checks a decision that held the call for the pending
+// approval another request of the identical call had asked for, instead
+// of asking for one more: that request's approval_request.json,
+// authenticated, asks for that approval, for this call, under the
+// decision's policy set and rule, unexpired when the call waited; the
+// attempt ran nothing and is closed as waiting on it.
+func (c *approvalCheck) checkWaited(ctx context.Context, at Attempt, d DecisionRecord, key string) error {
+	owner, da := d.Approval.RequestID, d.Approval
+	if validRequestID(owner) != nil || owner == c.id {
+		c.problem("%s: waits on an approval of request %s, which cannot hold it", key, owner)
+		return nil
+	}
+	aKey := Key(owner, ArtifactApprovalRequest)
+	aData, err := c.r.v.store.Get(ctx, aKey)
+	switch {
+	case errors.Is(err, ErrNotExist):
+		c.problem("%s: waits on approval %s of request %s, whose %s is missing", key, da.ApprovalID, owner, aKey)
+		return nil
+	case err != nil:
+		return err
+	}
+	body := c.openApproval(aKey, aData)
+	if body == nil {
+		return nil
+	}
+	a, err := ParseApprovalRequestRecord(body, owner)
+	if err != nil {
+		c.problem("%s: waits on approval %s of request %s: %v", key, da.ApprovalID, owner, err)
+		return nil
+	}
+	claim, err := c.claimOf(ctx, c.id)
+	if err != nil {
+		return err
+	}
+	switch {
+	case d.Decision != DecisionApprovalRequired:
+		c.problem("%s: waits on approval %s of request %s, but decided %q", key, da.ApprovalID, owner, d.Decision)
+	case c.dispatched(at):
+		c.problem("%s: waits on approval %s of request %s, yet attempt %d was dispatched", key, da.ApprovalID, owner, at.Number)
+	case at.State != NotDispatched || at.Reason != WaitingApprovalReason(da.ApprovalID, owner):
+		c.problem("%s: waits on approval %s of request %s, but attempt %d is not closed as waiting on it", key, da.ApprovalID, owner, at.Number)
+	case a.NestedRequestID != "" || a.ParentRequestID != "":
+		c.problem("%s: waits on approval %s, which a guest's call asked for", key, a.ApprovalID)
+	case a.ApprovalID != da.ApprovalID || a.CanonicalRequestHash != claim:
+		c.problem("%s: waits on approval %s of request %s, which holds %s for another or the same call", key, da.ApprovalID, owner, a.ApprovalID)
+	case d.RuleID != a.RuleID || d.PolicySetDigest != a.PolicySetDigest:
+		c.problem("%s: held by rule %q under %s, but approval %s was asked under rule %q and %s",
+			key, d.RuleID, d.PolicySetDigest, a.ApprovalID, a.RuleID, a.PolicySetDigest)
+	case !d.DecidedAt.Before(a.ExpiresAt):
+		c.problem("%s: waited on approval %s at %s, at or after expires_at %s", key, a.ApprovalID, stamp(d.DecidedAt), stamp(a.ExpiresAt))
+	default:
+		return c.noteWaited(ctx, owner, a, aData)
+	}
+	return nil
+}
+
+// noteWaited sets the summary of a request that waited on approval a of
+// request owner (whose stored bytes are aData) to that approval as its
+// records say now: decided, used, and by whom.
+func (c *approvalCheck) noteWaited(ctx context.Context, owner string, a ApprovalRequestRecord, aData []byte) error {
+	s := &ApprovalSummary{ApprovalID: a.ApprovalID, GrantedFor: owner}
+	var v *ApprovalRecord
+	used := false
+	vKey, uKey := Key(owner, ArtifactApproval), Key(owner, ArtifactApprovalUse)
+	for _, key := range []string{vKey, uKey} {
+		data, err := c.r.v.store.Get(ctx, key)
+		if errors.Is(err, ErrNotExist) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		body := c.openApproval(key, data)
+		if body == nil {
+			return nil
+		}
+		if key == vKey {
+			if v = c.waitedDecision(vKey, body, owner, a, aData); v == nil {
+				return nil
+			}
+			s.Approver = v.Approver
+			continue
+		}
+		u, err := ParseApprovalUseRecord(body, owner)
+		if err != nil || u.ApprovalID != a.ApprovalID {
+			c.problem("%s: does not use approval %s", uKey, a.ApprovalID)
+			return nil
+		}
+		s.UsedBy, used = u.UsedBy, true
+	}
+	s.State = approvalState(a.Attempt, v, used, nil)
+	s.Signature, s.KeyID = c.signature, c.keyID
+	c.summary = s
+	return nil
+}
+
+// waitedDecision parses body, the decision of approval a of request
+// owner, whose approval_request.json's stored bytes are aData; nil, with a
+// problem, when it is not bound to a.
+func (c *approvalCheck) waitedDecision(vKey string, body []byte, owner string, a ApprovalRequestRecord, aData []byte) *ApprovalRecord {
+	v, err := ParseApprovalRecord(body, owner)
+	aSum := sha256.Sum256(aData)
+	if err != nil || v.ApprovalID != a.ApprovalID || v.ApprovalRequestSHA256 != hex.EncodeToString(aSum[:]) {
+		c.problem("%s: is not bound to approval %s of %s", vKey, a.ApprovalID, Key(owner, ArtifactApprovalRequest))
+		return nil
+	}
+	return &v
 }

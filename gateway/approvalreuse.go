@@ -12,6 +12,7 @@ import (
 	"github.com/toolgate/toolgate/evidence/trust"
 	"github.com/toolgate/toolgate/gateway/approvaluse"
 	"github.com/toolgate/toolgate/policy"
+	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
 // useLedger is the index and use records of approvals in the store,
@@ -40,17 +41,18 @@ func (g *Gateway) readUse(ctx context.Context, h *heldApproval) error {
 
 // borrowApproval finds, for p held for approval by d, an approval asked
 // for the identical call under another request id, approved and unused,
-// and claims it for p (see package approvaluse). nil means there is none
-// that p may use: p asks for its own.
-func (g *Gateway) borrowApproval(ctx context.Context, p *prepared, d policy.Decision, log *slog.Logger) *heldApproval {
+// and claims it for p (see package approvaluse). When there is none that
+// p may use, wait is one still pending that p may wait on instead of
+// asking for its own (approvaluse.Waitable), or nil: p asks for its own.
+func (g *Gateway) borrowApproval(ctx context.Context, p *prepared, d policy.Decision, log *slog.Logger) (use, wait *heldApproval) {
 	if p.c.ParentRequestID != "" {
-		return nil // a guest's call waits on its own approval
+		return nil, nil // a guest's call waits on its own approval
 	}
 	ledger := g.useLedger()
 	ids, err := ledger.Candidates(ctx, p.hash, p.c.RequestID)
 	if err != nil {
 		log.Warn("the approvals of this call cannot be looked up; asking for a new one", "err", err)
-		return nil
+		return nil, nil
 	}
 	want := approvaluse.Call{RequestID: p.c.RequestID, Caller: p.caller, ToolID: p.c.ToolID, Hash: p.hash,
 		PolicySetDigest: d.PolicySetDigest, RuleID: d.RuleID}
@@ -60,11 +62,16 @@ func (g *Gateway) borrowApproval(ctx context.Context, p *prepared, d policy.Deci
 			continue // unreadable for now, or tampered with (which is reported)
 		}
 		h := v.h
+		a := approvaluse.Approval{Request: h.request, Verdict: h.verdict, Use: h.use}
+		if wait == nil && !v.finished() && approvaluse.Waitable(a, want, g.now()) == nil {
+			wait = h
+			continue
+		}
 		if mine := h.use != nil && h.use.UsedBy == p.c.RequestID; !mine && (v.consumed || v.finished()) {
 			continue // used by its own request, or ended
 		}
 		h.user = p.c.RequestID
-		if approvaluse.Usable(approvaluse.Approval{Request: h.request, Verdict: h.verdict, Use: h.use}, want, g.now()) != nil {
+		if approvaluse.Usable(a, want, g.now()) != nil {
 			continue
 		}
 		if err := g.claimUse(ctx, h); err != nil {
@@ -76,9 +83,36 @@ func (g *Gateway) borrowApproval(ctx context.Context, p *prepared, d policy.Deci
 		}
 		log.Info("using the approval of the same call under another request_id",
 			"approval_id", h.request.ApprovalID, "granted_for", id)
-		return h
+		return h, nil
 	}
-	return nil
+	return nil, wait
+}
+
+// waitApproval records attempt n, held for approval by d, as waiting on
+// w, the pending approval of the identical call under another request id,
+// instead of asking approvers for one more: its decision names w's
+// approval and request, and the attempt is closed not dispatched. The
+// answer is w's own pending reply. Nothing runs; a retry decides anew.
+func (g *Gateway) waitApproval(ctx, pre context.Context, p *prepared, rec *recorder, n int, d policy.Decision,
+	shadow *evidence.ShadowDecision, w *heldApproval, log *slog.Logger) (*toolgatev1.RunToolResponse, error) {
+	a := w.request
+	record := g.decisionRecord(p, n, d, shadow)
+	record.Approval = &evidence.DecisionApproval{ApprovalID: a.ApprovalID, Approvers: a.Approvers,
+		Outcome: evidence.ApprovalPending, RequestID: a.RequestID}
+	rec.policySetDigest = d.PolicySetDigest
+	if err := g.putDecision(ctx, pre, p, rec, n, record, log); err != nil {
+		return nil, err
+	}
+	reason := evidence.WaitingApprovalReason(a.ApprovalID, a.RequestID)
+	if err := rec.putDispatch(pre, evidence.NotDispatched, reason); err != nil {
+		if closeErr := rec.closeAttempt(ctx, reason); closeErr != nil {
+			return nil, rec.failure(p.notRunCode(g.now()), "request_id %q waits on approval %s, but its record could not "+
+				"be completed; nothing was executed (retry with the same request_id): %v", p.c.RequestID, a.ApprovalID, err)
+		}
+	}
+	log.Info("held, waiting on the pending approval of the same call under another request_id",
+		"rule_id", d.RuleID, "approval_id", a.ApprovalID, "asked_by", a.RequestID)
+	return pendingReply(p, a, rec.refs), nil
 }
 
 // claimUse claims h's approval for h.user, create-only, and leaves in

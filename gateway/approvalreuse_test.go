@@ -72,9 +72,10 @@ func (e *approvalEnv) wantFinalDenyAfterRun(resp *toolgatev1.RunToolResponse, ru
 
 // TestAnApprovalIsNotUsedByAnotherCall: whatever differs between the
 // approved call and the one under a new request id — the caller, the
-// arguments, the policy — or whatever the approval's state — pending,
-// denied, expired, used — the new call asks for its own approval and
-// nothing runs.
+// arguments, the policy — or whatever the approval's state — denied,
+// expired, used — the new call asks for its own approval and nothing
+// runs. (While it is pending, the identical call waits on it: see
+// TestRetriesWhilePendingWaitOnOneApproval.)
 func TestAnApprovalIsNotUsedByAnotherCall(t *testing.T) {
 	args := map[string]any{"n": 1}
 	for _, tc := range []struct {
@@ -94,9 +95,6 @@ func TestAnApprovalIsNotUsedByAnotherCall(t *testing.T) {
 		{"a changed policy set", func(e *approvalEnv, apr string) (string, map[string]any) {
 			e.mustDecide("bob", apr, "approve", "")
 			e.reload(approvalPolicy + "\n// reviewed again\n")
-			return "alice", args
-		}},
-		{"not yet decided", func(e *approvalEnv, apr string) (string, map[string]any) {
 			return "alice", args
 		}},
 		{"denied", func(e *approvalEnv, apr string) (string, map[string]any) {

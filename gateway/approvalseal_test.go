@@ -110,6 +110,11 @@ func (e *sealedApprovalEnv) forgedApproval(id string) []byte {
 	return v
 }
 
+// otherCall is the arguments of a call other than the held one, so that
+// it asks for an approval of its own rather than waiting on the held
+// call's.
+var otherCall = map[string]any{"n": 2}
+
 // TestForgedApprovalRecordsAreRefused: whoever can write to the store but
 // holds no trusted key cannot get a held call run: an approval.json or
 // approval_request.json the gateway did not sign is tampering. The retry
@@ -134,7 +139,7 @@ func TestForgedApprovalRecordsAreRefused(t *testing.T) {
 			e.plant(approvalKey, sealed)
 		}, "sealed by a key that is not trusted"},
 		{"an approval.json moved from another request", func(e *sealedApprovalEnv) {
-			e.mustDecide("bob", e.pendingID("alice", "other", nil), "approve", "")
+			e.mustDecide("bob", e.pendingID("alice", "other", otherCall), "approve", "")
 			e.plant(approvalKey, e.raw(evidence.Key("other", evidence.ArtifactApproval)))
 		}, "held/approval.json: the signature by"},
 		{"a genuine approval altered to name another approver", func(e *sealedApprovalEnv) {
@@ -147,7 +152,7 @@ func TestForgedApprovalRecordsAreRefused(t *testing.T) {
 			e.plant(approvalKey, altered)
 		}, "does not match the record"},
 		{"an approval_request.json swapped for another request's", func(e *sealedApprovalEnv) {
-			e.pendingID("alice", "other", nil)
+			e.pendingID("alice", "other", otherCall)
 			e.plant(askKey, e.raw(evidence.Key("other", evidence.ArtifactApprovalRequest)))
 			e.plant(approvalKey, e.forgedApproval("held"))
 		}, "held/approval_request.json: the signature by"},
@@ -198,7 +203,7 @@ func TestForgedApprovalRecordsAreRefused(t *testing.T) {
 func TestApprovalIndexNamesOnlyAuthenticRequests(t *testing.T) {
 	e := newSealedApprovalEnv(t, 1)
 	apr := e.pendingID("alice", "held", nil)
-	e.pendingID("alice", "decoy", nil)
+	e.pendingID("alice", "decoy", otherCall)
 	// The index of the real approval now points at a request held under
 	// another approval id: it names nothing.
 	e.plant(approvalIndexKey(apr), []byte("decoy"))

@@ -111,7 +111,11 @@ func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int
 		decision = guestRerunDecision(decision, p.guestCall)
 	}
 	if decision.ApprovalRequired && p.held == nil {
-		if p.held = g.borrowApproval(pre, p, decision, log); p.held == nil {
+		var wait *heldApproval
+		switch p.held, wait = g.borrowApproval(pre, p, decision, log); {
+		case p.held == nil && wait != nil:
+			return g.waitApproval(ctx, pre, p, rec, n, decision, shadow, wait, log)
+		case p.held == nil:
 			return g.askApproval(ctx, pre, p, rec, n, decision, shadow, log)
 		}
 		defer g.endBorrowed(ctx, p)

@@ -304,7 +304,7 @@ func TestApprovalsPendingCountsOnlyThoseWaitingForAPerson(t *testing.T) {
 	check("before any approval", 0, 0)
 	first := e.pendingID("alice", "ap-1", nil)
 	e.clock.advance(10 * time.Minute)
-	e.pendingID("alice", "ap-2", nil)
+	e.pendingID("alice", "ap-2", otherCall)
 	e.clock.advance(5 * time.Minute)
 	check("two asked for", 2, 15*time.Minute)
 	e.mustDecide("bob", first, "approve", "fine")

@@ -62,9 +62,42 @@ var (
 	ErrOtherCall     = errors.New("the approval is for another call")
 	ErrPolicyChanged = errors.New("the approval was granted under another policy set or rule")
 	ErrNotApproved   = errors.New("the approval is not approved")
+	ErrDecided       = errors.New("the approval is decided")
 	ErrExpired       = errors.New("the approval has expired")
 	ErrUsed          = errors.New("the approval was used")
 )
+
+// forCall says whether r is a top-level approval asked for the identical
+// call c by the same caller and tool, under the policy set and rule that
+// hold c now.
+func forCall(r evidence.ApprovalRequestRecord, c Call) error {
+	switch {
+	case r.NestedRequestID != "" || r.ParentRequestID != "" || r.CanonicalRequestHash != c.Hash ||
+		r.Caller != c.Caller || r.ToolID != c.ToolID:
+		return ErrOtherCall
+	case r.PolicySetDigest != c.PolicySetDigest || r.RuleID != c.RuleID:
+		return ErrPolicyChanged
+	}
+	return nil
+}
+
+// Waitable says whether c, held for approval, may wait on a, at now,
+// instead of asking for an approval of its own: a is for the identical
+// call (as for Usable), nobody has decided it, and it has not expired.
+// Retries of a held call under new request ids then wait on one
+// approval, rather than each asking approvers for another.
+func Waitable(a Approval, c Call, now time.Time) error {
+	if err := forCall(a.Request, c); err != nil {
+		return err
+	}
+	switch {
+	case a.Verdict != nil:
+		return ErrDecided
+	case !now.Before(a.Request.ExpiresAt):
+		return ErrExpired
+	}
+	return nil
+}
 
 // Usable says whether c may use a, at now: a is its own top-level
 // approval for the identical call by the same caller and tool, asked under
@@ -72,12 +105,10 @@ var (
 // unused (or used by c itself, whose earlier attempt claimed it).
 func Usable(a Approval, c Call, now time.Time) error {
 	r := a.Request
+	if err := forCall(r, c); err != nil {
+		return err
+	}
 	switch {
-	case r.NestedRequestID != "" || r.ParentRequestID != "" || r.CanonicalRequestHash != c.Hash ||
-		r.Caller != c.Caller || r.ToolID != c.ToolID:
-		return ErrOtherCall
-	case r.PolicySetDigest != c.PolicySetDigest || r.RuleID != c.RuleID:
-		return ErrPolicyChanged
 	case a.Verdict == nil || a.Verdict.Decision != evidence.ApprovalApprove:
 		return ErrNotApproved
 	case !now.Before(r.ExpiresAt):

@@ -75,6 +75,43 @@ func TestUsable(t *testing.T) {
 	}
 }
 
+// TestWaitable: a held call waits on another request's approval only
+// while it is open and for the identical call under the same policy.
+func TestWaitable(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		change func(a *Approval, c *Call, now *time.Time)
+		want   error
+	}{
+		{"the identical call, undecided", func(*Approval, *Call, *time.Time) {}, nil},
+		{"another caller", func(_ *Approval, c *Call, _ *time.Time) { c.Caller = "mallory" }, ErrOtherCall},
+		{"another tool", func(_ *Approval, c *Call, _ *time.Time) { c.ToolID = "counting.other" }, ErrOtherCall},
+		{"other arguments", func(_ *Approval, c *Call, _ *time.Time) { c.Hash = hashB }, ErrOtherCall},
+		{"a guest's call", func(a *Approval, _ *Call, _ *time.Time) { a.Request.ParentRequestID = "parent" }, ErrOtherCall},
+		{"a parent waiting on its guest", func(a *Approval, _ *Call, _ *time.Time) { a.Request.NestedRequestID = "held-1:1" }, ErrOtherCall},
+		{"a changed policy set", func(_ *Approval, c *Call, _ *time.Time) { c.PolicySetDigest = digestQ }, ErrPolicyChanged},
+		{"another approval rule", func(_ *Approval, c *Call, _ *time.Time) { c.RuleID = "needs_two" }, ErrPolicyChanged},
+		{"approved", func(a *Approval, _ *Call, _ *time.Time) {
+			a.Verdict = &evidence.ApprovalRecord{Decision: evidence.ApprovalApprove}
+		}, ErrDecided},
+		{"denied", func(a *Approval, _ *Call, _ *time.Time) {
+			a.Verdict = &evidence.ApprovalRecord{Decision: evidence.ApprovalDeny}
+		}, ErrDecided},
+		{"past its expiry", func(_ *Approval, _ *Call, now *time.Time) { *now = granted.Add(time.Hour) }, ErrExpired},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			a, c, now := approved(), sameCall(), granted.Add(time.Minute)
+			a.Verdict = nil
+			tc.change(&a, &c, &now)
+			if err := Waitable(a, c, now); !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+				t.Fatalf("Waitable = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
 // testLedger seals by prefixing "sealed:", and opens only what it sealed.
 func testLedger(s evidence.Store) Ledger {
 	return Ledger{

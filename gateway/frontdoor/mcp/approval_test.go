@@ -192,8 +192,10 @@ func TestApprovalWithoutMetaRunsOnce(t *testing.T) {
 	if !first.IsError || !strings.Contains(text(first), "call this tool again with the same arguments") {
 		t.Fatalf("isError %v, text %q", first.IsError, text(first))
 	}
-	if again := call(t, cs, "held", args, nil); approvalOf(t, again) == aid {
-		t.Fatal("a pending approval was used")
+	// Called again while pending, it waits on the same approval, and
+	// nothing runs.
+	if again := call(t, cs, "held", args, nil); !again.IsError || approvalOf(t, again) != aid || e.driver.runs.Load() != 0 {
+		t.Fatalf("a retry while pending: isError %v, text %q, %d runs", again.IsError, text(again), e.driver.runs.Load())
 	}
 	before := e.driver.runs.Load()
 	e.decide("alice", aid, "approve")
