@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -104,22 +105,9 @@ var bodyDoors = []doorRequest{
 // read it to learn its size, and returns the status and answer.
 func postChunked(t *testing.T, url string, header map[string]string, body string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, struct{ io.Reader }{strings.NewReader(body)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+bodiesKey)
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, raw
+	withKey := map[string]string{"Authorization": "Bearer " + bodiesKey}
+	maps.Copy(withKey, header)
+	return postRaw(t, url, struct{ io.Reader }{strings.NewReader(body)}, withKey)
 }
 
 // TestHostileDoorBodies (class 1): an authenticated caller's oversized

@@ -99,7 +99,19 @@ func waitListening(t *testing.T, url string) {
 // decoded answer.
 func doorPost(t *testing.T, url, body string, header map[string]string) (int, map[string]any) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	status, raw := postRaw(t, url, strings.NewReader(body), header)
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("answer %d is not JSON: %s", status, raw)
+	}
+	return status, m
+}
+
+// postRaw posts body as JSON to url with headers and returns the status
+// and the answer's bytes.
+func postRaw(t *testing.T, url string, body io.Reader, header map[string]string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,11 +125,7 @@ func doorPost(t *testing.T, url, body string, header map[string]string) (int, ma
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	var m map[string]any
-	if err := json.Unmarshal(raw, &m); err != nil {
-		t.Fatalf("answer %d is not JSON: %s", resp.StatusCode, raw)
-	}
-	return resp.StatusCode, m
+	return resp.StatusCode, raw
 }
 
 func doorCode(m map[string]any) string {
