@@ -78,7 +78,7 @@ func (g *Gateway) decideWithHistory(ctx context.Context, req policy.Request, run
 	rec := &evidence.DecisionHistory{
 		Slot: res.Facts.Slot, Calls: h.Calls, ToolCalls: h.ToolCalls, Labels: nonNil(h.Labels),
 		CallsLastMinute: h.CallsLastMinute, ToolCallsLastMinute: h.ToolCallsLastMinute,
-		Claimed: res.Claimed, RetryAfterMS: res.RetryAfter.Milliseconds(),
+		ReadAt: res.Facts.At.UTC(), Claimed: res.Claimed, RetryAfterMS: res.RetryAfter.Milliseconds(),
 	}
 	if res.Claimed > 0 {
 		rec.LabelsAdded, rec.CallerLabelsAdded = d.Labels, d.CallerLabels
