@@ -107,9 +107,11 @@ type DecisionHistory struct {
 	Labels              []string `json:"labels"`
 	CallsLastMinute     int64    `json:"calls_last_minute"`
 	ToolCallsLastMinute int64    `json:"tool_calls_last_minute"`
-	Claimed             uint64   `json:"claimed_slot,omitempty"`
-	LabelsAdded         []string `json:"labels_added,omitempty"`
-	CallerLabelsAdded   []string `json:"caller_labels_added,omitempty"`
+	// ReadAt is the instant the caller's rate facts were counted at.
+	ReadAt            time.Time `json:"read_at,omitzero"`
+	Claimed           uint64    `json:"claimed_slot,omitempty"`
+	LabelsAdded       []string  `json:"labels_added,omitempty"`
+	CallerLabelsAdded []string  `json:"caller_labels_added,omitempty"`
 	// RetryAfterMS, on a deny that the passing of time lifts (a rate
 	// limit), is how long the caller must wait.
 	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`

@@ -126,6 +126,10 @@ type VerifyOptions struct {
 	// OnLog, if set, is called by VerifyAll with the report of each log,
 	// before the first request's report.
 	OnLog func(LogReport) error
+	// History, if set, recomputes the session history facts each
+	// decision recorded from the caller's history records (sessions/),
+	// and a decision whose facts do not follow from them is a mismatch.
+	History HistoryChecker
 }
 
 // LogPosition locates one entry of a transparency log.
@@ -571,6 +575,8 @@ type verifier struct {
 	// ring opens the sealed records verification authenticates (the
 	// approvals', attempts' closes); nil without trusted keys.
 	ring *trust.Keyring
+	// history checks the history decisions saw; nil checks nothing.
+	history HistoryChecker
 }
 
 // required marks a report with the requirements it is judged under.
@@ -597,7 +603,7 @@ func newVerifier(s Reader, opts VerifyOptions) (*verifier, error) {
 	}
 	v := &verifier{store: s, spool: opts.Spool, trusted: make(map[string]ed25519.PublicKey, len(opts.TrustedKeys)),
 		witnesses: opts.Witnesses, threshold: opts.WitnessThreshold,
-		requireSignature: opts.RequireSignature, requireLog: opts.RequireLog}
+		requireSignature: opts.RequireSignature, requireLog: opts.RequireLog, history: opts.History}
 	for i, k := range opts.TrustedKeys {
 		if len(k) != ed25519.PublicKeySize {
 			return nil, fmt.Errorf("evidence: verify: TrustedKeys[%d] is %d bytes, want %d", i, len(k), ed25519.PublicKeySize)
@@ -652,6 +658,11 @@ func (v *verifier) verify(ctx context.Context, id string, present, inSpool []str
 	}
 	rep.Approval = approval.summary
 	attemptProblems = append(attemptProblems, approval.problems...)
+	historyProblems, err := r.checkHistory(ctx, id, approval)
+	if err != nil {
+		return fail(err)
+	}
+	attemptProblems = append(attemptProblems, historyProblems...)
 
 	manifestKey := Key(id, ArtifactManifest)
 	copies, err := r.read(ctx, manifestKey)

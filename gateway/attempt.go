@@ -104,7 +104,7 @@ func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int
 	var hist *evidence.DecisionHistory
 	if p.held == nil || !p.held.final() {
 		dctx, stage := g.telemetry.StartStage(ctx, telemetry.StageDecide)
-		decision, shadow, hist = g.decide(dctx, p.caller, p.c, p.tool, p.known, p.args)
+		decision, shadow, hist = g.decide(dctx, p.caller, p.c, p.tool, p.known, p.args, g.runsUnder(p))
 		stage.End()
 	}
 	if p.guestCall != nil {
@@ -119,6 +119,11 @@ func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int
 			return g.askApproval(ctx, pre, p, rec, n, decision, shadow, log)
 		}
 		defer g.endBorrowed(ctx, p)
+		if hist != nil {
+			// Decided before the approval was found, the call claimed no
+			// history slot: decide again, as a call that holds it.
+			decision, shadow, hist = g.decide(ctx, p.caller, p.c, p.tool, p.known, p.args, g.runsUnder(p))
+		}
 	}
 	record := g.decisionRecord(p, n, decision, shadow)
 	record.History = hist

@@ -367,9 +367,11 @@ func (g *Gateway) prepare(ctx context.Context, caller string, c call) (*prepared
 }
 
 // decide applies the gateway's own rules, then policy. When the policy set
-// has a shadow, the shadow decides too, for the record only.
+// has a shadow, the shadow decides too, for the record only. runs says
+// whether a decision lets the call run (an allow, or one an approval the
+// call holds grants): such a call claims its history slot.
 func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, known bool,
-	args map[string]any) (policy.Decision, *evidence.ShadowDecision, *evidence.DecisionHistory) {
+	args map[string]any, runs func(policy.Decision) bool) (policy.Decision, *evidence.ShadowDecision, *evidence.DecisionHistory) {
 	if !known {
 		return policy.Decision{
 			RuleID:    RuleUnknownTool,
@@ -400,7 +402,7 @@ func (g *Gateway) decide(ctx context.Context, caller string, c call, tool Tool, 
 	var hist *evidence.DecisionHistory
 	var d policy.Decision
 	if g.wantsHistory(tool) {
-		d, hist = g.decideWithHistory(ctx, req)
+		d, hist = g.decideWithHistory(ctx, req, runs)
 		if hist != nil {
 			req.History = factsOf(hist)
 		}

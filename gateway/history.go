@@ -12,8 +12,8 @@ import (
 
 // RuleHistoryError: the call's history could not be read or its slot
 // claimed (the store failed, or a history record failed authentication),
-// so nothing ran.
-const RuleHistoryError = "history_error"
+// so nothing ran. Reserved: no policy may use it as its @id.
+const RuleHistoryError = policy.RuleHistoryError
 
 // HistoryKeeper decides calls on their session history and records the
 // ones let through; *history.Ledger implements it.
@@ -58,14 +58,14 @@ func (g *Gateway) wantsHistory(tool Tool) bool {
 // decideWithHistory decides req on its history: the decision that stands
 // saw every call of the caller claimed before it, on any replica, and a
 // call let through holds the next slot of its caller's history.
-func (g *Gateway) decideWithHistory(ctx context.Context, req policy.Request) (policy.Decision, *evidence.DecisionHistory) {
+func (g *Gateway) decideWithHistory(ctx context.Context, req policy.Request, runs func(policy.Decision) bool) (policy.Decision, *evidence.DecisionHistory) {
 	var d policy.Decision
 	c := history.Call{Caller: req.Caller, RunID: req.RunID, RequestID: req.RequestID, Tool: req.ToolID}
 	res, err := g.history.Decide(ctx, c, func(f history.Facts) history.Outcome {
 		r := req
 		r.History = f.History
 		d = g.decider.Decide(ctx, r)
-		return history.Outcome{Dispatch: d.Allow, Added: history.Added{Labels: d.Labels, CallerLabels: d.CallerLabels}}
+		return history.Outcome{Dispatch: runs(d), Added: history.Added{Labels: d.Labels, CallerLabels: d.CallerLabels}}
 	})
 	if err != nil {
 		return policy.Decision{
@@ -78,7 +78,7 @@ func (g *Gateway) decideWithHistory(ctx context.Context, req policy.Request) (po
 	rec := &evidence.DecisionHistory{
 		Slot: res.Facts.Slot, Calls: h.Calls, ToolCalls: h.ToolCalls, Labels: nonNil(h.Labels),
 		CallsLastMinute: h.CallsLastMinute, ToolCallsLastMinute: h.ToolCallsLastMinute,
-		Claimed: res.Claimed, RetryAfterMS: res.RetryAfter.Milliseconds(),
+		ReadAt: res.Facts.At.UTC(), Claimed: res.Claimed, RetryAfterMS: res.RetryAfter.Milliseconds(),
 	}
 	if res.Claimed > 0 {
 		rec.LabelsAdded, rec.CallerLabelsAdded = d.Labels, d.CallerLabels
@@ -87,6 +87,25 @@ func (g *Gateway) decideWithHistory(ctx context.Context, req policy.Request) (po
 		d.Reason += fmt.Sprintf(" (retry after %s)", res.RetryAfter)
 	}
 	return d, rec
+}
+
+// runsUnder returns whether a decision lets p run: an allow, or a call
+// held for approval that p's approval grants now (judgeHeld, as attempt
+// applies it). An approved call is judged on its history at its use, as
+// every call is: a history rule that forbids it now (the session moved
+// past a limit, or acquired a label, while it waited) denies it, and the
+// approval stays unused until it expires.
+func (g *Gateway) runsUnder(p *prepared) func(policy.Decision) bool {
+	return func(d policy.Decision) bool {
+		if p.guestCall != nil {
+			d = guestRerunDecision(d, p.guestCall)
+		}
+		if d.Allow || !d.ApprovalRequired || p.held == nil || p.held.final() {
+			return d.Allow
+		}
+		granted, _ := judgeHeld(p.held, d, g.now().UTC())
+		return granted.Allow
+	}
 }
 
 // factsOf is the policy.History a decision record says the call saw.

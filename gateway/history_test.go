@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,6 +86,19 @@ func TestHistoryDecides(t *testing.T) {
 	if h := rec.History; h == nil || h.Claimed != 4 || h.ToolCalls != 2 || fmt.Sprint(h.LabelsAdded) != "[sensitive]" {
 		t.Errorf("the third read's recorded history = %+v, want tool_calls 2, claimed slot 4, labels_added [sensitive]", h)
 	}
+	// The session records are not requests: verifying the whole store
+	// reports the requests, each ok, and nothing else.
+	var got []string
+	err := evidence.VerifyAll(context.Background(), e.store, evidence.VerifyOptions{}, func(r evidence.VerifyReport) error {
+		if r.Status != evidence.StatusOK {
+			t.Errorf("verify --all: %s is %s %v", r.RequestID, r.Status, r.Problems)
+		}
+		got = append(got, r.RequestID)
+		return nil
+	})
+	if want := []string{"read-2", "read-3", "read-4", "read-secret", "write-after", "write-fresh-run"}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("verify --all reported %v (%v), want %v", got, err, want)
+	}
 }
 
 // TestNoHistoryWithoutHistoryRules: policies that never read history
@@ -94,5 +109,70 @@ func TestNoHistoryWithoutHistoryRules(t *testing.T) {
 	keys, err := e.store.List(context.Background(), "sessions/")
 	if err != nil || len(keys) != 0 {
 		t.Fatalf("sessions/ holds %v (%v), want nothing", keys, err)
+	}
+}
+
+// approvalHistoryPolicy holds counting.run for approval, labels the
+// session of a call it lets run, and allows one such call per session.
+const approvalHistoryPolicy = approvalPolicy + `
+@id("one-count-per-session") @reason("one count per session")
+forbid (principal, action == Action::"RunTool", resource == Tool::"counting.run")
+when { context.session.toolCalls >= 1 };
+`
+
+// TestApprovedCallsClaimTheirHistory: a call let through by an approval
+// claims its slot and adds its labels as an allowed one does, whether the
+// approval is its own or borrowed under a new request id; and an approved
+// call is judged on its history at its use, so one the session's limit
+// caught up with while it waited is denied by that limit.
+func TestApprovedCallsClaimTheirHistory(t *testing.T) {
+	labelled := strings.Replace(approvalHistoryPolicy, `@approval("ops")`, `@approval("ops") @label("counted")`, 1)
+	tests := []struct {
+		name string
+		// retryID is the request id the approved call is sent again
+		// under ("" for its own).
+		retryID string
+	}{
+		{name: "own request id"},
+		{name: "borrowed under a new request id", retryID: "retry-1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newApprovalEnv(t, approvalEnvOptions{policy: labelled})
+			apr := e.pendingID("alice", "held-1", map[string]any{"n": 1})
+			other := e.pendingID("alice", "held-2", map[string]any{"n": 2})
+			e.mustDecide("bob", apr, "approve", "ok")
+			e.mustDecide("bob", other, "approve", "ok")
+			id := cmp.Or(tt.retryID, "held-1")
+			if ran := e.mustRun("alice", id, map[string]any{"n": 1}); !ran.GetOk() || e.driver.runs.Load() != 1 {
+				t.Fatalf("the approved call: %v, %d runs", ran, e.driver.runs.Load())
+			}
+			var d evidence.DecisionRecord
+			e.record(e.lastDecisionKey(id), &d)
+			if h := d.History; h == nil || h.Claimed != 1 || fmt.Sprint(h.LabelsAdded) != "[counted]" {
+				t.Fatalf("the approved call's history = %+v, want slot 1 claimed with label counted", h)
+			}
+			// The second approval was granted before the first call ran;
+			// at its use the session has had its one count.
+			resp := e.mustRun("alice", "held-2", map[string]any{"n": 2})
+			if pc := resp.GetPolicyCheck(); resp.GetOk() || pc.GetRuleId() != "one-count-per-session" || e.driver.runs.Load() != 1 {
+				t.Fatalf("the second approved call after the session's limit: %v, %d runs", resp, e.driver.runs.Load())
+			}
+		})
+	}
+}
+
+// lastDecisionKey is the key of the newest attempt's policy_decision.json
+// of request id.
+func (e *approvalEnv) lastDecisionKey(id string) string {
+	e.t.Helper()
+	key := evidence.Key(id, evidence.ArtifactPolicyDecision)
+	for n := 2; ; n++ {
+		k := evidence.AttemptKey(id, n, evidence.ArtifactPolicyDecision)
+		if _, err := e.store.Get(context.Background(), k); err != nil {
+			return key
+		}
+		key = k
 	}
 }

@@ -119,7 +119,7 @@ func KnownAnnotations() []string {
 // itself, which no policy may pose as.
 func isReservedRuleID(id string) bool {
 	switch id {
-	case RuleDefaultDeny, RulePolicyError, RuleUnknownPolicyRef, RulePolicyRefNotSelectable,
+	case RuleDefaultDeny, RulePolicyError, RuleUnknownPolicyRef, RulePolicyRefNotSelectable, RuleHistoryError,
 		RuleNotInApprovalGroup, RuleSelfApprovalDenied:
 		return true
 	}

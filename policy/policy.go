@@ -54,6 +54,10 @@ const (
 	// caller may not select). Decide never reports it; it is reserved so no
 	// policy can pose as that refusal.
 	RulePolicyRefNotSelectable = "policy_ref_not_selectable"
+	// RuleHistoryError: the gateway could not read or extend the call's
+	// session history, so nothing ran. Decide never reports it; it is
+	// reserved so no policy can pose as that failure.
+	RuleHistoryError = "history_error"
 )
 
 // The two actions a Request may ask for; ActionApprove is asked only

@@ -612,6 +612,11 @@ func TestLoadErrors(t *testing.T) {
 			wantErr: []string{`^\S*p\.cedar:1:1: @id\("policy_ref_not_selectable"\) is reserved`},
 		},
 		{
+			name:    "rule id of the gateway's history failure",
+			files:   map[string]string{"p.cedar": "@id(\"history_error\")\nforbid (principal, action, resource);"},
+			wantErr: []string{`^\S*p\.cedar:1:1: @id\("history_error"\) is reserved`},
+		},
+		{
 			name:    "empty rule id",
 			files:   map[string]string{"p.cedar": "@id(\"\")\npermit (principal, action, resource);"},
 			wantErr: []string{`^\S*p\.cedar:1:1: @id must not be empty`},

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -48,6 +49,45 @@ type RequestSpec struct {
 	Ctx SpecContext `json:"ctx,omitzero"`
 	// ToolAttributes are the catalog facts of the tool.
 	ToolAttributes *SpecToolAttributes `json:"tool_attributes,omitempty"`
+	// Session is the call's history; left out, the call is a first call.
+	Session *SpecSession `json:"session,omitempty"`
+}
+
+// SpecSession is the history of a RequestSpec's call, named as Cedar sees
+// it: calls, toolCalls and labels are context.session's; callsLastMinute
+// and toolCallsLastMinute are context.caller's. CallerLabels are labels
+// the caller acquired in earlier runs (@caller_label): the gateway merges
+// them into context.session.labels, and so does Request.
+type SpecSession struct {
+	Calls               int64    `json:"calls"`
+	ToolCalls           int64    `json:"toolCalls"`
+	Labels              []string `json:"labels,omitempty"`
+	CallerLabels        []string `json:"callerLabels,omitempty"`
+	CallsLastMinute     int64    `json:"callsLastMinute"`
+	ToolCallsLastMinute int64    `json:"toolCallsLastMinute"`
+}
+
+// History returns the History s describes, or an error for one no gateway
+// could record: a negative count, a tool count above its total, or a
+// label the policy language would refuse.
+func (s SpecSession) History() (History, error) {
+	switch {
+	case s.Calls < 0 || s.ToolCalls < 0 || s.CallsLastMinute < 0 || s.ToolCallsLastMinute < 0:
+		return History{}, errors.New("session: counts must not be negative")
+	case s.ToolCalls > s.Calls:
+		return History{}, fmt.Errorf("session: toolCalls %d is more than calls %d", s.ToolCalls, s.Calls)
+	case s.ToolCallsLastMinute > s.CallsLastMinute:
+		return History{}, fmt.Errorf("session: toolCallsLastMinute %d is more than callsLastMinute %d",
+			s.ToolCallsLastMinute, s.CallsLastMinute)
+	}
+	labels := append(slices.Clone(s.Labels), s.CallerLabels...)
+	for _, l := range labels {
+		if !ValidLabel(l) {
+			return History{}, fmt.Errorf("session: label %q must be 1 to 64 characters of A-Z, a-z, 0-9, '.', '_', ':' and '-'", l)
+		}
+	}
+	return History{Calls: s.Calls, ToolCalls: s.ToolCalls, Labels: sortedUnique(labels),
+		CallsLastMinute: s.CallsLastMinute, ToolCallsLastMinute: s.ToolCallsLastMinute}, nil
 }
 
 // SpecContext is the ctx of a RequestSpec.
@@ -88,6 +128,9 @@ func (s RequestSpec) ApprovalRequest() (ApprovalRequest, error) {
 	}
 	if s.Approval == nil {
 		return ApprovalRequest{}, fmt.Errorf("approval (requester and group) is required for action %q", ActionApprove)
+	}
+	if s.Session != nil {
+		return ApprovalRequest{}, fmt.Errorf("session is for a call; approving one (action %q) is decided without history", ActionApprove)
 	}
 	call := s
 	call.Action, call.Approval = "", nil
@@ -150,6 +193,13 @@ func (s RequestSpec) Request() (Request, error) {
 	}
 	if s.ToolAttributes != nil {
 		req.Tool = ToolAttributes(*s.ToolAttributes)
+	}
+	if s.Session != nil {
+		h, err := s.Session.History()
+		if err != nil {
+			return Request{}, err
+		}
+		req.History = h
 	}
 	if req.Args == nil {
 		req.Args = map[string]any{}

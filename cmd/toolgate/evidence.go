@@ -24,6 +24,7 @@ import (
 	"github.com/toolgate/toolgate/evidence/tlog"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/internal/termsafe"
+	"github.com/toolgate/toolgate/policy/history"
 )
 
 const evidenceUsage = `Usage: toolgate evidence <command> [flags]
@@ -635,7 +636,7 @@ func newVerifyFlags(std stdio) (*flag.FlagSet, *verifyFlags) {
 // trusted keys are the --pubkey files and, with --config, the
 // configuration's evidence.trusted_keys: the keys its gateway trusts.
 func (f *verifyFlags) options(getenv func(string) string) (evidence.VerifyOptions, error) {
-	opts := evidence.VerifyOptions{RequireSignature: *f.requireSig, RequireLog: *f.reqLog}
+	opts := evidence.VerifyOptions{RequireSignature: *f.requireSig, RequireLog: *f.reqLog, History: history.NewChecker()}
 	var err error
 	if opts.TrustedKeys, err = readPublicKeys(f.pubkeys); err != nil {
 		return opts, err

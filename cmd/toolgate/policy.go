@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/toolgate/toolgate/gateway"
@@ -100,12 +101,20 @@ func policyAuthorize(ctx context.Context, args []string, std stdio) int {
 	groups := fs.String("groups", "", "the caller's groups (principal.groups), comma-separated")
 	roles := fs.String("roles", "", "the caller's roles (principal.roles), comma-separated")
 	asJSON := fs.Bool("json", false, "print the explanation as JSON")
+	sessionFile := fs.String("session-json", "", "`file` holding the call's history: "+
+		`{"calls", "toolCalls", "labels", "callerLabels", "callsLastMinute", "toolCallsLastMinute"}`)
 	if err := fs.Parse(args); err != nil {
 		return flagExit(err)
 	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "toolgate policy authorize: "+format+"\n", a...)
 		return exitError
+	}
+	if *sessionFile != "" {
+		var err error
+		if spec.Session, err = readSession(*sessionFile); err != nil {
+			return fail("--session-json: %v", err)
+		}
 	}
 	if fs.NArg() > 0 {
 		return fail("unexpected arguments %q", fs.Args())
@@ -145,6 +154,25 @@ func policyAuthorize(ctx context.Context, args []string, std stdio) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// readSession reads the history file of --session-json, strictly: a
+// misspelt fact would otherwise be a silent zero.
+func readSession(path string) (*policy.SpecSession, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var s policy.SpecSession
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%s: want one JSON object", path)
+	}
+	return &s, nil
 }
 
 // dryRun checks spec and returns the question it asks of an engine: a

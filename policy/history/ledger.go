@@ -79,6 +79,8 @@ func New(o Options) *Ledger {
 type Facts struct {
 	History policy.History
 	Slot    uint64
+	// At is the instant the rate facts were counted at.
+	At time.Time
 }
 
 // Outcome is what a decision made of Facts: whether the call is to be
@@ -238,7 +240,7 @@ func (l *Ledger) read(ctx context.Context, caller string, n uint64) (*Record, er
 // facts computes the history of c from st's latest record, and returns
 // the state of c's session beside it.
 func (l *Ledger) facts(ctx context.Context, st *callerState, c Call) (Facts, SessionState, error) {
-	f := Facts{}
+	f := Facts{At: l.now()}
 	var session SessionState
 	if r := st.latest; r != nil {
 		f.Slot = r.Slot
@@ -247,7 +249,7 @@ func (l *Ledger) facts(ctx context.Context, st *callerState, c Call) (Facts, Ses
 			return Facts{}, SessionState{}, err
 		}
 	}
-	f.History = historyOf(st.latest, session, c.Tool, l.now())
+	f.History = historyOf(st.latest, session, c.Tool, f.At)
 	return f, session, nil
 }
 

@@ -106,6 +106,7 @@ func (d *Door) runCall(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	if err != nil {
 		return errorResult(err.Error(), map[string]any{MetaRequestID: rid}), nil
 	}
+	run.Ctx.RunId = sessionRunID(ctx, run.Ctx.RunId)
 	resp, err := d.gw.Run(ctx, p.Caller, gateway.Call{
 		FrontDoor: Name, Request: run, Identity: p.Identity, TraceParent: traceFromMeta(meta),
 	})

@@ -195,6 +195,7 @@ func (d *Door) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// 2026-07-28 names the method in a header the SDK checks against the
 	// body; a listen sent without it is answered, as JSON, when it ends.
+	r = withSession(r)
 	if r.Header.Get("Mcp-Method") == "subscriptions/listen" {
 		d.streams.ServeHTTP(w, r)
 		return
