@@ -114,6 +114,15 @@ func (g *Gateway) runsUnder(p *prepared) func(policy.Decision) bool {
 	}
 }
 
+// retryAfterMS is a deny's retry hint: the history's, when time alone
+// lifts the deny; 0 on an allow.
+func retryAfterMS(d policy.Decision, h *evidence.DecisionHistory) int64 {
+	if d.Allow || h == nil {
+		return 0
+	}
+	return h.RetryAfterMS
+}
+
 // factsOf is the policy.History a decision record says the call saw.
 func factsOf(h *evidence.DecisionHistory) policy.History {
 	return policy.History{Calls: h.Calls, ToolCalls: h.ToolCalls, Labels: h.Labels,

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/toolgate/toolgate/evidence"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -202,5 +204,27 @@ when { context.caller.toolCallsLastMinute >= 2 };
 	}
 	if _, err := os.Stat(filepath.Join(e.workspace, "r3")); !os.IsNotExist(err) {
 		t.Errorf("the denied create ran: r3 exists (%v)", err)
+	}
+	// The hint is also a field a client reads without parsing the reason,
+	// in whole seconds, at most the window and its last second away; it is
+	// stored in response.json and a replay gives it back.
+	if ms := pc.GetRetryAfterMs(); ms <= 0 || ms > 61000 || ms%1000 != 0 {
+		t.Errorf("policy_check.retry_after_ms = %d, want whole seconds in (0, 61s]", ms)
+	}
+	var stored evidence.ResponseRecord
+	if err := json.Unmarshal(e.artifact("create-over", evidence.ArtifactResponse), &stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored.PolicyCheck.RetryAfterMS != pc.GetRetryAfterMs() {
+		t.Errorf("response.json retry_after_ms = %d, want %d", stored.PolicyCheck.RetryAfterMS, pc.GetRetryAfterMs())
+	}
+	replay := e.runIn("r3", "create-over", "workspace.createFile", map[string]any{"path": "r3", "content": "x"})
+	if !proto.Equal(replay, resp) {
+		t.Errorf("the replay %v differs from the first answer %v", replay, resp)
+	}
+	for i, run := range []string{"r1", "r2"} {
+		if ms := e.runIn(run, fmt.Sprintf("replay-%d", i), "workspace.readFile", map[string]any{"path": run}).GetPolicyCheck().GetRetryAfterMs(); ms != 0 {
+			t.Errorf("an allowed call carries retry_after_ms %d", ms)
+		}
 	}
 }

@@ -174,6 +174,12 @@ func TestHistoryEndToEnd(t *testing.T) {
 				last = resp
 			}
 			if tc.retryHint {
+				// The hint is a field a client reads, and the same in the
+				// reason a person reads.
+				pc := last.GetPolicyCheck()
+				if ms := pc.GetRetryAfterMs(); ms <= 0 || ms > 61000 || time.Duration(ms)*time.Millisecond != reasonRetryAfter(pc.GetReason()) {
+					t.Errorf("the rate-limit deny's policy_check.retry_after_ms = %d, reason %q: want whole seconds in (0, 61s], as the reason says", ms, pc.GetReason())
+				}
 				after := reasonRetryAfter(last.GetPolicyCheck().GetReason())
 				// The window counts whole seconds: the hint is the instant
 				// the oldest counted call's second has left it, at most
