@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +14,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/toolgate/toolgate/drivers/tpmjs/tpmjstest"
 	"github.com/toolgate/toolgate/evidence/evidencetest"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -256,4 +260,51 @@ when { context.args has path && context.args.path == "five.txt" && context.sessi
 		checkStep(t, fmt.Sprintf("flow-%d on replica %d", i, f.replica), f.step, resp, err)
 	}
 	verifyClean(t, b, concurrent+len(flow), "gw-a", "gw-b")
+}
+
+// TestHistoryRetryHintOverTheTPMJSDoor: through the real binary's TPMJS
+// door, a call over a caller rate limit is a POLICY_DENIED reply whose
+// toolgate.retry_after_ms and Retry-After header say when to retry, in
+// agreement; the executor never sees it.
+func TestHistoryRetryHintOverTheTPMJSDoor(t *testing.T) {
+	t.Parallel()
+	base, exec, _ := tpmjsDoorGatewayWith(t, tpmjsDoorPolicy+`
+@id("one-echo-a-minute") @reason("one echo a minute")
+forbid (principal, action == Action::"RunTool", resource == Tool::"fake.echo")
+when { context.caller.toolCallsLastMinute >= 1 };
+`)
+	post := func(key string) (*http.Response, map[string]any) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, base+"/execute-tool", strings.NewReader(doorBody(tpmjstest.EchoTool, `{"a":1}`, `{}`)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+tpmjsDoorKey)
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+			t.Fatalf("%s: the answer is not JSON: %v", key, err)
+		}
+		return resp, m
+	}
+	if resp, m := post("echo-1"); resp.StatusCode != http.StatusOK || m["success"] != true || resp.Header.Get("Retry-After") != "" {
+		t.Fatalf("the first echo: %d %v (Retry-After %q)", resp.StatusCode, m, resp.Header.Get("Retry-After"))
+	}
+	resp, m := post("echo-2")
+	ext, _ := m["toolgate"].(map[string]any)
+	ms, _ := ext["retry_after_ms"].(float64)
+	header, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if doorCode(m) != "POLICY_DENIED" || ext["rule_id"] != "one-echo-a-minute" || ms <= 0 || ms > 61000 || err != nil || float64(header)*1000 != ms {
+		t.Fatalf("the second echo in a minute: %d %v, Retry-After %q; want POLICY_DENIED by one-echo-a-minute with retry_after_ms in (0, 61s] and the header its seconds",
+			resp.StatusCode, m, resp.Header.Get("Retry-After"))
+	}
+	if n := doorExecutions(exec); n != 1 {
+		t.Errorf("the executor ran %d calls, want 1", n)
+	}
 }
