@@ -348,6 +348,9 @@ type ResponsePolicyCheck struct {
 	// Suggestion is the deciding rule's @suggestion; omitted when it has
 	// none, so such responses keep their bytes.
 	Suggestion string `json:"suggestion,omitempty"`
+	// RetryAfterMS is a rate-limit deny's retry hint (PolicyCheck
+	// retry_after_ms); omitted when there is none.
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 }
 
 // attemptsFolder holds the artifacts of every attempt after the first.

@@ -150,7 +150,7 @@ func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int
 	resp := &toolgatev1.RunToolResponse{
 		PolicyCheck: &toolgatev1.PolicyCheck{
 			Decision: decisionWord(decision.Allow), Reason: decision.Reason, RuleId: decision.RuleID,
-			Suggestion: decision.Suggestion,
+			Suggestion: decision.Suggestion, RetryAfterMs: retryAfterMS(decision, hist),
 		},
 		EngineRef: p.engineRef,
 		RunId:     p.c.RunID,

@@ -59,21 +59,27 @@ func (g *Gateway) wantsHistory(tool Tool) bool {
 // saw every call of the caller claimed before it, on any replica, and a
 // call let through holds the next slot of its caller's history.
 func (g *Gateway) decideWithHistory(ctx context.Context, req policy.Request, runs func(policy.Decision) bool) (policy.Decision, *evidence.DecisionHistory) {
-	var d policy.Decision
+	// last is only for naming the policy set when the history fails: the
+	// decision that stands is the Result's, as decide also runs on the
+	// hypothetical later facts of a retry hint.
+	var last policy.Decision
 	c := history.Call{Caller: req.Caller, RunID: req.RunID, RequestID: req.RequestID, Tool: req.ToolID}
 	res, err := g.history.Decide(ctx, c, func(f history.Facts) history.Outcome {
 		r := req
 		r.History = f.History
-		d = g.decider.Decide(ctx, r)
-		return history.Outcome{Dispatch: runs(d), Added: history.Added{Labels: d.Labels, CallerLabels: d.CallerLabels}}
+		d := g.decider.Decide(ctx, r)
+		last = d
+		return history.Outcome{Dispatch: runs(d), Added: history.Added{Labels: d.Labels, CallerLabels: d.CallerLabels}, Decision: d}
 	})
 	if err != nil {
+		d := last
 		return policy.Decision{
 			RuleID:    RuleHistoryError,
 			Reason:    fmt.Sprintf("the call's history could not be read or extended, so nothing ran: %v", err),
 			PolicyRef: d.PolicyRef, PolicySetDigest: d.PolicySetDigest,
 		}, nil
 	}
+	d := res.Outcome.Decision
 	h := res.Facts.History
 	rec := &evidence.DecisionHistory{
 		Slot: res.Facts.Slot, Calls: h.Calls, ToolCalls: h.ToolCalls, Labels: nonNil(h.Labels),
@@ -106,6 +112,15 @@ func (g *Gateway) runsUnder(p *prepared) func(policy.Decision) bool {
 		granted, _ := judgeHeld(p.held, d, g.now().UTC())
 		return granted.Allow
 	}
+}
+
+// retryAfterMS is a deny's retry hint: the history's, when time alone
+// lifts the deny; 0 on an allow.
+func retryAfterMS(d policy.Decision, h *evidence.DecisionHistory) int64 {
+	if d.Allow || h == nil {
+		return 0
+	}
+	return h.RetryAfterMS
 }
 
 // factsOf is the policy.History a decision record says the call saw.

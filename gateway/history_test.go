@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/toolgate/toolgate/evidence"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -174,5 +176,55 @@ func (e *approvalEnv) lastDecisionKey(id string) string {
 			return key
 		}
 		key = k
+	}
+}
+
+// TestRateLimitDenyStands: a call over a rate limit is denied by the
+// limit and does not run, though finding its retry hint decided it again
+// on later facts, which allow it; the hint is in its reason.
+func TestRateLimitDenyStands(t *testing.T) {
+	const rate = `
+@id("workspace") permit (principal, action, resource in Driver::"workspace");
+
+@id("two-creates-a-minute") @reason("at most 2 file creations a minute")
+forbid (principal, action, resource == Tool::"workspace.createFile")
+when { context.caller.toolCallsLastMinute >= 2 };
+`
+	e := newEnv(t, envOptions{policies: map[string]string{"policy.default.cedar": rate}})
+	for i, run := range []string{"r1", "r2"} {
+		if resp := e.runIn(run, fmt.Sprintf("create-%d", i), "workspace.createFile", map[string]any{"path": run, "content": "x"}); !resp.GetOk() {
+			t.Fatalf("create in %s: %v", run, resp)
+		}
+	}
+	resp := e.runIn("r3", "create-over", "workspace.createFile", map[string]any{"path": "r3", "content": "x"})
+	pc := resp.GetPolicyCheck()
+	if resp.GetOk() || pc.GetRuleId() != "two-creates-a-minute" || !strings.Contains(pc.GetReason(), "(retry after ") {
+		t.Fatalf("the third create in a minute: ok=%v %s by %q (%s), want a deny by two-creates-a-minute with a retry hint",
+			resp.GetOk(), pc.GetDecision(), pc.GetRuleId(), pc.GetReason())
+	}
+	if _, err := os.Stat(filepath.Join(e.workspace, "r3")); !os.IsNotExist(err) {
+		t.Errorf("the denied create ran: r3 exists (%v)", err)
+	}
+	// The hint is also a field a client reads without parsing the reason,
+	// in whole seconds, at most the window and its last second away; it is
+	// stored in response.json and a replay gives it back.
+	if ms := pc.GetRetryAfterMs(); ms <= 0 || ms > 61000 || ms%1000 != 0 {
+		t.Errorf("policy_check.retry_after_ms = %d, want whole seconds in (0, 61s]", ms)
+	}
+	var stored evidence.ResponseRecord
+	if err := json.Unmarshal(e.artifact("create-over", evidence.ArtifactResponse), &stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored.PolicyCheck.RetryAfterMS != pc.GetRetryAfterMs() {
+		t.Errorf("response.json retry_after_ms = %d, want %d", stored.PolicyCheck.RetryAfterMS, pc.GetRetryAfterMs())
+	}
+	replay := e.runIn("r3", "create-over", "workspace.createFile", map[string]any{"path": "r3", "content": "x"})
+	if !proto.Equal(replay, resp) {
+		t.Errorf("the replay %v differs from the first answer %v", replay, resp)
+	}
+	for i, run := range []string{"r1", "r2"} {
+		if ms := e.runIn(run, fmt.Sprintf("replay-%d", i), "workspace.readFile", map[string]any{"path": run}).GetPolicyCheck().GetRetryAfterMs(); ms != 0 {
+			t.Errorf("an allowed call carries retry_after_ms %d", ms)
+		}
 	}
 }

@@ -70,6 +70,10 @@ func TestReadBackIsWhatDecodingGives(t *testing.T) {
 		{"a denied call's response is read back without decoding", &toolgatev1.RunToolResponse{
 			PolicyCheck: &toolgatev1.PolicyCheck{Decision: "deny", Reason: "no"}, EngineRef: "bench",
 		}, true},
+		{"a rate-limit deny's retry hint is read back", &toolgatev1.RunToolResponse{
+			PolicyCheck: &toolgatev1.PolicyCheck{Decision: "deny", Reason: "too many (retry after 31s)", RuleId: "rate", RetryAfterMs: 31000},
+			EngineRef:   "bench",
+		}, true},
 		{"a response without a policy check reads back with an empty one", &toolgatev1.RunToolResponse{}, true},
 		{"a failed tool's exit code and empty data read back", &toolgatev1.RunToolResponse{
 			ToolResult: &toolgatev1.ToolResult{ExitCode: -3}, PolicyCheck: &toolgatev1.PolicyCheck{},

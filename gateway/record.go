@@ -35,7 +35,8 @@ func MarshalResponse(r *toolgatev1.RunToolResponse) ([]byte, error) {
 			RuleID:   r.GetPolicyCheck().GetRuleId(),
 			// Omitted when empty, so responses of rules without one keep
 			// their bytes.
-			Suggestion: r.GetPolicyCheck().GetSuggestion(),
+			Suggestion:   r.GetPolicyCheck().GetSuggestion(),
+			RetryAfterMS: r.GetPolicyCheck().GetRetryAfterMs(),
 		},
 		EvidenceRefs:       nonNil(r.GetEvidenceRefs()),
 		LocalEvidencePaths: r.GetLocalEvidencePaths(),
@@ -445,6 +446,7 @@ func readBack(resp *toolgatev1.RunToolResponse) (reply *toolgatev1.RunToolRespon
 		Ok: resp.GetOk(),
 		PolicyCheck: &toolgatev1.PolicyCheck{
 			Decision: pc.GetDecision(), Reason: pc.GetReason(), RuleId: pc.GetRuleId(), Suggestion: pc.GetSuggestion(),
+			RetryAfterMs: pc.GetRetryAfterMs(),
 		},
 		EvidenceRefs:       resp.GetEvidenceRefs(),
 		LocalEvidencePaths: resp.GetLocalEvidencePaths(),

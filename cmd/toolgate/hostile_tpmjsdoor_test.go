@@ -33,9 +33,15 @@ forbid (principal, action == Action::"RunTool", resource == Tool::"fake.fail");
 // the door's base URL, the executor and the gateway's folder.
 func tpmjsDoorGateway(t *testing.T) (string, *tpmjstest.Executor, *server) {
 	t.Helper()
+	return tpmjsDoorGatewayWith(t, tpmjsDoorPolicy)
+}
+
+// tpmjsDoorGatewayWith is tpmjsDoorGateway under policy.
+func tpmjsDoorGatewayWith(t *testing.T, policy string) (string, *tpmjstest.Executor, *server) {
+	t.Helper()
 	exec := tpmjstest.New(t, tpmjstest.NodeV10)
 	dir := t.TempDir()
-	writePolicy(t, dir, tpmjsDoorPolicy)
+	writePolicy(t, dir, policy)
 	port := freePort(t)
 	cfg := fmt.Sprintf(`
 listen: 127.0.0.1:0

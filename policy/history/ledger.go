@@ -88,6 +88,11 @@ type Facts struct {
 type Outcome struct {
 	Dispatch bool
 	Added    Added
+	// Decision is the policy decision behind the outcome, handed back in
+	// Result.Outcome. decide also runs on hypothetical later facts (to
+	// find a retry hint), so a caller must take the decision that stood
+	// from the Result, never from the last run of decide.
+	Decision policy.Decision
 }
 
 // Result is the end of Decide: the facts of the decision that stood, and,
@@ -99,6 +104,8 @@ type Result struct {
 	// passing of time alone (calls leaving the rate window) would let it
 	// through; 0 when time alone never would.
 	RetryAfter time.Duration
+	// Outcome is what decide made of Facts: the outcome that stood.
+	Outcome Outcome
 }
 
 // maxRounds bounds how often one call decides again after losing its slot
@@ -128,7 +135,7 @@ func (l *Ledger) Decide(ctx context.Context, c Call, decide func(Facts) Outcome)
 		}
 		out := decide(facts)
 		if !out.Dispatch {
-			return Result{Facts: facts, RetryAfter: l.retryAfter(st.latest, session, c.Tool, decide)}, nil
+			return Result{Facts: facts, Outcome: out, RetryAfter: l.retryAfter(st.latest, session, c.Tool, decide)}, nil
 		}
 		rec := next(st.latest, session, c, out.Added, l.now())
 		claimed, err := l.claim(ctx, rec)
@@ -140,7 +147,7 @@ func (l *Ledger) Decide(ctx context.Context, c Call, decide func(Facts) Outcome)
 		}
 		if claimed {
 			st.latest = &rec
-			return Result{Facts: facts, Claimed: rec.Slot}, nil
+			return Result{Facts: facts, Claimed: rec.Slot, Outcome: out}, nil
 		}
 		st.fresh = false
 		// Another replica claimed the slot: its record is read by the

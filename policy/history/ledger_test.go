@@ -331,7 +331,13 @@ func TestRetryAfterARateLimit(t *testing.T) {
 	clk := newClock()
 	l := New(Options{Store: evidence.NewMemoryStore(), Now: clk.Now})
 	c := Call{Caller: "a", Tool: "x"}
-	threePerMinute := func(f Facts) Outcome { return Outcome{Dispatch: f.History.CallsLastMinute < 3} }
+	threePerMinute := func(f Facts) Outcome {
+		d := policy.Decision{Allow: f.History.CallsLastMinute < 3, RuleID: "three-a-minute"}
+		if d.Allow {
+			d.RuleID = "allowed"
+		}
+		return Outcome{Dispatch: d.Allow, Decision: d}
+	}
 	for range 3 {
 		dispatch(t, l, c, Added{})
 		clk.Add(10 * time.Second)
@@ -339,6 +345,11 @@ func TestRetryAfterARateLimit(t *testing.T) {
 	res, err := l.Decide(context.Background(), c, threePerMinute)
 	if err != nil || res.Claimed != 0 {
 		t.Fatalf("the fourth call in a minute: %+v, %v; want it held back", res, err)
+	}
+	// Finding the hint ran decide on later facts, which allow the call;
+	// the outcome that stands is still the deny.
+	if res.Outcome.Dispatch || res.Outcome.Decision.RuleID != "three-a-minute" {
+		t.Errorf("the outcome that stood = %+v, want the deny by three-a-minute", res.Outcome)
 	}
 	// The first call was at 0s, now is 30s: it leaves the window at 61s.
 	if res.RetryAfter != 31*time.Second {

@@ -77,6 +77,9 @@ type EventExtension struct {
 	Category     string         `json:"category,omitempty"`
 	Code         string         `json:"code,omitempty"`
 	Driver       map[string]any `json:"driver,omitempty"`
+	// RetryAfterMS, on a policyDenied event, is a rate-limit deny's retry
+	// hint (RunTool's policy_check.retry_after_ms).
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 }
 
 // timestamp formats an event's time.
@@ -122,6 +125,7 @@ func callOutcome(now time.Time, op operation, requestID string, resp *toolgatev1
 		return outcome{event: ev, stop: true, status: statusAwaitingApproval, pending: p}
 	}
 	if pc.GetDecision() != "allow" {
+		ext.RetryAfterMS = pc.GetRetryAfterMs()
 		return outcome{event: Event{
 			Type: eventPolicyDenied, OperationID: op.ID, Timestamp: timestamp(now), OperationType: op.Type,
 			Reason: fmt.Sprintf("%s (rule %s)", pc.GetReason(), pc.GetRuleId()), Suggestion: pc.GetSuggestion(), Toolgate: ext,

@@ -267,6 +267,9 @@ func resultMeta(rid string, resp *toolgatev1.RunToolResponse) mcp.Meta {
 	if pc.GetSuggestion() != "" {
 		decision["suggestion"] = pc.GetSuggestion()
 	}
+	if pc.GetRetryAfterMs() > 0 {
+		decision["retryAfterMs"] = pc.GetRetryAfterMs()
+	}
 	m := mcp.Meta{
 		MetaRequestID:    rid,
 		MetaEvidenceRefs: nonNil(resp.GetEvidenceRefs()),

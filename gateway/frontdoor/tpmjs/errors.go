@@ -45,7 +45,10 @@ type extension struct {
 	RuleID    string `json:"rule_id,omitempty"`
 	Reason    string `json:"reason,omitempty"`
 	// Suggestion is the deciding rule's @suggestion: what to do instead.
-	Suggestion         string           `json:"suggestion,omitempty"`
+	Suggestion string `json:"suggestion,omitempty"`
+	// RetryAfterMS is a rate-limit deny's retry hint (RunTool's
+	// policy_check.retry_after_ms), also sent as the Retry-After header.
+	RetryAfterMS       int64            `json:"retry_after_ms,omitempty"`
 	EvidenceRefs       []string         `json:"evidence_refs"`
 	LocalEvidencePaths []string         `json:"local_evidence_paths,omitempty"`
 	EngineRef          string           `json:"engine_ref,omitempty"`
@@ -68,7 +71,7 @@ func replyOf(id string, tool resolved, resp *toolgatev1.RunToolResponse, ms int6
 	pc := resp.GetPolicyCheck()
 	rep := reply{ExecutionTimeMs: ms, Toolgate: extension{
 		RequestID: id, OK: resp.GetOk(), Decision: pc.GetDecision(), RuleID: pc.GetRuleId(), Reason: pc.GetReason(),
-		Suggestion: pc.GetSuggestion(), EvidenceRefs: nonNil(resp.GetEvidenceRefs()), LocalEvidencePaths: resp.GetLocalEvidencePaths(),
+		Suggestion: pc.GetSuggestion(), RetryAfterMS: pc.GetRetryAfterMs(), EvidenceRefs: nonNil(resp.GetEvidenceRefs()), LocalEvidencePaths: resp.GetLocalEvidencePaths(),
 		EngineRef: resp.GetEngineRef(),
 	}}
 	if pa := resp.GetPendingApproval(); pa != nil {

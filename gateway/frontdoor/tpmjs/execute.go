@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -245,7 +246,12 @@ func (d *Door) execute(w http.ResponseWriter, r *http.Request) {
 		d.writeRunError(w, id, err, elapsed())
 		return
 	}
-	d.writeJSON(w, http.StatusOK, replyOf(id, req.tool, resp, elapsed()))
+	rep := replyOf(id, req.tool, resp, elapsed())
+	if ms := rep.Toolgate.RetryAfterMS; ms > 0 {
+		// HTTP's own spelling of the hint, in whole seconds, rounded up.
+		w.Header().Set("Retry-After", strconv.FormatInt((ms+999)/1000, 10))
+	}
+	d.writeJSON(w, http.StatusOK, rep)
 }
 
 // writeBodyError answers a body ReadBody refused, with its status: 413
