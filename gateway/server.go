@@ -33,9 +33,9 @@ func (g *Gateway) NewServer(opts ...grpc.ServerOption) (*grpc.Server, *health.Se
 	own := append([]grpc.ServerOption{
 		grpc.ForceServerCodecV2(rawCodec{proto: encoding.GetCodecV2("proto")}),
 		grpc.MaxRecvMsgSize(maxRequestBytes),
-		// Tells the connection limiter which connections carry calls.
-		grpc.StatsHandler(g.conns.StatsHandler()),
 	}, g.limits.serverOptions()...)
+	// Tells the connection limiter which connections carry calls.
+	own = append(own, g.conns.ServerOptions()...)
 	if g.auth.Enabled() {
 		// Without keys every caller is anonymous (on loopback only), and
 		// there is nothing to check before the body.

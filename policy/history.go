@@ -53,8 +53,23 @@ type History struct {
 	CallsLastMinute, ToolCallsLastMinute int64
 }
 
+// A first call's records, built once: a call with no history (every call
+// of a deployment whose rules never read it) costs no allocation for them.
+// Cedar values are immutable, so sharing them is safe.
+var (
+	firstSession = History{}.buildSession()
+	firstCaller  = History{}.buildCaller()
+)
+
 // sessionRecord is context.session of h.
 func (h History) sessionRecord() types.Record {
+	if h.Calls == 0 && h.ToolCalls == 0 && len(h.Labels) == 0 {
+		return firstSession
+	}
+	return h.buildSession()
+}
+
+func (h History) buildSession() types.Record {
 	return types.NewRecord(types.RecordMap{
 		"calls":     types.Long(h.Calls),
 		"toolCalls": types.Long(h.ToolCalls),
@@ -64,6 +79,13 @@ func (h History) sessionRecord() types.Record {
 
 // callerRecord is context.caller of h.
 func (h History) callerRecord() types.Record {
+	if h.CallsLastMinute == 0 && h.ToolCallsLastMinute == 0 {
+		return firstCaller
+	}
+	return h.buildCaller()
+}
+
+func (h History) buildCaller() types.Record {
 	return types.NewRecord(types.RecordMap{
 		"callsLastMinute":     types.Long(h.CallsLastMinute),
 		"toolCallsLastMinute": types.Long(h.ToolCallsLastMinute),
