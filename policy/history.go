@@ -191,7 +191,14 @@ func usesHistory(p *cedar.Policy) bool {
 	if _, ok := ann[AnnotationCallerLabel]; ok {
 		return true
 	}
-	text := string(p.MarshalCedar())
+	// The policy's text without its annotations, whose prose ("every
+	// caller may…") would otherwise turn history on for every call. What
+	// is left may still name either word elsewhere (in a string, an
+	// entity id); a false positive costs a write, a false negative would
+	// decide on empty history.
+	bare := *p.AST()
+	bare.Annotations = nil
+	text := string(cedar.NewPolicyFromAST(&bare).MarshalCedar())
 	return strings.Contains(text, "session") || strings.Contains(text, "caller")
 }
 

@@ -207,6 +207,10 @@ func TestUsesHistory(t *testing.T) {
 		{"a caller label", `@caller_label("x") permit (principal, action, resource);`, true},
 		{"a session count", `forbid (principal, action, resource) when { context.session.calls > 3 };`, true},
 		{"a rate", `forbid (principal, action, resource) when { context.caller.callsLastMinute > 3 };`, true},
+		{"the words only in annotations", `@id("any caller") @reason("every caller, any session, may read")
+permit (principal, action, resource == Tool::"workspace.readFile");`, false},
+		{"a session read by index", `forbid (principal, action, resource) when { context["session"]["calls"] > 3 };`, true},
+		{"a has test of the caller's facts", `forbid (principal, action, resource) when { context has caller };`, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -216,5 +220,14 @@ func TestUsesHistory(t *testing.T) {
 				t.Errorf("UsesHistory() = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// The shipped default policy reads no history, so a gateway on it writes
+// no history slots.
+func TestDefaultPolicyKeepsNoHistory(t *testing.T) {
+	t.Parallel()
+	if mustLoad(t, "../policies").UsesHistory() {
+		t.Error("the default policy turns history on")
 	}
 }
