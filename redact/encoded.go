@@ -53,17 +53,6 @@ const base64Values = "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x
 // base64Value returns the 6-bit value of a base64 character of either alphabet, or -1.
 func base64Value(c byte) int { return int(base64Values[c]) - 1 }
 
-// isHexRun reports whether run holds only hex digits and '-': a digest or a UUID, not base64
-// worth decoding. (The base64 forms of known values still find them there.)
-func isHexRun(run []byte) bool {
-	for _, c := range run {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
 // escapeAt reads a JSON escape at text[i], a backslash (any number of them, as in JSON inside a
 // JSON string): it returns the byte it stands for, '/' and the line break bytes 'n' and 'r' as
 // such and 0 for any other, and the offset after it.
@@ -126,6 +115,32 @@ func lineBreakAt(text []byte, i int, escaped bool) (int, bool) {
 	return next, true
 }
 
+// skipNonBase64 returns the offset of the first base64 character at or after text[i] or, with
+// escaped set, of the first backslash (which may escape a '/'), or len(text).
+func skipNonBase64(text []byte, i int, escaped bool) int {
+	for i < len(text) && base64Values[text[i]] == 0 && (!escaped || text[i] != '\\') {
+		i++
+	}
+	return i
+}
+
+// runEndHex returns the end of the run of base64 characters at text[i], and whether the run
+// holds only hex digits and '-': a digest or a UUID, not base64 worth decoding (the base64 forms
+// of known values still find them there).
+func runEndHex(text []byte, i int) (int, bool) {
+	hex := true
+	for ; i < len(text); i++ {
+		c := text[i]
+		if base64Values[c] == 0 {
+			break
+		}
+		if hex && !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' || c == '-') {
+			hex = false
+		}
+	}
+	return i, hex
+}
+
 // runEnd returns the end of the run of base64 characters at text[i].
 func runEnd(text []byte, i int) int {
 	for i < len(text) && base64Values[text[i]] != 0 {
@@ -167,19 +182,20 @@ func (b *blob) truncate(k int) { b.n, b.segs, b.starts = b.starts[k], b.segs[:k]
 // from one call of fn to the next. Each byte of text is read a bounded number of times.
 func scanBlobs(text []byte, escaped bool, b *blob, fn func(*blob)) {
 	for i := 0; i < len(text); {
-		c := text[i]
-		if base64Values[c] == 0 {
-			if _, ok := slashAt(text, i, escaped); !ok {
-				i++
-				if escaped && c == '\\' {
-					_, i = escapeAt(text, i-1)
-				}
+		// Most bytes are skipped here: outside runs, one table load each; in a run too short to
+		// be a blob (a word), one more.
+		i = skipNonBase64(text, i, escaped)
+		if i == len(text) {
+			return
+		}
+		if text[i] == '\\' {
+			if _, ok := slashAt(text, i, true); !ok {
+				_, i = escapeAt(text, i)
 				continue
 			}
-		}
-		// Most runs are words: too short to be a blob, and not continued by an escape.
-		if j := runEnd(text, i); (j-i < minEncodedBlob || isHexRun(text[i:j])) && (j == len(text) || !escaped || text[j] != '\\') {
-			i = max(j, i+1)
+		} else if j, hex := runEndHex(text, i); (j-i < minEncodedBlob || hex) && (j == len(text) || !escaped || text[j] != '\\') {
+			// Not continued by an escape: a word, a digest or a UUID.
+			i = j
 			continue
 		}
 		b.n, b.segs, b.starts = 0, b.segs[:0], b.starts[:0]
