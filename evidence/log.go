@@ -17,7 +17,7 @@ import (
 )
 
 // The transparency log's keys. Each gateway instance keeps its own log
-// under LogPrefix(instance); see DESIGN.md and the README for the layout.
+// under LogPrefix(instance); see DESIGN.md and docs/auditors/evidence.md for the layout.
 const (
 	logRoot       = "log/"
 	bucketIDKey   = logRoot + "bucket-id"

@@ -107,6 +107,8 @@ type AuthConfig struct {
 // in the file: give either its SHA-256 digest or the name of an environment
 // variable that holds it.
 type KeyConfig struct {
+	// Caller is the name the key authenticates: principal Caller::"<name>"
+	// in Cedar.
 	Caller string `yaml:"caller"`
 	// SHA256 is the hex SHA-256 digest of the key.
 	SHA256 string `yaml:"sha256"`
@@ -120,6 +122,8 @@ type KeyConfig struct {
 
 // PolicyConfig locates the Cedar policy sets.
 type PolicyConfig struct {
+	// Dir is the folder of policy sets (policy.<ref>.cedar files, with
+	// their schemas and tests).
 	Dir string `yaml:"dir"`
 	// ReloadInterval is how often the folder is checked for changes. A
 	// change that two checks in a row see the same is loaded, validated
@@ -203,7 +207,7 @@ type EvidenceConfig struct {
 	// retains every artifact for a number of days.
 	ObjectLock *ObjectLockConfig `yaml:"object_lock"`
 	// PeerWitnessInterval is how often this gateway witnesses the logs of
-	// the replicas whose keys it trusts (see the README, "Replicas witness
+	// the replicas whose keys it trusts (see docs/auditors/evidence.md, "Replicas witness
 	// each other"): a duration, "" for 10s, or "off".
 	PeerWitnessInterval string `yaml:"peer_witness_interval"`
 }
@@ -212,7 +216,8 @@ type EvidenceConfig struct {
 type ObjectLockConfig struct {
 	// Mode is GOVERNANCE or COMPLIANCE.
 	Mode string `yaml:"mode"`
-	Days int    `yaml:"days"`
+	// Days is how long each artifact is retained from its write.
+	Days int `yaml:"days"`
 }
 
 // opTimeout is the configured per-operation store deadline, or the default.
@@ -246,8 +251,10 @@ func (e EvidenceConfig) storeURL() (string, error) {
 // SecretSource names where a secret is read from: a file or an environment
 // variable, never the configuration itself.
 type SecretSource struct {
+	// File is a file holding the secret (kept out of sandboxes).
 	File string `yaml:"file" secret:"file"`
-	Env  string `yaml:"env"`
+	// Env names an environment variable holding the secret.
+	Env string `yaml:"env"`
 }
 
 // Read returns the secret. getenv reads environment variables.
@@ -378,6 +385,7 @@ func orList(items []string) string {
 // ToolConfig binds a tool id to a driver and describes it for discovery
 // and for policy.
 type ToolConfig struct {
+	// Driver is the name of the drivers section that runs the tool.
 	Driver string `yaml:"driver"`
 	// Target is the operation of a workspace driver.
 	Target string `yaml:"target"`
@@ -409,6 +417,8 @@ type ToolConfig struct {
 
 // EnvValue says where the gateway reads an environment value for a tool.
 type EnvValue struct {
+	// FromEnv names the gateway's environment variable whose value the
+	// tool is given.
 	FromEnv string `yaml:"from_env"`
 }
 

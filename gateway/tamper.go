@@ -18,7 +18,7 @@ import (
 // the others' MACed records; its own derived MAC key stays trusted for
 // what it sealed before. Without a signer nothing is sealed or checked
 // (evidence.signing_key: none gives up the untrusted-store guarantees, as
-// the README says).
+// docs/security/threat-model.md says).
 func (g *Gateway) setTrust(replicas []ed25519.PublicKey, sharedMAC []byte) error {
 	if g.signer == nil {
 		if len(replicas) > 0 || len(sharedMAC) > 0 {

@@ -27,7 +27,7 @@ const (
 )
 
 // TransparencyLogConfig tunes the transparency log every signing gateway
-// keeps of its requests (see the README, "Completeness").
+// keeps of its requests (see docs/auditors/evidence.md, "Completeness").
 type TransparencyLogConfig struct {
 	// CheckpointInterval is how often queued entries are sequenced and a
 	// signed checkpoint published: the most a checkpoint trails a call.

@@ -54,6 +54,11 @@ const maxReasonBytes = 1024
 
 // approvalsCmd lists, shows and decides approvals.
 func approvalsCmd(ctx context.Context, args []string, std stdio) int {
+	return approvalsGroup().run(ctx, args, std)
+}
+
+// approvalsGroup is the commands of "toolgate approvals".
+func approvalsGroup() group {
 	return group{name: "toolgate approvals", usage: approvalsUsage, commands: map[string]command{
 		"ls":   approvalsLs,
 		"list": approvalsLs,
@@ -64,7 +69,7 @@ func approvalsCmd(ctx context.Context, args []string, std stdio) int {
 		"deny": func(ctx context.Context, args []string, std stdio) int {
 			return approvalsDecide(ctx, "deny", args, std)
 		},
-	}}.run(ctx, args, std)
+	}}
 }
 
 // approvalsFlags is a subcommand's flag set, with the connection flags.

@@ -34,9 +34,14 @@ has problems, 2 on a usage error.
 
 // checkCmd runs the check subcommands.
 func checkCmd(ctx context.Context, args []string, std stdio) int {
+	return checkGroup().run(ctx, args, std)
+}
+
+// checkGroup is the commands of "toolgate check".
+func checkGroup() group {
 	return group{name: "toolgate check", usage: checkUsage, commands: map[string]command{
 		"config": checkConfigCmd,
-	}}.run(ctx, args, std)
+	}}
 }
 
 // checkConfigCmd checks configuration files. Exit 0 when every file is

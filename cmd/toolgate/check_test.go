@@ -378,22 +378,52 @@ func TestCheckCommandUsageErrorsExitTwo(t *testing.T) {
 	}
 }
 
-// readmeBlock is one fenced block of README.md, with its language and
-// the heading it is under.
+// readmeBlock is one fenced block of the documentation (README.md and the
+// pages under docs/), with its file, language and the heading it is under.
 type readmeBlock struct {
+	file    string
 	lang    string
 	heading string
 	line    int
 	text    string
 }
 
-// readmeBlocks returns README.md's fenced blocks.
+// docFiles returns the documentation's files, relative to the repository
+// root: the configuration page first (its first yaml block is the
+// reference every other block is checked beside), then README.md and the
+// other pages in order.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	pages, err := filepath.Glob("../../docs/*/*.md")
+	if err != nil || len(pages) == 0 {
+		t.Fatalf("no pages under docs/: %v", err)
+	}
+	first := "docs/operators/configuration.md"
+	files := []string{first, "README.md"}
+	for _, p := range pages {
+		if rel := strings.TrimPrefix(filepath.ToSlash(p), "../../"); rel != first {
+			files = append(files, rel)
+		}
+	}
+	return files
+}
+
+// readmeBlocks returns the fenced blocks of every documentation file.
 func readmeBlocks(t *testing.T) []readmeBlock {
 	t.Helper()
-	data, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
+	var blocks []readmeBlock
+	for _, file := range docFiles(t) {
+		data, err := os.ReadFile(filepath.Join("../..", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks = append(blocks, fencedBlocks(file, data)...)
 	}
+	return blocks
+}
+
+// fencedBlocks returns the fenced blocks of one markdown file.
+func fencedBlocks(file string, data []byte) []readmeBlock {
 	var blocks []readmeBlock
 	var cur *readmeBlock
 	heading := ""
@@ -407,7 +437,7 @@ func readmeBlocks(t *testing.T) []readmeBlock {
 		case cur != nil:
 			cur.text += line + "\n"
 		case strings.HasPrefix(line, "```"):
-			cur = &readmeBlock{lang: strings.TrimSpace(line[3:]), heading: heading, line: n}
+			cur = &readmeBlock{file: file, lang: strings.TrimSpace(line[3:]), heading: heading, line: n}
 		case strings.HasPrefix(line, "#"):
 			heading = line
 		}
@@ -419,10 +449,10 @@ func readmeBlocks(t *testing.T) []readmeBlock {
 // add to a configuration that has others (auth.keys, tls), so they do not
 // check on their own; every other block must.
 var readmeFragments = map[string]string{
-	"## Policy":                    "selectable entries naming groups and callers of an auth.keys section it does not repeat",
-	"#### OAuth 2.1 access tokens": "a door on 0.0.0.0 whose TLS settings the text says to add as ever",
-	"#### Scraping":                "Prometheus's configuration, not Toolgate's",
-	"### Dashboard":                "Grafana's provisioning file, not Toolgate's",
+	"# Policy":                   "selectable entries naming groups and callers of an auth.keys section it does not repeat",
+	"## OAuth 2.1 access tokens": "a door on 0.0.0.0 whose TLS settings the text says to add as ever",
+	"### Scraping":               "Prometheus's configuration, not Toolgate's",
+	"## Dashboard":               "Grafana's provisioning file, not Toolgate's",
 }
 
 // readmeProblems are the problems `check config` finds in README blocks,
@@ -455,8 +485,8 @@ func TestReadmeConfigurationsCheck(t *testing.T) {
 			rules = b.text
 		}
 	}
-	if len(yamls) == 0 || yamls[0].heading != "## Configuration" || rules == "" {
-		t.Fatalf("the README's first yaml block is not the Configuration reference, or it has no rules.toml (%d blocks)", len(yamls))
+	if len(yamls) == 0 || yamls[0].heading != "# Configuration" || rules == "" {
+		t.Fatalf("the docs' first yaml block is not the Configuration reference, or they have no rules.toml (%d blocks)", len(yamls))
 	}
 	pol := "policies/policy."
 	certFile, keyFile := writeSelfSigned(t, t.TempDir())
@@ -478,10 +508,10 @@ func TestReadmeConfigurationsCheck(t *testing.T) {
 				"cert.pem": string(cert), "key.pem": string(tlsKey),
 				pol + "candidate.cedar": checkPolicy, pol + "lenient.cedar": checkPolicy}, readmeEnv, false, "cfg.yaml")
 			if want := readmeProblems[b.heading]; got.stderr != want {
-				t.Errorf("README.md line %d: exit %d:\n%s\nwant:\n%s", b.line, got.code, got.stderr, want)
+				t.Errorf("%s line %d: exit %d:\n%s\nwant:\n%s", b.file, b.line, got.code, got.stderr, want)
 			}
 			if (got.code == exitOK) != (readmeProblems[b.heading] == "") {
-				t.Errorf("README.md line %d: exit %d", b.line, got.code)
+				t.Errorf("%s line %d: exit %d", b.file, b.line, got.code)
 			}
 			if _, err := os.Lstat(filepath.Join(dir, "toolgate-signing.key")); err == nil {
 				t.Error("check created the signing key")

@@ -112,6 +112,11 @@ Exit status 2 on errors, including a request with no evidence at all.
 
 // evidenceCmd runs the auditor's subcommands.
 func evidenceCmd(ctx context.Context, args []string, std stdio) int {
+	return evidenceGroup().run(ctx, args, std)
+}
+
+// evidenceGroup is the commands of "toolgate evidence".
+func evidenceGroup() group {
 	return group{name: "toolgate evidence", usage: evidenceUsage, commands: map[string]command{
 		"ls":           evidenceLs,
 		"show":         evidenceShow,
@@ -122,7 +127,7 @@ func evidenceCmd(ctx context.Context, args []string, std stdio) int {
 		"vkey":         evidenceVkey,
 		"pubkey":       evidencePubkey,
 		"keygen":       evidenceKeygen,
-	}}.run(ctx, args, std)
+	}}
 }
 
 // newEvidenceFlags returns the flag set of one evidence subcommand.
@@ -564,7 +569,7 @@ type verifyFlags struct {
 
 // verifyAbout is verify's --help: its verdicts and exit codes, what it
 // catches, and what an auditor must keep outside the store for it to (the
-// README's auditor section says the same at length).
+// auditor's walkthrough in docs/auditors/evidence.md says the same at length).
 const verifyAbout = `
 Checks each request's artifacts against its manifest and the manifest's
 signature; --all also re-derives every transparency log and joins it with

@@ -82,7 +82,10 @@ func main() {
 }
 
 // run runs the command args name and returns the process exit code.
-func run(ctx context.Context, args []string, std stdio) int {
+func run(ctx context.Context, args []string, std stdio) int { return rootGroup().run(ctx, args, std) }
+
+// rootGroup is toolgate's commands.
+func rootGroup() group {
 	return group{name: "toolgate", usage: usage, commands: map[string]command{
 		"serve":     serveCmd,
 		"call":      callCmd,
@@ -93,7 +96,7 @@ func run(ctx context.Context, args []string, std stdio) int {
 		"evidence":  evidenceCmd,
 		"redact":    redactCmd,
 		"version":   versionCmd,
-	}}.run(ctx, args, std)
+	}}
 }
 
 // versionCmd prints the version.

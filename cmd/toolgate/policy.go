@@ -23,13 +23,18 @@ const policyUsage = `usage:
 
 // policyCmd runs the policy subcommands.
 func policyCmd(ctx context.Context, args []string, std stdio) int {
+	return policyGroup().run(ctx, args, std)
+}
+
+// policyGroup is the commands of "toolgate policy".
+func policyGroup() group {
 	return group{name: "toolgate policy", usage: policyUsage, commands: map[string]command{
 		"validate":  policyValidate,
 		"check":     policyValidate,
 		"authorize": policyAuthorize,
 		"test":      policyTest,
 		"schema":    policySchema,
-	}}.run(ctx, args, std)
+	}}
 }
 
 // policySchema prints the built-in Cedar schema.

@@ -9,11 +9,12 @@ import (
 	"testing"
 )
 
-// walkthroughBlocks returns the fenced blocks under the README heading
-// heading, by language, in order; blocks inside list items are dedented.
-func walkthroughBlocks(t *testing.T, heading string) map[string][]string {
+// walkthroughBlocks returns the fenced blocks under the heading heading of
+// the documentation page page (relative to the repository root), by
+// language, in order; blocks inside list items are dedented.
+func walkthroughBlocks(t *testing.T, page, heading string) map[string][]string {
 	t.Helper()
-	data, err := os.ReadFile("../../README.md")
+	data, err := os.ReadFile(filepath.Join("../..", page))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func walkthroughBlocks(t *testing.T, heading string) map[string][]string {
 // passes against them, and its dry run with a session file is denied as
 // it says.
 func TestReadmeSecurityTeamWalkthrough(t *testing.T) {
-	blocks := walkthroughBlocks(t, "### A security team's walkthrough")
+	blocks := walkthroughBlocks(t, "docs/security/policy.md", "## A security team's walkthrough")
 	if len(blocks["cedar"]) != 1 || len(blocks["json"]) != 2 {
 		t.Fatalf("the walkthrough has %d cedar and %d json blocks, want 1 and 2 (rules; tests, session)",
 			len(blocks["cedar"]), len(blocks["json"]))
