@@ -336,6 +336,35 @@ func Verify(ctx context.Context, s Reader, requestID string, opts ...VerifyOptio
 // reported as a StatusMismatch report whose RequestID is the key's last
 // segment.
 func VerifyAll(ctx context.Context, s Reader, opts VerifyOptions, fn func(VerifyReport) error) error {
+	return VerifyAllRead(ctx, s, opts, func(rep VerifyReport, _ Verified) error { return fn(rep) })
+}
+
+// Verified hands out the artifacts of one request exactly as its
+// verification read them, so that a reader acting on a verified request
+// reads the bytes that were checked, not a second copy fetched later. It
+// is valid only during the call it is passed to.
+type Verified struct{ r *requestCopies }
+
+// Get returns the copy of key the verification read: the store's, or the
+// spool's when the store has none. ok is false when the verification read
+// no copy of key (it was not listed, or the request has no readable
+// manifest naming it).
+func (a Verified) Get(key string) (data []byte, ok bool) {
+	if a.r == nil {
+		return nil, false
+	}
+	copies := a.r.cached[key]
+	if len(copies) == 0 {
+		return nil, false
+	}
+	return copies[0].data, true
+}
+
+// VerifyAllRead is VerifyAll handing fn, with each report, the artifacts
+// its verification read (see Verified). Reports of keys outside any
+// request's folder and of requests only a log records come with an empty
+// Verified.
+func VerifyAllRead(ctx context.Context, s Reader, opts VerifyOptions, fn func(VerifyReport, Verified) error) error {
 	v, err := newVerifier(s, opts)
 	if err != nil {
 		return err
@@ -361,7 +390,7 @@ func VerifyAll(ctx context.Context, s Reader, opts VerifyOptions, fn func(Verify
 		if recs = j.beforeView(recs); len(recs) == 0 {
 			return nil
 		}
-		return fn(v.required(missingReport(prefix, recs)))
+		return fn(v.required(missingReport(prefix, recs)), Verified{})
 	}
 	emit := func(id string, infos []KeyInfo) error {
 		for len(spooled) > 0 && RequestPrefix(spooled[0]) <= RequestPrefix(id) {
@@ -381,7 +410,7 @@ func VerifyAll(ctx context.Context, s Reader, opts VerifyOptions, fn func(Verify
 			RequestID: path.Base(key),
 			Status:    StatusMismatch,
 			Problems:  []string{key + ": stored outside any request's folder"},
-		}))
+		}), Verified{})
 	}
 	if err := vw.walkRequests(ctx, emit, stray); err != nil {
 		return err
@@ -400,7 +429,7 @@ func VerifyAll(ctx context.Context, s Reader, opts VerifyOptions, fn func(Verify
 // emitJoined verifies one request of the view, judges it against what the
 // logs record of it when j is set, and passes the report to fn.
 func (v *verifier) emitJoined(ctx context.Context, vw *view, id string, infos []KeyInfo, j *logJoin,
-	absent func(string, []logRecord) error, fn func(VerifyReport) error) error {
+	absent func(string, []logRecord) error, fn func(VerifyReport, Verified) error) error {
 	present := make([]string, len(infos))
 	var newest time.Time
 	for i, ki := range infos {
@@ -421,7 +450,7 @@ func (v *verifier) emitJoined(ctx context.Context, vw *view, id string, infos []
 			return fmt.Errorf("evidence: verify %q: %w", id, err)
 		}
 	}
-	return fn(v.required(rep))
+	return fn(v.required(rep), Verified{r})
 }
 
 // verifyLogs verifies every transparency log of the view and sorts their
