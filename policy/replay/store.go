@@ -63,9 +63,10 @@ func Walk(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions, f
 }
 
 // readCall rebuilds the call of a verified request from the bytes its
-// verification read: its first decided attempt, whose decision is the
-// policy's first word on the call (a later one may be a retry's, or an
-// approval's outcome).
+// verification read: its last decided attempt, the decision that stood.
+// (An attempt that asked for approval records no history facts; the
+// attempt that used the approval does, and policyWord reads the policy's
+// own word back from it.)
 func readCall(rep evidence.VerifyReport, got evidence.Verified) (Call, error) {
 	id := rep.RequestID
 	manifestData, ok := got.Get(evidence.Key(id, evidence.ArtifactManifest))
@@ -80,7 +81,6 @@ func readCall(rep evidence.VerifyReport, got evidence.Verified) (Call, error) {
 	for _, a := range rep.Attempts {
 		if a.Decided {
 			decisionKey = evidence.AttemptKey(id, a.Number, evidence.ArtifactPolicyDecision)
-			break
 		}
 	}
 	if decisionKey == "" {
