@@ -43,6 +43,7 @@ type replayFlags struct {
 	caller, tool *string
 	asJSON       *bool
 	failOn       *string
+	concurrency  *int
 }
 
 func addReplayFlags(fs *flag.FlagSet) *replayFlags {
@@ -56,15 +57,19 @@ func addReplayFlags(fs *flag.FlagSet) *replayFlags {
 	f.asJSON = fs.Bool("json", false, "print the report as JSON")
 	f.failOn = fs.String("fail-on", "", "exit 1 when any of these comma-separated `kinds` occurs: "+
 		strings.Join(replay.Kinds(), ", ")+", not-replayable, unverified")
+	f.concurrency = fs.Int("concurrency", replay.DefaultConcurrency, "how many requests to read and verify at once (reports keep the store's order)")
 	return f
 }
 
 // options returns the verification options, the filter and the --fail-on
 // kinds.
 func (f *replayFlags) options(now time.Time) (evidence.VerifyOptions, replay.Filter, []string, error) {
-	opts := evidence.VerifyOptions{RequireSignature: *f.requireSig, History: history.NewChecker()}
+	opts := evidence.VerifyOptions{RequireSignature: *f.requireSig, History: history.NewChecker(), Concurrency: *f.concurrency}
 	var filter replay.Filter
 	var err error
+	if *f.concurrency < 1 || *f.concurrency > 256 {
+		return opts, filter, nil, errors.New("--concurrency must be between 1 and 256")
+	}
 	if opts.TrustedKeys, err = readPublicKeys(f.pubkeys); err != nil {
 		return opts, filter, nil, err
 	}

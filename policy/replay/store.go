@@ -8,6 +8,11 @@ import (
 	"github.com/toolgate/toolgate/evidence"
 )
 
+// DefaultConcurrency is how many requests Walk reads and verifies at once
+// unless told otherwise: enough to hide an object store's latency, few
+// enough that the artifacts held stay small.
+const DefaultConcurrency = 16
+
 // Filter selects the calls a walk replays; the zero value selects all.
 type Filter struct {
 	// Since and Until bound the time the gateway received the call:
@@ -39,8 +44,14 @@ func (f Filter) selects(c Call) bool {
 // cannot be trusted or read cannot be told apart by its fields. Requests
 // are visited one at a time, as VerifyAll visits them, so memory stays
 // flat however many the store holds.
+//
+// opts.Concurrency requests are read and verified at once (0 means
+// DefaultConcurrency), and reported in order.
 func Walk(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions, filter Filter,
 	fn func(Call) error, skipped func(id, why string), unverified func(evidence.VerifyReport)) error {
+	if opts.Concurrency == 0 {
+		opts.Concurrency = DefaultConcurrency
+	}
 	return evidence.VerifyAllRead(ctx, s, opts, func(rep evidence.VerifyReport, got evidence.Verified) error {
 		if rep.Failed() {
 			unverified(rep)
@@ -69,13 +80,9 @@ func Walk(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions, f
 // own word back from it.)
 func readCall(rep evidence.VerifyReport, got evidence.Verified) (Call, error) {
 	id := rep.RequestID
-	manifestData, ok := got.Get(evidence.Key(id, evidence.ArtifactManifest))
+	m, ok := got.Manifest()
 	if !ok || rep.Outcome == "" {
 		return Call{}, notReplayable("not finished (%s): no manifest vouches for its records yet", rep.Verdict())
-	}
-	m, err := evidence.ParseManifest(manifestData)
-	if err != nil {
-		return Call{}, notReplayable("%s unreadable: %v", evidence.ArtifactManifest, err)
 	}
 	decisionKey := ""
 	for _, a := range rep.Attempts {
