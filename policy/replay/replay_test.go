@@ -168,7 +168,7 @@ func TestReplayStore(t *testing.T) {
 		{id: "a2", caller: "alice", tool: "workspace.readFile", decision: "deny", rule: "no-secret", groups: []string{"dev"},
 			args: `{"path":"secret/k"}`},
 		{id: "b1", caller: "bob", tool: "workspace.readFile", decision: "allow", rule: "read", groups: []string{"ops"},
-			args: `{"path":"hello.txt","token":"[REDACTED:github-pat]"}`,
+			args:       `{"path":"hello.txt","token":"[REDACTED:github-pat]"}`,
 			redactions: []evidence.Redaction{{Rule: "github-pat", Artifact: evidence.ArtifactRequest, Path: "$.args.token"}}},
 		{id: "old", caller: "bob", tool: "workspace.readFile", decision: "allow", rule: "read", noAttrs: true},
 	}
