@@ -55,7 +55,9 @@ func mustJSON(t testing.TB, v any) []byte {
 }
 
 // putRecorded stores r's request, decision and a manifest over both in s.
-func putRecorded(t testing.TB, s evidence.Store, r recorded) {
+func putRecorded(t testing.TB, s interface {
+	Put(context.Context, string, []byte) error
+}, r recorded) {
 	t.Helper()
 	ctx := context.Background()
 	arts := map[string][]byte{
@@ -102,20 +104,34 @@ func writePolicies(t testing.TB, text string) *Policies {
 // third one denied by no-secret, the rest allowed by read.
 func fileStoreOf(t testing.TB, n int) *evidence.FileStore {
 	t.Helper()
-	s, err := evidence.NewFileStore(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	dir := t.TempDir()
+	w := layoutWriter{dir}
 	for i := range n {
 		r := recorded{id: fmt.Sprintf("req-%07d", i), caller: "alice", tool: "workspace.readFile", decision: "allow", rule: "read",
 			groups: []string{"dev"}}
 		if i%3 == 0 {
 			r.args, r.decision, r.rule = `{"path":"secret/k"}`, "deny", "no-secret"
 		}
-		putRecorded(t, s, r)
+		putRecorded(t, w, r)
 	}
+	s, err := evidence.NewFileStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// layoutWriter writes artifacts in a file store's layout without the
+// store's fsyncs, to build large stores for benchmarks quickly.
+type layoutWriter struct{ dir string }
+
+func (w layoutWriter) Put(_ context.Context, key string, data []byte) error {
+	name := filepath.Join(w.dir, filepath.FromSlash(key))
+	if err := os.MkdirAll(filepath.Dir(name), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(name, data, 0o600)
 }
 
 // storeRecorded is the policy fileStoreOf's calls were decided by.
