@@ -11,6 +11,9 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/drivers/execbox/execboxtest"
+	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/policy/replay"
 )
 
 // replayRecorded is the policy the recorded traffic was decided by: reads
@@ -319,5 +322,21 @@ func TestPolicyReplayTamperedRequest(t *testing.T) {
 		strings.Contains(strings.Join(flips, "\n"), "r-secret") {
 		t.Errorf("replayed %d, unverified %d, not replayable %+v, flips %q: want r-secret reported as failing verification and not replayed",
 			rep.Replayed, rep.Unverified, rep.NotReplayable, flips)
+	}
+}
+
+// TestReplayKnowsTheGatewaysOwnRules: replay refuses to decide again what
+// the gateway, not a policy set, decided; it must know every such rule.
+func TestReplayKnowsTheGatewaysOwnRules(t *testing.T) {
+	t.Parallel()
+	for _, rule := range []string{gateway.RuleUnknownTool, gateway.RuleApprovalStale, policy.RulePolicyRefNotSelectable, policy.RuleHistoryError} {
+		if !replay.GatewayRule(rule) {
+			t.Errorf("replay would decide a call the gateway denied by %s again", rule)
+		}
+	}
+	for _, rule := range []string{policy.RuleDefaultDeny, policy.RulePolicyError, policy.RuleUnknownPolicyRef} {
+		if replay.GatewayRule(rule) {
+			t.Errorf("replay takes %s, a policy set's decision, for the gateway's", rule)
+		}
 	}
 }

@@ -67,14 +67,15 @@ func notReplayable(format string, a ...any) error {
 	return &NotReplayable{Why: fmt.Sprintf(format, a...)}
 }
 
-// gatewayRules are rule ids the gateway decides by itself, before or
-// beyond what a policy set says: no set decides them, so no set can be
-// asked again.
-var gatewayRules = map[string]bool{
-	"unknown_tool":                    true,
-	"approval_stale":                  true,
-	policy.RulePolicyRefNotSelectable: true,
-	policy.RuleHistoryError:           true,
+// GatewayRule reports whether rule is one the gateway decides by itself,
+// before or beyond what a policy set says: no set decided it, so no set
+// can be asked again.
+func GatewayRule(rule string) bool {
+	switch rule {
+	case "unknown_tool", "approval_stale", policy.RulePolicyRefNotSelectable, policy.RuleHistoryError:
+		return true
+	}
+	return false
 }
 
 // ParseCall rebuilds the call of request id from its request.json, the
@@ -147,7 +148,7 @@ func consistent(id string, req evidence.RequestRecord, d evidence.DecisionRecord
 // decision linked to a settled approval records the human's outcome, not
 // the policy's.
 func policyWord(d evidence.DecisionRecord) (string, error) {
-	if gatewayRules[d.RuleID] {
+	if GatewayRule(d.RuleID) {
 		return "", notReplayable("decided by the gateway, not by a policy set (rule %s)", d.RuleID)
 	}
 	switch d.Decision {
