@@ -7,6 +7,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/evidence"
 )
@@ -193,6 +194,14 @@ func TestReplayStore(t *testing.T) {
 			want: "replayed 4 unchanged 3 flips [a2 deny>allow read] skipped []"},
 		{name: "looser, bob only", candidate: `@id("read") permit (principal, action, resource == Tool::"workspace.readFile");`,
 			filter: Filter{Caller: "bob"}, want: "replayed 2 unchanged 2 flips [] skipped []"},
+		{name: "received before --since", candidate: storeRecorded, filter: Filter{Since: recordedAt.Add(time.Second)},
+			want: "replayed 0 unchanged 0 flips [] skipped []"},
+		{name: "received at --since, before --until", candidate: storeRecorded,
+			filter: Filter{Since: recordedAt, Until: recordedAt.Add(time.Second)}, want: "replayed 4 unchanged 4 flips [] skipped []"},
+		{name: "received at --until", candidate: storeRecorded, filter: Filter{Until: recordedAt},
+			want: "replayed 0 unchanged 0 flips [] skipped []"},
+		{name: "another tool", candidate: storeRecorded, filter: Filter{Tool: "workspace.createFile"},
+			want: "replayed 0 unchanged 0 flips [] skipped []"},
 		{name: "a baseline that is not the recorded set decides the from side",
 			candidate: storeRecorded, baseline: `@id("all") permit (principal, action, resource);`,
 			want: "replayed 4 unchanged 3 flips [a2 allow>deny no-secret] skipped []"},
