@@ -351,3 +351,9 @@ func ReadApproval(ctx context.Context, s Reader, requestID string, keys []string
 // ErrMalformedApproval is returned (wrapped) by ReadApproval for approval
 // evidence that does not parse.
 var ErrMalformedApproval = errors.New("evidence: malformed approval evidence")
+
+// DecodeRecord decodes one of the JSON records a gateway writes as the
+// verifier does: without its seal, refusing unknown fields, fields given
+// twice and trailing data, so that a reader acting on a record cannot see
+// another record in the same bytes than the verifier did.
+func DecodeRecord(data []byte, v any) error { return decodeStrict(data, v) }

@@ -94,6 +94,27 @@ type DecisionRecord struct {
 	// History is the session history the decision saw, when the policy
 	// set decides on history.
 	History *DecisionHistory `json:"history,omitempty"`
+	// Principal and Tool are the attributes of the caller and of the tool
+	// that Cedar saw (principal.groups and .roles; resource.package,
+	// .export, .version and .tags), so that the decision can be made again
+	// under another policy set. Records written before they were kept
+	// lack them.
+	Principal *DecisionPrincipal `json:"principal,omitempty"`
+	Tool      *DecisionTool      `json:"tool,omitempty"`
+}
+
+// DecisionPrincipal is the caller's attributes as a decision saw them.
+type DecisionPrincipal struct {
+	Groups []string `json:"groups"`
+	Roles  []string `json:"roles"`
+}
+
+// DecisionTool is the tool's catalog attributes as a decision saw them.
+type DecisionTool struct {
+	Package string   `json:"package"`
+	Export  string   `json:"export"`
+	Version string   `json:"version"`
+	Tags    []string `json:"tags"`
 }
 
 // DecisionHistory is what a decision saw of the caller's past and what the

@@ -126,6 +126,10 @@ type VerifyOptions struct {
 	// OnLog, if set, is called by VerifyAll with the report of each log,
 	// before the first request's report.
 	OnLog func(LogReport) error
+	// Concurrency is how many requests VerifyAll verifies at once; their
+	// reports still come in order. 0 or 1 verifies one at a time. Each
+	// request in flight holds its artifacts in memory.
+	Concurrency int
 	// History, if set, recomputes the session history facts each
 	// decision recorded from the caller's history records (sessions/),
 	// and a decision whose facts do not follow from them is a mismatch.
@@ -336,6 +340,44 @@ func Verify(ctx context.Context, s Reader, requestID string, opts ...VerifyOptio
 // reported as a StatusMismatch report whose RequestID is the key's last
 // segment.
 func VerifyAll(ctx context.Context, s Reader, opts VerifyOptions, fn func(VerifyReport) error) error {
+	return VerifyAllRead(ctx, s, opts, func(rep VerifyReport, _ Verified) error { return fn(rep) })
+}
+
+// Verified hands out the artifacts of one request exactly as its
+// verification read them, so that a reader acting on a verified request
+// reads the bytes that were checked, not a second copy fetched later. It
+// is valid only during the call it is passed to.
+type Verified struct{ r *requestCopies }
+
+// Get returns the copy of key the verification read: the store's, or the
+// spool's when the store has none. ok is false when the verification read
+// no copy of key (it was not listed, or the request has no readable
+// manifest naming it).
+func (a Verified) Get(key string) (data []byte, ok bool) {
+	if a.r == nil {
+		return nil, false
+	}
+	copies := a.r.cached[key]
+	if len(copies) == 0 {
+		return nil, false
+	}
+	return copies[0].data, true
+}
+
+// Manifest returns the request's manifest as the verification parsed it;
+// ok is false when it read none, or none that parses.
+func (a Verified) Manifest() (m Manifest, ok bool) {
+	if a.r == nil || a.r.manifest == nil || a.r.manifest.err != nil {
+		return Manifest{}, false
+	}
+	return a.r.manifest.m, true
+}
+
+// VerifyAllRead is VerifyAll handing fn, with each report, the artifacts
+// its verification read (see Verified). Reports of keys outside any
+// request's folder and of requests only a log records come with an empty
+// Verified.
+func VerifyAllRead(ctx context.Context, s Reader, opts VerifyOptions, fn func(VerifyReport, Verified) error) error {
 	v, err := newVerifier(s, opts)
 	if err != nil {
 		return err
@@ -361,8 +403,9 @@ func VerifyAll(ctx context.Context, s Reader, opts VerifyOptions, fn func(Verify
 		if recs = j.beforeView(recs); len(recs) == 0 {
 			return nil
 		}
-		return fn(v.required(missingReport(prefix, recs)))
+		return fn(v.required(missingReport(prefix, recs)), Verified{})
 	}
+	p := &verifyPipeline{v: v, vw: vw, j: j, absent: absent, fn: fn, limit: opts.Concurrency}
 	emit := func(id string, infos []KeyInfo) error {
 		for len(spooled) > 0 && RequestPrefix(spooled[0]) <= RequestPrefix(id) {
 			next := spooled[0]
@@ -370,26 +413,37 @@ func VerifyAll(ctx context.Context, s Reader, opts VerifyOptions, fn func(Verify
 			if next == id {
 				break
 			}
-			if err := v.emitJoined(ctx, vw, next, nil, j, absent, fn); err != nil {
+			if err := p.submit(ctx, next, nil); err != nil {
 				return err
 			}
 		}
-		return v.emitJoined(ctx, vw, id, infos, j, absent, fn)
+		return p.submit(ctx, id, infos)
 	}
 	stray := func(key string) error {
 		return fn(v.required(VerifyReport{
 			RequestID: path.Base(key),
 			Status:    StatusMismatch,
 			Problems:  []string{key + ": stored outside any request's folder"},
-		}))
+		}), Verified{})
 	}
-	if err := vw.walkRequests(ctx, emit, stray); err != nil {
+	// A key outside any request's folder is reported in the order of
+	// the walk, after the requests before it.
+	ordered := func(key string) error {
+		if err := p.drain(ctx, nil); err != nil {
+			return err
+		}
+		return stray(key)
+	}
+	if err := p.drain(ctx, vw.walkRequests(ctx, emit, ordered)); err != nil {
 		return err
 	}
 	for _, id := range spooled {
-		if err := v.emitJoined(ctx, vw, id, nil, j, absent, fn); err != nil {
-			return err
+		if err := p.submit(ctx, id, nil); err != nil {
+			return p.drain(ctx, err)
 		}
+	}
+	if err := p.drain(ctx, nil); err != nil {
+		return err
 	}
 	if j != nil {
 		return j.finish(absent)
@@ -397,31 +451,98 @@ func VerifyAll(ctx context.Context, s Reader, opts VerifyOptions, fn func(Verify
 	return nil
 }
 
-// emitJoined verifies one request of the view, judges it against what the
-// logs record of it when j is set, and passes the report to fn.
-func (v *verifier) emitJoined(ctx context.Context, vw *view, id string, infos []KeyInfo, j *logJoin,
-	absent func(string, []logRecord) error, fn func(VerifyReport) error) error {
-	present := make([]string, len(infos))
+// verifyJob is one request of the view on its way through VerifyAll:
+// verified (possibly beside others), then judged against the logs and
+// reported, in the view's order.
+type verifyJob struct {
+	id    string
+	infos []KeyInfo
+	rep   VerifyReport
+	r     *requestCopies
+	err   error
+	done  chan struct{}
+}
+
+// verifyPipeline verifies up to limit requests of the view at once and
+// reports them in order: the reads of one request's artifacts overlap
+// with those of the next, which a store far away (S3) needs to be read
+// at any speed, while at most limit requests' artifacts are held.
+type verifyPipeline struct {
+	v      *verifier
+	vw     *view
+	j      *logJoin
+	absent func(string, []logRecord) error
+	fn     func(VerifyReport, Verified) error
+	limit  int
+	queue  []*verifyJob
+}
+
+// submit verifies request id of the view, whose listing is infos, and
+// reports the oldest request in flight once limit are.
+func (p *verifyPipeline) submit(ctx context.Context, id string, infos []KeyInfo) error {
+	job := &verifyJob{id: id, infos: slices.Clone(infos), done: make(chan struct{})}
+	if p.limit <= 1 {
+		p.verify(ctx, job)
+		return p.report(ctx, job)
+	}
+	go func() {
+		defer close(job.done)
+		p.verify(ctx, job)
+	}()
+	p.queue = append(p.queue, job)
+	if len(p.queue) < p.limit {
+		return nil
+	}
+	head := p.queue[0]
+	p.queue = p.queue[1:]
+	<-head.done
+	return p.report(ctx, head)
+}
+
+// drain reports every request still in flight, in order. After an error
+// it waits for the rest without reporting them, so that no read outlives
+// VerifyAll.
+func (p *verifyPipeline) drain(ctx context.Context, err error) error {
+	for _, job := range p.queue {
+		<-job.done
+		if err == nil {
+			err = p.report(ctx, job)
+		}
+	}
+	p.queue = nil
+	return err
+}
+
+// verify checks job's request against its listing.
+func (p *verifyPipeline) verify(ctx context.Context, job *verifyJob) {
+	present := make([]string, len(job.infos))
 	var newest time.Time
-	for i, ki := range infos {
+	for i, ki := range job.infos {
 		present[i] = ki.Key
 		newest = later(newest, ki.ModTime)
 	}
-	rep, r, err := v.verifyCopies(ctx, id, present, vw.spool[id])
-	if err != nil {
-		return err
+	job.rep, job.r, job.err = p.v.verifyCopies(ctx, job.id, present, p.vw.spool[job.id])
+	if job.err == nil {
+		job.rep.Recent = job.rep.Status == StatusIncomplete && p.vw.clock.recent(newest)
 	}
-	rep.Recent = rep.Status == StatusIncomplete && vw.clock.recent(newest)
-	if j != nil {
-		recs, err := j.take(RequestPrefix(id), absent)
+}
+
+// report judges job's request against what the logs record of it, when
+// there are logs, and passes its report to fn.
+func (p *verifyPipeline) report(ctx context.Context, job *verifyJob) error {
+	if job.err != nil {
+		return job.err
+	}
+	if p.j != nil {
+		recs, err := p.j.take(RequestPrefix(job.id), p.absent)
 		if err != nil {
 			return err
 		}
-		if err := j.judge(ctx, &rep, r, recs, infos); err != nil {
-			return fmt.Errorf("evidence: verify %q: %w", id, err)
+		if err := p.j.judge(ctx, &job.rep, job.r, recs, job.infos); err != nil {
+			return fmt.Errorf("evidence: verify %q: %w", job.id, err)
 		}
 	}
-	return fn(v.required(rep))
+	return p.fn(p.v.required(job.rep), Verified{job.r})
 }
 
 // verifyLogs verifies every transparency log of the view and sorts their

@@ -186,7 +186,19 @@ func (g *Gateway) decisionRecord(p *prepared, n int, d policy.Decision, shadow *
 		Shadow:          shadow,
 		DecidedAt:       g.now().UTC(),
 		Gateway:         g.claimant,
+		Principal:       decisionPrincipal(g.callerAttrs(p.caller, p.c.Identity)),
+		Tool:            decisionTool(p.tool.attributes()),
 	}
+}
+
+// decisionPrincipal and decisionTool record what Cedar saw of the caller
+// and the tool, so that the decision can be replayed under another set.
+func decisionPrincipal(a policy.CallerAttributes) *evidence.DecisionPrincipal {
+	return &evidence.DecisionPrincipal{Groups: nonNil(a.Groups), Roles: nonNil(a.Roles)}
+}
+
+func decisionTool(t policy.ToolAttributes) *evidence.DecisionTool {
+	return &evidence.DecisionTool{Package: t.Package, Export: t.Export, Version: t.Version, Tags: nonNil(t.Tags)}
 }
 
 // dispatch writes the attempt's dispatch marker, the last record before

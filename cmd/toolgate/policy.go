@@ -19,6 +19,8 @@ const policyUsage = `usage:
   toolgate policy authorize [flags]  decide one request (or, with --action Approve, one approver) without running it
   toolgate policy test DIR        run the *.test.json files of a policy folder
   toolgate policy schema          print the built-in Cedar schema every policy is validated against
+  toolgate policy replay [flags]  decide the calls of an evidence store again under a candidate folder, report the flips
+  toolgate policy shadow-report [flags]  the same report for the shadow (log-only) sets' recorded decisions
 `
 
 // policyCmd runs the policy subcommands.
@@ -34,6 +36,9 @@ func policyGroup() group {
 		"authorize": policyAuthorize,
 		"test":      policyTest,
 		"schema":    policySchema,
+		"replay":    policyReplay,
+		// The shadow sets' live view, in replay's format.
+		"shadow-report": policyShadowReport,
 	}}
 }
 

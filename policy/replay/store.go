@@ -1,0 +1,139 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/toolgate/toolgate/evidence"
+)
+
+// DefaultConcurrency is how many requests Walk reads and verifies at once
+// unless told otherwise: enough to hide an object store's latency, few
+// enough that the artifacts held stay small.
+const DefaultConcurrency = 16
+
+// Filter selects the calls a walk replays; the zero value selects all.
+type Filter struct {
+	// Since and Until bound the time the gateway received the call:
+	// Since <= received_at < Until; a zero bound is open.
+	Since, Until time.Time
+	// Caller and Tool, when set, select one caller's calls or one tool's.
+	Caller, Tool string
+}
+
+func (f Filter) selects(c Call) bool {
+	switch {
+	case !f.Since.IsZero() && c.ReceivedAt.Before(f.Since):
+		return false
+	case !f.Until.IsZero() && !c.ReceivedAt.Before(f.Until):
+		return false
+	case f.Caller != "" && c.Caller != f.Caller:
+		return false
+	case f.Tool != "" && c.ToolID != f.Tool:
+		return false
+	}
+	return true
+}
+
+// Walk verifies every request of s (see evidence.VerifyAllRead) and calls
+// fn with each call its verified evidence rebuilds that filter selects.
+// A request that fails verification goes to unverified instead, and one
+// whose records cannot be rebuilt (no manifest yet, no decision, a gap)
+// to skipped with the reason; neither is filtered, since a record that
+// cannot be trusted or read cannot be told apart by its fields. Requests
+// are visited one at a time, as VerifyAll visits them, so memory stays
+// flat however many the store holds.
+//
+// opts.Concurrency requests are read and verified at once (0 means
+// DefaultConcurrency), and reported in order.
+func Walk(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions, filter Filter,
+	fn func(Call) error, skipped func(id, why string), unverified func(evidence.VerifyReport)) error {
+	if opts.Concurrency == 0 {
+		opts.Concurrency = DefaultConcurrency
+	}
+	return evidence.VerifyAllRead(ctx, s, opts, func(rep evidence.VerifyReport, got evidence.Verified) error {
+		if rep.Failed() {
+			unverified(rep)
+			return nil
+		}
+		c, err := readCall(rep, got)
+		var nr *NotReplayable
+		if errors.As(err, &nr) {
+			skipped(rep.RequestID, nr.Why)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !filter.selects(c) {
+			return nil
+		}
+		return fn(c)
+	})
+}
+
+// readCall rebuilds the call of a verified request from the bytes its
+// verification read: its last decided attempt, the decision that stood.
+// (An attempt that asked for approval records no history facts; the
+// attempt that used the approval does, and policyWord reads the policy's
+// own word back from it.)
+func readCall(rep evidence.VerifyReport, got evidence.Verified) (Call, error) {
+	id := rep.RequestID
+	m, ok := got.Manifest()
+	if !ok || rep.Outcome == "" {
+		return Call{}, notReplayable("not finished (%s): no manifest vouches for its records yet", rep.Verdict())
+	}
+	decisionKey := ""
+	for _, a := range rep.Attempts {
+		if a.Decided {
+			decisionKey = evidence.AttemptKey(id, a.Number, evidence.ArtifactPolicyDecision)
+		}
+	}
+	if decisionKey == "" {
+		return Call{}, notReplayable("no policy decision on record (outcome %s)", rep.Outcome)
+	}
+	decision, okD := got.Get(decisionKey)
+	request, okR := got.Get(evidence.Key(id, evidence.ArtifactRequest))
+	if !okD || !okR {
+		return Call{}, notReplayable("the manifest does not vouch for %s and %s", evidence.ArtifactRequest, decisionKey)
+	}
+	return ParseCall(id, request, decision, m.Redactions)
+}
+
+// Replay walks s and replays every selected call with r into a new
+// report.
+func Replay(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions, filter Filter, r *Replayer) (*Report, error) {
+	rep := NewReport()
+	err := Walk(ctx, s, opts, filter, func(c Call) error {
+		o, err := r.Replay(ctx, c)
+		if err != nil {
+			return err
+		}
+		rep.Add(c, o)
+		return nil
+	}, rep.Skip, rep.unverified)
+	return rep, err
+}
+
+// Shadow walks s and reports, for every selected call a shadow set
+// decided, how the shadow set's decision differs from the enforcing
+// set's. Calls no shadow set decided are counted in WithoutShadow.
+func Shadow(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions, filter Filter) (*Report, int, error) {
+	rep := NewReport()
+	without := 0
+	err := Walk(ctx, s, opts, filter, func(c Call) error {
+		o, ok := ShadowOutcome(c)
+		if !ok {
+			without++
+			return nil
+		}
+		rep.Add(c, o)
+		return nil
+	}, rep.Skip, rep.unverified)
+	return rep, without, err
+}
+
+func (r *Report) unverified(rep evidence.VerifyReport) {
+	r.SkipUnverified(rep.RequestID, rep.Verdict(), rep.Problems)
+}
