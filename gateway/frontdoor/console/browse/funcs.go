@@ -24,6 +24,7 @@ var funcs = template.FuncMap{
 	},
 	"itoa": itoa,
 	"list": func(items ...string) []string { return items },
+	"path": url.PathEscape,
 	"indent": func(depth int) string {
 		return strings.Repeat("  ", depth) + map[bool]string{true: "└ ", false: ""}[depth > 0]
 	},
