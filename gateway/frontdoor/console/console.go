@@ -62,7 +62,7 @@ func Load(cfg gateway.Config) (Config, error) {
 	if len(cfg.Auth.Keys) == 0 {
 		return Config{}, errors.New("config: console.listen: the console signs people in with the API keys of auth.keys, and there are none")
 	}
-	if c.Listen == cfg.Listen || gateway.SameListenAddr(c.Listen, cfg.Admin.Addr()) {
+	if gateway.SameListenAddr(c.Listen, cfg.Listen) || gateway.SameListenAddr(c.Listen, cfg.Admin.Addr()) {
 		return Config{}, fmt.Errorf("config: console.listen %q: taken by the gRPC or the admin listener", c.Listen)
 	}
 	if c.SessionTTL <= 0 || c.IndexInterval <= 0 {
