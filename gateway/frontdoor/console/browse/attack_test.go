@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/evidence"
 )
 
 // hostile is tool output, and store-written fields, that would run script
@@ -302,5 +306,52 @@ func TestIndexQueryFiltersAndPages(t *testing.T) {
 				t.Fatalf("%d rows from %q, next %q; want %d from %q, next %v", len(p.Rows), first, p.Next, tc.n, tc.first, tc.next)
 			}
 		})
+	}
+}
+
+// countingStore counts the listings of a store.
+type countingStore struct {
+	*evidence.MemoryStore
+	lists atomic.Int64
+}
+
+func (c *countingStore) List(ctx context.Context, prefix string) ([]string, error) {
+	c.lists.Add(1)
+	return c.MemoryStore.List(ctx, prefix)
+}
+
+func (c *countingStore) Walk(ctx context.Context, prefix string, fn func(string) error) error {
+	c.lists.Add(1)
+	return c.MemoryStore.Walk(ctx, prefix, fn)
+}
+
+func TestMadeUpIDsDoNotListTheStore(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.add(t, call{id: "r1", caller: "alice", tool: "workspace.readFile"})
+	store := &countingStore{MemoryStore: f.store}
+	index := NewIndex(store, nil)
+	if err := index.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := NewServer(Options{Store: store, Index: index})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	before := store.lists.Load()
+	for i := range 20 {
+		resp, err := http.Get(fmt.Sprintf("%s/requests/made-up-%d", ts.URL, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("a made-up id: %d", resp.StatusCode)
+		}
+	}
+	if n := store.lists.Load() - before; n != 0 {
+		t.Fatalf("20 made-up ids listed the store %d times", n)
 	}
 }

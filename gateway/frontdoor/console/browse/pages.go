@@ -129,14 +129,12 @@ func (s *Server) readable(ctx context.Context, ss *session, id string) (Summary,
 	if evidence.ValidKey(evidence.Key(id, evidence.ArtifactRequest)) != nil {
 		return Summary{}, false
 	}
+	// A request the index has not seen yet waits for its next refresh:
+	// refreshing on a miss would let anyone make the console list the
+	// whole store with every made-up id.
 	sum, ok := s.opts.Index.Get(id)
 	if !ok {
-		if err := s.opts.Index.Refresh(ctx); err != nil {
-			return Summary{}, false
-		}
-		if sum, ok = s.opts.Index.Get(id); !ok {
-			return Summary{}, false
-		}
+		return Summary{}, false
 	}
 	return sum, s.visible(ctx, ss)(&sum)
 }
