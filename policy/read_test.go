@@ -76,3 +76,17 @@ when { context.requesterGroups.containsAny(principal.groups) };
 		})
 	}
 }
+
+// BenchmarkDecideRead is one ReadEvidence decision on the shipped
+// policy: what the console pays per request the first time a person's
+// listing passes it (decisions are cached per reader and request until
+// the policy reloads).
+func BenchmarkDecideRead(b *testing.B) {
+	e := mustLoad(b, shippedDir)
+	r := ReadRequest{Reader: "mallory", Requester: "alice", ToolID: "workspace.readFile", Driver: "workspace", RequestID: "r1", RunID: "run-1"}
+	for b.Loop() {
+		if e.DecideRead(context.Background(), r).Allow {
+			b.Fatal("allowed")
+		}
+	}
+}

@@ -355,3 +355,24 @@ func TestMadeUpIDsDoNotListTheStore(t *testing.T) {
 		t.Fatalf("20 made-up ids listed the store %d times", n)
 	}
 }
+
+func TestSlowDecisionsEndThePageInTime(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for i := range 600 {
+		f.add(t, call{id: fmt.Sprintf("r%03d", i), caller: "alice", tool: "workspace.readFile", at: time.Date(2026, 1, 1, 0, 0, i, 0, time.UTC)})
+	}
+	x := NewIndex(f.store, nil)
+	if err := x.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	slow := func(*Summary) bool { time.Sleep(time.Millisecond); return false }
+	p := x.Query(Filter{Limit: 50, Deadline: time.Now().Add(50 * time.Millisecond)}, slow)
+	if !p.Partial || p.Next == "" || p.Scanned >= 600 || p.Scanned == 0 {
+		t.Fatalf("page %+v: want a partial page that goes on", p)
+	}
+	rest := x.Query(Filter{Limit: 50, After: p.Next}, func(*Summary) bool { return true })
+	if len(rest.Rows) == 0 || rest.Rows[0].ID != fmt.Sprintf("r%03d", 599-p.Scanned) {
+		t.Fatalf("the next page starts at %v, want right after the %d scanned", rest.Rows, p.Scanned)
+	}
+}

@@ -176,6 +176,11 @@ type Filter struct {
 	After string
 	// Limit is the page size.
 	Limit int
+	// Deadline, when set, ends the scan early: the page then holds what
+	// was found so far and Next continues the scan (Page.Partial), so
+	// that a reader who may see few requests, each decided by Cedar the
+	// first time, still gets a page in time.
+	Deadline time.Time
 }
 
 func (f Filter) match(s *Summary) bool {
@@ -191,6 +196,10 @@ type Page struct {
 	Rows []Summary
 	// Next is the After of the next page, "" on the last one.
 	Next string
+	// Partial: the scan ran out of time before the page was full.
+	Partial bool
+	// Scanned is how many requests the scan passed.
+	Scanned int
 	// Total is how many requests the index holds.
 	Total int
 }
@@ -207,6 +216,11 @@ func (x *Index) Query(f Filter, visible func(*Summary) bool) Page {
 	}
 	p := Page{Total: len(s.all)}
 	for i := start; i < len(s.all); i++ {
+		if (i-start)%256 == 255 && !f.Deadline.IsZero() && time.Now().After(f.Deadline) {
+			p.Next, p.Partial = s.all[i-1].ID, true
+			break
+		}
+		p.Scanned++
 		r := s.all[i]
 		if !f.match(r) || !visible(r) {
 			continue

@@ -18,6 +18,10 @@ import (
 // pageSize is how many requests a page of the listing shows.
 const pageSize = 50
 
+// pageBudget is how long a listing scans before it shows what it found
+// and offers to go on.
+const pageBudget = 150 * time.Millisecond
+
 func (s *Server) signInPage(w http.ResponseWriter, r *http.Request) {
 	if s.opts.Access == nil {
 		http.Redirect(w, r, "/requests", http.StatusSeeOther)
@@ -100,6 +104,7 @@ func (s *Server) requestsPage(w http.ResponseWriter, r *http.Request, ss *sessio
 		s.fail(w, http.StatusBadRequest, ss, err.Error())
 		return
 	}
+	f.Deadline = time.Now().Add(pageBudget)
 	v.Page = s.opts.Index.Query(f, s.visible(r.Context(), ss))
 	if v.Page.Next != "" {
 		next := r.URL.Query()
@@ -306,6 +311,9 @@ type runCall struct {
 	Depth   int
 	Offset  string
 	History *evidence.DecisionHistory
+	// Took is how long the tool ran, from tool_result.json ("" when it
+	// did not run).
+	Took string
 }
 
 func (s *Server) runPage(w http.ResponseWriter, r *http.Request, ss *session, _ string) {
@@ -326,7 +334,7 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request, ss *session, _ 
 	for i := range tree {
 		tree[i].Offset = "+" + tree[i].Received.Sub(start).Round(time.Millisecond).String()
 		if i < maxHistoryReads {
-			tree[i].History = s.history(ctx, tree[i].ID)
+			tree[i].History, tree[i].Took = s.history(ctx, tree[i].ID)
 		}
 	}
 	s.render(w, http.StatusOK, "run", ss, struct {
@@ -338,17 +346,24 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request, ss *session, _ 
 // maxHistoryReads bounds the decisions one run page reads.
 const maxHistoryReads = 500
 
-// history reads the session history facts the request's last decision saw.
-func (s *Server) history(ctx context.Context, id string) *evidence.DecisionHistory {
+// history reads the session history facts the request's last decision
+// saw, and how long its tool ran.
+func (s *Server) history(ctx context.Context, id string) (*evidence.DecisionHistory, string) {
 	keys, err := s.opts.Store.List(ctx, evidence.RequestPrefix(id))
 	if err != nil {
-		return nil
+		return nil, ""
 	}
 	var d evidence.DecisionRecord
-	if readJSON(ctx, s.opts.Store, keys, lastDecisionKey(id, keys), &d) != nil {
-		return nil
+	var run evidence.RunRecord
+	if readJSON(ctx, s.opts.Store, keys, lastDecisionKey(id, keys), &d) != nil ||
+		readJSON(ctx, s.opts.Store, keys, evidence.Key(id, evidence.ArtifactToolResult), &run) != nil {
+		return nil, ""
 	}
-	return d.History
+	took := ""
+	if slices.Contains(keys, evidence.Key(id, evidence.ArtifactToolResult)) {
+		took = (time.Duration(run.DurationMS) * time.Millisecond).String()
+	}
+	return d.History, took
 }
 
 // runTree orders a run's calls (oldest first) as a tree: each nested
