@@ -79,6 +79,15 @@ step "two agent frameworks' MCP clients, at pinned versions, for the MCP approva
 # EBADENGINE); their MCP client and tool calling, all the tests run, work on node 20.
 (cd gateway/frontdoor/mcp/testdata/frameworks && npm ci --ignore-scripts --no-audit --no-fund)
 
+step "headless Chromium, playwright-core and axe-core, for the console's browser test"
+# The operating system's Chromium (Debian's package), installed only when missing; package-lock.json
+# pins playwright-core 1.65.1 (pointed at /usr/bin/chromium, it downloads no browser) and axe-core
+# 4.14.1 by integrity hash: about 18 MB.
+if [ ! -x /usr/bin/chromium ]; then
+  apt-get update -qq && apt-get install -y --no-install-recommends chromium
+fi
+(cd cmd/toolgate/testdata/console && npm ci --ignore-scripts --no-audit --no-fund)
+
 step "go test -race"
 # cmd/toolgate runs the real binary, MinIO and the npm clients end to end: about 7.5 minutes on an
 # idle 2-core machine, too close to go test's default 10-minute limit per package on a busy one.

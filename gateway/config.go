@@ -66,6 +66,9 @@ type Config struct {
 	// one, and package frontdoor decodes each section strictly into its
 	// kind's settings. Every door is off unless its section sets listen.
 	FrontDoors map[string]RawSection `yaml:"front_doors"`
+	// Console is the console's section, kept undecoded for package
+	// gateway/frontdoor/console: off unless it sets listen.
+	Console RawSection `yaml:"console"`
 	// Telemetry says where the gateway's spans go (telemetry.Config):
 	// tracing is off unless it names an OTLP endpoint or the standard
 	// OTEL_EXPORTER_OTLP_* endpoint variables are set.

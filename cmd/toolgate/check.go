@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
+	"github.com/toolgate/toolgate/gateway/frontdoor/console"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/internal/regularfile"
 	"github.com/toolgate/toolgate/policy"
@@ -122,6 +123,11 @@ func checkConfig(path string, getenv func(string) string) checkReport {
 	doors, err := frontdoor.Load(cfg)
 	if err != nil {
 		add(err)
+	}
+	if c, err := console.Load(cfg); err != nil {
+		add(err)
+	} else if c.Listen != "" {
+		r.summary = append(r.summary, "console "+c.Listen)
 	}
 	if err := cfg.CheckLayout(); err != nil {
 		add(err)

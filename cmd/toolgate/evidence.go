@@ -103,6 +103,12 @@ evidence.url of --config FILE, or the embedded default's file://./toolgate-evide
         the key evidence.signing_key of the configuration names (--config,
         or the embedded default's ./toolgate-signing.key, which serve
         creates on its first start), read from this folder as serve reads it
+  console --listen ADDR [--pubkey FILE]... [--witness-key VKEY]... [--policies DIR] [--allow-non-loopback]
+        serve the console read-only from the store, without a gateway: the
+        requests, each request verified, runs and a whole-store verification
+        in a browser at http://ADDR/. No sign-in: whoever reaches it reads
+        the whole store, so it listens on loopback unless
+        --allow-non-loopback. --policies shows the deciding rules' text.
   keygen --out FILE
         write a new Ed25519 signing key (PEM PKCS #8, mode 0600) and print
         its public key; "openssl genpkey -algorithm ed25519 -out FILE" works too
@@ -127,6 +133,7 @@ func evidenceGroup() group {
 		"vkey":         evidenceVkey,
 		"pubkey":       evidencePubkey,
 		"keygen":       evidenceKeygen,
+		"console":      evidenceConsole,
 	}}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
+	"github.com/toolgate/toolgate/gateway/frontdoor/console"
 )
 
 // spoolFlushInterval is how often spooled evidence is retried when no new
@@ -93,6 +94,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		return err
 	}
 	cfg.DoorSettings = frontdoor.Settings(doors)
+	consoleCfg, err := console.Load(cfg)
+	if err != nil {
+		return err
+	}
 
 	var handler slog.Handler
 	switch *logFormat {
@@ -141,6 +146,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		return err
 	}
 	doorServers.RegisterGRPC(srv)
+	stopConsole, err := startConsole(ctx, consoleCfg, cfg, g, getenv, log)
+	if err != nil {
+		lis.Close()
+		return errors.Join(err, doorServers.Shutdown(context.WithoutCancel(ctx)))
+	}
+	defer stopConsole()
 	for _, d := range doors {
 		log.Info("front door serving", "door", d.Name, "addr", doorServers.Addr(d.Config.ListenAddr()))
 	}

@@ -1,0 +1,45 @@
+package console
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/toolgate/toolgate/gateway"
+)
+
+func TestLoadAppliesTheListenerRules(t *testing.T) {
+	t.Parallel()
+	const keys = "auth: {keys: [{caller: bob, env: KEY_BOB, groups: [ops]}]}\n"
+	tests := []struct {
+		name, yaml, wantErr, listen string
+	}{
+		{name: "off without a section", yaml: keys},
+		{name: "loopback with keys", yaml: keys + "console: {listen: '127.0.0.1:8470'}", listen: "127.0.0.1:8470"},
+		{name: "another host without tls", yaml: keys + "console: {listen: '0.0.0.0:8470'}", wantErr: "tls is not configured"},
+		{name: "another host behind a TLS proxy", yaml: keys + "tls: {allow_plaintext: true}\nconsole: {listen: '0.0.0.0:8470'}", listen: "0.0.0.0:8470"},
+		{name: "no API keys to sign in with", yaml: "console: {listen: '127.0.0.1:8470'}", wantErr: "there are none"},
+		{name: "another host without keys", yaml: "tls: {allow_plaintext: true}\nconsole: {listen: '0.0.0.0:8470'}", wantErr: "auth.keys is empty"},
+		{name: "the gRPC listener's port", yaml: keys + "listen: '127.0.0.1:8470'\nconsole: {listen: '127.0.0.1:8470'}", wantErr: "taken by"},
+		{name: "the admin listener's port", yaml: keys + "admin: {listen: '127.0.0.1:8470'}\nconsole: {listen: '127.0.0.1:8470'}", wantErr: "taken by"},
+		{name: "an unknown key", yaml: keys + "console: {listen: '127.0.0.1:8470', cookie_secure: false}", wantErr: "cookie_secure"},
+		{name: "a session that never lasts", yaml: keys + "console: {listen: '127.0.0.1:8470', session_ttl: -1s}", wantErr: "positive"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := gateway.ParseConfig([]byte(tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := Load(cfg)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("Load: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("Load: %v, want an error containing %q", err, tc.wantErr)
+			case tc.wantErr == "" && c.Listen != tc.listen:
+				t.Fatalf("listen %q, want %q", c.Listen, tc.listen)
+			}
+		})
+	}
+}
