@@ -22,6 +22,7 @@ import (
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
+	"github.com/toolgate/toolgate/gateway/frontdoor/console"
 )
 
 // The configuration and command-line references under docs/reference are
@@ -137,6 +138,7 @@ func configReference(t *testing.T) []byte {
 		kind, _ := drivers.LookupKind(typ)
 		w.section("drivers.<name> with type: "+typ, "drivers.<name>.", reflect.TypeOf(kind.New()).Elem())
 	}
+	w.section("console", "console.", reflect.TypeOf(console.Config{}))
 	for _, name := range frontdoor.Kinds() {
 		cfg, _ := frontdoor.NewConfig(name)
 		w.section("front_doors."+name, "front_doors."+name+".", reflect.TypeOf(cfg).Elem())
@@ -207,7 +209,7 @@ func (w *refWriter) describe(t reflect.Type, k *refKey) (string, reflect.Type) {
 	case t == reflect.TypeFor[gateway.DriverSection]():
 		return "driver section (below, by type)", nil
 	case t == reflect.TypeFor[gateway.RawSection]():
-		return "front door section (below, by name)", nil
+		return "section, decoded by its own package (below)", nil
 	case reflect.PointerTo(t).Implements(yamlUnmarshaler) || t.Implements(yamlUnmarshaler):
 		if k.doc == "" {
 			k.doc = w.docs.ofType(t)
