@@ -202,6 +202,17 @@ func TestSessionsExpire(t *testing.T) {
 	if _, _, err := s.create(Person{Name: "c"}); err != nil {
 		t.Fatalf("expired sessions were not dropped: %v", err)
 	}
+	// A token's expiry ends its session first.
+	tok, _, err = s.create(Person{Name: "d", Expires: now.Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, _ := http.NewRequest(http.MethodGet, "/", nil)
+	r2.AddCookie(&http.Cookie{Name: CookieName, Value: tok})
+	now = now.Add(time.Minute)
+	if _, _, ok := s.get(r2); ok {
+		t.Fatal("a session outlived the token it came from")
+	}
 }
 
 func TestTamperedRequestIsFlagged(t *testing.T) {

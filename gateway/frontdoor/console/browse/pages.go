@@ -54,7 +54,11 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 		s.render(w, http.StatusServiceUnavailable, "signin", nil, err.Error())
 		return
 	}
-	http.SetCookie(w, sessionCookie(tok, s.opts.SessionTTL))
+	ttl := s.opts.SessionTTL
+	if !p.Expires.IsZero() {
+		ttl = min(ttl, p.Expires.Sub(s.opts.Now()))
+	}
+	http.SetCookie(w, sessionCookie(tok, ttl))
 	http.Redirect(w, r, "/requests", http.StatusSeeOther)
 }
 
