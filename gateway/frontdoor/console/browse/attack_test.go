@@ -387,3 +387,30 @@ func TestSlowDecisionsEndThePageInTime(t *testing.T) {
 		t.Fatalf("the next page starts at %v, want right after the %d scanned", rest.Rows, p.Scanned)
 	}
 }
+
+func TestVerifyReportShowsOnlyWhatThePersonMayRead(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.add(t, call{id: "alice-1", caller: "alice", tool: "workspace.readFile"})
+	f.add(t, call{id: "bob-bad", caller: "bob", tool: "workspace.readFile", tamper: true})
+	acc := fakeAccess{keys: map[string]string{"k-alice": "alice"}, readable: map[string][]string{"alice": {"alice"}}}
+	c := f.serve(t, Options{Access: acc})
+	c.do(http.MethodPost, "/signin", url.Values{"key": {"k-alice"}}, nil)
+	c.get("/verify")
+	if resp, _ := c.post("/verify", nil); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("start: %d", resp.StatusCode)
+	}
+	var body string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, body = c.get("/verify"); strings.Contains(body, "Finished") {
+			break
+		}
+	}
+	if strings.Contains(body, "bob-bad") {
+		t.Fatalf("the verify page names a request alice may not read:\n%s", body)
+	}
+	_, report := c.get("/verify/report")
+	if !strings.Contains(report, "alice-1") || strings.Contains(report, "bob-bad") {
+		t.Fatalf("alice's report:\n%s", report)
+	}
+}
