@@ -414,3 +414,41 @@ func TestVerifyReportShowsOnlyWhatThePersonMayRead(t *testing.T) {
 		t.Fatalf("alice's report:\n%s", report)
 	}
 }
+
+func TestFailedSignInsAreThrottledPerAddress(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	acc := fakeAccess{keys: map[string]string{"k-alice": "alice"}, readable: map[string][]string{"alice": {"alice"}}}
+	c := f.serve(t, Options{Access: acc})
+	for i := range 10 {
+		if resp, _ := c.do(http.MethodPost, "/signin", url.Values{"key": {fmt.Sprintf("guess-%d", i)}}, nil); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("guess %d: %d, want 401", i, resp.StatusCode)
+		}
+	}
+	if resp, _ := c.do(http.MethodPost, "/signin", url.Values{"key": {"k-alice"}}, nil); resp.StatusCode != http.StatusTooManyRequests || c.cookie != "" {
+		t.Fatalf("the eleventh try, with the right key: %d, want 429 and no session", resp.StatusCode)
+	}
+}
+
+func TestThrottleWindowEndsAndTableStaysBounded(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	th := newSignInThrottle(func() time.Time { return now })
+	th.maxAddrs = 3
+	for range 10 {
+		th.failed("a")
+	}
+	if th.allowed("a") || !th.allowed("b") {
+		t.Fatal("a should be locked out, b not")
+	}
+	now = now.Add(time.Minute)
+	if !th.allowed("a") {
+		t.Fatal("the window ended, a is still locked out")
+	}
+	for i := range 10 {
+		th.failed(fmt.Sprintf("addr-%d", i))
+	}
+	if len(th.byAddr) > 3 {
+		t.Fatalf("%d addresses held, want at most 3", len(th.byAddr))
+	}
+}
