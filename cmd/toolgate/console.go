@@ -12,6 +12,7 @@ import (
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/tlog"
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console/browse"
 	"github.com/toolgate/toolgate/policy"
@@ -19,11 +20,20 @@ import (
 
 // startConsole starts the gateway's console when console.listen is set,
 // and returns what stops it.
-func startConsole(ctx context.Context, c console.Config, cfg gateway.Config, g *gateway.Gateway, getenv func(string) string, log *slog.Logger) (func(), error) {
+//
+// The doors that verify OAuth access tokens let people sign in with one.
+func startConsole(ctx context.Context, c console.Config, cfg gateway.Config, g *gateway.Gateway, getenv func(string) string, log *slog.Logger,
+	doors []frontdoor.Door) (func(), error) {
 	if c.Listen == "" {
 		return func() {}, nil
 	}
-	con, err := console.Start(ctx, c, cfg, g, getenv, log)
+	var tokens []console.TokenVerifier
+	for _, d := range doors {
+		if v, ok := d.(frontdoor.BearerVerifier); ok {
+			tokens = append(tokens, v)
+		}
+	}
+	con, err := console.Start(ctx, c, cfg, g, getenv, log, tokens...)
 	if err != nil {
 		return nil, err
 	}

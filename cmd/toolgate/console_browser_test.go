@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -154,6 +155,19 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	if _, err := os.Stat(target); !os.IsNotExist(err) {
 		t.Fatalf("the second retry ran the call again: %v", err)
+	}
+	// The console tells the same story: one attempt held, one dispatched.
+	bob := &consoleClient{t: t, base: base}
+	bob.do(http.MethodPost, "/signin", url.Values{"key": {"k-bob-0123456789"}})
+	var page string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, page = bob.do(http.MethodGet, "/requests/held-1", nil); strings.Contains(page, "<td>completed</td>") {
+			break
+		}
+	}
+	if !strings.Contains(page, "<td>completed</td>") || strings.Count(page, "<td>dispatched</td>") != 1 ||
+		strings.Count(page, "<td>not_dispatched</td>") != 1 || !strings.Contains(page, "Verified: ok") {
+		t.Fatalf("held-1 after its approved retry: want completed, verified, one attempt held and one dispatched\n%s", page)
 	}
 	copyScreenshots(t, shots)
 }

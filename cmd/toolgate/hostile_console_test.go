@@ -2,10 +2,14 @@ package main
 
 import (
 	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -169,5 +173,50 @@ func TestHostileReadOnlyConsole(t *testing.T) {
 	c.do(http.MethodGet, "/verify", nil) // its form carries the session's token
 	if status, _ := c.do(http.MethodPost, "/approvals/x", url.Values{"csrf": {c.csrf}, "decision": {"approve"}}); status != http.StatusNotFound {
 		t.Errorf("deciding on a bucket: %d, want 404", status)
+	}
+}
+
+// TestConsoleServesTLSWhenTheGatewayDoes: with tls configured the console
+// speaks only TLS, with the gateway's certificate, and signs in over it.
+func TestConsoleServesTLSWhenTheGatewayDoes(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, consolePolicy)
+	cert, key := writeSelfSigned(t, dir)
+	cfg := "tls: {cert_file: " + cert + ", key_file: " + key + "}\n" +
+		"auth: {keys: [{caller: bob, env: KEY_BOB, groups: [ops]}]}\n" +
+		"evidence: {url: file://./audit}\ndrivers: {workspace: {type: workspace, root: ./ws}}\n" +
+		"console: {listen: '127.0.0.1:0'}\n"
+	if err := os.WriteFile(filepath.Join(dir, "toolgate.yaml"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServerEnv(t, dir, []string{"KEY_BOB=k-bob-0123456789"}, "--config", "toolgate.yaml")
+	m := consoleAddrPattern.FindStringSubmatch(srv.log.String())
+	if m == nil || !strings.Contains(srv.log.String(), `msg="console serving" addr=`+m[1]+" tls=true") {
+		t.Fatalf("the console did not say it serves TLS:\n%s", srv.log.String())
+	}
+	pemData, err := os.ReadFile(cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pemData)
+	hc := &http.Client{
+		Transport:     &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	resp, err := hc.PostForm("https://"+m[1]+"/signin", url.Values{"key": {"k-bob-0123456789"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) != 1 || !resp.Cookies()[0].Secure {
+		t.Fatalf("sign-in over TLS: %d, cookies %v", resp.StatusCode, resp.Cookies())
+	}
+	if resp, err := http.Get("http://" + m[1] + "/signin"); err == nil {
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK && strings.Contains(string(data), "API key") {
+			t.Fatal("the console answered plain HTTP beside TLS")
+		}
 	}
 }

@@ -146,7 +146,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		return err
 	}
 	doorServers.RegisterGRPC(srv)
-	stopConsole, err := startConsole(ctx, consoleCfg, cfg, g, getenv, log)
+	stopConsole, err := startConsole(ctx, consoleCfg, cfg, g, getenv, log, doorServers.Doors())
 	if err != nil {
 		lis.Close()
 		return errors.Join(err, doorServers.Shutdown(context.WithoutCancel(ctx)))

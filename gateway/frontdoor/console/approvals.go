@@ -22,7 +22,7 @@ type approvals struct{ g approvalGateway }
 const maxHeld = 200
 
 func (a approvals) Held(ctx context.Context, p browse.Person) ([]browse.HeldCall, error) {
-	resp, err := a.g.ListApprovalsAs(ctx, p.Name, nil, &toolgatev1.ListApprovalsRequest{State: "pending", Limit: maxHeld})
+	resp, err := a.g.ListApprovalsAs(ctx, p.Name, identityOf(p), &toolgatev1.ListApprovalsRequest{State: "pending", Limit: maxHeld})
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +38,7 @@ func (a approvals) Held(ctx context.Context, p browse.Person) ([]browse.HeldCall
 }
 
 func (a approvals) Decide(ctx context.Context, p browse.Person, id, decision, reason string) (string, error) {
-	ap, err := a.g.DecideApprovalAs(ctx, p.Name, nil, id, decision, reason)
+	ap, err := a.g.DecideApprovalAs(ctx, p.Name, identityOf(p), id, decision, reason)
 	if err != nil {
 		return "", err
 	}

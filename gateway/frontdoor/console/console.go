@@ -92,7 +92,10 @@ func (c *Console) Shutdown(ctx context.Context) error {
 // evidence store, its own view of the policy folder (reloaded as the
 // gateway reloads it) and the index, and listens. getenv reads the
 // replicas' trusted keys as the gateway does.
-func Start(ctx context.Context, c Config, cfg gateway.Config, g *gateway.Gateway, getenv func(string) string, log *slog.Logger) (*Console, error) {
+//
+// tokens, when given, let people sign in with an OAuth access token they
+// accept as well (the front doors configured with an issuer).
+func Start(ctx context.Context, c Config, cfg gateway.Config, g *gateway.Gateway, getenv func(string) string, log *slog.Logger, tokens ...TokenVerifier) (*Console, error) {
 	store, err := evidence.Open(ctx, cfg.Evidence.URL)
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
@@ -119,7 +122,7 @@ func Start(ctx context.Context, c Config, cfg gateway.Config, g *gateway.Gateway
 	go reloadPolicies(bg, live, c.IndexInterval, log)
 	srv, err := browse.NewServer(browse.Options{
 		Store: store, Index: index, Rules: live, Logger: log, SessionTTL: c.SessionTTL,
-		Access:    newAccess(g, live, c.PolicyRef),
+		Access:    newAccess(g, live, c.PolicyRef, tokens...),
 		Approvals: approvals{g: g},
 		Verify:    evidence.VerifyOptions{TrustedKeys: trusted},
 	})

@@ -202,6 +202,17 @@ func TestSessionsExpire(t *testing.T) {
 	if _, _, err := s.create(Person{Name: "c"}); err != nil {
 		t.Fatalf("expired sessions were not dropped: %v", err)
 	}
+	// A token's expiry ends its session first.
+	tok, _, err = s.create(Person{Name: "d", Expires: now.Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, _ := http.NewRequest(http.MethodGet, "/", nil)
+	r2.AddCookie(&http.Cookie{Name: CookieName, Value: tok})
+	now = now.Add(time.Minute)
+	if _, _, ok := s.get(r2); ok {
+		t.Fatal("a session outlived the token it came from")
+	}
 }
 
 func TestTamperedRequestIsFlagged(t *testing.T) {
@@ -374,5 +385,70 @@ func TestSlowDecisionsEndThePageInTime(t *testing.T) {
 	rest := x.Query(Filter{Limit: 50, After: p.Next}, func(*Summary) bool { return true })
 	if len(rest.Rows) == 0 || rest.Rows[0].ID != fmt.Sprintf("r%03d", 599-p.Scanned) {
 		t.Fatalf("the next page starts at %v, want right after the %d scanned", rest.Rows, p.Scanned)
+	}
+}
+
+func TestVerifyReportShowsOnlyWhatThePersonMayRead(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.add(t, call{id: "alice-1", caller: "alice", tool: "workspace.readFile"})
+	f.add(t, call{id: "bob-bad", caller: "bob", tool: "workspace.readFile", tamper: true})
+	acc := fakeAccess{keys: map[string]string{"k-alice": "alice"}, readable: map[string][]string{"alice": {"alice"}}}
+	c := f.serve(t, Options{Access: acc})
+	c.do(http.MethodPost, "/signin", url.Values{"key": {"k-alice"}}, nil)
+	c.get("/verify")
+	if resp, _ := c.post("/verify", nil); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("start: %d", resp.StatusCode)
+	}
+	var body string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, body = c.get("/verify"); strings.Contains(body, "Finished") {
+			break
+		}
+	}
+	if strings.Contains(body, "bob-bad") {
+		t.Fatalf("the verify page names a request alice may not read:\n%s", body)
+	}
+	_, report := c.get("/verify/report")
+	if !strings.Contains(report, "alice-1") || strings.Contains(report, "bob-bad") {
+		t.Fatalf("alice's report:\n%s", report)
+	}
+}
+
+func TestFailedSignInsAreThrottledPerAddress(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	acc := fakeAccess{keys: map[string]string{"k-alice": "alice"}, readable: map[string][]string{"alice": {"alice"}}}
+	c := f.serve(t, Options{Access: acc})
+	for i := range 10 {
+		if resp, _ := c.do(http.MethodPost, "/signin", url.Values{"key": {fmt.Sprintf("guess-%d", i)}}, nil); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("guess %d: %d, want 401", i, resp.StatusCode)
+		}
+	}
+	if resp, _ := c.do(http.MethodPost, "/signin", url.Values{"key": {"k-alice"}}, nil); resp.StatusCode != http.StatusTooManyRequests || c.cookie != "" {
+		t.Fatalf("the eleventh try, with the right key: %d, want 429 and no session", resp.StatusCode)
+	}
+}
+
+func TestThrottleWindowEndsAndTableStaysBounded(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	th := newSignInThrottle(func() time.Time { return now })
+	th.maxAddrs = 3
+	for range 10 {
+		th.failed("a")
+	}
+	if th.allowed("a") || !th.allowed("b") {
+		t.Fatal("a should be locked out, b not")
+	}
+	now = now.Add(time.Minute)
+	if !th.allowed("a") {
+		t.Fatal("the window ended, a is still locked out")
+	}
+	for i := range 10 {
+		th.failed(fmt.Sprintf("addr-%d", i))
+	}
+	if len(th.byAddr) > 3 {
+		t.Fatalf("%d addresses held, want at most 3", len(th.byAddr))
 	}
 }

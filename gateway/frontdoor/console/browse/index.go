@@ -110,17 +110,19 @@ func (x *Index) Refresh(ctx context.Context) error {
 	return nil
 }
 
-// Run refreshes the index every interval until ctx ends, logging a
+// Run refreshes the index until ctx ends, waiting interval after each
+// refresh ends (a refresh lists every key of the store: on a large bucket
+// it takes a while, and refreshes never run back to back), and logs a
 // refresh that fails (the index it had stays).
 func (x *Index) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
 	for {
 		if err := x.Refresh(ctx); err != nil && ctx.Err() == nil {
 			x.log.Warn("console: index refresh failed; the pages show the index as it was", "err", err)
 		}
+		t := time.NewTimer(interval)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C:
 		}

@@ -37,6 +37,11 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/requests", http.StatusSeeOther)
 		return
 	}
+	addr := clientAddr(r)
+	if !s.throttle.allowed(addr) {
+		s.render(w, http.StatusTooManyRequests, "signin", nil, "Too many failed sign-ins from your address: wait a minute.")
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 	if err := r.ParseForm(); err != nil {
 		s.render(w, http.StatusBadRequest, "signin", nil, "The form could not be read.")
@@ -44,6 +49,7 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := s.opts.Access.SignIn(r.Context(), r.PostForm.Get("key"))
 	if err != nil {
+		s.throttle.failed(addr)
 		s.log.Info("console: sign-in refused", "err", err)
 		s.render(w, http.StatusUnauthorized, "signin", nil, "That key is not valid.")
 		return
@@ -54,7 +60,11 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 		s.render(w, http.StatusServiceUnavailable, "signin", nil, err.Error())
 		return
 	}
-	http.SetCookie(w, sessionCookie(tok, s.opts.SessionTTL))
+	ttl := s.opts.SessionTTL
+	if !p.Expires.IsZero() {
+		ttl = min(ttl, p.Expires.Sub(s.opts.Now()))
+	}
+	http.SetCookie(w, sessionCookie(tok, ttl))
 	http.Redirect(w, r, "/requests", http.StatusSeeOther)
 }
 

@@ -81,6 +81,7 @@ type Server struct {
 	log      *slog.Logger
 	verify   *verifyJob
 	mu       sync.Mutex // guards verify
+	throttle *signInThrottle
 }
 
 // NewServer returns a console over opts.Store and opts.Index.
@@ -104,7 +105,8 @@ func NewServer(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{opts: opts, sessions: newSessions(opts.SessionTTL, opts.MaxSessions, opts.Now), pages: pages, log: opts.Logger}, nil
+	return &Server{opts: opts, sessions: newSessions(opts.SessionTTL, opts.MaxSessions, opts.Now), pages: pages, log: opts.Logger,
+		throttle: newSignInThrottle(opts.Now)}, nil
 }
 
 // pageNames are the templates, each rendered inside layout.html.

@@ -21,6 +21,12 @@ type Person struct {
 	// Approver is set when the console has an approvals inbox to show;
 	// Cedar still decides each approval.
 	Approver bool
+	// Identity is what Access keeps of a token sign-in (package console
+	// keeps the token's verified identity); nil for an API key.
+	Identity any
+	// Expires, when set, ends the session no later than this (a token's
+	// expiry): a session never outlives the credential it came from.
+	Expires time.Time
 }
 
 // session is one signed-in person: the cookie's token maps to it, and the
@@ -66,7 +72,11 @@ func (s *sessions) create(p Person) (string, *session, error) {
 			return "", nil, errTooManySessions
 		}
 	}
-	ss := &session{person: p, csrf: csrf, expires: now.Add(s.ttl)}
+	expires := now.Add(s.ttl)
+	if !p.Expires.IsZero() && p.Expires.Before(expires) {
+		expires = p.Expires
+	}
+	ss := &session{person: p, csrf: csrf, expires: expires}
 	s.byTok[tok] = ss
 	return tok, ss, nil
 }
