@@ -20,7 +20,9 @@ import (
 	"gopkg.in/yaml.v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 const (
@@ -134,8 +136,9 @@ func TestChartRendersStrictly(t *testing.T) {
 		{name: "ServiceMonitor on", kinds: []string{"ServiceMonitor", "PrometheusRule"}, over: map[string]any{
 			"serviceMonitor": map[string]any{"enabled": true},
 			"prometheusRule": map[string]any{"enabled": true},
-			"frontDoors":     map[string]any{"mcp": map[string]any{"enabled": true}},
-			"approvals":      map[string]any{"webhook": map[string]any{"url": "https://hooks.example/toolgate", "secret": map[string]any{"name": "toolgate-webhook"}}},
+			"frontDoors": map[string]any{"mcp": map[string]any{"enabled": true}, "tpmjs": map[string]any{"enabled": true},
+				"agentSpaces": map[string]any{"enabled": true}},
+			"approvals": map[string]any{"webhook": map[string]any{"url": "https://hooks.example/toolgate", "secret": map[string]any{"name": "toolgate-webhook"}}},
 		}, check: checkMonitoring},
 	}
 	for _, tc := range cases {
@@ -157,6 +160,7 @@ func TestChartRendersStrictly(t *testing.T) {
 					}
 				}
 			}
+			checkNames(t, objs)
 			sts, _ := statefulSet(t, objs)
 			checkPod(t, sts)
 			checkConfig(t, c, objs)
@@ -164,6 +168,41 @@ func TestChartRendersStrictly(t *testing.T) {
 				tc.check(t, sts, objs)
 			}
 		})
+	}
+}
+
+// checkNames applies the API server's rules for names the strict decoder
+// does not check: object names, and port names (at most 15 characters),
+// which a Service's targetPort and a NetworkPolicy refer to.
+func checkNames(t *testing.T, objs []runtime.Object) {
+	t.Helper()
+	for _, o := range objs {
+		meta, err := apimeta.Accessor(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, msg := range validation.IsDNS1123Subdomain(meta.GetName()) {
+			t.Errorf("%T %s: %s", o, meta.GetName(), msg)
+		}
+		var ports []string
+		switch o := o.(type) {
+		case *corev1.Service:
+			for _, msg := range validation.IsDNS1035Label(o.Name) {
+				t.Errorf("Service %s: %s", o.Name, msg)
+			}
+			for _, p := range o.Spec.Ports {
+				ports = append(ports, p.Name, p.TargetPort.String())
+			}
+		case *appsv1.StatefulSet:
+			for _, p := range o.Spec.Template.Spec.Containers[0].Ports {
+				ports = append(ports, p.Name)
+			}
+		}
+		for _, name := range ports {
+			for _, msg := range validation.IsValidPortName(name) {
+				t.Errorf("%T %s: port %q: %s", o, meta.GetName(), name, msg)
+			}
+		}
 	}
 }
 

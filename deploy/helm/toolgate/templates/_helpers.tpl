@@ -50,7 +50,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- range $key, $name := dict "mcp" "mcp" "tpmjs" "tpmjs" "agentSpaces" "agent_spaces" -}}
 {{- $d := index $.Values.frontDoors $key -}}
 {{- if $d.enabled -}}
-{{- $doors = append $doors (dict "name" $name "key" $key "port" $d.port "settings" $d.settings) -}}
+{{- $doors = append $doors (dict "name" $name "key" $key "port" $d.port "settings" $d.settings "port_name" ($name | replace "_" "-")) -}}
 {{- end -}}
 {{- end -}}
 {{- toJson $doors -}}
