@@ -145,12 +145,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $_ := set $drivers "workspace" $ws -}}
 {{- end -}}
 {{- if $drivers -}}{{- $_ := set $cfg "drivers" $drivers -}}{{- end -}}
-{{- if $v.approvals.webhook.url -}}
 {{- $ap := default dict $cfg.approvals -}}
 {{- $_ := set $ap "ttl" $v.approvals.ttl -}}
+{{- if $v.approvals.webhook.url -}}
 {{- $_ := set $ap "webhook" (dict "url" $v.approvals.webhook.url "secret" (dict "env" "TOOLGATE_APPROVAL_HMAC")) -}}
-{{- $_ := set $cfg "approvals" $ap -}}
 {{- end -}}
+{{- $_ := set $cfg "approvals" $ap -}}
 {{- $redact := default dict $cfg.redact -}}
 {{- $names := default list $redact.secrets_env -}}
 {{- range (include "toolgate.secretEnv" . | fromJsonArray) -}}
