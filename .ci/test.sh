@@ -132,4 +132,17 @@ step "redaction against gitleaks' detector (its own module, so the detector stay
 ) > /tmp/toolgate-gitleaks.log 2>&1 || { cat /tmp/toolgate-gitleaks.log; exit 1; }
 grep -E '^(ok|Benchmark)' /tmp/toolgate-gitleaks.log
 
+step "deploy: the image, the Helm chart, and three replicas on one bucket (its own module)"
+# Helm, the Kubernetes API types and go-containerregistry stay out of go.mod. The tests build
+# the image twice (reproducible), render the chart with Helm's Go packages (helm lint --strict,
+# helm template), decode every manifest strictly, have toolgate check config accept a pod's
+# configuration, and run three replicas as the chart renders them against MinIO.
+(
+  cd deploy
+  go mod tidy -diff
+  go vet ./...
+  go test -race -count=1 -timeout=20m ./...
+) > /tmp/toolgate-deploy.log 2>&1 || { cat /tmp/toolgate-deploy.log; exit 1; }
+grep -E '^(ok|---)' /tmp/toolgate-deploy.log
+
 step "all checks passed"

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -146,7 +147,17 @@ func fingerprint(dir string) (string, error) {
 	}
 	names := make([]string, 0, len(entries))
 	for _, e := range entries {
-		if !e.IsDir() {
+		// Load reads no dot file; a Kubernetes ConfigMap volume keeps its
+		// files behind a ..data link to a timestamped folder, and a link
+		// to a folder is no policy either.
+		if e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		info, err := os.Stat(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return "", fmt.Errorf("policy: read %s: %w", filepath.Join(dir, e.Name()), err)
+		}
+		if !info.IsDir() {
 			names = append(names, e.Name())
 		}
 	}

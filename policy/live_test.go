@@ -182,3 +182,52 @@ func TestLiveWatchWaitsForTheFolderToSettle(t *testing.T) {
 	}
 	check("", false) // nothing changed since
 }
+
+// configMapVolume writes text as policy.default.cedar the way the kubelet
+// updates a ConfigMap volume: into a new timestamped folder, then the
+// ..data link swapped to it by a rename; the file itself is a link
+// through ..data.
+func configMapVolume(t *testing.T, dir, stamp, text string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(dir, stamp), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, stamp, "policy.default.cedar"), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(stamp, filepath.Join(dir, "..data_tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "policy.default.cedar")
+	if _, err := os.Lstat(link); os.IsNotExist(err) {
+		if err := os.Symlink(filepath.Join("..data", "policy.default.cedar"), link); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestLiveConfigMapVolume: a policy folder mounted from a Kubernetes
+// ConfigMap (files behind a ..data link to a timestamped folder) loads,
+// and an update of the ConfigMap, which swaps the link, is reloaded.
+func TestLiveConfigMapVolume(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	configMapVolume(t, dir, "..2026_11_28_08_00_00.000000001", allowSet)
+	live, err := NewLive(dir)
+	if err != nil {
+		t.Fatalf("a ConfigMap volume: %v", err)
+	}
+	if swapped, err := live.Reload(false); swapped || err != nil {
+		t.Fatalf("unchanged ConfigMap volume: %v, %v", swapped, err)
+	}
+	configMapVolume(t, dir, "..2026_11_28_08_05_00.000000002", denySet)
+	if swapped, err := live.Reload(false); !swapped || err != nil {
+		t.Fatalf("updated ConfigMap volume: %v, %v", swapped, err)
+	}
+	if d := live.Decide(context.Background(), call("workspace.readFile")); d.Allow {
+		t.Fatal("the updated set is not in force")
+	}
+}

@@ -53,6 +53,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	evidenceURL := fs.String("evidence", "", "evidence store `URL` (file://DIR), overrides evidence.url")
 	workspaceRoot := fs.String("workspace", "", "workspace `folder` of the driver named workspace, overrides drivers.workspace.root")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
+	instance := fs.String("instance", "", "instance `name` of this process, overrides instance (one configuration for many replicas)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -82,6 +83,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	}
 	if *evidenceURL != "" {
 		cfg.Evidence.URL = *evidenceURL
+	}
+	if *instance != "" {
+		cfg.Instance = *instance
 	}
 	if *workspaceRoot != "" && !cfg.SetWorkspaceRoot("workspace", *workspaceRoot) {
 		return errors.New("--workspace: the configuration has no workspace driver named \"workspace\"")
