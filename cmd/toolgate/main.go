@@ -91,6 +91,7 @@ func run(ctx context.Context, args []string, std stdio) int {
 		"policy":    policyCmd,
 		"check":     checkCmd,
 		"evidence":  evidenceCmd,
+		"bench":     benchCmd,
 		"redact":    redactCmd,
 		"version":   versionCmd,
 	}}.run(ctx, args, std)
