@@ -126,6 +126,9 @@ func (s *FileStore) Put(ctx context.Context, key string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("evidence: put %q: %w", key, err)
 	}
+	// The folders made for this key are synced into their parents while
+	// the file is written and synced: neither waits for the other.
+	parentsSynced := s.startSyncs(ctx, parents)
 	body := encodeBody(data, 0)
 	tmp, err := s.writeTemp(dir, body)
 	if isNotExist(err) && s.isDurable(dir) {
@@ -133,11 +136,13 @@ func (s *FileStore) Put(ctx context.Context, key string, data []byte) error {
 		// store's back): make it again, and sync it, this time.
 		s.forget()
 		if parents, err = s.makeDirs(dir); err == nil {
+			_ = parentsSynced() // nothing made before; superseded below
+			parentsSynced = s.startSyncs(ctx, parents)
 			tmp, err = s.writeTemp(dir, body)
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("evidence: put %q: %w", key, err)
+		return fmt.Errorf("evidence: put %q: %w", key, errors.Join(err, parentsSynced()))
 	}
 	linkErr := s.root.Link(tmp, key)
 	// Once the link exists, or is known to exist, a failure to remove the
@@ -162,7 +167,7 @@ func (s *FileStore) Put(ctx context.Context, key string, data []byte) error {
 	}
 	// Synced on ErrExist too: a caller told the key exists must be able to
 	// rely on the winner's entry surviving a crash.
-	if err := s.syncDirs(ctx, append(parents, dir)); err != nil {
+	if err := errors.Join(s.syncs.Sync(ctx, dir), parentsSynced()); err != nil {
 		return fmt.Errorf("evidence: put %q: %w", key, err)
 	}
 	s.remember(dir)
@@ -200,19 +205,22 @@ func (s *FileStore) makeDirs(dir string) ([]string, error) {
 	return parents, nil
 }
 
-// syncDirs syncs the directories concurrently, each through the group
-// syncer, and returns once all are synced or ctx ends.
-func (s *FileStore) syncDirs(ctx context.Context, dirs []string) error {
-	if len(dirs) == 1 {
-		return s.syncs.Sync(ctx, dirs[0])
+// startSyncs starts syncing dirs, concurrently and each through the
+// group syncer, and returns the function that waits until all are synced
+// or ctx ends.
+func (s *FileStore) startSyncs(ctx context.Context, dirs []string) func() error {
+	if len(dirs) == 0 {
+		return func() error { return nil }
 	}
 	errs := make([]error, len(dirs))
 	var wg sync.WaitGroup
 	for i, d := range dirs {
 		wg.Go(func() { errs[i] = s.syncs.Sync(ctx, d) })
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return func() error {
+		wg.Wait()
+		return errors.Join(errs...)
+	}
 }
 
 func (s *FileStore) isDurable(dir string) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,6 +68,7 @@ type benchOptions struct {
 	maxCalls    int
 	deny        bool
 	json        bool
+	profileDir  string
 }
 
 // benchCmd runs the governed-call benchmark.
@@ -74,7 +77,15 @@ func benchCmd(ctx context.Context, args []string, std stdio) int {
 	if err != nil {
 		return flagExit(err)
 	}
+	stopProfiles, err := startProfiles(opts.profileDir)
+	if err != nil {
+		fmt.Fprintf(std.Err, "toolgate bench: %v\n", err)
+		return exitError
+	}
 	rows, err := runBench(ctx, opts, std)
+	if perr := stopProfiles(); err == nil {
+		err = perr
+	}
 	if err != nil {
 		fmt.Fprintf(std.Err, "toolgate bench: %v\n", err)
 		return exitError
@@ -100,6 +111,7 @@ func parseBenchFlags(args []string, std stdio) (benchOptions, error) {
 	maxCalls := fs.Int("max-calls", 200_000, "how many calls each row makes, at most")
 	deny := fs.Bool("deny", false, "measure denied calls too")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	profileDir := fs.String("profile", "", "write CPU, mutex and block profiles of the run (cpu.pprof, mutex.pprof, block.pprof) to `folder`")
 	if err := parseFlags(fs, args); err != nil {
 		return benchOptions{}, err
 	}
@@ -110,7 +122,7 @@ func parseBenchFlags(args []string, std stdio) (benchOptions, error) {
 	if fs.NArg() > 0 {
 		return usage("unexpected arguments %q", fs.Args())
 	}
-	opts := benchOptions{evidenceURL: *evidenceURL, duration: *duration, maxCalls: *maxCalls, deny: *deny, json: *asJSON}
+	opts := benchOptions{evidenceURL: *evidenceURL, duration: *duration, maxCalls: *maxCalls, deny: *deny, json: *asJSON, profileDir: *profileDir}
 	for f := range strings.SplitSeq(*callers, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 || n > maxBenchCallers {
@@ -416,4 +428,40 @@ func writeBench(w io.Writer, opts benchOptions, rows []callbench.Row) error {
 		return err
 	}
 	return callbench.WriteTable(w, rows)
+}
+
+// startProfiles starts the CPU profile and the mutex and block profiles'
+// sampling when dir is set; the returned function writes them.
+func startProfiles(dir string) (func() error, error) {
+	if dir == "" {
+		return func() error { return nil }, nil
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, err
+	}
+	cpu, err := os.Create(filepath.Join(dir, "cpu.pprof"))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		cpu.Close()
+		return nil, err
+	}
+	runtime.SetMutexProfileFraction(5)
+	runtime.SetBlockProfileRate(int(100 * time.Microsecond))
+	return func() error {
+		pprof.StopCPUProfile()
+		errs := []error{cpu.Close()}
+		for _, name := range []string{"mutex", "block"} {
+			f, err := os.Create(filepath.Join(dir, name+".pprof"))
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			errs = append(errs, pprof.Lookup(name).WriteTo(f, 0), f.Close())
+		}
+		runtime.SetMutexProfileFraction(0)
+		runtime.SetBlockProfileRate(0)
+		return errors.Join(errs...)
+	}, nil
 }
