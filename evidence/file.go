@@ -130,7 +130,7 @@ func (s *FileStore) Put(ctx context.Context, key string, data []byte) error {
 	// the file is written and synced: neither waits for the other.
 	parentsSynced := s.startSyncs(ctx, parents)
 	body := encodeBody(data, 0)
-	tmp, err := s.writeTemp(dir, body)
+	linkErr, rmErr, err := s.writeAndLink(dir, key, body)
 	if isNotExist(err) && s.isDurable(dir) {
 		// A directory remembered as durable is gone (removed behind the
 		// store's back): make it again, and sync it, this time.
@@ -138,18 +138,12 @@ func (s *FileStore) Put(ctx context.Context, key string, data []byte) error {
 		if parents, err = s.makeDirs(dir); err == nil {
 			_ = parentsSynced() // nothing made before; superseded below
 			parentsSynced = s.startSyncs(ctx, parents)
-			tmp, err = s.writeTemp(dir, body)
+			linkErr, rmErr, err = s.writeAndLink(dir, key, body)
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("evidence: put %q: %w", key, errors.Join(err, parentsSynced()))
 	}
-	linkErr := s.root.Link(tmp, key)
-	// Once the link exists, or is known to exist, a failure to remove the
-	// temporary file is dropped: the key's state is settled, and a stray
-	// temporary file is invisible to Get and List. Reporting it would tell
-	// the caller the key is free when it is not.
-	rmErr := s.root.Remove(tmp)
 	exists := false
 	switch {
 	case linkErr == nil:
@@ -252,6 +246,33 @@ func (s *FileStore) forget() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	clear(s.durable)
+}
+
+// writeAndLink writes data to a new, synced file in dir and links it as
+// key: an unnamed file where the system has them (one directory entry
+// made, none removed), a temporary file otherwise. err is a failure before
+// the link, linkErr the link's, rmErr the temporary file's removal.
+//
+// The spool (remembers false) always writes a named temporary file: it
+// removes folders it has emptied, and a named file keeps its folder from
+// being removed between the write and the link, which an unnamed one
+// does not.
+func (s *FileStore) writeAndLink(dir, key string, data []byte) (linkErr, rmErr, err error) {
+	if s.remembers {
+		if done, linkErr, err := s.writeUnnamed(dir, key, data); done {
+			return linkErr, nil, err
+		}
+	}
+	tmp, err := s.writeTemp(dir, data)
+	if err != nil {
+		return nil, nil, err
+	}
+	linkErr = s.root.Link(tmp, key)
+	// Once the link exists, or is known to exist, a failure to remove the
+	// temporary file is dropped: the key's state is settled, and a stray
+	// temporary file is invisible to Get and List. Reporting it would tell
+	// the caller the key is free when it is not.
+	return linkErr, s.root.Remove(tmp), nil
 }
 
 // writeTemp writes data to a new, synced temporary file in dir and returns
