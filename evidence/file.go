@@ -12,7 +12,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
+
+	"github.com/toolgate/toolgate/evidence/groupsync"
 )
 
 const (
@@ -33,9 +36,27 @@ const (
 // Because keys map to paths, a key cannot be stored beneath another stored
 // key ("a" and "a/b"); such a Put fails with an error that does not wrap
 // ErrExist.
+//
+// Concurrent Puts share their directory syncs (package groupsync): one
+// fsync of a directory covers every link made in it before the fsync
+// began. And a directory is synced into its parent once, when this
+// process first needs it, not on every Put below it.
 type FileStore struct {
-	root *os.Root
+	root  *os.Root
+	syncs *groupsync.Group
+	// remembers is false for a store whose directories may be removed
+	// (the spool): then no directory is taken as durable from memory.
+	remembers bool
+
+	mu sync.Mutex
+	// durable holds directories whose entry, and every entry above it,
+	// this process has synced (or found synced); at most maxDurableDirs,
+	// then it starts again, which costs one sync per directory.
+	durable map[string]bool
 }
+
+// maxDurableDirs bounds FileStore.durable: three directories a request.
+const maxDurableDirs = 1 << 16
 
 var (
 	_ Store      = (*FileStore)(nil)
@@ -55,7 +76,9 @@ func NewFileStore(dir string) (*FileStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("evidence: open file store directory: %w", err)
 	}
-	return &FileStore{root: root}, nil
+	s := &FileStore{root: root, remembers: true, durable: map[string]bool{}}
+	s.syncs = groupsync.New(s.syncDir)
+	return s, nil
 }
 
 // mkdirAllDurable is os.MkdirAll that also syncs the parent of every
@@ -99,19 +122,28 @@ func (s *FileStore) Put(ctx context.Context, key string, data []byte) error {
 		return err
 	}
 	dir := path.Dir(key)
-	if err := s.root.MkdirAll(dir, dirPerm); err != nil {
-		return fmt.Errorf("evidence: put %q: %w", key, err)
-	}
-	tmp, err := s.writeTemp(dir, encodeBody(data, 0))
+	parents, err := s.makeDirs(dir)
 	if err != nil {
 		return fmt.Errorf("evidence: put %q: %w", key, err)
 	}
-	linkErr := s.root.Link(tmp, key)
-	// Once the link exists, or is known to exist, a failure to remove the
-	// temporary file is dropped: the key's state is settled, and a stray
-	// temporary file is invisible to Get and List. Reporting it would tell
-	// the caller the key is free when it is not.
-	rmErr := s.root.Remove(tmp)
+	// The folders made for this key are synced into their parents while
+	// the file is written and synced: neither waits for the other.
+	parentsSynced := s.startSyncs(ctx, parents)
+	body := encodeBody(data, 0)
+	linkErr, rmErr, err := s.writeAndLink(dir, key, body)
+	if isNotExist(err) && s.isDurable(dir) {
+		// A directory remembered as durable is gone (removed behind the
+		// store's back): make it again, and sync it, this time.
+		s.forget()
+		if parents, err = s.makeDirs(dir); err == nil {
+			_ = parentsSynced() // nothing made before; superseded below
+			parentsSynced = s.startSyncs(ctx, parents)
+			linkErr, rmErr, err = s.writeAndLink(dir, key, body)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("evidence: put %q: %w", key, errors.Join(err, parentsSynced()))
+	}
 	exists := false
 	switch {
 	case linkErr == nil:
@@ -129,13 +161,118 @@ func (s *FileStore) Put(ctx context.Context, key string, data []byte) error {
 	}
 	// Synced on ErrExist too: a caller told the key exists must be able to
 	// rely on the winner's entry surviving a crash.
-	if err := s.syncPath(dir); err != nil {
+	if err := errors.Join(s.syncs.Sync(ctx, dir), parentsSynced()); err != nil {
 		return fmt.Errorf("evidence: put %q: %w", key, err)
 	}
+	s.remember(dir)
 	if exists {
 		return fmt.Errorf("%w: %q", ErrExist, key)
 	}
 	return nil
+}
+
+// makeDirs makes dir and its parents as needed and returns the
+// directories to sync so that every entry leading to dir is durable: the
+// parent of each level made here, or made by a concurrent Put whose sync
+// may not have run yet. A dir remembered as durable needs nothing.
+func (s *FileStore) makeDirs(dir string) ([]string, error) {
+	if dir == "." || s.isDurable(dir) {
+		return nil, nil
+	}
+	var parents []string
+	for i := 0; i <= len(dir); i++ {
+		if i < len(dir) && dir[i] != '/' {
+			continue
+		}
+		level := dir[:i]
+		err := s.root.Mkdir(level, dirPerm)
+		if err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, err
+		}
+		// Made here, or found but not known to be synced into its parent.
+		if err == nil || !s.isDurable(level) {
+			if parent := path.Dir(level); !slices.Contains(parents, parent) {
+				parents = append(parents, parent)
+			}
+		}
+	}
+	return parents, nil
+}
+
+// startSyncs starts syncing dirs, concurrently and each through the
+// group syncer, and returns the function that waits until all are synced
+// or ctx ends.
+func (s *FileStore) startSyncs(ctx context.Context, dirs []string) func() error {
+	if len(dirs) == 0 {
+		return func() error { return nil }
+	}
+	errs := make([]error, len(dirs))
+	var wg sync.WaitGroup
+	for i, d := range dirs {
+		wg.Go(func() { errs[i] = s.syncs.Sync(ctx, d) })
+	}
+	return func() error {
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+}
+
+func (s *FileStore) isDurable(dir string) bool {
+	if !s.remembers {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.durable[dir]
+}
+
+// remember records dir and every level above it as durable.
+func (s *FileStore) remember(dir string) {
+	if !s.remembers || dir == "." {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.durable) >= maxDurableDirs {
+		clear(s.durable)
+	}
+	for d := dir; d != "." && !s.durable[d]; d = path.Dir(d) {
+		s.durable[d] = true
+	}
+}
+
+// forget drops every directory remembered as durable.
+func (s *FileStore) forget() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.durable)
+}
+
+// writeAndLink writes data to a new, synced file in dir and links it as
+// key: an unnamed file where the system has them (one directory entry
+// made, none removed), a temporary file otherwise. err is a failure before
+// the link, linkErr the link's, rmErr the temporary file's removal.
+//
+// The spool (remembers false) always writes a named temporary file: it
+// removes folders it has emptied, and a named file keeps its folder from
+// being removed between the write and the link, which an unnamed one
+// does not.
+func (s *FileStore) writeAndLink(dir, key string, data []byte) (linkErr, rmErr, err error) {
+	if s.remembers {
+		if done, linkErr, err := s.writeUnnamed(dir, key, data); done {
+			return linkErr, nil, err
+		}
+	}
+	tmp, err := s.writeTemp(dir, data)
+	if err != nil {
+		return nil, nil, err
+	}
+	linkErr = s.root.Link(tmp, key)
+	// Once the link exists, or is known to exist, a failure to remove the
+	// temporary file is dropped: the key's state is settled, and a stray
+	// temporary file is invisible to Get and List. Reporting it would tell
+	// the caller the key is free when it is not.
+	return linkErr, s.root.Remove(tmp), nil
 }
 
 // writeTemp writes data to a new, synced temporary file in dir and returns
@@ -157,22 +294,6 @@ func (s *FileStore) writeTemp(dir string, data []byte) (string, error) {
 		return "", errors.Join(err, s.root.Remove(name))
 	}
 	return name, nil
-}
-
-// syncPath syncs dir and each of its parents up to the store's root. Every
-// level is synced, not just those this Put created, because a directory
-// made by a concurrent Put may not have been synced yet. Syncing a
-// directory with nothing pending is cheap.
-func (s *FileStore) syncPath(dir string) error {
-	for {
-		if err := s.syncDir(dir); err != nil {
-			return err
-		}
-		if dir == "." {
-			return nil
-		}
-		dir = path.Dir(dir)
-	}
 }
 
 func (s *FileStore) syncDir(dir string) error {

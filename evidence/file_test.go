@@ -10,7 +10,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/toolgate/toolgate/evidence/groupsync"
 )
 
 // tempFiles returns the in-flight files Put left under dir.
@@ -225,6 +228,115 @@ func TestFileStoreCompressesLargeArtifacts(t *testing.T) {
 		out, err := exec.Command("zcat", "-f", filepath.Join(dir, "requests", "r1", name)).Output()
 		if err != nil || !bytes.Equal(out, want) {
 			t.Errorf("zcat -f %s: %v, %d bytes; want the artifact", name, err, len(out))
+		}
+	}
+}
+
+// countingSyncs makes s record the directories it syncs.
+func countingSyncs(s *FileStore) func() []string {
+	var mu sync.Mutex
+	var synced []string
+	s.syncs = groupsync.New(func(dir string) error {
+		mu.Lock()
+		synced = append(synced, dir)
+		mu.Unlock()
+		return s.syncDir(dir)
+	})
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		out := slices.Clone(synced)
+		synced = nil
+		slices.Sort(out)
+		return out
+	}
+}
+
+// TestFileStoreSyncsEachEntryOnce checks which directories a Put syncs:
+// the parent of every folder it makes, and the folder it links into, but
+// not, again, a folder whose entry this process has already synced.
+func TestFileStoreSyncsEachEntryOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := NewFileStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	synced := countingSyncs(s)
+	for _, tc := range []struct {
+		key  string
+		want []string
+	}{
+		{"requests/r1/request.json", []string{".", "requests", "requests/r1"}},
+		{"requests/r1/attempts/1/policy_decision.json", []string{"requests/r1", "requests/r1/attempts", "requests/r1/attempts/1"}},
+		{"requests/r1/attempts/1/dispatch.json", []string{"requests/r1/attempts/1"}},
+		{"requests/r1/response.json", []string{"requests/r1"}},
+		{"requests/r2/request.json", []string{"requests", "requests/r2"}},
+		{"top.json", []string{"."}},
+	} {
+		if err := s.Put(ctx, tc.key, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		if got := synced(); !slices.Equal(got, tc.want) {
+			t.Errorf("Put %s synced %v, want %v", tc.key, got, tc.want)
+		}
+	}
+	// Told it exists, a caller still gets the winner's entry synced.
+	if err := s.Put(ctx, "requests/r1/response.json", []byte(`{}`)); !errors.Is(err, ErrExist) {
+		t.Fatalf("second Put: %v", err)
+	}
+	if got := synced(); !slices.Equal(got, []string{"requests/r1"}) {
+		t.Errorf("a Put told ErrExist synced %v", got)
+	}
+}
+
+// TestFileStoreFolderRemovedBehindItsBack checks that a folder removed
+// after the store synced it is made, and synced, again.
+func TestFileStoreFolderRemovedBehindItsBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := NewFileStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Put(ctx, "requests/r1/a.json", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "requests")); err != nil {
+		t.Fatal(err)
+	}
+	synced := countingSyncs(s)
+	if err := s.Put(ctx, "requests/r1/b.json", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := synced(); !slices.Equal(got, []string{".", "requests", "requests/r1"}) {
+		t.Errorf("synced %v, want every entry made again", got)
+	}
+	if got, err := s.Get(ctx, "requests/r1/b.json"); err != nil || string(got) != `{}` {
+		t.Errorf("Get = %q, %v", got, err)
+	}
+}
+
+// TestSpoolSyncsEveryLevel checks that the spool, which removes folders,
+// never takes one as durable from memory.
+func TestSpoolSyncsEveryLevel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sp, err := OpenSpool(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	synced := countingSyncs(sp.files)
+	for _, key := range []string{"requests/r1/a.json", "requests/r1/b.json"} {
+		if err := sp.Put(ctx, key, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		if got := synced(); !slices.Equal(got, []string{".", "requests", "requests/r1"}) {
+			t.Errorf("Put %s synced %v", key, got)
 		}
 	}
 }

@@ -266,7 +266,18 @@ type S3Store struct {
 	baseDelay time.Duration
 	maxDelay  time.Duration
 	timeout   time.Duration
+	// slots bounds the requests in flight (MaxS3InFlight): one per
+	// attempt, held only while it runs, so a caller waits for a slot at
+	// most until its context ends, and a stuck request holds one slot for
+	// at most the attempt timeout.
+	slots chan struct{}
 }
+
+// MaxS3InFlight is how many requests an S3Store has in flight at once;
+// more wait for a slot. It is above the gateway's default 64 concurrent
+// calls, so that one call's requests never wait on another's under the
+// defaults, and bounds the connections a replica opens to the service.
+const MaxS3InFlight = 128
 
 var (
 	_ StoreCloser = (*S3Store)(nil)
@@ -303,6 +314,12 @@ func newS3Store(ctx context.Context, opts S3Options, clientOpts ...func(*s3.Opti
 	var transport *http.Transport
 	if bc, ok := cfg.HTTPClient.(*awshttp.BuildableClient); ok {
 		transport = bc.GetTransport()
+		// Every request in flight keeps its connection when it ends: with
+		// the SDK's 10 idle connections per host, a gateway under more
+		// concurrent calls than that opened (and closed) a connection for
+		// most requests.
+		transport.MaxIdleConnsPerHost = MaxS3InFlight
+		transport.MaxIdleConns = max(transport.MaxIdleConns, MaxS3InFlight)
 		cfg.HTTPClient = &http.Client{
 			Transport:     transport,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -333,6 +350,7 @@ func newS3Store(ctx context.Context, opts S3Options, clientOpts ...func(*s3.Opti
 		baseDelay: cmp.Or(opts.RetryBaseDelay, DefaultS3RetryBaseDelay),
 		maxDelay:  cmp.Or(opts.RetryMaxDelay, DefaultS3RetryMaxDelay),
 		timeout:   cmp.Or(opts.AttemptTimeout, DefaultS3AttemptTimeout),
+		slots:     make(chan struct{}, MaxS3InFlight),
 	}
 	if opts.Prefix != "" {
 		s.prefix = opts.Prefix + "/"
@@ -565,9 +583,15 @@ func (s *S3Store) listPage(ctx context.Context, in *s3.ListObjectsV2Input) (*s3.
 
 func (s *S3Store) retry(ctx context.Context, attempt func(ctx context.Context) error) error {
 	for n := 1; ; n++ {
+		select {
+		case s.slots <- struct{}{}:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for one of the %d request slots: %w", MaxS3InFlight, ctx.Err())
+		}
 		actx, cancel := context.WithTimeout(ctx, s.timeout)
 		err := attempt(actx)
 		cancel()
+		<-s.slots
 		switch {
 		case err == nil:
 			return nil

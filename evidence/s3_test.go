@@ -801,3 +801,65 @@ func BenchmarkS3Put(b *testing.B) {
 		})
 	})
 }
+
+// TestS3StuckRequestsHoldOnlyTheirSlots checks the bound on requests in
+// flight: a stuck PUT holds one slot and no other call waits for it; only
+// once every slot is stuck does a caller wait, and only until its own
+// context ends. Connections are kept for every slot.
+func TestS3StuckRequestsHoldOnlyTheirSlots(t *testing.T) {
+	m := evidencetest.StartMinIO(t)
+	m.CreateBucket(t, "slots", false)
+	release := make(chan struct{})
+	hold := func(o *s3.Options) {
+		o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
+			return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("stuck",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if p, ok := in.Parameters.(*s3.PutObjectInput); ok && strings.Contains(aws.ToString(p.Key), "stuck") {
+						select {
+						case <-release:
+						case <-ctx.Done():
+						}
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.Before)
+		})
+	}
+	s := newTestS3Store(t, m, S3Options{Bucket: "slots", AttemptTimeout: time.Minute}, hold)
+	if s.transport == nil || s.transport.MaxIdleConnsPerHost != MaxS3InFlight {
+		t.Errorf("transport keeps %v idle connections per host, want %d", s.transport, MaxS3InFlight)
+	}
+	s.slots = make(chan struct{}, 2)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	unstick := sync.OnceFunc(func() { close(release) })
+	defer unstick()
+	stuck := func(key string) {
+		wg.Go(func() {
+			if err := s.Put(ctx, key, []byte(`{}`)); err != nil {
+				t.Errorf("stuck Put %s: %v", key, err)
+			}
+		})
+	}
+	stuck("requests/stuck1/request.json")
+	for len(s.slots) < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := s.Put(ctx, "requests/free/request.json", []byte(`{}`)); err != nil {
+		t.Fatalf("a Put beside a stuck one: %v", err)
+	}
+	stuck("requests/stuck2/request.json")
+	for len(s.slots) < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	err := s.Put(short, "requests/waits/request.json", []byte(`{}`))
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "request slots") {
+		t.Errorf("Put with every slot stuck: %v, want its own deadline while waiting for a slot", err)
+	}
+	unstick()
+	if _, err := s.Get(ctx, "requests/waits/request.json"); !errors.Is(err, ErrNotExist) {
+		t.Errorf("the Put that waited sent its request: %v", err)
+	}
+}

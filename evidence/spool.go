@@ -35,6 +35,9 @@ func OpenSpool(dir string) (*Spool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("evidence: spool: %w", err)
 	}
+	// The spool removes what it has flushed, folders too, so none of its
+	// folders is taken as durable from memory.
+	fs.remembers = false
 	return &Spool{files: fs}, nil
 }
 

@@ -97,6 +97,7 @@ func leafCommands() []leafCommand {
 		{[]string{"evidence", "pubkey"}, "usage: toolgate evidence pubkey [--config FILE | --key FILE | --key-env VAR]"},
 		{[]string{"evidence", "keygen"}, "usage: toolgate evidence keygen --out FILE"},
 		{[]string{"redact"}, "usage: toolgate redact [flags] [FILE]"},
+		{[]string{"bench"}, "usage: toolgate bench [--evidence URL]"},
 		{[]string{"version"}, "usage: toolgate version"},
 	}
 }

@@ -62,6 +62,7 @@ Usage:
                                   without starting anything
   toolgate evidence <command>     list, show and verify evidence; manage the signing key
   toolgate redact [flags] [FILE]  redact a file with the gateway's rules; try a rules file
+  toolgate bench [flags]          measure governed calls against the evidence store's floor
   toolgate version                print the version
 
 Exit status: 0 success; 1 the command ran and the answer is no (a deny, a
@@ -94,6 +95,7 @@ func rootGroup() group {
 		"policy":    policyCmd,
 		"check":     checkCmd,
 		"evidence":  evidenceCmd,
+		"bench":     benchCmd,
 		"redact":    redactCmd,
 		"version":   versionCmd,
 	}}

@@ -246,7 +246,10 @@ func TestReplicasShareOneBucket(t *testing.T) {
 			t.Errorf("%s: a retry on %s ran it again (%d runs)", req.RequestId, other.pod.name, after)
 		case err != nil && status.Code(err) != codes.Aborted:
 			t.Errorf("%s: a retry on %s: %v, want the stored response or ABORTED (interrupted)", req.RequestId, other.pod.name, err)
-		case err == nil && !resp.GetOk():
+		case err == nil && resp.GetPolicyCheck().GetDecision() != "allow":
+			// A stored answer may report a tool failure (a shell a loaded
+			// machine started too late for its timeout): it ran once, and
+			// the retry replays it. Anything but the allow it was is wrong.
 			t.Errorf("%s: a retry on %s: %v", req.RequestId, other.pod.name, resp)
 		}
 	}
