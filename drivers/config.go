@@ -4,9 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"sort"
 	"sync"
+
+	"github.com/toolgate/toolgate/internal/ident"
 )
 
 // Kind is a driver implementation as the configuration file sees it: the
@@ -162,7 +163,7 @@ var registry = struct {
 	kinds map[string]Kind
 }{kinds: map[string]Kind{}}
 
-var kindTypeRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+const kindTypeRE = ident.Word
 
 // Register makes a driver kind available to the configuration. It is
 // called from the driver package's init function; a malformed kind or a
@@ -199,9 +200,3 @@ func KindTypes() []string {
 	sort.Strings(types)
 	return types
 }
-
-var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// ValidEnvName reports whether name can name an environment variable, for
-// the *_env keys of sections.
-func ValidEnvName(name string) bool { return envNameRE.MatchString(name) }

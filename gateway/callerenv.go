@@ -10,6 +10,7 @@ import (
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/drivers/workspace"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/internal/ident"
 	"github.com/toolgate/toolgate/redact"
 )
 
@@ -30,20 +31,10 @@ type callerSecret struct {
 // path returns the secret's JSON path in request.json.
 func (s callerSecret) path() string {
 	p := "$.args." + s.arg
-	if isEnvName(s.name) {
+	if ident.EnvName.MatchString(s.name) {
 		return p + "." + s.name
 	}
 	return p + "[" + strconv.Quote(s.name) + "]"
-}
-
-// isEnvName reports whether name can follow a '.' in a JSON path.
-func isEnvName(name string) bool {
-	for i, c := range []byte(name) {
-		if !(c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9') {
-			return false
-		}
-	}
-	return name != ""
 }
 
 // callerSecrets collects the environment values the caller hands the tool

@@ -23,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/lease"
 	"github.com/toolgate/toolgate/gateway/telemetry"
+	"github.com/toolgate/toolgate/internal/ident"
 	"github.com/toolgate/toolgate/internal/regularfile"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/redact"
@@ -503,12 +504,12 @@ func (c Config) WithDefaults() (Config, error) {
 // CallerNamePattern is the form of a caller name: auth.keys' callers, and
 // those a front door derives from a token, which Cedar sees as
 // Caller::"<name>" and evidence records.
-const CallerNamePattern = `^[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}$`
+const CallerNamePattern = ident.CallerNamePattern
 
-var (
-	callerNamePattern = regexp.MustCompile(CallerNamePattern)
-	driverNamePattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
-	envNamePattern    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+const (
+	callerNamePattern = ident.CallerName
+	driverNamePattern = ident.DriverName
+	envNamePattern    = ident.EnvName
 )
 
 // Validate reports the first problem that would make the gateway unsafe or

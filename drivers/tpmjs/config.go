@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/internal/ident"
 )
 
 // Type is the drivers.<name>.type of a TPMJS executor driver.
@@ -57,7 +58,7 @@ func (c *DriverConfig) Validate(drivers.Validation) error {
 	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("url %q: want the executor's http:// or https:// base URL", c.URL)
 	}
-	if c.APIKeyEnv != "" && !drivers.ValidEnvName(c.APIKeyEnv) {
+	if c.APIKeyEnv != "" && !ident.EnvName.MatchString(c.APIKeyEnv) {
 		return fmt.Errorf("api_key_env %q: not an environment variable name", c.APIKeyEnv)
 	}
 	if c.HealthTimeout < 0 || c.CallTimeout < 0 || c.MaxResponseBytes < 0 {

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/internal/ident"
 )
 
 // Limits from the protocol's validation rules.
@@ -31,7 +31,7 @@ const (
 )
 
 // envNamePattern is the shape of an environment variable name a caller may set.
-var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+const envNamePattern = ident.EnvName
 
 // args wraps one operation's arguments for typed, strict access.
 type args map[string]any
