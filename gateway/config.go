@@ -829,10 +829,18 @@ func (t ToolConfig) spec() drivers.ToolSpec {
 
 // bind returns what the entry binds to on the driver configured as dc.
 func (t ToolConfig) bind(dc drivers.Config) (drivers.Binding, error) {
+	return binder(dc)(t.spec())
+}
+
+// binder returns how the driver configured as dc binds a tool entry: its
+// drivers.ToolBinder, or the entry as given.
+func binder(dc drivers.Config) func(drivers.ToolSpec) (drivers.Binding, error) {
 	if b, ok := dc.(drivers.ToolBinder); ok {
-		return b.BindTool(t.spec())
+		return b.BindTool
 	}
-	return drivers.Binding{Target: t.Target, Package: t.Package, Version: t.Version}, nil
+	return func(t drivers.ToolSpec) (drivers.Binding, error) {
+		return drivers.Binding{Target: t.Target, Package: t.Package, Version: t.Version}, nil
+	}
 }
 
 // validate checks a tool's settings for its driver (whose kind checks

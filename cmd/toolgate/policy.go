@@ -182,7 +182,7 @@ func dryRun(spec policy.RequestSpec) (func(context.Context, *policy.Engine) poli
 	if !spec.IsApproval() {
 		req, err := spec.Request()
 		if err == nil {
-			req, err = canonicalWorkspaceArgs(req)
+			req, err = canonicalArgs(req)
 		}
 		if err != nil {
 			return nil, err
@@ -193,7 +193,7 @@ func dryRun(spec policy.RequestSpec) (func(context.Context, *policy.Engine) poli
 	if err != nil {
 		return nil, err
 	}
-	canon, err := canonicalWorkspaceArgs(policy.Request{ToolID: a.ToolID, Driver: a.Driver, Args: a.Args})
+	canon, err := canonicalArgs(policy.Request{ToolID: a.ToolID, Driver: a.Driver, Args: a.Args})
 	if err != nil {
 		return nil, err
 	}

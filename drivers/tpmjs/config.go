@@ -109,31 +109,21 @@ func (c *DriverConfig) Build(_ context.Context, name string, env drivers.BuildEn
 	return d, nil
 }
 
-// Secrets implements drivers.SecretSource: the executor's API key.
-func (c *DriverConfig) Secrets(getenv func(string) string) []string {
-	if c.APIKeyEnv == "" {
-		return nil
+// Footprint implements drivers.HostUser: the executor's API key is a
+// secret, and the trace folder is the gateway's own.
+func (c *DriverConfig) Footprint(getenv func(string) string) drivers.Footprint {
+	var f drivers.Footprint
+	if c.APIKeyEnv != "" {
+		if v := getenv(c.APIKeyEnv); v != "" {
+			f.Secrets = []string{v}
+		}
 	}
-	if v := getenv(c.APIKeyEnv); v != "" {
-		return []string{v}
+	if c.TraceDir != "" {
+		f.OwnPaths = []drivers.NamedPath{{Key: "trace_dir", Path: c.TraceDir}}
+		f.TraceFolder = c.TraceDir
 	}
-	return nil
+	return f
 }
-
-// OwnPaths implements drivers.PathOwner: the trace folder is the
-// gateway's.
-func (c *DriverConfig) OwnPaths() []drivers.NamedPath {
-	if c.TraceDir == "" {
-		return nil
-	}
-	return []drivers.NamedPath{{Key: "trace_dir", Path: c.TraceDir}}
-}
-
-// Workspaces implements drivers.PathOwner.
-func (c *DriverConfig) Workspaces() []drivers.NamedPath { return nil }
-
-// TraceFolder implements drivers.Tracer.
-func (c *DriverConfig) TraceFolder() string { return c.TraceDir }
 
 // RegistryIDs implements drivers.RegistryHost.
 func (c *DriverConfig) RegistryIDs() (string, bool) { return c.RegistryVersion, c.AllowRegistryIDs }

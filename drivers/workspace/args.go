@@ -309,7 +309,7 @@ type shellArgs struct {
 
 func parseShell(a args, defaultTimeout time.Duration) (shellArgs, error) {
 	s := shellArgs{timeout: defaultTimeout}
-	if err := a.only("command", "cwd", "timeout", "env"); err != nil {
+	if err := a.only("command", "cwd", "timeout", shellEnvArg); err != nil {
 		return s, err
 	}
 	cmd, _, err := a.str("command", true)
@@ -353,7 +353,7 @@ func parseShell(a args, defaultTimeout time.Duration) (shellArgs, error) {
 		s.timeout = time.Duration(ms) * time.Millisecond
 	}
 
-	raw, present := a["env"]
+	raw, present := a[shellEnvArg]
 	if !present {
 		return s, nil
 	}

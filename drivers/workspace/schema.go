@@ -74,7 +74,7 @@ func operationSchemas() map[string]map[string]any {
 			"timeout": map[string]any{"type": "integer",
 				"minimum": minTimeout.Milliseconds(), "maximum": maxTimeout.Milliseconds(),
 				"description": "milliseconds before the command is killed"},
-			"env": map[string]any{
+			shellEnvArg: map[string]any{
 				"type":                 "object",
 				"propertyNames":        map[string]any{"pattern": envNamePattern.String()},
 				"additionalProperties": map[string]any{"type": "string"},
@@ -84,8 +84,23 @@ func operationSchemas() map[string]map[string]any {
 	}
 }
 
-// InputSchema implements drivers.Describer: the schema of an operation,
-// nil for another target.
+// shellEnvArg is the shell's argument holding the environment the caller
+// hands the command.
+const shellEnvArg = "env"
+
+var _ drivers.Describer = (*Driver)(nil)
+
+// Describe implements drivers.Describer: an operation's schema and hints;
+// the shell's env is the caller's environment.
+func (d *Driver) Describe(target string) drivers.Target {
+	t := drivers.Target{InputSchema: d.InputSchema(target), Hints: d.Hints(target)}
+	if target == opShell {
+		t.EnvArg = shellEnvArg
+	}
+	return t
+}
+
+// InputSchema is the schema of an operation, nil for another target.
 func (d *Driver) InputSchema(target string) json.RawMessage {
 	s, ok := operationSchemas()[target]
 	if !ok {
@@ -99,7 +114,7 @@ func (d *Driver) InputSchema(target string) json.RawMessage {
 	return b
 }
 
-// Hints implements drivers.Hinter: readFile changes nothing; deleteFile,
+// Hints are an operation's effects: readFile changes nothing; deleteFile,
 // and shell (which may do anything in the workspace), may destroy data.
 // createFile and editFile write, but refuse to clobber by default
 // (createFile without overwrite) or change only what they are told.
