@@ -258,7 +258,7 @@ func determiningIDs(x Explanation) []string {
 // TestRunTestsAssertsApprovals: a test file asserts approval_required, its
 // group, and approver decisions; a wrong group is a failing case.
 func TestRunTestsAssertsApprovals(t *testing.T) {
-	rep, err := RunTests(context.Background(), approvalDir)
+	rep, err := RunTests(context.Background(), approvalDir, testCatalog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func TestRunTestsAssertsApprovals(t *testing.T) {
 
 	src := `{"tests": [{"name": "wrong group", "request": {"caller": "alice", "tool": "workspace.shell"},
 		"expect": {"decision": "approval_required", "approvers": "security"}}]}`
-	cases, err := ParseTestFile("f.test.json", []byte(src))
+	cases, err := ParseTestFile("f.test.json", []byte(src), testCatalog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +302,7 @@ func TestParseTestFileRefusesImpossibleApprovalCases(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			src := `{"tests": [{"name": "n", "request": ` + tt.request + `, "expect": {"decision": "` + tt.decision + `"}}]}`
-			_, err := ParseTestFile("f.test.json", []byte(src))
+			_, err := ParseTestFile("f.test.json", []byte(src), testCatalog)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("ParseTestFile = %v, want an error containing %q", err, tt.want)
 			}

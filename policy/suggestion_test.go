@@ -89,7 +89,7 @@ func TestPolicyTestsMayExpectASuggestion(t *testing.T) {
 			{"name": "wrong", "request": {"caller": "a", "tool": "workspace.shell", "args": {"command": "curl x"}}, "expect": {"decision": "deny", "suggestion": "use wget"}}
 		]}`,
 	})
-	rep, err := RunTests(context.Background(), dir)
+	rep, err := RunTests(context.Background(), dir, testCatalog)
 	if err != nil {
 		t.Fatal(err)
 	}
