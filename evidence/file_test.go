@@ -33,6 +33,7 @@ func tempFiles(t *testing.T, dir string) []string {
 }
 
 func TestNewFileStoreCreatesDirectory(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "a", "b")
 	newTestFileStore(t, dir)
 	fi, err := os.Stat(dir)
@@ -45,6 +46,7 @@ func TestNewFileStoreCreatesDirectory(t *testing.T) {
 }
 
 func TestNewFileStoreErrors(t *testing.T) {
+	t.Parallel()
 	file := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -58,6 +60,7 @@ func TestNewFileStoreErrors(t *testing.T) {
 }
 
 func TestFileStoreDurableAcrossReopen(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
 	s, err := NewFileStore(dir)
@@ -86,6 +89,7 @@ func TestFileStoreDurableAcrossReopen(t *testing.T) {
 }
 
 func TestFileStoreLeavesNoTempFiles(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := newTestFileStore(t, dir)
 	mustPut(t, s, "requests/r1/request.json", []byte("one"))
@@ -101,6 +105,7 @@ func TestFileStoreLeavesNoTempFiles(t *testing.T) {
 }
 
 func TestFileStoreKeyConflictsWithDirectory(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := newTestFileStore(t, t.TempDir())
 	mustPut(t, s, "a/b", []byte("x"))
@@ -116,6 +121,7 @@ func TestFileStoreKeyConflictsWithDirectory(t *testing.T) {
 }
 
 func TestFileStoreListSkipsForeignEntries(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := newTestFileStore(t, dir)
 	mustPut(t, s, "requests/r1/request.json", []byte("x"))
@@ -135,6 +141,7 @@ func TestFileStoreListSkipsForeignEntries(t *testing.T) {
 }
 
 func TestFileStoreStaysInsideDirectory(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	base := t.TempDir()
 	dir := filepath.Join(base, "store")
@@ -168,6 +175,7 @@ func TestFileStoreStaysInsideDirectory(t *testing.T) {
 // TestFileStoreUnwritableDirectory checks that a store Put cannot write to
 // reports the failure instead of claiming the key exists or succeeding.
 func TestFileStoreUnwritableDirectory(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := newTestFileStore(t, dir)
@@ -200,6 +208,7 @@ func TestFileStoreUnwritableDirectory(t *testing.T) {
 // TestFileStoreCompressesLargeArtifacts: a large artifact is gzip on disk,
 // readable with ordinary tools, and Get returns the original bytes.
 func TestFileStoreCompressesLargeArtifacts(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := newTestFileStore(t, dir)
 	large := []byte(`{"stdout":"` + strings.Repeat("log line\n", 30000) + `"}`)

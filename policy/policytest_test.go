@@ -13,6 +13,7 @@ import (
 )
 
 func TestRequestSpec(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		spec    RequestSpec
@@ -72,6 +73,7 @@ func TestRequestSpec(t *testing.T) {
 // TestShippedPolicyTests runs the test file shipped beside the example
 // policy, as `toolgate policy test policies` does.
 func TestShippedPolicyTests(t *testing.T) {
+	t.Parallel()
 	rep, err := RunTests(context.Background(), shippedDir, testCatalog)
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +97,7 @@ permit (principal, action, resource == Tool::"workspace.readFile");
 `
 
 func TestRunTestsReportsMismatches(t *testing.T) {
+	t.Parallel()
 	dir := policyDir(t, map[string]string{
 		DefaultRef + ".cedar": allowReads,
 		"b.test.json": `{"tests": [
@@ -136,6 +139,7 @@ func TestRunTestsReportsMismatches(t *testing.T) {
 }
 
 func TestRunTestsErrors(t *testing.T) {
+	t.Parallel()
 	okTest := `{"tests": [{"name": "n", "request": {"caller": "a", "tool": "workspace.readFile"}, "expect": {"decision": "allow"}}]}`
 	tests := []struct {
 		name  string
@@ -181,6 +185,7 @@ func TestRunTestsErrors(t *testing.T) {
 }
 
 func TestRunTestsNoTestsIsErrNoTests(t *testing.T) {
+	t.Parallel()
 	_, err := RunTests(context.Background(), policyDir(t, map[string]string{DefaultRef + ".cedar": allowReads}), testCatalog)
 	if !errors.Is(err, ErrNoTests) {
 		t.Fatalf("RunTests = %v, want ErrNoTests", err)

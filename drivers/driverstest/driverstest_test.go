@@ -105,6 +105,7 @@ func TestAFaithfulDriverPasses(t *testing.T) {
 // DRIVERSTEST_FLAW; TestTheKitCatchesFlaws runs it in a child process and
 // expects it to fail.
 func TestFlawedDriver(t *testing.T) {
+	t.Parallel()
 	flaw := os.Getenv("DRIVERSTEST_FLAW")
 	if flaw == "" {
 		return // only meaningful in the child process
