@@ -208,7 +208,8 @@ type Describer interface {
 // Target is what a driver knows of one of its targets.
 type Target struct {
 	// InputSchema is the argument schema (JSON Schema 2020-12,
-	// "type":"object"), or nil when the driver does not know it.
+	// "type":"object"), or nil when the driver does not know it. It may
+	// be shared between calls: read it, never change it.
 	InputSchema json.RawMessage
 	// Hints are the target's effects.
 	Hints Hints

@@ -93,15 +93,26 @@ var _ drivers.Describer = (*Driver)(nil)
 // Describe implements drivers.Describer: an operation's schema and hints;
 // the shell's env is the caller's environment.
 func (d *Driver) Describe(target string) drivers.Target {
-	t := drivers.Target{InputSchema: d.InputSchema(target), Hints: d.Hints(target)}
-	if target == opShell {
-		t.EnvArg = shellEnvArg
+	return d.targets[target]
+}
+
+// describeOperations describes every operation.
+func describeOperations() map[string]drivers.Target {
+	out := make(map[string]drivers.Target, len(Operations()))
+	for _, op := range Operations() {
+		t := drivers.Target{InputSchema: inputSchema(op), Hints: hints(op)}
+		if op == opShell {
+			t.EnvArg = shellEnvArg
+		}
+		out[op] = t
 	}
-	return t
+	return out
 }
 
 // InputSchema is the schema of an operation, nil for another target.
-func (d *Driver) InputSchema(target string) json.RawMessage {
+func (d *Driver) InputSchema(target string) json.RawMessage { return inputSchema(target) }
+
+func inputSchema(target string) json.RawMessage {
 	s, ok := operationSchemas()[target]
 	if !ok {
 		return nil
@@ -118,7 +129,9 @@ func (d *Driver) InputSchema(target string) json.RawMessage {
 // and shell (which may do anything in the workspace), may destroy data.
 // createFile and editFile write, but refuse to clobber by default
 // (createFile without overwrite) or change only what they are told.
-func (d *Driver) Hints(target string) drivers.Hints {
+func (d *Driver) Hints(target string) drivers.Hints { return hints(target) }
+
+func hints(target string) drivers.Hints {
 	switch target {
 	case opReadFile:
 		return drivers.Hints{ReadOnly: true}
