@@ -4,16 +4,17 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"sort"
 	"sync"
+
+	"github.com/toolgate/toolgate/internal/ident"
 )
 
 // Kind is a driver implementation as the configuration file sees it: the
 // value of a drivers.<name>.type key, and the section its other keys are
 // decoded into. Each driver package registers its kind from an init
 // function; the gateway serves the kinds its binary imports
-// (gateway/kinds.go), so adding a driver touches its own package and one
+// (drivers/builtin), so adding a driver touches its own package and one
 // import line.
 type Kind struct {
 	// Type is the value of the type key: "workspace", "tpmjs", "execbox".
@@ -81,12 +82,6 @@ type BuildEnv struct {
 // The optional interfaces below are implemented by the Config of the kinds
 // that have the property; the gateway loops over the sections and asks.
 
-// SecretSource is a section that hands the gateway secrets (a downstream
-// API key read from the environment), to be redacted from all evidence.
-type SecretSource interface {
-	Secrets(getenv func(string) string) []string
-}
-
 // NamedPath is a path a section names, with its key ("root",
 // "trace_dir").
 type NamedPath struct {
@@ -94,25 +89,37 @@ type NamedPath struct {
 	Path string
 }
 
-// PathOwner is a section naming paths on the gateway's host: the gateway's
-// own (OwnPaths, such as trace folders, kept out of every workspace and
-// hidden from sandboxes) and the folders its callers may write
-// (Workspaces, kept apart from the gateway's files).
-type PathOwner interface {
-	OwnPaths() []NamedPath
-	Workspaces() []NamedPath
+// Footprint is what a section holds on the gateway's host: the secrets it
+// reads, the files that are the gateway's own and the folders its callers
+// may write.
+type Footprint struct {
+	// Secrets are values the section reads from the environment (a
+	// downstream API key), to be redacted from all evidence.
+	Secrets []string
+	// OwnPaths are the gateway's own paths (trace folders), kept out of
+	// every workspace and hidden from sandboxes.
+	OwnPaths []NamedPath
+	// Workspaces are the folders callers may write, kept apart from the
+	// gateway's files.
+	Workspaces []NamedPath
+	// TraceFolder, when set, is where the driver keeps a local trace per
+	// request; the gateway lists its files in a call's local evidence
+	// paths. It is one of OwnPaths as well.
+	TraceFolder string
+}
+
+// HostUser is a section that holds secrets, paths or a trace folder on the
+// gateway's host.
+type HostUser interface {
+	// Footprint returns what the section holds; getenv reads the
+	// gateway's environment.
+	Footprint(getenv func(string) string) Footprint
 }
 
 // WorkspaceRooter is a section whose workspace folder a command-line flag
 // may replace (toolgate serve --workspace).
 type WorkspaceRooter interface {
 	SetWorkspaceRoot(dir string)
-}
-
-// Tracer is a section that keeps a local trace per request in a folder,
-// whose files the gateway lists in a call's local evidence paths.
-type Tracer interface {
-	TraceFolder() string
 }
 
 // ToolSpec is a tools.<id> entry as the gateway passes it to the driver
@@ -162,7 +169,7 @@ var registry = struct {
 	kinds map[string]Kind
 }{kinds: map[string]Kind{}}
 
-var kindTypeRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+const kindTypeRE = ident.Word
 
 // Register makes a driver kind available to the configuration. It is
 // called from the driver package's init function; a malformed kind or a
@@ -199,9 +206,3 @@ func KindTypes() []string {
 	sort.Strings(types)
 	return types
 }
-
-var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// ValidEnvName reports whether name can name an environment variable, for
-// the *_env keys of sections.
-func ValidEnvName(name string) bool { return envNameRE.MatchString(name) }

@@ -8,6 +8,7 @@ import (
 )
 
 func TestNotDispatched(t *testing.T) {
+	t.Parallel()
 	cause := fmt.Errorf("tpmjs t: executor at http://127.0.0.1:1 refused the connection; nothing was sent: %w", fs.ErrNotExist)
 	tests := []struct {
 		name           string
@@ -43,6 +44,7 @@ func TestNotDispatched(t *testing.T) {
 }
 
 func TestNotDispatchedKeepsNilAndTypedCauses(t *testing.T) {
+	t.Parallel()
 	if err := NotDispatched(nil); err != nil {
 		t.Errorf("NotDispatched(nil) = %v, want nil", err)
 	}

@@ -1,7 +1,3 @@
-// Package drivers defines the interface between the gateway and the systems
-// that actually execute tools. A driver knows nothing about policy or
-// evidence: the gateway hands it a Call that has already been authorized and
-// records whatever Result it returns.
 package drivers
 
 import (
@@ -138,7 +134,10 @@ var ErrUnknownTarget = errors.New("unknown target")
 
 // Normalizer is implemented by a driver whose arguments name resources
 // (files, folders, packages). It is the rule every such driver follows:
-// policy sees exactly what runs.
+// policy sees exactly what runs. A section (Config) whose canonical forms
+// depend on the arguments alone implements it too, so that decisions made
+// without a running gateway (toolgate policy authorize) see the same
+// arguments.
 //
 // The gateway calls Normalize before the call is hashed, recorded or
 // decided. The canonical arguments it returns are what Cedar's context
@@ -196,13 +195,30 @@ type Sealed interface {
 	Sealed() bool
 }
 
-// Describer is implemented by a driver that knows the arguments its
-// targets take, so that clients that show tools to a model (an MCP
-// client's tools/list) can show their schemas.
+// Describer is implemented by a driver that knows what its targets take
+// and do: clients that show tools to a model (an MCP client's tools/list)
+// show the schema and hints, and the gateway treats the caller's
+// environment argument as a secret of the call.
 type Describer interface {
-	// InputSchema returns target's argument schema (JSON Schema 2020-12,
-	// "type":"object"), or nil when the driver does not know it.
-	InputSchema(target string) json.RawMessage
+	// Describe returns what the driver knows of target; the zero Target
+	// when it knows nothing.
+	Describe(target string) Target
+}
+
+// Target is what a driver knows of one of its targets.
+type Target struct {
+	// InputSchema is the argument schema (JSON Schema 2020-12,
+	// "type":"object"), or nil when the driver does not know it. It may
+	// be shared between calls: read it, never change it.
+	InputSchema json.RawMessage
+	// Hints are the target's effects.
+	Hints Hints
+	// EnvArg names the argument whose object value is environment the
+	// caller hands the tool (a shell's env). The gateway treats each of
+	// its string values as a secret of the call: it is checked, recorded
+	// only as a marker and redacted from the output, exactly as the
+	// values of a tool's caller_env. Empty when no argument is.
+	EnvArg string
 }
 
 // Hints are what a driver knows of what a target does, for clients that
@@ -212,10 +228,4 @@ type Hints struct {
 	ReadOnly bool
 	// Destructive: the target may delete or overwrite what it reaches.
 	Destructive bool
-}
-
-// Hinter is implemented by a driver that knows its targets' effects.
-type Hinter interface {
-	// Hints returns what target does, the zero Hints when unknown.
-	Hints(target string) Hints
 }

@@ -8,6 +8,7 @@ import (
 )
 
 func TestNewApprovalIDsAreValidAndDistinct(t *testing.T) {
+	t.Parallel()
 	seen := map[string]bool{}
 	for range 200 {
 		id := NewApprovalID()
@@ -22,6 +23,7 @@ func TestNewApprovalIDsAreValidAndDistinct(t *testing.T) {
 }
 
 func TestValidApprovalIDRefusesEveryOtherSpelling(t *testing.T) {
+	t.Parallel()
 	good := "apr_abcdefghijklmnopqrstuvwxy4"
 	if err := ValidApprovalID(good); err != nil {
 		t.Fatalf("%q: %v", good, err)
@@ -75,6 +77,7 @@ func mutateJSON(t *testing.T, v any, change func(map[string]any)) []byte {
 }
 
 func TestParseApprovalRequestRecordRefusesWhatIsNotAnAsk(t *testing.T) {
+	t.Parallel()
 	good, _ := json.Marshal(testApprovalRequest())
 	if _, err := ParseApprovalRequestRecord(good, "r1"); err != nil {
 		t.Fatalf("a well-formed record: %v", err)
@@ -118,6 +121,7 @@ func TestParseApprovalRequestRecordRefusesWhatIsNotAnAsk(t *testing.T) {
 }
 
 func TestParseApprovalRecordRefusesWhatIsNotADecision(t *testing.T) {
+	t.Parallel()
 	good, _ := json.Marshal(testApprovalRecord())
 	if _, err := ParseApprovalRecord(good, "r1"); err != nil {
 		t.Fatalf("a well-formed record: %v", err)

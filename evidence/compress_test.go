@@ -38,6 +38,7 @@ func jsonOfSize(n int) []byte {
 }
 
 func TestEncodeBody(t *testing.T) {
+	t.Parallel()
 	random := make([]byte, 200<<10)
 	rand.Read(random)
 	tests := []struct {
@@ -80,6 +81,7 @@ func TestEncodeBody(t *testing.T) {
 }
 
 func TestEncodeBodyIsDeterministic(t *testing.T) {
+	t.Parallel()
 	// Equal artifacts must store as equal bytes, so that their checksums
 	// and any copy an auditor makes match.
 	data := jsonOfSize(100 << 10)
@@ -89,6 +91,7 @@ func TestEncodeBodyIsDeterministic(t *testing.T) {
 }
 
 func TestDecodeBody(t *testing.T) {
+	t.Parallel()
 	doc := jsonOfSize(4 << 10)
 	good := gzipped(t, doc)
 	badCRC := bytes.Clone(good)

@@ -36,6 +36,7 @@ func tempFiles(t *testing.T, dir string) []string {
 }
 
 func TestNewFileStoreCreatesDirectory(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "a", "b")
 	newTestFileStore(t, dir)
 	fi, err := os.Stat(dir)
@@ -48,6 +49,7 @@ func TestNewFileStoreCreatesDirectory(t *testing.T) {
 }
 
 func TestNewFileStoreErrors(t *testing.T) {
+	t.Parallel()
 	file := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -61,6 +63,7 @@ func TestNewFileStoreErrors(t *testing.T) {
 }
 
 func TestFileStoreDurableAcrossReopen(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
 	s, err := NewFileStore(dir)
@@ -89,6 +92,7 @@ func TestFileStoreDurableAcrossReopen(t *testing.T) {
 }
 
 func TestFileStoreLeavesNoTempFiles(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := newTestFileStore(t, dir)
 	mustPut(t, s, "requests/r1/request.json", []byte("one"))
@@ -104,6 +108,7 @@ func TestFileStoreLeavesNoTempFiles(t *testing.T) {
 }
 
 func TestFileStoreKeyConflictsWithDirectory(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := newTestFileStore(t, t.TempDir())
 	mustPut(t, s, "a/b", []byte("x"))
@@ -119,6 +124,7 @@ func TestFileStoreKeyConflictsWithDirectory(t *testing.T) {
 }
 
 func TestFileStoreListSkipsForeignEntries(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := newTestFileStore(t, dir)
 	mustPut(t, s, "requests/r1/request.json", []byte("x"))
@@ -138,6 +144,7 @@ func TestFileStoreListSkipsForeignEntries(t *testing.T) {
 }
 
 func TestFileStoreStaysInsideDirectory(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	base := t.TempDir()
 	dir := filepath.Join(base, "store")
@@ -171,6 +178,7 @@ func TestFileStoreStaysInsideDirectory(t *testing.T) {
 // TestFileStoreUnwritableDirectory checks that a store Put cannot write to
 // reports the failure instead of claiming the key exists or succeeding.
 func TestFileStoreUnwritableDirectory(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := newTestFileStore(t, dir)
@@ -203,6 +211,7 @@ func TestFileStoreUnwritableDirectory(t *testing.T) {
 // TestFileStoreCompressesLargeArtifacts: a large artifact is gzip on disk,
 // readable with ordinary tools, and Get returns the original bytes.
 func TestFileStoreCompressesLargeArtifacts(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := newTestFileStore(t, dir)
 	large := []byte(`{"stdout":"` + strings.Repeat("log line\n", 30000) + `"}`)

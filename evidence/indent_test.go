@@ -25,6 +25,7 @@ var indentCases = map[string]string{
 }
 
 func TestAppendIndentWritesWhatJSONIndentWrites(t *testing.T) {
+	t.Parallel()
 	for name, src := range indentCases {
 		t.Run(name, func(t *testing.T) {
 			var want bytes.Buffer
@@ -41,6 +42,7 @@ func TestAppendIndentWritesWhatJSONIndentWrites(t *testing.T) {
 // TestEncodeManifestKeepsItsBytes pins the stored form of a manifest:
 // manifests already written were encoded with json.MarshalIndent.
 func TestEncodeManifestKeepsItsBytes(t *testing.T) {
+	t.Parallel()
 	m := Manifest{
 		Version: ManifestVersion, RequestID: "r1", Outcome: OutcomeCompleted,
 		CreatedAt:  time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),

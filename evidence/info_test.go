@@ -55,6 +55,7 @@ func walkInfo(t *testing.T, r Reader, prefix string) []KeyInfo {
 }
 
 func TestWalkInfoListsKeysInWalkOrderWithSizesAndStorageTimes(t *testing.T) {
+	t.Parallel()
 	factories := infoFactories()
 	stores := make([]Store, len(factories))
 	for i, f := range factories {
@@ -116,6 +117,7 @@ func checkStoredInOrder(t *testing.T, got []KeyInfo, before, after time.Time) {
 }
 
 func TestWalkInfoFollowsTheWalkContract(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, f := range infoFactories() {
 		t.Run(f.name, func(t *testing.T) {
@@ -154,6 +156,7 @@ type plainReader struct{ Reader }
 type plainStoreCloser struct{ StoreCloser }
 
 func TestWalkInfoOfAStoreWithoutTimesYieldsKeysWithZeroTimes(t *testing.T) {
+	t.Parallel()
 	m := NewMemoryStore()
 	mustPut(t, m, "b", []byte("bb"))
 	mustPut(t, m, "a", []byte("a"))
@@ -175,6 +178,7 @@ func TestWalkInfoOfAStoreWithoutTimesYieldsKeysWithZeroTimes(t *testing.T) {
 }
 
 func TestFileStoreWalkInfoReportsTheStoredSizeOfACompressedArtifact(t *testing.T) {
+	t.Parallel()
 	s := newTestFileStore(t, t.TempDir())
 	data := make([]byte, 2*DefaultCompressThreshold) // zeros compress well
 	mustPut(t, s, "big", data)
@@ -185,6 +189,7 @@ func TestFileStoreWalkInfoReportsTheStoredSizeOfACompressedArtifact(t *testing.T
 }
 
 func TestS3StoreWalkInfoReportsTheServicesOwnTimeAndSize(t *testing.T) {
+	t.Parallel()
 	m := evidencetest.StartMinIO(t)
 	m.CreateBucket(t, "evidence", false)
 	s := newTestS3Store(t, m, S3Options{Bucket: "evidence", Prefix: "tenant/a"})

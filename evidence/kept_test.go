@@ -6,6 +6,7 @@ import (
 )
 
 func TestKeptCheckpointsRoundTrip(t *testing.T) {
+	t.Parallel()
 	a := []byte("toolgate.log/x/gw-1\n5\nAAAA\n\n\u2014 toolgate.log/x/gw-1 c2ln\n")
 	b := []byte("toolgate.log/x/gw-2\n7\nBBBB\n\n\u2014 toolgate.log/x/gw-2 c2ln\n\u2014 witness d2l0\n")
 	notes, err := ParseCheckpoints(FormatCheckpoints([][]byte{a, b}))

@@ -10,6 +10,7 @@ import (
 )
 
 func TestValidKey(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		key  string
@@ -58,6 +59,7 @@ func TestValidKey(t *testing.T) {
 }
 
 func TestValidKeyErrorOmitsLongKey(t *testing.T) {
+	t.Parallel()
 	key := strings.Repeat("x", 4*MaxKeyLen)
 	err := ValidKey(key)
 	if err == nil || strings.Contains(err.Error(), key[:MaxKeyLen]) {
@@ -66,6 +68,7 @@ func TestValidKeyErrorOmitsLongKey(t *testing.T) {
 }
 
 func TestLayout(t *testing.T) {
+	t.Parallel()
 	if got, want := Key("r-1", ArtifactToolResult), "requests/r-1/tool_result.json"; got != want {
 		t.Errorf("Key = %q, want %q", got, want)
 	}

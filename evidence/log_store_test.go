@@ -57,6 +57,7 @@ func openLogged(t *testing.T, s StoreCloser, cfg LogConfig) (*LogWriter, StoreCl
 }
 
 func TestLoggedStoreLogsClaimsAndCompletions(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	mem := NewMemoryStore()
 	cfg := testLogConfig(t, mem)
@@ -79,6 +80,7 @@ func TestLoggedStoreLogsClaimsAndCompletions(t *testing.T) {
 // A claim the log cannot take is refused before it is stored, so the call
 // never runs unlogged; a completion is always stored, since its call ran.
 func TestLoggedStoreRefusesClaimsOfAFencedLog(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	mem := NewMemoryStore()
 	cfg := testLogConfig(t, mem)
@@ -106,6 +108,7 @@ func TestLoggedStoreRefusesClaimsOfAFencedLog(t *testing.T) {
 // bytes; like a claim, it is refused before it is stored when the log
 // cannot take it, so that no human's decision is stored unlogged.
 func TestLoggedStoreLogsApprovalsAndRefusesThemWhenFenced(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	mem := NewMemoryStore()
 	cfg := testLogConfig(t, mem)
@@ -149,6 +152,7 @@ func TestLoggedStoreLogsApprovalsAndRefusesThemWhenFenced(t *testing.T) {
 // it logs it, as the approval carries its seal; another instance's
 // approval is left to its own log.
 func TestLogCatchesUpApprovalsAfterACrash(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	mem := NewMemoryStore()
 	tl := newTrustLog(t, mem, "")
@@ -198,6 +202,7 @@ func readApprovalRequest(t *testing.T, s Store, id string) (ApprovalRequestRecor
 
 // A write that timed out but landed is logged once the log reads it back.
 func TestLoggedStoreResolvesWritesOfUnknownOutcome(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	mem := NewMemoryStore()
 	cfg := testLogConfig(t, mem)
@@ -234,6 +239,7 @@ func (s lyingStore) Put(ctx context.Context, key string, data []byte) error {
 // and leaves other instances' requests to their own logs. (What it does
 // with artifacts it cannot authenticate: TestLogCatchUpLogsOnlyWhatItAuthenticates.)
 func TestLogCatchesUpAfterACrash(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	mem := NewMemoryStore()
 	tl := newTrustLog(t, mem, "")

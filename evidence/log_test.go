@@ -68,6 +68,7 @@ func appendAll(l *LogWriter, names ...string) {
 }
 
 func TestLogSequencesAndPublishes(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := NewMemoryStore()
 	cfg := testLogConfig(t, s)
@@ -124,6 +125,7 @@ func (f *flakyLogStore) Put(ctx context.Context, key string, data []byte) error 
 // A process killed after storing a batch but before its tiles and
 // checkpoint loses nothing: the next one integrates the batch.
 func TestLogNextProcessIntegratesStoredBatch(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	mem := NewMemoryStore()
 	cfg := testLogConfig(t, mem)
@@ -155,6 +157,7 @@ func TestLogNextProcessIntegratesStoredBatch(t *testing.T) {
 // A batch stored although its Put timed out is found at the next flush,
 // whose batch has grown meanwhile: every entry is logged exactly once.
 func TestLogBatchOfUnknownOutcome(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	mem := NewMemoryStore()
 	s := &flakyLogStore{Store: mem}
@@ -181,6 +184,7 @@ func TestLogBatchOfUnknownOutcome(t *testing.T) {
 // the newer one takes over, and the older one is fenced and refuses
 // calls rather than run them unlogged.
 func TestLogNewerProcessFencesOlder(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := NewMemoryStore()
 	cfg := testLogConfig(t, s)
@@ -216,6 +220,7 @@ func TestLogNewerProcessFencesOlder(t *testing.T) {
 }
 
 func TestLogBacklogRefusesCalls(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	mem := NewMemoryStore()
 	cfg := testLogConfig(t, mem)
@@ -236,6 +241,7 @@ func TestLogBacklogRefusesCalls(t *testing.T) {
 }
 
 func TestLogOriginAndInstanceNames(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := NewMemoryStore()
 	a, err := LogOrigin(ctx, s, "gw-1")
@@ -256,6 +262,7 @@ func TestLogOriginAndInstanceNames(t *testing.T) {
 // A batch planted in the log's next slot, one that does not extend its
 // tree, fences the writer at once instead of wedging it.
 func TestLogPlantedBatchFences(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := NewMemoryStore()
 	l, err := OpenLog(ctx, s, testLogConfig(t, s))

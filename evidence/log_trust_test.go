@@ -186,6 +186,7 @@ func plantedBatch(t *testing.T, l *LogWriter, forge func(key string, b batch) []
 // refusal is reported. At the next start the same batch stops the log
 // from opening.
 func TestLogRefusesBatchesItCannotAuthenticate(t *testing.T) {
+	t.Parallel()
 	other := testSealerFor(t, newSigner(t))
 	for _, st := range hostileStores(t) {
 		t.Run(st.name, func(t *testing.T) {
@@ -286,6 +287,7 @@ func testSealerFor(t *testing.T, signer *Signer) *trust.Sealer {
 // signed them. A forged checkpoint stops the start; a forged closed lease
 // cannot hide that the previous process died with entries queued.
 func TestLogRefusesUnauthenticatedHeads(t *testing.T) {
+	t.Parallel()
 	attacker := newSigner(t)
 	for _, st := range hostileStores(t) {
 		t.Run(st.name, func(t *testing.T) {
@@ -393,6 +395,7 @@ func plainCall(t *testing.T, s Store, id, gateway string, signer *Signer) {
 // backed by a logged claim; every planted record that names this
 // instance is reported.
 func TestLogCatchUpLogsOnlyWhatItAuthenticates(t *testing.T) {
+	t.Parallel()
 	attacker := newSigner(t)
 	cases := []struct {
 		name     string
@@ -538,6 +541,7 @@ func (r *rolledBucket) fork(t *testing.T, n int) {
 // and says what to do, and signs nothing; an honest restart and the first
 // start without a state file go on.
 func TestLogRefusesRollbackAndFork(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name    string
 		tamper  func(t *testing.T, r *rolledBucket) LogConfig

@@ -28,6 +28,7 @@ func sampleManifest() Manifest {
 }
 
 func TestDigest(t *testing.T) {
+	t.Parallel()
 	got := Digest("k", []byte("abc"))
 	want := ArtifactDigest{Key: "k", SHA256: "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", Size: 3}
 	if got != want {
@@ -36,6 +37,7 @@ func TestDigest(t *testing.T) {
 }
 
 func TestManifestJSON(t *testing.T) {
+	t.Parallel()
 	t.Run("empty lists encode as []", func(t *testing.T) {
 		data, err := json.Marshal(Manifest{Version: 1})
 		if err != nil {
@@ -79,6 +81,7 @@ func TestManifestJSON(t *testing.T) {
 }
 
 func TestParseManifestRejects(t *testing.T) {
+	t.Parallel()
 	encode := func(edit func(m map[string]any)) string {
 		var m map[string]any
 		data, _ := json.Marshal(sampleManifest())
@@ -160,6 +163,7 @@ func TestParseManifestRejects(t *testing.T) {
 // and brackets inside strings are not mistaken for structure when looking
 // for duplicate fields.
 func TestParseManifestAcceptsAwkwardStrings(t *testing.T) {
+	t.Parallel()
 	m := sampleManifest()
 	m.Error = `failed: "a", {"outcome": "completed"}, [x] \ \"`
 	m.EngineRef = "outcome"
@@ -178,6 +182,7 @@ func TestParseManifestAcceptsAwkwardStrings(t *testing.T) {
 }
 
 func TestParseManifestNormalisesNullLists(t *testing.T) {
+	t.Parallel()
 	m, err := ParseManifest([]byte(`{"version":1,"request_id":"r1","outcome":"failed","error":"boom","artifacts":null,"created_at":"2025-01-01T00:00:00Z"}`))
 	if err != nil {
 		t.Fatal(err)

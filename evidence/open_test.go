@@ -78,6 +78,7 @@ func TestOpen(t *testing.T) {
 }
 
 func TestOpenFileErrorIsNilStore(t *testing.T) {
+	t.Parallel()
 	file := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)

@@ -84,6 +84,7 @@ func trustLogs(signers ...*Signer) ProofOptions {
 }
 
 func TestAProofRoundTripsOfflineOnMemoryAndFileStores(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	signer := testSigner(t, 1)
 	for name, open := range map[string]func() StoreCloser{
@@ -145,6 +146,7 @@ func provedLog(t *testing.T, signer *Signer) (*MemoryStore, []byte) {
 // signature. Under -race two bits of every byte are flipped, a different
 // pair for each byte.
 func TestAFlippedBitAnywhereInAProofFails(t *testing.T) {
+	t.Parallel()
 	signer := testSigner(t, 1)
 	_, data := provedLog(t, signer)
 	opts := trustLogs(signer)
@@ -187,6 +189,7 @@ func reextra(t *testing.T, data []byte, edit func(*proofExtra)) []byte {
 }
 
 func TestAProofFailsWhenWhatItProvesIsSwappedOrUntrusted(t *testing.T) {
+	t.Parallel()
 	signer := testSigner(t, 1)
 	s, data := provedLog(t, signer)
 	other := mustProve(t, s, "r2", ProveOptions{})
@@ -239,6 +242,7 @@ func testCosign(t *testing.T, cp []byte, w note.Signer) []byte {
 }
 
 func TestAProofOfACosignedCheckpointNeedsItsWitnesses(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	signer := testSigner(t, 1)
 	s, _ := provedLog(t, signer)
@@ -283,6 +287,7 @@ func TestAProofOfACosignedCheckpointNeedsItsWitnesses(t *testing.T) {
 }
 
 func TestProveSaysWhyThereIsNoProof(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	signer := testSigner(t, 1)
 	dir := t.TempDir()
@@ -330,6 +335,7 @@ func TestProveSaysWhyThereIsNoProof(t *testing.T) {
 // A log whose tiles were rewritten after the checkpoint is refused by
 // Prove itself: it never hands out a proof of a tampered log.
 func TestProveRefusesATamperedTile(t *testing.T) {
+	t.Parallel()
 	signer := testSigner(t, 1)
 	dir := t.TempDir()
 	s, err := NewFileStore(dir)
@@ -357,6 +363,7 @@ func TestProveRefusesATamperedTile(t *testing.T) {
 // manifest of four artifacts: what an auditor hands a third party. Under
 // -race the log has 10,000 entries, which takes three hashes off the proof.
 func TestProofSizeAtOneHundredThousandEntries(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	signer := testSigner(t, 1)
 	s := NewMemoryStore()

@@ -12,6 +12,7 @@ import (
 // access has them, and checks that it finds what it finds with the full
 // stores.
 func TestVerificationNeedsOnlyAReader(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	signer := testSigner(t, 1)
 	s, spool := NewMemoryStore(), NewMemoryStore()

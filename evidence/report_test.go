@@ -13,6 +13,7 @@ import (
 // of each rule in full, a count for the rest that adds up, and a manifest
 // under MaxManifestSize that parses back.
 func TestRedactionReportStaysBoundedWhateverTheFindings(t *testing.T) {
+	t.Parallel()
 	var p RedactionReport
 	const rules, artifacts, each = 2000, 4, 50
 	longPath := "$." + strings.Repeat("é", 10000)
@@ -65,6 +66,7 @@ func TestRedactionReportStaysBoundedWhateverTheFindings(t *testing.T) {
 // counted instead of listed, and the encoding has no "omitted" field, so a
 // manifest reads as it did before counts existed.
 func TestRedactionReportListsEveryFindingWhenFew(t *testing.T) {
+	t.Parallel()
 	var p RedactionReport
 	for i := range MaxListedPerRule {
 		p.Add(Redaction{Rule: "github-pat", Artifact: ArtifactToolResult, Path: "$.stdout", Offset: int64(i)})

@@ -26,6 +26,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
@@ -50,9 +51,13 @@ func init() {
 
 // newTestS3Store returns a store on m with the given options, the
 // connection settings filled in, and fast retries unless opts sets them.
+// The server's credentials go to the client itself rather than through
+// the process's environment, so tests using it may run in parallel.
 func newTestS3Store(t testing.TB, m *evidencetest.MinIO, opts S3Options, clientOpts ...func(*s3.Options)) *S3Store {
 	t.Helper()
-	m.SetEnv(t)
+	clientOpts = append([]func(*s3.Options){func(o *s3.Options) {
+		o.Credentials = credentials.NewStaticCredentialsProvider(m.AccessKey, m.SecretKey, "")
+	}}, clientOpts...)
 	opts.Endpoint = m.Endpoint
 	opts.Region = evidencetest.Region
 	opts.PathStyle = true
@@ -141,9 +146,9 @@ func rawObject(t *testing.T, m *evidencetest.MinIO, bucket, object string) ([]by
 // TestS3Store checks what only an S3 backend can get right or wrong. The
 // subtests share one server, each with a bucket of its own.
 func TestS3Store(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	m := evidencetest.StartMinIO(t)
-	m.SetEnv(t)
 	bucketN := 0
 	newBucket := func(t *testing.T, objectLock bool) string {
 		bucketN++
@@ -416,27 +421,33 @@ func TestS3Store(t *testing.T) {
 			t.Error("List = nil error, want a failure")
 		}
 	})
+}
 
-	t.Run("open with an s3 URL", func(t *testing.T) {
-		bucket := newBucket(t, false)
-		st, err := Open(ctx, m.URL(bucket, "tenant/b"))
-		if err != nil {
-			t.Fatalf("Open = %v", err)
-		}
-		defer st.Close()
-		if _, ok := st.(*S3Store); !ok {
-			t.Fatalf("Open = %T, want *S3Store", st)
-		}
-		mustPut(t, st, "requests/r1/request.json", []byte(`{"a":1}`))
-		if raw, _ := rawObject(t, m, bucket, "tenant/b/requests/r1/request.json"); string(raw) != `{"a":1}` {
-			t.Fatalf("object under the prefix holds %q", raw)
-		}
-	})
+// TestOpenS3URL opens a store from an s3:// URL, whose credentials come
+// from the standard AWS chain: the process's environment, which makes the
+// test serial.
+func TestOpenS3URL(t *testing.T) {
+	m := evidencetest.StartMinIO(t)
+	m.SetEnv(t)
+	m.CreateBucket(t, "open-url", false)
+	st, err := Open(context.Background(), m.URL("open-url", "tenant/b"))
+	if err != nil {
+		t.Fatalf("Open = %v", err)
+	}
+	defer st.Close()
+	if _, ok := st.(*S3Store); !ok {
+		t.Fatalf("Open = %T, want *S3Store", st)
+	}
+	mustPut(t, st, "requests/r1/request.json", []byte(`{"a":1}`))
+	if raw, _ := rawObject(t, m, "open-url", "tenant/b/requests/r1/request.json"); string(raw) != `{"a":1}` {
+		t.Fatalf("object under the prefix holds %q", raw)
+	}
 }
 
 // TestS3StoreUnknownOutcome checks the retry of a Put whose first attempt
 // reached the server but whose answer was lost.
 func TestS3StoreUnknownOutcome(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	m := evidencetest.StartMinIO(t)
 	m.CreateBucket(t, "evidence", false)
@@ -486,6 +497,7 @@ func TestS3StoreUnknownOutcome(t *testing.T) {
 // TestS3StoreServerDown checks that retries are bounded while the server
 // is down and that the store recovers when it is back.
 func TestS3StoreServerDown(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	m := evidencetest.StartMinIO(t)
 	m.CreateBucket(t, "evidence", false)
@@ -534,6 +546,7 @@ func TestS3StoreServerDown(t *testing.T) {
 }
 
 func TestParseS3URL(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		url     string
@@ -631,6 +644,7 @@ func TestNewS3StoreErrors(t *testing.T) {
 }
 
 func TestS3Transient(t *testing.T) {
+	t.Parallel()
 	status := func(code int) error {
 		return &awshttp.ResponseError{ResponseError: &smithyhttp.ResponseError{
 			Response: &smithyhttp.Response{Response: &http.Response{StatusCode: code}},
@@ -674,6 +688,7 @@ func TestS3Transient(t *testing.T) {
 }
 
 func TestCanStartKey(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		prefix string
 		want   bool
@@ -703,6 +718,7 @@ func TestCanStartKey(t *testing.T) {
 }
 
 func TestS3Backoff(t *testing.T) {
+	t.Parallel()
 	s := &S3Store{baseDelay: 100 * time.Millisecond, maxDelay: 2 * time.Second}
 	for _, tc := range []struct {
 		retry int

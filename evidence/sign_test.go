@@ -37,6 +37,7 @@ func pemBlock(t testing.TB, typ string, der []byte) []byte {
 }
 
 func TestSignRoundTrip(t *testing.T) {
+	t.Parallel()
 	signer := testSigner(t, 1)
 	m := sampleManifest()
 	if err := signer.Sign(&m); err != nil {
@@ -86,6 +87,7 @@ func TestSignRoundTrip(t *testing.T) {
 }
 
 func TestSignReplacesSignature(t *testing.T) {
+	t.Parallel()
 	a, b := testSigner(t, 1), testSigner(t, 2)
 	m := sampleManifest()
 	if err := a.Sign(&m); err != nil {
@@ -100,6 +102,7 @@ func TestSignReplacesSignature(t *testing.T) {
 }
 
 func TestSignRefusesInvalidManifest(t *testing.T) {
+	t.Parallel()
 	m := sampleManifest()
 	m.Outcome = "maybe"
 	err := testSigner(t, 1).Sign(&m)
@@ -114,6 +117,7 @@ func TestSignRefusesInvalidManifest(t *testing.T) {
 // TestSignatureBindsEveryField changes each field of a signed manifest in
 // turn; every change must break the signature.
 func TestSignatureBindsEveryField(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		field  string // the JSON path of the field changed
 		change func(m *Manifest)
@@ -197,6 +201,7 @@ func jsonFieldNames(t reflect.Type, prefix string) []string {
 }
 
 func TestNewSignerRejects(t *testing.T) {
+	t.Parallel()
 	corrupt := bytes.Clone(testKey(1))
 	corrupt[ed25519.PrivateKeySize-1] ^= 1
 	tests := []struct {
@@ -218,6 +223,7 @@ func TestNewSignerRejects(t *testing.T) {
 }
 
 func TestKeyID(t *testing.T) {
+	t.Parallel()
 	pub := testKey(1).Public().(ed25519.PublicKey)
 	// Pinned (computed independently with openssl and sha256sum): key ids
 	// are stored in manifests, so they must never change.
@@ -234,6 +240,7 @@ func TestKeyID(t *testing.T) {
 }
 
 func TestSignerPublicKeyIsACopy(t *testing.T) {
+	t.Parallel()
 	s := testSigner(t, 1)
 	s.PublicKey()[0] ^= 1
 	if !bytes.Equal(s.PublicKey(), testKey(1).Public().(ed25519.PublicKey)) {
@@ -242,6 +249,7 @@ func TestSignerPublicKeyIsACopy(t *testing.T) {
 }
 
 func TestEncodeManifestRefusesInvalid(t *testing.T) {
+	t.Parallel()
 	m := sampleManifest()
 	m.Artifacts = append(m.Artifacts, Digest(Key("r2", ArtifactRequest), nil))
 	if _, err := EncodeManifest(m); err == nil || !strings.Contains(err.Error(), "is not under") {
@@ -250,6 +258,7 @@ func TestEncodeManifestRefusesInvalid(t *testing.T) {
 }
 
 func TestParsePrivateKey(t *testing.T) {
+	t.Parallel()
 	key := testKey(7)
 	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
@@ -285,6 +294,7 @@ func TestParsePrivateKey(t *testing.T) {
 }
 
 func TestParsePrivateKeyRejects(t *testing.T) {
+	t.Parallel()
 	key := testKey(7)
 	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
@@ -339,6 +349,7 @@ func TestParsePrivateKeyRejects(t *testing.T) {
 }
 
 func TestParsePublicKey(t *testing.T) {
+	t.Parallel()
 	pub := testKey(7).Public().(ed25519.PublicKey)
 	pkix, err := x509.MarshalPKIXPublicKey(pub)
 	if err != nil {
@@ -372,6 +383,7 @@ func TestParsePublicKey(t *testing.T) {
 }
 
 func TestParsePublicKeyRejects(t *testing.T) {
+	t.Parallel()
 	key := testKey(7)
 	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
@@ -488,6 +500,7 @@ func assertKeyForm(t *testing.T, data []byte, blockType string, raw []byte) {
 // TestCheckSignature: only a manifest signed by the given key, with its
 // content unchanged since, passes.
 func TestCheckSignature(t *testing.T) {
+	t.Parallel()
 	signer := testSigner(t, 1)
 	signed := sampleManifest()
 	if err := signer.Sign(&signed); err != nil {
@@ -526,6 +539,7 @@ func TestCheckSignature(t *testing.T) {
 }
 
 func TestEncodePrivateKeyRoundTrips(t *testing.T) {
+	t.Parallel()
 	key := testKey(9)
 	data, err := EncodePrivateKey(key)
 	if err != nil {

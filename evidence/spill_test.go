@@ -66,6 +66,7 @@ func randomRecords(rng *rand.Rand, n int) []spillRecord {
 }
 
 func TestSpillSorterSortsLikeAStableSort(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(13, 42))
 	dir := t.TempDir()
 	for i := range 120 {
@@ -85,6 +86,7 @@ func TestSpillSorterSortsLikeAStableSort(t *testing.T) {
 }
 
 func TestSpillSorterLeavesNoFileBehind(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, tc := range []struct {
 		name        string
@@ -130,6 +132,7 @@ func TestSpillSorterLeavesNoFileBehind(t *testing.T) {
 }
 
 func TestSpillSorterReportsADamagedRun(t *testing.T) {
+	t.Parallel()
 	// A run file cut short or overwritten with a huge length while the
 	// sort runs (a full disk, another process) must fail the sort, not
 	// yield fewer records or make the sorter allocate the length.
@@ -176,6 +179,7 @@ func TestSpillSorterReportsADamagedRun(t *testing.T) {
 }
 
 func TestSpillSorterStopsAtTheFirstErrorAndACanceledContext(t *testing.T) {
+	t.Parallel()
 	s, err := newSpillSorter(t.TempDir(), 2)
 	if err != nil {
 		t.Fatal(err)
@@ -216,6 +220,7 @@ func TestSpillSorterStopsAtTheFirstErrorAndACanceledContext(t *testing.T) {
 }
 
 func TestSpillSorterRefusesARecordLargerThanItsLimit(t *testing.T) {
+	t.Parallel()
 	s, err := newSpillSorter(t.TempDir(), 2)
 	if err != nil {
 		t.Fatal(err)
@@ -233,6 +238,7 @@ func TestSpillSorterRefusesARecordLargerThanItsLimit(t *testing.T) {
 }
 
 func TestNewSpillSorterRejectsBadSettings(t *testing.T) {
+	t.Parallel()
 	if _, err := newSpillSorter(t.TempDir(), 0); err == nil {
 		t.Error("newSpillSorter with 0 records in memory succeeded")
 	}

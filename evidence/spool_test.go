@@ -41,6 +41,7 @@ func openTestSpool(t *testing.T) *Spool {
 }
 
 func TestSpoolFlushMovesManifestLast(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	sp := openTestSpool(t)
 	for _, k := range []string{
@@ -66,6 +67,7 @@ func TestSpoolFlushMovesManifestLast(t *testing.T) {
 }
 
 func TestSpoolFlushFailuresKeepArtifacts(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	sp := openTestSpool(t)
 	mustPut(t, sp, "requests/r1/response.json", []byte("mine"))
@@ -99,6 +101,7 @@ func TestSpoolFlushFailuresKeepArtifacts(t *testing.T) {
 }
 
 func TestSpoolSurvivesReopen(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	sp, err := OpenSpool(dir)

@@ -56,6 +56,7 @@ func mustList(t testing.TB, s Store, prefix string) []string {
 }
 
 func TestStoreConformance(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	tests := []struct {
 		name string

@@ -34,6 +34,7 @@ func (hungStore) Walk(ctx context.Context, _ string, _ func(string) error) error
 }
 
 func TestOpTimeoutEndsEveryOperationOfAHungStore(t *testing.T) {
+	t.Parallel()
 	const limit = 50 * time.Millisecond
 	s := WithOpTimeout(hungStore{}, limit)
 	ops := []struct {
@@ -62,6 +63,7 @@ func TestOpTimeoutEndsEveryOperationOfAHungStore(t *testing.T) {
 }
 
 func TestOpTimeoutPassesAnswersAndOtherErrorsThrough(t *testing.T) {
+	t.Parallel()
 	s := WithOpTimeout(NewMemoryStore(), time.Minute)
 	ctx := context.Background()
 	if err := s.Put(ctx, "requests/r/request.json", []byte(`{"a":1}`)); err != nil {

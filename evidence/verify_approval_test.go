@@ -54,6 +54,7 @@ var (
 // trusted signature on every manifest and every claim, approval and
 // completion logged.
 func TestEveryHonestApprovalStatePassesVerification(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	mem := NewMemoryStore()
 	signer := newSigner(t)
@@ -162,6 +163,7 @@ func TestEveryHonestApprovalStatePassesVerification(t *testing.T) {
 // the gateway's own key signed what was forged: the approval, the
 // attempts and the claim must tell one story.
 func TestVerifyCatchesEveryTamperWithAnApproval(t *testing.T) {
+	t.Parallel()
 	signer := newSigner(t)
 	tests := []struct {
 		name    string
@@ -381,6 +383,7 @@ func BenchmarkVerifyApprovedRequest(b *testing.B) {
 // it by the same rule, the run is honest, and so is a retry that asks
 // again under the same set.
 func TestACallThatNeverManagedToAskIsNoTamper(t *testing.T) {
+	t.Parallel()
 	signer := newSigner(t)
 	for _, tc := range []struct {
 		name       string
@@ -418,6 +421,7 @@ func TestACallThatNeverManagedToAskIsNoTamper(t *testing.T) {
 // however well its digests agree; without a key, the seals are reported
 // unchecked.
 func TestVerifyAuthenticatesApprovalRecords(t *testing.T) {
+	t.Parallel()
 	signer, stranger := newSigner(t), newSigner(t)
 	keys := VerifyOptions{TrustedKeys: []ed25519.PublicKey{signer.PublicKey()}}
 	resealed := func(st *story, name string, by *Signer, change func([]byte) []byte) {

@@ -155,6 +155,7 @@ func logStatuses(logs []LogReport) []string {
 }
 
 func TestVerifyAllDetectsEveryTamperWithTheLog(t *testing.T) {
+	t.Parallel()
 	allOK := map[string]string{"r1": "ok", "r2": "ok", "r3": "ok", "r4": "ok", "r5": "ok"}
 	with := func(changes map[string]string) map[string]string {
 		out := map[string]string{}
@@ -302,6 +303,7 @@ func mapsEqual(a, b map[string]string) bool {
 // Two checkpoints of one size that differ: the auditor kept one, the log
 // signs another. Only a forked log can produce both.
 func TestVerifyAllCatchesAForkAgainstAKeptCheckpoint(t *testing.T) {
+	t.Parallel()
 	b := newAuditedBucket(t)
 	_, size, _, _ := checkpointBody(b.kept)
 	fork, _ := b.cfg.SignCheckpoint(size, tlog.Hash{1})
@@ -315,6 +317,7 @@ func TestVerifyAllCatchesAForkAgainstAKeptCheckpoint(t *testing.T) {
 // manifest), one whose entries are not yet sequenced, one that ran
 // nothing.
 func TestVerifyAllHonestStatesAreNotFailures(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	b := newAuditedBucket(t)
 	l, s := openLogged(t, b.mem, b.cfg)
@@ -357,6 +360,7 @@ func (s *MemoryStore) remove(key string) {
 // cosignatures leave it unwitnessed; and a cosigned checkpoint the log
 // does not extend, as after a rewrite, is a fork.
 func TestVerifyAllWithWitnesses(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	b := newAuditedBucket(t)
 	w1, w2 := evidencetest.StartWitness(t, "w1.example"), evidencetest.StartWitness(t, "w2.example")

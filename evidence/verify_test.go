@@ -120,6 +120,7 @@ func only(base map[string]string, names ...string) map[string]string {
 }
 
 func TestVerify(t *testing.T) {
+	t.Parallel()
 	gateway, attacker := testSigner(t, 1), testSigner(t, 2)
 	trusted := []ed25519.PublicKey{gateway.PublicKey()}
 	tests := []struct {
@@ -450,6 +451,7 @@ func TestVerify(t *testing.T) {
 // TestVerifyDetectsTamperingOnDisk changes stored files behind the store's
 // back, as an attacker with bucket access would.
 func TestVerifyDetectsTamperingOnDisk(t *testing.T) {
+	t.Parallel()
 	signer := testSigner(t, 1)
 	opts := VerifyOptions{TrustedKeys: []ed25519.PublicKey{signer.PublicKey()}}
 	tests := []struct {
@@ -505,6 +507,7 @@ func TestVerifyDetectsTamperingOnDisk(t *testing.T) {
 }
 
 func TestVerdict(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		status, signature string
 		want              string
@@ -553,6 +556,7 @@ func (s failingStore) Get(ctx context.Context, key string) ([]byte, error) {
 }
 
 func TestVerifyErrors(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	mem := NewMemoryStore()
 	writeRequest(t, mem, "r1", completeRequest, completeRequest)
@@ -586,6 +590,7 @@ func TestVerifyErrors(t *testing.T) {
 }
 
 func TestVerifyAll(t *testing.T) {
+	t.Parallel()
 	signer := testSigner(t, 1)
 	opts := func(spool Store) VerifyOptions {
 		// Verified an hour after it was written, so that "c", claimed and
@@ -644,6 +649,7 @@ func TestVerifyAll(t *testing.T) {
 }
 
 func TestVerifyAllEmptyStore(t *testing.T) {
+	t.Parallel()
 	calls := 0
 	err := VerifyAll(context.Background(), NewMemoryStore(), VerifyOptions{}, func(VerifyReport) error { calls++; return nil })
 	if err != nil || calls != 0 {
@@ -652,6 +658,7 @@ func TestVerifyAllEmptyStore(t *testing.T) {
 }
 
 func TestVerifyAllStrayKey(t *testing.T) {
+	t.Parallel()
 	s := NewMemoryStore()
 	mustPut(t, s, "requests/notes.txt", []byte("hi"))
 	writeRequest(t, s, "r1", completeRequest, completeRequest)
@@ -672,6 +679,7 @@ func TestVerifyAllStrayKey(t *testing.T) {
 }
 
 func TestWalkRequests(t *testing.T) {
+	t.Parallel()
 	for _, factory := range verifyBackends {
 		t.Run(factory.name, func(t *testing.T) {
 			s := factory.new(t)
@@ -715,6 +723,7 @@ func (s walkFailingStore) Walk(ctx context.Context, prefix string, fn func(strin
 }
 
 func TestVerifyAllStops(t *testing.T) {
+	t.Parallel()
 	s := NewMemoryStore()
 	for i := range 3 {
 		writeRequest(t, s, fmt.Sprintf("r%d", i), completeRequest, completeRequest)
@@ -866,6 +875,7 @@ func merged(maps ...map[string]string) map[string]string {
 }
 
 func TestVerifyAttempts(t *testing.T) {
+	t.Parallel()
 	claim := map[string]string{ArtifactRequest: `{"request_id":"r1"}`, ArtifactPolicyDecision: `{"decision":"allow"}`}
 	closedBeforeMarker := merged(claim, map[string]string{ArtifactDispatch: dispatchJSON(t, "r1", 1, NotDispatched)})
 	ran := map[string]string{ArtifactToolResult: `{"exit_code":0}`, ArtifactResponse: `{"ok":true}`}
@@ -1079,6 +1089,7 @@ func TestVerifyAttempts(t *testing.T) {
 // in the manifest is fetched once, for both the attempts and the digest
 // check: on S3 every Get is a round trip.
 func TestVerifyReadsDispatchRecordsOnce(t *testing.T) {
+	t.Parallel()
 	s := &countingStore{Store: NewMemoryStore(), gets: map[string]int{}}
 	artifacts := map[string]string{ArtifactRequest: `{}`, ArtifactDispatch: dispatchJSON(t, "r1", 1, Dispatched), ArtifactResponse: `{}`}
 	storeNamed(t, s, "r1", artifacts)
@@ -1106,6 +1117,7 @@ func (s *countingStore) Get(ctx context.Context, key string) ([]byte, error) {
 }
 
 func TestVerifyAttemptsStoreFailureIsAnError(t *testing.T) {
+	t.Parallel()
 	s := NewMemoryStore()
 	storeNamed(t, s, "r1", map[string]string{ArtifactRequest: `{}`, ArtifactDispatch: dispatchJSON(t, "r1", 1, NotDispatched)})
 	_, err := Verify(context.Background(), failingStore{s, Key("r1", ArtifactDispatch)}, "r1")

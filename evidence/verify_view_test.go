@@ -226,6 +226,7 @@ func newLiveBucket(t *testing.T, raw StoreCloser, remove func(t *testing.T, key 
 // request whose entries may still be on their way is pending, not
 // unlogged; on the file store and on a real MinIO.
 func TestVerifyAllJudgesOneViewOfALiveStore(t *testing.T) {
+	t.Parallel()
 	m := evidencetest.StartMinIO(t)
 	kinds := []struct {
 		name string

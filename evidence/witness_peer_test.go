@@ -160,6 +160,7 @@ func peerCosignedKeys(t *testing.T, s *MemoryStore, by, peer string) []string {
 // the peer alone while it does not change, or grows only by its own
 // witness entries: two idle replicas do not grow each other's logs.
 func TestPeerWitnessCosignsAGrowingPeerAndLeavesIdleOnesAlone(t *testing.T) {
+	t.Parallel()
 	s := NewMemoryStore()
 	sa, sb := testSigner(t, 1), testSigner(t, 2)
 	a, b := newReplica(t, s, "gw-a", sa, sb), newReplica(t, s, "gw-b", sb, sa)
@@ -214,6 +215,7 @@ func TestPeerWitnessCosignsAGrowingPeerAndLeavesIdleOnesAlone(t *testing.T) {
 // A peer grown by more than a bundle is checked by a consistency proof
 // from its tiles rather than re-hashed.
 func TestPeerWitnessChecksAConsistencyProofOfALargeGrowth(t *testing.T) {
+	t.Parallel()
 	s := NewMemoryStore()
 	sa, sb := testSigner(t, 1), testSigner(t, 2)
 	a, b := newReplica(t, s, "gw-a", sa, sb), newReplica(t, s, "gw-b", sb, sa)
@@ -260,6 +262,7 @@ func forkInto(t *testing.T, s *MemoryStore, inst string, signer *Signer, prefix 
 // witness refuses it: nothing is cosigned or logged, the refusal is
 // logged and reported once, and the next round refuses again quietly.
 func TestPeerWitnessRefusesAPeerLogThatWentBackwards(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, want string
 		tamper     func(t *testing.T, s *MemoryStore, a *replica, older map[string][]byte)
@@ -347,6 +350,7 @@ func TestPeerWitnessRefusesAPeerLogThatWentBackwards(t *testing.T) {
 // witness's own cosigned checkpoints in the store. With neither, the peer
 // is trusted on first sight again.
 func TestPeerWitnessRemembersWhatItWitnessedAcrossRestarts(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		forget  func(t *testing.T, s *MemoryStore, b *replica)
@@ -393,6 +397,7 @@ func TestPeerWitnessRemembersWhatItWitnessedAcrossRestarts(t *testing.T) {
 // A log no trusted key signs is not witnessed: a replica whose key this
 // gateway was not given, or a folder planted in the bucket.
 func TestPeerWitnessLeavesAnUntrustedLogAlone(t *testing.T) {
+	t.Parallel()
 	s := NewMemoryStore()
 	sa, sb := testSigner(t, 1), testSigner(t, 2)
 	a, b := newReplica(t, s, "gw-a", sa), newReplica(t, s, "gw-b", sb)
@@ -414,6 +419,7 @@ func TestPeerWitnessLeavesAnUntrustedLogAlone(t *testing.T) {
 // whatever the log's size and the hint, as walking the checkpoint folder
 // would.
 func TestNewestCheckpointOfFindsItFromTheBundles(t *testing.T) {
+	t.Parallel()
 	s := NewMemoryStore()
 	a := newReplica(t, s, "gw-a", testSigner(t, 1))
 	ctx := context.Background()
@@ -473,6 +479,7 @@ func TestPeerWitnessRunsEveryInterval(t *testing.T) {
 }
 
 func TestPeerWitnessStateFileIsCheckedOnLoad(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, tc := range []struct{ name, text string }{
 		{"not JSON", "peers"},

@@ -41,6 +41,7 @@ func witnessOpts(t *testing.T, signer *Signer, ws ...*evidencetest.Witness) Proo
 // last one it cosigned; the cosigned checkpoint is stored and a cosigned
 // proof carries the cosignature to a third party.
 func TestCosignGetsCheckpointsWitnessed(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	signer := testSigner(t, 1)
 	s := NewMemoryStore()
@@ -101,6 +102,7 @@ func forkOf(t *testing.T, s Store, signer *Signer, ids ...string) (*MemoryStore,
 // A witness that cosigned size N of the honest log refuses every fork of
 // it: longer, as long, or shorter. Nothing is stored for the fork.
 func TestAWitnessRefusesAForkedLog(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	signer := testSigner(t, 1)
 	s := NewMemoryStore()
@@ -151,6 +153,7 @@ func TestAWitnessRefusesAForkedLog(t *testing.T) {
 }
 
 func TestCosignSaysWhatIsWrongWithTheSetup(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	signer := testSigner(t, 1)
 	s := NewMemoryStore()
@@ -181,6 +184,7 @@ func TestCosignSaysWhatIsWrongWithTheSetup(t *testing.T) {
 // A witness's answer is appended to a checkpoint others will verify, so
 // an answer that is not cosignature lines is refused and nothing stored.
 func TestCosignRefusesAHostileWitnessAnswer(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	signer := testSigner(t, 1)
 	s := NewMemoryStore()
@@ -235,6 +239,7 @@ func TestCosignRefusesAHostileWitnessAnswer(t *testing.T) {
 // once shows nothing wrong in the store; the witness, which remembers the
 // larger checkpoint it cosigned since, is asked all the same and refuses.
 func TestCosignAsksTheWitnessEvenWhenTheCheckpointWasCosignedBefore(t *testing.T) {
+	t.Parallel()
 	signer := testSigner(t, 1)
 	s := NewMemoryStore()
 	l, ls := signedLog(t, s, signer)

@@ -78,6 +78,7 @@ func (p *witnessedPair) deleteRequests(t *testing.T, ids ...string) {
 // it, from gw-b's witness entries (and its cosigned checkpoints, while
 // they are there). So it does for a fork and for a log deleted whole.
 func TestVerifyAllCatchesARollbackAPeerWitnessed(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		tamper func(t *testing.T, p *witnessedPair)
@@ -147,6 +148,7 @@ func TestVerifyAllCatchesARollbackAPeerWitnessed(t *testing.T) {
 // planted with another key cannot make an honest log look rolled back,
 // nor can a cosigned checkpoint no trusted key cosigned.
 func TestVerifyAllBelievesWitnessesOnlyUnderTrustedKeys(t *testing.T) {
+	t.Parallel()
 	p := newWitnessedPair(t)
 	// The attacker's own replica, trusting gw-a, witnesses it, and then
 	// its log and cosigned checkpoint are doctored to claim size 50.
@@ -207,6 +209,7 @@ func mustCosigner(t *testing.T, s *Signer, name string) interface {
 // of it. (The live gateways catch it: each refuses to go on from a log
 // behind its state file.)
 func TestVerifyAllCannotSeeEveryLogRolledBackTogether(t *testing.T) {
+	t.Parallel()
 	p := newWitnessedPair(t)
 	older := snapshot(t, p.s, "log/")
 	p.a.calls(t, "a5")

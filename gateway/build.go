@@ -228,12 +228,12 @@ func buildDrivers(ctx context.Context, cfg Config, env drivers.BuildEnv, tools m
 			*closers = append(*closers, c)
 		}
 		drvs[name] = d
-		if tr, ok := sec.Config.(drivers.Tracer); ok && tr.TraceFolder() != "" {
-			traceDirs[name] = tr.TraceFolder()
+		if dir := footprint(sec.Config, nil).TraceFolder; dir != "" {
+			traceDirs[name] = dir
 		}
 		if rh, ok := sec.Config.(drivers.RegistryHost); ok {
 			if version, on := rh.RegistryIDs(); on {
-				registry = &Registry{Driver: name, Version: version}
+				registry = &Registry{Driver: name, Version: version, Bind: binder(sec.Config)}
 			}
 		}
 		if p, ok := sec.Config.(drivers.Publisher); ok {
@@ -314,9 +314,7 @@ func configuredSecrets(cfg Config, getenv func(string) string, tools map[string]
 		}
 	}
 	for _, name := range sortedKeys(cfg.Drivers) {
-		if src, ok := cfg.Drivers[name].Config.(drivers.SecretSource); ok {
-			secrets = append(secrets, src.Secrets(getenv)...)
-		}
+		secrets = append(secrets, footprint(cfg.Drivers[name].Config, getenv).Secrets...)
 	}
 	for _, k := range cfg.Auth.Keys {
 		addEnv(k.Env)

@@ -8,17 +8,14 @@ import (
 	"strconv"
 
 	"github.com/toolgate/toolgate/drivers"
-	"github.com/toolgate/toolgate/drivers/workspace"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/internal/ident"
 	"github.com/toolgate/toolgate/redact"
 )
 
-// shellEnvArg is the argument of the workspace's shell operation that holds
-// the environment the command runs with.
-const shellEnvArg = "env"
-
 // callerSecret is one environment value a caller hands a tool: args._env of
-// a tool with caller_env, or args.env of a workspace shell. It is a secret of
+// a tool with caller_env, or the environment argument its driver names
+// (drivers.Target.EnvArg: a workspace shell's args.env). It is a secret of
 // the call, but one the caller chose, so it must not become a way to erase
 // text from the call's own evidence: it is replaced in place in
 // request.json and redacted from the tool's output only where it stands
@@ -30,20 +27,10 @@ type callerSecret struct {
 // path returns the secret's JSON path in request.json.
 func (s callerSecret) path() string {
 	p := "$.args." + s.arg
-	if isEnvName(s.name) {
+	if ident.EnvName.MatchString(s.name) {
 		return p + "." + s.name
 	}
 	return p + "[" + strconv.Quote(s.name) + "]"
-}
-
-// isEnvName reports whether name can follow a '.' in a JSON path.
-func isEnvName(name string) bool {
-	for i, c := range []byte(name) {
-		if !(c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9') {
-			return false
-		}
-	}
-	return name != ""
 }
 
 // callerSecrets collects the environment values the caller hands the tool
@@ -58,13 +45,14 @@ func (g *Gateway) callerSecrets(caller string, c call, tool Tool, callerEnv map[
 	for _, name := range sortedKeys(callerEnv) {
 		out = append(out, callerSecret{arg: callerEnvArg, name: name, value: callerEnv[name]})
 	}
-	// The shell's env is the caller's own, like args._env; the driver
-	// checks its shape later, so only string values are collected here.
-	if _, ok := g.drivers[tool.Driver].(*workspace.Driver); ok && tool.Target == "shell" {
-		if env, ok := params[shellEnvArg].(map[string]any); ok {
+	// The driver's environment argument is the caller's own, like
+	// args._env; the driver checks its shape later, so only string values
+	// are collected here.
+	if arg := g.describe(tool).EnvArg; arg != "" && arg != callerEnvArg {
+		if env, ok := params[arg].(map[string]any); ok {
 			for _, name := range sortedKeys(env) {
 				if v, ok := env[name].(string); ok {
-					out = append(out, callerSecret{arg: shellEnvArg, name: name, value: v})
+					out = append(out, callerSecret{arg: arg, name: name, value: v})
 				}
 			}
 		}

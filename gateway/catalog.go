@@ -11,7 +11,6 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/toolgate/toolgate/drivers"
-	"github.com/toolgate/toolgate/drivers/tpmjs"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -96,11 +95,15 @@ func (t Tool) env(args map[string]any) (env, callerEnv map[string]string, params
 	return env, callerEnv, params, nil
 }
 
-// Registry lets callers name any tool of the TPMJS registry as
+// Registry lets callers name any tool of a package registry as
 // "<package>::<export>", served by one driver at one version.
 type Registry struct {
 	Driver  string
 	Version string // "" means latest
+	// Bind checks a registry id's package and export as the driver's
+	// section checks a tools entry (drivers.ToolBinder) and says what it
+	// binds to; nil refuses every registry id.
+	Bind func(drivers.ToolSpec) (drivers.Binding, error)
 }
 
 // lookupTool finds the catalog entry for a tool id, or the registry tool it
@@ -114,14 +117,18 @@ func (g *Gateway) lookupTool(id string) (Tool, bool) {
 	}
 	// npm package names cannot contain "::", so the split is unambiguous.
 	pkg, export, ok := strings.Cut(id, "::")
-	if !ok || tpmjs.ValidatePackageName(pkg) != nil || tpmjs.ValidateExportName(export) != nil {
+	if !ok || g.registry.Bind == nil {
 		return Tool{}, false
 	}
 	version := g.registry.Version
 	if version == "" {
 		version = "latest"
 	}
-	return Tool{Driver: g.registry.Driver, Target: export, Package: pkg, Version: version}, true
+	b, err := g.registry.Bind(drivers.ToolSpec{Package: pkg, Export: export, Version: version})
+	if err != nil {
+		return Tool{}, false
+	}
+	return Tool{Driver: g.registry.Driver, Target: b.Target, Package: b.Package, Version: b.Version}, true
 }
 
 // catalogIDs returns the catalog's tool ids, sorted.
@@ -158,9 +165,7 @@ var openObjectSchema = json.RawMessage(`{"type":"object"}`)
 func (g *Gateway) inputSchema(id string, t Tool) json.RawMessage {
 	schema := t.InputSchema
 	if schema == nil {
-		if d, ok := g.drivers[t.Driver].(drivers.Describer); ok {
-			schema = d.InputSchema(t.Target)
-		}
+		schema = g.describe(t).InputSchema
 	}
 	if schema == nil || checkSchemaJSON(schema) != nil {
 		if schema != nil {
@@ -247,20 +252,27 @@ type ToolHints struct {
 	ReadOnly, Destructive, Idempotent, OpenWorld *bool
 }
 
+// describe is what the tool's driver knows of its target
+// (drivers.Describer), the zero Target when nothing.
+func (g *Gateway) describe(t Tool) drivers.Target {
+	if d, ok := g.drivers[t.Driver].(drivers.Describer); ok {
+		return d.Describe(t.Target)
+	}
+	return drivers.Target{}
+}
+
 // toolHints are a tool's hints: its driver's knowledge of the target
 // first, then its tags, which a catalog author writes and so override.
 func (g *Gateway) toolHints(t Tool) ToolHints {
 	var h ToolHints
 	yes, no := true, false
 	d := g.drivers[t.Driver]
-	if hr, ok := d.(drivers.Hinter); ok {
-		dh := hr.Hints(t.Target)
-		if dh.ReadOnly {
-			h.ReadOnly, h.Destructive = &yes, &no
-		}
-		if dh.Destructive {
-			h.Destructive = &yes
-		}
+	dh := g.describe(t).Hints
+	if dh.ReadOnly {
+		h.ReadOnly, h.Destructive = &yes, &no
+	}
+	if dh.Destructive {
+		h.Destructive = &yes
 	}
 	if s, ok := d.(drivers.Sealed); ok && s.Sealed() {
 		h.OpenWorld = &no

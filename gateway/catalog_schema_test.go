@@ -42,14 +42,12 @@ type describingDriver struct {
 	hints  drivers.Hints
 }
 
-func (d *describingDriver) InputSchema(target string) json.RawMessage {
+func (d *describingDriver) Describe(target string) drivers.Target {
 	if target != "known" {
-		return nil
+		return drivers.Target{Hints: d.hints}
 	}
-	return json.RawMessage(d.schema)
+	return drivers.Target{InputSchema: json.RawMessage(d.schema), Hints: d.hints}
 }
-
-func (d *describingDriver) Hints(string) drivers.Hints { return d.hints }
 
 func TestCatalogSchemaIsConfigThenDriverThenAnyObject(t *testing.T) {
 	drv := map[string]drivers.Driver{

@@ -23,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/lease"
 	"github.com/toolgate/toolgate/gateway/telemetry"
+	"github.com/toolgate/toolgate/internal/ident"
 	"github.com/toolgate/toolgate/internal/regularfile"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/redact"
@@ -516,12 +517,12 @@ func (c Config) WithDefaults() (Config, error) {
 // CallerNamePattern is the form of a caller name: auth.keys' callers, and
 // those a front door derives from a token, which Cedar sees as
 // Caller::"<name>" and evidence records.
-const CallerNamePattern = `^[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}$`
+const CallerNamePattern = ident.CallerNamePattern
 
-var (
-	callerNamePattern = regexp.MustCompile(CallerNamePattern)
-	driverNamePattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
-	envNamePattern    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+const (
+	callerNamePattern = ident.CallerName
+	driverNamePattern = ident.DriverName
+	envNamePattern    = ident.EnvName
 )
 
 // Validate reports the first problem that would make the gateway unsafe or
@@ -841,10 +842,18 @@ func (t ToolConfig) spec() drivers.ToolSpec {
 
 // bind returns what the entry binds to on the driver configured as dc.
 func (t ToolConfig) bind(dc drivers.Config) (drivers.Binding, error) {
+	return binder(dc)(t.spec())
+}
+
+// binder returns how the driver configured as dc binds a tool entry: its
+// drivers.ToolBinder, or the entry as given.
+func binder(dc drivers.Config) func(drivers.ToolSpec) (drivers.Binding, error) {
 	if b, ok := dc.(drivers.ToolBinder); ok {
-		return b.BindTool(t.spec())
+		return b.BindTool
 	}
-	return drivers.Binding{Target: t.Target, Package: t.Package, Version: t.Version}, nil
+	return func(t drivers.ToolSpec) (drivers.Binding, error) {
+		return drivers.Binding{Target: t.Target, Package: t.Package, Version: t.Version}, nil
+	}
 }
 
 // validate checks a tool's settings for its driver (whose kind checks

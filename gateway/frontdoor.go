@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"path"
-	"regexp"
 	"slices"
 
 	"google.golang.org/grpc/codes"
@@ -12,13 +11,14 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/gateway/telemetry"
+	"github.com/toolgate/toolgate/internal/ident"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
 // frontDoorPattern bounds a front door's name. It is written into
 // request.json and may name log fields and folders, so it is kept to a
 // plain identifier: no quote, slash, dot or space can get through.
-var frontDoorPattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+const frontDoorPattern = ident.Word
 
 // Call is one tool call as a front door hands it to the gateway: the
 // RunTool request it translated its own protocol into, and the door's name.

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/internal/ident"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -40,7 +41,7 @@ const (
 )
 
 // identityMethodPattern keeps Method a plain word, as front door names are.
-var identityMethodPattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+const identityMethodPattern = ident.Word
 
 // validateIdentity checks what a door says about caller beyond its name.
 // The caller name must then be one auth.keys could have given, since a

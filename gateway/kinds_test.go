@@ -45,14 +45,8 @@ func (c *fakeConfig) Build(_ context.Context, _ string, env drivers.BuildEnv) (d
 	return fakeDriver{greeting: c.Greeting, secret: env.Getenv(c.SecretEnv)}, nil
 }
 
-func (c *fakeConfig) Secrets(getenv func(string) string) []string {
-	return []string{getenv(c.SecretEnv)}
-}
-
-func (c *fakeConfig) OwnPaths() []drivers.NamedPath { return nil }
-
-func (c *fakeConfig) Workspaces() []drivers.NamedPath {
-	return []drivers.NamedPath{{Key: "box", Path: c.Box}}
+func (c *fakeConfig) Footprint(getenv func(string) string) drivers.Footprint {
+	return drivers.Footprint{Secrets: []string{getenv(c.SecretEnv)}, Workspaces: []drivers.NamedPath{{Key: "box", Path: c.Box}}}
 }
 
 func (c *fakeConfig) Published() []drivers.PublishedTool {

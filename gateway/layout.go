@@ -46,10 +46,8 @@ func (c Config) gatewayPaths() []gatewayPath {
 	add("redact.rules_file", c.Redact.RulesFile)
 	add("tls.cert_file", c.TLS.CertFile)
 	for _, name := range sortedKeys(c.Drivers) {
-		if po, ok := c.Drivers[name].Config.(drivers.PathOwner); ok {
-			for _, p := range po.OwnPaths() {
-				add("drivers."+name+"."+p.Key, p.Path)
-			}
+		for _, p := range footprint(c.Drivers[name].Config, nil).OwnPaths {
+			add("drivers."+name+"."+p.Key, p.Path)
 		}
 	}
 	add("the configuration file", c.File)
@@ -68,16 +66,26 @@ func (c Config) secretFiles() []secretfile.Path {
 	return out
 }
 
+// footprint is what a driver section holds on the host (drivers.HostUser),
+// the zero Footprint for a section that holds nothing. A nil getenv reads
+// an empty environment, for callers that want paths only.
+func footprint(dc drivers.Config, getenv func(string) string) drivers.Footprint {
+	hu, ok := dc.(drivers.HostUser)
+	if !ok {
+		return drivers.Footprint{}
+	}
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	return hu.Footprint(getenv)
+}
+
 // workspaces lists the folders the drivers let callers write, named by
 // their keys.
 func (c Config) workspaces() []gatewayPath {
 	var out []gatewayPath
 	for _, name := range sortedKeys(c.Drivers) {
-		po, ok := c.Drivers[name].Config.(drivers.PathOwner)
-		if !ok {
-			continue
-		}
-		for _, w := range po.Workspaces() {
+		for _, w := range footprint(c.Drivers[name].Config, nil).Workspaces {
 			if w.Path != "" {
 				out = append(out, gatewayPath{"drivers." + name + "." + w.Key, w.Path})
 			}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/drivers/tpmjs"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
@@ -62,7 +63,7 @@ func newLiveGateway(t testing.TB, o liveOptions) *liveGateway {
 	lg.gw, err = New(Options{
 		Decider: live, Store: lg.store, Redactor: red, Auth: auth, Instance: "test-host",
 		Drivers: map[string]drivers.Driver{"fake": lg.driver, "other": &countingDriver{}},
-		Tools:   o.tools, Registry: &Registry{Driver: "fake"}, Selectable: o.selectable, Now: fixedClock,
+		Tools:   o.tools, Registry: &Registry{Driver: "fake", Bind: (&tpmjs.DriverConfig{}).BindTool}, Selectable: o.selectable, Now: fixedClock,
 	})
 	if err != nil {
 		t.Fatal(err)

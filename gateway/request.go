@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"regexp"
 	"strconv"
 	"strings"
 	"unicode"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/internal/argsize"
+	"github.com/toolgate/toolgate/internal/ident"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -49,9 +49,9 @@ const (
 // evidence prefix: no slash, no leading dot, nothing a path could be built
 // from. Front doors check a key that becomes a request id against it
 // before anything is recorded.
-const RequestIDPattern = `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`
+const RequestIDPattern = ident.RequestIDPattern
 
-var requestIDPattern = regexp.MustCompile(RequestIDPattern)
+const requestIDPattern = ident.RequestID
 
 // call is a validated RunTool request in the gateway's own terms.
 type call struct {

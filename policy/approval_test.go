@@ -15,6 +15,7 @@ const approvalDir = "testdata/approval"
 // TestDecideWithApprovalRules is the semantics table of approval rules,
 // decided over testdata/approval/policy.default.cedar.
 func TestDecideWithApprovalRules(t *testing.T) {
+	t.Parallel()
 	e := mustLoad(t, approvalDir)
 	shell := func(caller, cmd string) Request {
 		r := call("workspace.shell")
@@ -75,6 +76,7 @@ func TestDecideWithApprovalRules(t *testing.T) {
 // TestDecideApproval: who may approve a pending call, decided over
 // testdata/approval.
 func TestDecideApproval(t *testing.T) {
+	t.Parallel()
 	e := mustLoad(t, approvalDir)
 	pending := func(approver string, groups []string, cmd string) ApprovalRequest {
 		return ApprovalRequest{
@@ -136,6 +138,7 @@ func TestDecideApproval(t *testing.T) {
 }
 
 func TestDecideApprovalFailsClosedOnCancel(t *testing.T) {
+	t.Parallel()
 	e := mustLoad(t, approvalDir)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -149,6 +152,7 @@ func TestDecideApprovalFailsClosedOnCancel(t *testing.T) {
 // TestLoadChecksApprovalAnnotations: every malformed approval rule is
 // refused at load, with the file and line of the policy.
 func TestLoadChecksApprovalAnnotations(t *testing.T) {
+	t.Parallel()
 	permit := "permit (principal, action, resource == Tool::\"workspace.shell\");"
 	tests := []struct {
 		name string
@@ -196,6 +200,7 @@ func TestLoadChecksApprovalAnnotations(t *testing.T) {
 }
 
 func TestFolderSchemaCannotLoosenApprove(t *testing.T) {
+	t.Parallel()
 	dir := policyDir(t, map[string]string{
 		SchemaFile: "action \"Approve\" appliesTo { principal: [Caller], resource: [Tool], context: { requestId: String } };",
 		"p.cedar":  "",
@@ -207,6 +212,7 @@ func TestFolderSchemaCannotLoosenApprove(t *testing.T) {
 }
 
 func TestLoadAcceptsApprovalRules(t *testing.T) {
+	t.Parallel()
 	for _, src := range []string{
 		"@approval(\"ops\") permit (principal, action, resource);",
 		"@approval(\"" + strings.Repeat("z", 64) + "\") permit (principal, action, resource);",
@@ -220,6 +226,7 @@ func TestLoadAcceptsApprovalRules(t *testing.T) {
 // TestExplainMarksApprovalRules: a dry run lists which matching rules
 // decided, and their approval groups.
 func TestExplainMarksApprovalRules(t *testing.T) {
+	t.Parallel()
 	e := mustLoad(t, approvalDir)
 	r := call("workspace.shell")
 	r.Args = map[string]any{"cmd": "rm -rf tmp"}
@@ -258,7 +265,8 @@ func determiningIDs(x Explanation) []string {
 // TestRunTestsAssertsApprovals: a test file asserts approval_required, its
 // group, and approver decisions; a wrong group is a failing case.
 func TestRunTestsAssertsApprovals(t *testing.T) {
-	rep, err := RunTests(context.Background(), approvalDir)
+	t.Parallel()
+	rep, err := RunTests(context.Background(), approvalDir, testCatalog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +276,7 @@ func TestRunTestsAssertsApprovals(t *testing.T) {
 
 	src := `{"tests": [{"name": "wrong group", "request": {"caller": "alice", "tool": "workspace.shell"},
 		"expect": {"decision": "approval_required", "approvers": "security"}}]}`
-	cases, err := ParseTestFile("f.test.json", []byte(src))
+	cases, err := ParseTestFile("f.test.json", []byte(src), testCatalog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,6 +287,7 @@ func TestRunTestsAssertsApprovals(t *testing.T) {
 }
 
 func TestParseTestFileRefusesImpossibleApprovalCases(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ name, request, decision, want string }{
 		{"an approver expected to need approval",
 			`{"caller": "b", "action": "Approve", "tool": "workspace.shell", "approval": {"requester": "a", "group": "ops"}}`,
@@ -302,7 +311,7 @@ func TestParseTestFileRefusesImpossibleApprovalCases(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			src := `{"tests": [{"name": "n", "request": ` + tt.request + `, "expect": {"decision": "` + tt.decision + `"}}]}`
-			_, err := ParseTestFile("f.test.json", []byte(src))
+			_, err := ParseTestFile("f.test.json", []byte(src), testCatalog)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("ParseTestFile = %v, want an error containing %q", err, tt.want)
 			}
@@ -311,6 +320,7 @@ func TestParseTestFileRefusesImpossibleApprovalCases(t *testing.T) {
 }
 
 func TestLiveDecidesApproversWithTheSetsInForce(t *testing.T) {
+	t.Parallel()
 	l, err := NewLive(approvalDir)
 	if err != nil {
 		t.Fatal(err)
@@ -323,6 +333,7 @@ func TestLiveDecidesApproversWithTheSetsInForce(t *testing.T) {
 }
 
 func TestHasApprovalRules(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		files map[string]string

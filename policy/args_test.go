@@ -32,6 +32,7 @@ func decodeArgs(t testing.TB, doc string) map[string]any {
 }
 
 func TestArgsValueNumbers(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		json string
@@ -94,6 +95,7 @@ func dec(s string) func(*testing.T) types.Value {
 }
 
 func TestArgsValueStructure(t *testing.T) {
+	t.Parallel()
 	got, err := ArgsValue(decodeArgs(t, `{
 		"path": "docs/a.md",
 		"force": true,
@@ -121,6 +123,7 @@ func TestArgsValueStructure(t *testing.T) {
 }
 
 func TestArgsValueGoTypes(t *testing.T) {
+	t.Parallel()
 	got, err := ArgsValue(map[string]any{"f": 2.5, "whole": 3.0, "i": 4, "i64": int64(-5)})
 	if err != nil {
 		t.Fatal(err)
@@ -137,6 +140,7 @@ func TestArgsValueGoTypes(t *testing.T) {
 }
 
 func TestArgsValueNil(t *testing.T) {
+	t.Parallel()
 	got, err := ArgsValue(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -147,6 +151,7 @@ func TestArgsValueNil(t *testing.T) {
 }
 
 func TestArgsValueErrors(t *testing.T) {
+	t.Parallel()
 	deep := map[string]any{}
 	cur := deep
 	for range maxArgsDepth {
@@ -189,6 +194,7 @@ func TestArgsValueErrors(t *testing.T) {
 }
 
 func TestArgsValueSizeLimits(t *testing.T) {
+	t.Parallel()
 	array := func(n int) []any {
 		a := make([]any, n)
 		for i := range a {
@@ -228,6 +234,7 @@ func TestArgsValueSizeLimits(t *testing.T) {
 }
 
 func TestArgsValueDepthLimitIsInclusive(t *testing.T) {
+	t.Parallel()
 	m := map[string]any{}
 	cur := m
 	for range maxArgsDepth - 1 {
@@ -254,6 +261,7 @@ func emptyCaller() types.Record {
 }
 
 func TestContext(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		req  Request
@@ -322,6 +330,7 @@ func TestContext(t *testing.T) {
 }
 
 func TestContextRejectsBadArgs(t *testing.T) {
+	t.Parallel()
 	if _, err := Context(Request{Args: map[string]any{"c": make(chan int)}}); err == nil {
 		t.Error("Context accepted a channel argument")
 	}

@@ -26,6 +26,7 @@ const entityRules = `
 // cache makes. A cached caller entity served for another identity would
 // turn a deny into an allow.
 func TestCachedEntitiesNeverCarryAnotherCallsAttributes(t *testing.T) {
+	t.Parallel()
 	dir := policyDir(t, map[string]string{DefaultRef + ".cedar": entityRules})
 	cached := mustLoad(t, dir)
 	uncached := mustLoad(t, dir)
@@ -74,6 +75,7 @@ func TestCachedEntitiesNeverCarryAnotherCallsAttributes(t *testing.T) {
 // groups, so a flood of distinct identities must not grow the cache past
 // its bound, and calls past the bound are still decided right.
 func TestEntityCacheIsBounded(t *testing.T) {
+	t.Parallel()
 	e := mustLoad(t, policyDir(t, map[string]string{DefaultRef + ".cedar": entityRules}))
 	for i := range 2*maxCachedEntities + 10 {
 		groups := []string{fmt.Sprintf("g%d", i)}
@@ -97,6 +99,7 @@ func TestEntityCacheIsBounded(t *testing.T) {
 // their groups at once on one Engine (run with -race): each call gets its
 // own identity's decision.
 func TestEntityCacheUnderConcurrentCallers(t *testing.T) {
+	t.Parallel()
 	e := mustLoad(t, policyDir(t, map[string]string{DefaultRef + ".cedar": entityRules}))
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)

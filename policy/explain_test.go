@@ -8,6 +8,7 @@ import (
 )
 
 func TestExplain(t *testing.T) {
+	t.Parallel()
 	const rules = `@id("read") @reason("reads are harmless")
 permit (principal, action, resource == Tool::"workspace.readFile");
 
@@ -69,6 +70,7 @@ when { context.args has limit && context.args.limit > 3 };
 }
 
 func TestExplainCancelled(t *testing.T) {
+	t.Parallel()
 	e := mustLoad(t, shippedDir)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

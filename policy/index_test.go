@@ -95,6 +95,7 @@ func randomRequest(rng *rand.Rand) Request {
 // sets and random requests, the indexed decision equals plain
 // cedar.Authorize over every policy.
 func TestIndexMatchesPlainAuthorize(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 40 {
 		var src strings.Builder

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,7 @@ func writeSet(t *testing.T, dir, text string) {
 // TestLiveReloadUnderLoad swaps two policy sets while decisions run: every
 // decision is made by one whole set, the one whose digest it records.
 func TestLiveReloadUnderLoad(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeSet(t, dir, allowSet)
 	live, err := NewLive(dir)
@@ -69,10 +71,14 @@ func TestLiveReloadUnderLoad(t *testing.T) {
 			text = denySet
 		}
 		writeSet(t, dir, text)
+		before := decisions.Load()
 		if _, err := live.Reload(false); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(2 * time.Millisecond)
+		// Each set decides a few calls before the next swap.
+		for decisions.Load() < before+4 {
+			runtime.Gosched()
+		}
 	}
 	stop.Store(true)
 	wg.Wait()
@@ -82,6 +88,7 @@ func TestLiveReloadUnderLoad(t *testing.T) {
 }
 
 func TestLiveRejectsInvalidChange(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeSet(t, dir, allowSet)
 	live, err := NewLive(dir)
@@ -113,6 +120,7 @@ func TestLiveRejectsInvalidChange(t *testing.T) {
 }
 
 func TestLiveWatch(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeSet(t, dir, allowSet)
 	live, err := NewLive(dir)
@@ -142,6 +150,7 @@ func TestLiveWatch(t *testing.T) {
 // two steps. The empty file must never be swapped in; the finished one is,
 // once the folder has looked the same on two checks.
 func TestLiveWatchWaitsForTheFolderToSettle(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeSet(t, dir, allowSet)
 	live, err := NewLive(dir)

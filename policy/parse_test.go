@@ -32,6 +32,7 @@ permit (principal, action, resource == Tool::"t;1");
 // policies, positions and errors parsing the whole file gives, at every
 // chunk size.
 func TestParsePoliciesMatchesTheWholeFileParse(t *testing.T) {
+	t.Parallel()
 	for name, doc := range parseDocs {
 		for _, chunk := range []int{1, 2, 3, 1000} {
 			t.Run(fmt.Sprintf("%s, %d per chunk", name, chunk), func(t *testing.T) {

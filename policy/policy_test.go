@@ -50,6 +50,7 @@ func call(tool string) Request {
 }
 
 func TestShippedPolicies(t *testing.T) {
+	t.Parallel()
 	e := mustLoad(t, shippedDir)
 	if got := e.Refs(); !slices.Equal(got, []string{DefaultRef}) {
 		t.Fatalf("Refs() = %v, want [%s]", got, DefaultRef)
@@ -97,6 +98,7 @@ func TestShippedPolicies(t *testing.T) {
 // TestShippedExamples uncomments the example rules of the shipped policy
 // file, so that the advice it gives keeps validating and doing what it says.
 func TestShippedExamples(t *testing.T) {
+	t.Parallel()
 	src, err := os.ReadFile(filepath.Join(shippedDir, DefaultRef+".cedar"))
 	if err != nil {
 		t.Fatal(err)
@@ -190,6 +192,7 @@ when { context.args has factor && context.args.factor == decimal("0.1") };
 `
 
 func TestDecide(t *testing.T) {
+	t.Parallel()
 	e := mustLoad(t, policyDir(t, map[string]string{
 		"team.cedar":          decideSet,
 		DefaultRef + ".cedar": `@id("default_read") permit (principal, action, resource == Tool::"workspace.readFile");`,
@@ -276,6 +279,7 @@ func TestDecide(t *testing.T) {
 }
 
 func TestDecideFailsClosed(t *testing.T) {
+	t.Parallel()
 	// A forbid that compares an argument of an unexpected type errors.
 	// Cedar then skips it and lets the permit allow; Decide must deny.
 	fetch := mustLoad(t, policyDir(t, map[string]string{
@@ -371,6 +375,7 @@ permit (principal, action, resource);
 // TestDecideRecoversPanics feeds Decide a policy set whose policy cannot be
 // evaluated at all, standing in for a crash inside the evaluator.
 func TestDecideRecoversPanics(t *testing.T) {
+	t.Parallel()
 	set := &policySet{file: "broken.cedar", digest: "sha256:00", policies: []loadedPolicy{{id: "policy0", ruleID: "p"}}}
 	set.byID = map[cedar.PolicyID]*loadedPolicy{"policy0": &set.policies[0]}
 	set.general = []int{0}
@@ -389,6 +394,7 @@ func TestDecideRecoversPanics(t *testing.T) {
 // under a request's principal and resource decides exactly as evaluating
 // every policy in file order.
 func TestIndexMatchesFullScan(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	tools := []string{"t0", "t1", "t2"}
 	callers := []string{"c0", "c1", "c2"}
@@ -461,6 +467,7 @@ func TestIndexMatchesFullScan(t *testing.T) {
 }
 
 func TestDecideConcurrent(t *testing.T) {
+	t.Parallel()
 	e := mustLoad(t, shippedDir)
 	var wg sync.WaitGroup
 	for i := range 8 {
@@ -482,6 +489,7 @@ func TestDecideConcurrent(t *testing.T) {
 }
 
 func TestLoadErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		files   map[string]string
@@ -676,6 +684,7 @@ func TestLoadErrors(t *testing.T) {
 // attributes, entity types and actions (for nested drivers), and may repeat
 // the built-in schema unchanged; rules may then use what it adds.
 func TestLoadAcceptsSchemaAdditions(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ name, schema, policy string }{
 		{"an optional caller attribute",
 			"entity Caller { groups: Set<String>, roles: Set<String>, team?: String };",
@@ -696,6 +705,7 @@ func TestLoadAcceptsSchemaAdditions(t *testing.T) {
 }
 
 func TestLoadAcceptsGuardedArguments(t *testing.T) {
+	t.Parallel()
 	e := mustLoad(t, policyDir(t, map[string]string{
 		"p.cedar": `
 @id("docs")
@@ -733,6 +743,7 @@ when { (context.args has a && context.args.a == "x") || (context.args has b && c
 }
 
 func TestLoadFolder(t *testing.T) {
+	t.Parallel()
 	dir := policyDir(t, map[string]string{
 		"a.cedar":       `permit (principal, action, resource);`,
 		"empty.cedar":   ``,
@@ -768,12 +779,14 @@ func TestLoadFolder(t *testing.T) {
 }
 
 func TestLoadMissingFolder(t *testing.T) {
+	t.Parallel()
 	if _, err := Load(filepath.Join(t.TempDir(), "absent")); err == nil {
 		t.Error("Load of a missing folder succeeded")
 	}
 }
 
 func TestLoadEmptyFolder(t *testing.T) {
+	t.Parallel()
 	e := mustLoad(t, t.TempDir())
 	if refs := e.Refs(); len(refs) != 0 {
 		t.Errorf("Refs() = %v, want none", refs)
@@ -786,6 +799,7 @@ func TestLoadEmptyFolder(t *testing.T) {
 // TestToolAttributes: rules about the catalog's attributes of a tool, with
 // the schema on, as a security team writes them.
 func TestToolAttributes(t *testing.T) {
+	t.Parallel()
 	dir := policyDir(t, map[string]string{"policy.default.cedar": `
 @id("tpmjs_read_tools")
 permit (principal, action == Action::"RunTool", resource in Driver::"tpmjs")

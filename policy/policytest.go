@@ -31,8 +31,9 @@ type RequestSpec struct {
 	Roles  []string `json:"roles,omitempty"`
 	// Tool is the tool id. Required.
 	Tool string `json:"tool"`
-	// Driver is the driver serving the tool; it may be left out for
-	// "workspace.*" tools, which the workspace driver serves.
+	// Driver is the driver serving the tool; it may be left out for a
+	// tool the spec's Catalog names (the tools the default configuration
+	// publishes, such as "workspace.readFile").
 	Driver string `json:"driver,omitempty"`
 	// Action is ActionRunTool, ActionCallTool or ActionApprove. Left out, it
 	// is what the gateway uses: CallTool for a nested call (one with a
@@ -51,6 +52,25 @@ type RequestSpec struct {
 	ToolAttributes *SpecToolAttributes `json:"tool_attributes,omitempty"`
 	// Session is the call's history; left out, the call is a first call.
 	Session *SpecSession `json:"session,omitempty"`
+
+	// catalog names the driver of a tool given without one (In).
+	catalog Catalog
+}
+
+// Catalog stands for the gateway's catalog where a request is decided
+// without a gateway (a dry run, a policy test file): it names the driver
+// serving a tool id. The policy package knows no driver by name.
+type Catalog interface {
+	// DriverOf returns the driver serving toolID, false when the catalog
+	// has no such tool.
+	DriverOf(toolID string) (driver string, ok bool)
+}
+
+// In returns s whose tool, given without a driver, takes the driver c
+// names; a nil c names none.
+func (s RequestSpec) In(c Catalog) RequestSpec {
+	s.catalog = c
+	return s
 }
 
 // SpecSession is the history of a RequestSpec's call, named as Cedar sees
@@ -162,9 +182,6 @@ func (s RequestSpec) ApprovalRequest() (ApprovalRequest, error) {
 	}, nil
 }
 
-// WorkspaceDriver is the driver that serves every "workspace.*" tool.
-const WorkspaceDriver = "workspace"
-
 // specRequestID is the request id of a spec that gives none; the gateway
 // never sends an empty one.
 const specRequestID = "dry-run"
@@ -214,8 +231,10 @@ func (s RequestSpec) Request() (Request, error) {
 	default:
 		req.Action = ActionRunTool
 	}
-	if req.Driver == "" && strings.HasPrefix(req.ToolID, WorkspaceDriver+".") {
-		req.Driver = WorkspaceDriver
+	if req.Driver == "" && s.catalog != nil {
+		if driver, ok := s.catalog.DriverOf(req.ToolID); ok {
+			req.Driver = driver
+		}
 	}
 	switch {
 	case req.Caller == "":
@@ -223,7 +242,7 @@ func (s RequestSpec) Request() (Request, error) {
 	case req.ToolID == "":
 		return Request{}, errors.New("tool is required")
 	case req.Driver == "":
-		return Request{}, fmt.Errorf("driver is required for tool %q, which is not a %s.* tool", req.ToolID, WorkspaceDriver)
+		return Request{}, fmt.Errorf("driver is required for tool %q, which the catalog does not name", req.ToolID)
 	case req.Action != ActionRunTool && req.Action != ActionCallTool:
 		return Request{}, fmt.Errorf("action %q must be %q or %q", req.Action, ActionRunTool, ActionCallTool)
 	}
@@ -288,11 +307,12 @@ func (r Report) Failed() int {
 func (r Report) Passed() int { return len(r.Results) - r.Failed() }
 
 // RunTests loads the policies of dir and runs every test file
-// (<dir>/*.test.json) against them. A failing case is a result, not an
+// (<dir>/*.test.json) against them; cat names the drivers of the tools
+// a test gives without one. A failing case is a result, not an
 // error; the error reports a folder that does not load, a test file that is
 // malformed (every such problem, each naming its file) or, as ErrNoTests, a
 // folder without test files.
-func RunTests(ctx context.Context, dir string) (Report, error) {
+func RunTests(ctx context.Context, dir string, cat Catalog) (Report, error) {
 	engine, err := Load(dir)
 	if err != nil {
 		return Report{}, err
@@ -318,7 +338,7 @@ func RunTests(ctx context.Context, dir string) (Report, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", path, err))
 			continue
 		}
-		cases, err := ParseTestFile(path, src)
+		cases, err := ParseTestFile(path, src, cat)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -396,8 +416,9 @@ func checkSpec(spec RequestSpec) error {
 // and a file without tests are all errors. Each problem is reported on its own
 // line starting with "<path>: " and naming the case, or with
 // "<path>:<line>:<column>: " for malformed JSON. Numbers in args are kept as
-// json.Number, as the gateway keeps them.
-func ParseTestFile(path string, src []byte) ([]TestCase, error) {
+// json.Number, as the gateway keeps them. cat names the drivers of the
+// tools a test gives without one; each case's Request is in it (In).
+func ParseTestFile(path string, src []byte, cat Catalog) ([]TestCase, error) {
 	var file struct {
 		Tests []json.RawMessage `json:"tests"`
 	}
@@ -419,6 +440,7 @@ func ParseTestFile(path string, src []byte) ([]TestCase, error) {
 			errs = append(errs, fmt.Errorf("%s: tests[%d]: %w", path, i, err))
 			continue
 		}
+		tc.Request = tc.Request.In(cat)
 		label := fmt.Sprintf("%s: tests[%d] %q", path, i, tc.Name)
 		switch {
 		case tc.Name == "":

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 )
 
 func TestRequestSpec(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		spec    RequestSpec
@@ -51,7 +53,7 @@ func TestRequestSpec(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := tt.spec.Request()
+			got, err := tt.spec.In(testCatalog).Request()
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("Request() error = %v, want one mentioning %q", err, tt.wantErr)
@@ -71,7 +73,8 @@ func TestRequestSpec(t *testing.T) {
 // TestShippedPolicyTests runs the test file shipped beside the example
 // policy, as `toolgate policy test policies` does.
 func TestShippedPolicyTests(t *testing.T) {
-	rep, err := RunTests(context.Background(), shippedDir)
+	t.Parallel()
+	rep, err := RunTests(context.Background(), shippedDir, testCatalog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +97,7 @@ permit (principal, action, resource == Tool::"workspace.readFile");
 `
 
 func TestRunTestsReportsMismatches(t *testing.T) {
+	t.Parallel()
 	dir := policyDir(t, map[string]string{
 		DefaultRef + ".cedar": allowReads,
 		"b.test.json": `{"tests": [
@@ -103,7 +107,7 @@ func TestRunTestsReportsMismatches(t *testing.T) {
 		]}`,
 		"a.test.json": `{"tests": [{"name": "deny without rule", "request": {"caller": "a", "tool": "x.y", "driver": "x"}, "expect": {"decision": "deny"}}]}`,
 	})
-	rep, err := RunTests(context.Background(), dir)
+	rep, err := RunTests(context.Background(), dir, testCatalog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,6 +139,7 @@ func TestRunTestsReportsMismatches(t *testing.T) {
 }
 
 func TestRunTestsErrors(t *testing.T) {
+	t.Parallel()
 	okTest := `{"tests": [{"name": "n", "request": {"caller": "a", "tool": "workspace.readFile"}, "expect": {"decision": "allow"}}]}`
 	tests := []struct {
 		name  string
@@ -166,7 +171,7 @@ func TestRunTestsErrors(t *testing.T) {
 			if _, ok := tt.files[DefaultRef+".cedar"]; !ok {
 				tt.files[DefaultRef+".cedar"] = allowReads
 			}
-			_, err := RunTests(context.Background(), policyDir(t, tt.files))
+			_, err := RunTests(context.Background(), policyDir(t, tt.files), testCatalog)
 			if err == nil {
 				t.Fatal("RunTests succeeded")
 			}
@@ -180,7 +185,8 @@ func TestRunTestsErrors(t *testing.T) {
 }
 
 func TestRunTestsNoTestsIsErrNoTests(t *testing.T) {
-	_, err := RunTests(context.Background(), policyDir(t, map[string]string{DefaultRef + ".cedar": allowReads}))
+	t.Parallel()
+	_, err := RunTests(context.Background(), policyDir(t, map[string]string{DefaultRef + ".cedar": allowReads}), testCatalog)
 	if !errors.Is(err, ErrNoTests) {
 		t.Fatalf("RunTests = %v, want ErrNoTests", err)
 	}
@@ -199,7 +205,7 @@ func FuzzParseTestFile(f *testing.F) {
 	f.Add([]byte(`{"tests": [{"name": "n", "request": {"caller": "b", "action": "Approve", "approval": {"requester": "a", "group": "Ops"}, "tool": "workspace.shell"}, "expect": {"decision": "approval_required"}}]}`))
 	e := mustLoad(f, shippedDir)
 	f.Fuzz(func(t *testing.T, src []byte) {
-		cases, err := ParseTestFile("f.test.json", src)
+		cases, err := ParseTestFile("f.test.json", src, testCatalog)
 		if err != nil {
 			if len(cases) != 0 {
 				t.Fatalf("ParseTestFile returned %d cases with error %v", len(cases), err)
@@ -239,3 +245,16 @@ func FuzzParseTestFile(f *testing.F) {
 		}
 	})
 }
+
+// publishedBy stands in for a gateway's catalog: the tools
+// "<driver>.<target>" the named drivers publish.
+type publishedBy []string
+
+func (p publishedBy) DriverOf(id string) (string, bool) {
+	driver, _, ok := strings.Cut(id, ".")
+	return driver, ok && slices.Contains(p, driver)
+}
+
+// testCatalog is the default configuration's: its workspace driver
+// publishes every "workspace.<operation>".
+var testCatalog Catalog = publishedBy{"workspace"}

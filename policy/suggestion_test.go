@@ -19,6 +19,7 @@ permit (principal, action == Action::"RunTool", resource == Tool::"workspace.rea
 `
 
 func TestSuggestionIsTheDecidingRules(t *testing.T) {
+	t.Parallel()
 	e := mustLoad(t, policyDir(t, map[string]string{DefaultRef + ".cedar": suggestionRules}))
 	shell := func(cmd string) Request {
 		r := call("workspace.shell")
@@ -60,6 +61,7 @@ func TestSuggestionIsTheDecidingRules(t *testing.T) {
 }
 
 func TestPolicyValidateChecksSuggestions(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, annotation, want string }{
 		{"an empty suggestion says nothing", `@suggestion("")`, "@suggestion must not be empty"},
 		{"a newline could forge lines where suggestions are shown", `@suggestion("use fetch\ninstead")`, "printable characters only, on one line (found U+000A)"},
@@ -82,6 +84,7 @@ func TestPolicyValidateChecksSuggestions(t *testing.T) {
 }
 
 func TestPolicyTestsMayExpectASuggestion(t *testing.T) {
+	t.Parallel()
 	dir := policyDir(t, map[string]string{
 		DefaultRef + ".cedar": suggestionRules,
 		"s.test.json": `{"tests": [
@@ -89,7 +92,7 @@ func TestPolicyTestsMayExpectASuggestion(t *testing.T) {
 			{"name": "wrong", "request": {"caller": "a", "tool": "workspace.shell", "args": {"command": "curl x"}}, "expect": {"decision": "deny", "suggestion": "use wget"}}
 		]}`,
 	})
-	rep, err := RunTests(context.Background(), dir)
+	rep, err := RunTests(context.Background(), dir, testCatalog)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,6 +71,7 @@ func corpusTexts(t testing.TB) map[string][]byte {
 // the gateway meets it: a JSON file as a JSON document, any other as text, and every file as the
 // stdout string of a tool result.
 func TestCorpusRecall(t *testing.T) {
+	t.Parallel()
 	r := newRedactor(t, Config{})
 	labels := corpusLabels(t)
 	files := corpusFiles(t, "positive")
@@ -171,6 +172,7 @@ func jsonDecodedStrings(t *testing.T, doc []byte) []byte {
 // TestCorpusFalsePositives bounds redactions in the negative corpus, JSON files redacted as JSON
 // and others as text: at most one per MiB.
 func TestCorpusFalsePositives(t *testing.T) {
+	t.Parallel()
 	r := newRedactor(t, Config{})
 	total, count := 0, 0
 	for name, data := range corpusFiles(t, "negative") {

@@ -106,6 +106,7 @@ func leftoverForm(out []byte, secret string) string {
 // output carries it, inside random text, never survives redaction in any form, as text or inside
 // a JSON document.
 func TestKnownSecretSurvivesNoEncoding(t *testing.T) {
+	t.Parallel()
 	const (
 		secretAlphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./+=:@!%\" "
 		textAlphabet   = "abcdefghijklmnopqrstuvwxyz ABCDEFG0123456789.,:=\n"

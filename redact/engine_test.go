@@ -18,6 +18,7 @@ import (
 // search over random patterns and texts, on both sides of the length at which scan splits the
 // text in two.
 func TestAutomatonFindsWhatASubstringSearchFinds(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	alphabet := "abAB-_.:"
 	randString := func(n int) string {
@@ -68,6 +69,7 @@ func TestAutomatonFindsWhatASubstringSearchFinds(t *testing.T) {
 // and anchored runs, the rewritten patterns) against each rule's pattern as written, run over
 // the whole text: every secret the full scan accepts is redacted.
 func TestRulesFindWhatAFullScanFinds(t *testing.T) {
+	t.Parallel()
 	r := newRedactor(t, Config{})
 	texts := corpusTexts(t)
 	outputs, lower := map[string][]byte{}, map[string][]byte{}
@@ -120,6 +122,7 @@ func inMarker(out, s []byte) bool {
 }
 
 func TestCopyMatchesTextAcrossChunkBoundaries(t *testing.T) {
+	t.Parallel()
 	r := newRedactor(t, Config{KnownSecrets: []string{"known-value-1234567"}})
 	// Secrets placed on and around every read and overlap boundary.
 	var in bytes.Buffer
@@ -227,6 +230,7 @@ func (r *repeatReader) Read(p []byte) (int, error) {
 }
 
 func TestCopyStopsOnCancelAndErrors(t *testing.T) {
+	t.Parallel()
 	r := newRedactor(t, Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

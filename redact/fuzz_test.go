@@ -276,6 +276,7 @@ func collectStrings(v any, b *bytes.Buffer) {
 }
 
 func TestFenceNumbers(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, doc, want string }{
 		{"a number is fenced, the comma after it is not", `{"":4242,"a":1}`, "{\"\":\x004242\x00,\"a\":\x001\x00}"},
 		{"digits in a string are not a number", `["12",-1.5e+3]`, "[\"12\",\x00-1.5e+3\x00]"},

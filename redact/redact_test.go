@@ -35,6 +35,7 @@ func newRedactor(t testing.TB, cfg Config) *Redactor {
 }
 
 func TestTextRedactsOnlyTheSecret(t *testing.T) {
+	t.Parallel()
 	r := newRedactor(t, Config{})
 	cases := []struct {
 		name, in, want string
@@ -78,6 +79,7 @@ func TestTextRedactsOnlyTheSecret(t *testing.T) {
 }
 
 func TestKnownSecretInEveryEncoding(t *testing.T) {
+	t.Parallel()
 	const secret = `p@ss"w0rd/with+odd&chars<>`
 	r := newRedactor(t, Config{KnownSecrets: []string{secret}})
 	jsonEscaped, _ := json.Marshal(secret)
@@ -116,6 +118,7 @@ func TestKnownSecretInEveryEncoding(t *testing.T) {
 }
 
 func TestShortKnownValuesAreIgnored(t *testing.T) {
+	t.Parallel()
 	r := newRedactor(t, Config{KnownSecrets: []string{"abc", ""}})
 	if out, _ := r.String("abcabc"); out != "abcabc" {
 		t.Errorf("got %q", out)
@@ -123,6 +126,7 @@ func TestShortKnownValuesAreIgnored(t *testing.T) {
 }
 
 func TestFindingsCarryAKeyedFingerprintAndNoSecret(t *testing.T) {
+	t.Parallel()
 	key := []byte("fingerprint key")
 	r := newRedactor(t, Config{FingerprintKey: key})
 	in := "a " + fakeGitHubPAT + " b " + fakeGitHubPAT
@@ -156,6 +160,7 @@ func TestFindingsCarryAKeyedFingerprintAndNoSecret(t *testing.T) {
 }
 
 func TestJSONKeepsStructure(t *testing.T) {
+	t.Parallel()
 	r := newRedactor(t, Config{KnownSecrets: []string{"4242424242"}})
 	cases := []struct {
 		name, in, want string
@@ -219,6 +224,7 @@ func TestJSONKeepsStructure(t *testing.T) {
 }
 
 func TestJSONRejectsInvalidInput(t *testing.T) {
+	t.Parallel()
 	r := newRedactor(t, Config{})
 	for _, in := range []string{``, `{`, `{"a":}`, `[1,]`, `{"a":1} x`, `"\x"`, "\"a\x01\"", `01`, `{"a" 1}`, `tru`, strings.Repeat("[", maxJSONDepth+1)} {
 		out, _, err := r.JSON("x", []byte(in))
@@ -232,6 +238,7 @@ func TestJSONRejectsInvalidInput(t *testing.T) {
 }
 
 func TestRulesFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	write := func(name, text string) string {
 		path := filepath.Join(dir, name)

@@ -9,6 +9,7 @@ import (
 )
 
 func TestStandaloneReplacesTheValueOnlyWhereItStandsAlone(t *testing.T) {
+	t.Parallel()
 	const v = "s3cr3tV4lue"
 	r := newRedactor(t, Config{FingerprintKey: []byte("k")}).Standalone(v)
 	const m = "[REDACTED:caller-secret]"
@@ -51,6 +52,7 @@ func TestStandaloneReplacesTheValueOnlyWhereItStandsAlone(t *testing.T) {
 }
 
 func TestStandaloneAppliesNoRuleKeyNameOrStructure(t *testing.T) {
+	t.Parallel()
 	base := newRedactor(t, Config{KnownSecrets: []string{"configured-secret-1"}})
 	r := base.Standalone("callers-own-value")
 	text := "clone with " + fakeGitHubPAT + " and configured-secret-1"
@@ -72,6 +74,7 @@ func TestStandaloneAppliesNoRuleKeyNameOrStructure(t *testing.T) {
 }
 
 func TestCheckCallerSecret(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, value string
 		also        []string

@@ -23,6 +23,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	_ "github.com/toolgate/toolgate/drivers/builtin"
 	"github.com/toolgate/toolgate/drivers/workspace"
 )
 

@@ -92,7 +92,7 @@ func policyAuthorize(ctx context.Context, args []string, std stdio) int {
 	var spec policy.RequestSpec
 	fs.StringVar(&spec.Caller, "caller", "", "caller `name` (required), as authentication would set it")
 	fs.StringVar(&spec.Tool, "tool", "", "tool `id` (required), e.g. workspace.readFile")
-	fs.StringVar(&spec.Driver, "driver", "", "`driver` serving the tool (required unless the tool id starts with workspace.)")
+	fs.StringVar(&spec.Driver, "driver", "", "`driver` serving the tool (required unless the default catalog names it, as it does workspace.*)")
 	fs.StringVar(&spec.Action, "action", "", "RunTool, CallTool or Approve (default CallTool with --parent-request-id, else RunTool)")
 	var pending policy.SpecApproval
 	fs.StringVar(&pending.Requester, "requester", "", "with --action Approve: the pending call's caller (--caller is the approver)")
@@ -142,7 +142,11 @@ func policyAuthorize(ctx context.Context, args []string, std stdio) int {
 	if pending != (policy.SpecApproval{}) {
 		spec.Approval = &pending
 	}
-	explain, err := dryRun(spec)
+	cat, err := defaultCatalog()
+	if err != nil {
+		return fail("%v", err)
+	}
+	explain, err := dryRun(spec.In(cat), cat)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -188,11 +192,11 @@ func readSession(path string) (*policy.SpecSession, error) {
 // dryRun checks spec and returns the question it asks of an engine: a
 // decision on a call or, for --action Approve, on an approver. Workspace
 // arguments are normalised first, as the gateway does before deciding.
-func dryRun(spec policy.RequestSpec) (func(context.Context, *policy.Engine) policy.Explanation, error) {
+func dryRun(spec policy.RequestSpec, cat catalog) (func(context.Context, *policy.Engine) policy.Explanation, error) {
 	if !spec.IsApproval() {
 		req, err := spec.Request()
 		if err == nil {
-			req, err = canonicalWorkspaceArgs(req)
+			req, err = cat.canonical(req)
 		}
 		if err != nil {
 			return nil, err
@@ -203,7 +207,7 @@ func dryRun(spec policy.RequestSpec) (func(context.Context, *policy.Engine) poli
 	if err != nil {
 		return nil, err
 	}
-	canon, err := canonicalWorkspaceArgs(policy.Request{ToolID: a.ToolID, Driver: a.Driver, Args: a.Args})
+	canon, err := cat.canonical(policy.Request{ToolID: a.ToolID, Driver: a.Driver, Args: a.Args})
 	if err != nil {
 		return nil, err
 	}
@@ -317,7 +321,12 @@ func policyTest(ctx context.Context, args []string, std stdio) int {
 		fs.Usage()
 		return exitError
 	}
-	rep, err := policy.RunTests(ctx, fs.Arg(0))
+	cat, err := defaultCatalog()
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitError
+	}
+	rep, err := policy.RunTests(ctx, fs.Arg(0), cat)
 	switch {
 	case errors.Is(err, policy.ErrNoTests):
 		fmt.Fprintln(stderr, err)

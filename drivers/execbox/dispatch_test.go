@@ -251,6 +251,7 @@ func dispatchedCases() []dispatchCase {
 // the request id is burnt although nothing ran), and a failure after must
 // not be (or a retry runs guest code, and its nested calls, twice).
 func TestRunMarksOnlyCallsThatNeverLeft(t *testing.T) {
+	t.Parallel()
 	for _, tc := range append(notDispatchedCases(), dispatchedCases()...) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

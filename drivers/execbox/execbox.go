@@ -106,6 +106,9 @@ type Config struct {
 // Driver runs guest JavaScript on execbox runners. It implements
 // drivers.Driver and is safe for concurrent use.
 type Driver struct {
+	// described is what Describe answers for every target, built once.
+	described drivers.Target
+
 	name        string
 	url         string   // WebSocket transport
 	cmd         *command // stdio transport
@@ -246,6 +249,7 @@ func New(cfg Config) (*Driver, error) {
 			d.pool = newPool(d.cmd, cfg.Pool, d.log.With("driver", d.name))
 		}
 	}
+	d.described = drivers.Target{InputSchema: d.InputSchema("")}
 	return d, nil
 }
 

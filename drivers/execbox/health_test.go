@@ -8,6 +8,7 @@ import (
 )
 
 func TestHealthReportsThePool(t *testing.T) {
+	t.Parallel()
 	t.Run("a filled pool is healthy and says how many runners wait", func(t *testing.T) {
 		r := execboxtest.NewStdio(t, execboxtest.Script{started(), done("ok")})
 		d := newDriver(t, Config{Command: r.Command, Pool: 2})

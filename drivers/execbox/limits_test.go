@@ -21,6 +21,7 @@ func fanOut(n int) execboxtest.Script {
 }
 
 func TestRunNestedCallLimit(t *testing.T) {
+	t.Parallel()
 	for _, tr := range transports {
 		t.Run(tr.name+"/calls beyond the limit are refused to the guest and never reach the tools", func(t *testing.T) {
 			tools := newTools()
@@ -59,6 +60,7 @@ func TestRunNestedCallLimit(t *testing.T) {
 }
 
 func TestRunNestedCallsInFlightAreBounded(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	inFlight, peak := 0, 0
 	tools := newTools()
@@ -88,6 +90,7 @@ func TestRunNestedCallsInFlightAreBounded(t *testing.T) {
 }
 
 func TestRunNestedCallsEndWithTheExecution(t *testing.T) {
+	t.Parallel()
 	// The guest keeps calling tools long after its 200 ms are over and
 	// ignores cancel; each tool takes its time unless cancelled.
 	var mu sync.Mutex

@@ -11,6 +11,7 @@ import (
 )
 
 func TestDecodeRunnerMessage(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		in   string
@@ -72,6 +73,7 @@ func TestDecodeRunnerMessage(t *testing.T) {
 }
 
 func TestDecodeRunnerMessageUntrustedValues(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		value   string
@@ -105,6 +107,7 @@ func TestDecodeRunnerMessageUntrustedValues(t *testing.T) {
 }
 
 func TestMatches(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in   string
 		want bool
@@ -127,6 +130,7 @@ func TestMatches(t *testing.T) {
 }
 
 func TestEncodeToolResult(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		o    toolOutcome
@@ -169,6 +173,7 @@ func TestEncodeToolResult(t *testing.T) {
 }
 
 func TestExitCodes(t *testing.T) {
+	t.Parallel()
 	want := map[string]int{"timeout": 124, "memory_limit": 137, "validation_error": 2, "tool_error": 3,
 		"runtime_error": 1, "serialization_error": 4, "internal_error": 5, "": 5, "other": 5}
 	for code, exit := range want {
@@ -182,6 +187,7 @@ func TestExitCodes(t *testing.T) {
 }
 
 func TestJoinLogs(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name               string
 		logs               []string
@@ -205,6 +211,7 @@ func TestJoinLogs(t *testing.T) {
 }
 
 func TestCleanText(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in    string
 		limit int
@@ -224,6 +231,7 @@ func TestCleanText(t *testing.T) {
 }
 
 func TestParseArgs(t *testing.T) {
+	t.Parallel()
 	limit := 5 * time.Second
 	tests := []struct {
 		name string

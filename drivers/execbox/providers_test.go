@@ -14,6 +14,7 @@ import (
 var jsIdentifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func TestIdentifier(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in           string
 		global, prop string // as a provider, as a tool
@@ -64,6 +65,7 @@ func infos(ids ...string) []drivers.ToolInfo {
 }
 
 func TestMapTools(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		ids  []string
@@ -94,6 +96,7 @@ func TestMapTools(t *testing.T) {
 // TestMapToolsDeterministic checks that the order in which the catalog
 // lists its tools never changes their names.
 func TestMapToolsDeterministic(t *testing.T) {
+	t.Parallel()
 	ids := []string{"a.x", "a.x-y", "a.x_y", "a-b.x", "a_b.x", "echo", "tools.echo", "1.2", "class.delete", "é.ü"}
 	want := names(mapTools(infos(ids...)))
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -114,6 +117,7 @@ func TestMapToolsDeterministic(t *testing.T) {
 }
 
 func TestBuildCatalog(t *testing.T) {
+	t.Parallel()
 	tools := []drivers.ToolInfo{
 		{ID: "a.x", Description: "Ends */ a comment\nand spans lines"},
 		{ID: "a-b.y"},

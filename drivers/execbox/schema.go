@@ -2,9 +2,17 @@ package execbox
 
 import (
 	"encoding/json"
+
+	"github.com/toolgate/toolgate/drivers"
 )
 
-// InputSchema implements drivers.Describer: every target runs code.run's
+var _ drivers.Describer = (*Driver)(nil)
+
+// Describe implements drivers.Describer: a schema, and no hints, since
+// guest code may do whatever the tools it calls do.
+func (d *Driver) Describe(string) drivers.Target { return d.described }
+
+// InputSchema is the schema of every target: code.run's
 // arguments (parseArgs), whatever the catalog names it. timeoutMs is held
 // to the driver's time limit, which a call may lower but never raise.
 func (d *Driver) InputSchema(string) json.RawMessage {

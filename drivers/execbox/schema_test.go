@@ -18,6 +18,7 @@ var update = flag.Bool("update", false, "rewrite the golden schema file in testd
 // TestCodeRunSchemaMatchesGolden pins code.run's schema for a driver
 // with a 30 s limit; -update rewrites it after a deliberate change.
 func TestCodeRunSchemaMatchesGolden(t *testing.T) {
+	t.Parallel()
 	d := &Driver{timeout: 30 * time.Second}
 	var pretty bytes.Buffer
 	if err := json.Indent(&pretty, d.InputSchema("code.run"), "", "  "); err != nil {
@@ -46,6 +47,7 @@ func TestCodeRunSchemaMatchesGolden(t *testing.T) {
 // TestCodeRunSchemaAgreesWithParseArgs: the schema accepts exactly what
 // parseArgs accepts, for the rules a schema can state.
 func TestCodeRunSchemaAgreesWithParseArgs(t *testing.T) {
+	t.Parallel()
 	limit := 30 * time.Second
 	d := &Driver{timeout: limit}
 	var s jsonschema.Schema

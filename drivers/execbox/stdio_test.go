@@ -45,6 +45,7 @@ func idlePids(d *Driver) []int {
 // TestPoolServesFromPrestartedRunners checks that the pool starts its
 // runners ahead of calls, hands them out and refills.
 func TestPoolServesFromPrestartedRunners(t *testing.T) {
+	t.Parallel()
 	r := execboxtest.NewStdio(t, execboxtest.Script{started(), done("pooled")})
 	d := newDriver(t, Config{Command: r.Command, Pool: 2})
 	eventually(t, "the pool started 2 runners", func() bool { return r.Starts() == 2 && len(idlePids(d)) == 2 })
@@ -71,6 +72,7 @@ func TestPoolServesFromPrestartedRunners(t *testing.T) {
 // TestPoolReplacesDeadRunner checks that a runner that died while waiting
 // in the pool is replaced and never handed out.
 func TestPoolReplacesDeadRunner(t *testing.T) {
+	t.Parallel()
 	r := execboxtest.NewStdio(t, execboxtest.Script{execboxtest.ExitBeforeExecuteOnce(), started(), done("replacement")})
 	d := newDriver(t, Config{Command: r.Command, Pool: 1})
 	eventually(t, "the dead runner was replaced", func() bool { return r.Starts() == 2 && len(idlePids(d)) == 1 })
@@ -93,6 +95,7 @@ func TestPoolReplacesDeadRunner(t *testing.T) {
 // TestPoolClose checks that Close kills the idle runners and that the
 // driver refuses calls afterwards.
 func TestPoolClose(t *testing.T) {
+	t.Parallel()
 	r := execboxtest.NewStdio(t, execboxtest.Script{started(), done(nil)})
 	d := newDriver(t, Config{Command: r.Command, Pool: 3})
 	eventually(t, "the pool is full", func() bool { return len(idlePids(d)) == 3 })
@@ -125,6 +128,7 @@ func processGone(pid int) bool {
 // TestStdioKillsProcessGroup checks that whatever a runner started dies
 // with its session.
 func TestStdioKillsProcessGroup(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	script := `sleep 60 & echo $! > "$1/child"; read line; ` +
 		`echo '{"type":"done","id":"req-1","ok":true,"logs":[],"result":1}'; wait`
@@ -184,6 +188,7 @@ func (b *syncBuffer) String() string {
 // TestStdioCrashDiagnostics checks that a crashed runner's exit status is
 // in the error and its stderr in the log, never in a Result.
 func TestStdioCrashDiagnostics(t *testing.T) {
+	t.Parallel()
 	var logs syncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	d := newDriver(t, Config{Command: []string{"/bin/sh", "-c", `read line; echo "guest engine exploded" >&2; exit 9`}, Logger: logger})
@@ -198,6 +203,7 @@ func TestStdioCrashDiagnostics(t *testing.T) {
 
 // TestReadLine checks the stdio framing.
 func TestReadLine(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		input string
@@ -236,6 +242,7 @@ func TestReadLine(t *testing.T) {
 
 // TestTailBuffer checks that stderr keeps its last bytes.
 func TestTailBuffer(t *testing.T) {
+	t.Parallel()
 	tb := tailBuffer{limit: 8}
 	for _, s := range []string{"abc", "defg", "hij"} {
 		tb.Write([]byte(s))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/internal/ident"
 )
 
 // Type is the drivers.<name>.type of a TPMJS executor driver.
@@ -57,7 +58,7 @@ func (c *DriverConfig) Validate(drivers.Validation) error {
 	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("url %q: want the executor's http:// or https:// base URL", c.URL)
 	}
-	if c.APIKeyEnv != "" && !drivers.ValidEnvName(c.APIKeyEnv) {
+	if c.APIKeyEnv != "" && !ident.EnvName.MatchString(c.APIKeyEnv) {
 		return fmt.Errorf("api_key_env %q: not an environment variable name", c.APIKeyEnv)
 	}
 	if c.HealthTimeout < 0 || c.CallTimeout < 0 || c.MaxResponseBytes < 0 {
@@ -108,31 +109,21 @@ func (c *DriverConfig) Build(_ context.Context, name string, env drivers.BuildEn
 	return d, nil
 }
 
-// Secrets implements drivers.SecretSource: the executor's API key.
-func (c *DriverConfig) Secrets(getenv func(string) string) []string {
-	if c.APIKeyEnv == "" {
-		return nil
+// Footprint implements drivers.HostUser: the executor's API key is a
+// secret, and the trace folder is the gateway's own.
+func (c *DriverConfig) Footprint(getenv func(string) string) drivers.Footprint {
+	var f drivers.Footprint
+	if c.APIKeyEnv != "" {
+		if v := getenv(c.APIKeyEnv); v != "" {
+			f.Secrets = []string{v}
+		}
 	}
-	if v := getenv(c.APIKeyEnv); v != "" {
-		return []string{v}
+	if c.TraceDir != "" {
+		f.OwnPaths = []drivers.NamedPath{{Key: "trace_dir", Path: c.TraceDir}}
+		f.TraceFolder = c.TraceDir
 	}
-	return nil
+	return f
 }
-
-// OwnPaths implements drivers.PathOwner: the trace folder is the
-// gateway's.
-func (c *DriverConfig) OwnPaths() []drivers.NamedPath {
-	if c.TraceDir == "" {
-		return nil
-	}
-	return []drivers.NamedPath{{Key: "trace_dir", Path: c.TraceDir}}
-}
-
-// Workspaces implements drivers.PathOwner.
-func (c *DriverConfig) Workspaces() []drivers.NamedPath { return nil }
-
-// TraceFolder implements drivers.Tracer.
-func (c *DriverConfig) TraceFolder() string { return c.TraceDir }
 
 // RegistryIDs implements drivers.RegistryHost.
 func (c *DriverConfig) RegistryIDs() (string, bool) { return c.RegistryVersion, c.AllowRegistryIDs }

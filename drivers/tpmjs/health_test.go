@@ -24,6 +24,7 @@ func waitProbed(t *testing.T, d *Driver) {
 }
 
 func TestHealthReportsTheLastProbe(t *testing.T) {
+	t.Parallel()
 	t.Run("an executor that answers is healthy, with its engine and the time it was asked", func(t *testing.T) {
 		exec := tpmjstest.New(t, tpmjstest.NodeV10)
 		d := newDriver(t, exec.URL, nil)

@@ -9,6 +9,7 @@ import (
 )
 
 func TestParseResponse(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		status     int
@@ -324,6 +325,7 @@ func TestParseResponse(t *testing.T) {
 }
 
 func TestParseResponseCleansMessages(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("é", maxStderrMessage) // 2 bytes each: twice the limit
 	body, _ := json.Marshal(map[string]any{
 		"success": false,
@@ -349,6 +351,7 @@ func TestParseResponseCleansMessages(t *testing.T) {
 }
 
 func TestEngineFromProbes(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, health, info string
 		wantHealth         string

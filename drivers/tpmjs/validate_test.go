@@ -6,6 +6,7 @@ import (
 )
 
 func TestValidatePackageName(t *testing.T) {
+	t.Parallel()
 	valid := []string{
 		"lodash", "@tpmjs/web-search", "@types/node", "lodash.get", "7zip-bin", "a", "a_b", "a-b.c",
 		"@a1/b", strings.Repeat("x", 214), "@" + strings.Repeat("s", 100) + "/" + strings.Repeat("n", 112),
@@ -58,6 +59,7 @@ func TestValidatePackageName(t *testing.T) {
 }
 
 func TestValidateVersion(t *testing.T) {
+	t.Parallel()
 	valid := []string{
 		"1.2.3", "0.0.0", "v1.2.3", "=1.2.3", "1.2.3-beta.1", "1.2.3-rc.1+build.7", "1.2.3+sha.abc",
 		"^1.2.0", "~1.2", "~1", "^0.x", "^1.2.3-rc.1", "1.x", "1.X", "1.2.x", "x", "X",
@@ -123,6 +125,7 @@ func TestValidateVersion(t *testing.T) {
 }
 
 func TestValidateExportName(t *testing.T) {
+	t.Parallel()
 	valid := []string{"helloWorldTool", "webSearch", "_x", "$", "$tool", "tool_2", "A", "Await", "classy", "letter"}
 	for _, s := range valid {
 		if err := ValidateExportName(s); err != nil {
@@ -158,6 +161,7 @@ func TestValidateExportName(t *testing.T) {
 }
 
 func TestClipShortensHugeValues(t *testing.T) {
+	t.Parallel()
 	err := ValidatePackageName(strings.Repeat("Z", 5000))
 	if err == nil || len(err.Error()) > 200 {
 		t.Fatalf("error for a 5000-byte name = %v (%d bytes), want a short error", err, len(err.Error()))

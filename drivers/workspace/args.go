@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/internal/ident"
 )
 
 // Limits from the protocol's validation rules.
@@ -31,7 +31,7 @@ const (
 )
 
 // envNamePattern is the shape of an environment variable name a caller may set.
-var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+const envNamePattern = ident.EnvName
 
 // args wraps one operation's arguments for typed, strict access.
 type args map[string]any
@@ -309,7 +309,7 @@ type shellArgs struct {
 
 func parseShell(a args, defaultTimeout time.Duration) (shellArgs, error) {
 	s := shellArgs{timeout: defaultTimeout}
-	if err := a.only("command", "cwd", "timeout", "env"); err != nil {
+	if err := a.only("command", "cwd", "timeout", shellEnvArg); err != nil {
 		return s, err
 	}
 	cmd, _, err := a.str("command", true)
@@ -353,7 +353,7 @@ func parseShell(a args, defaultTimeout time.Duration) (shellArgs, error) {
 		s.timeout = time.Duration(ms) * time.Millisecond
 	}
 
-	raw, present := a["env"]
+	raw, present := a[shellEnvArg]
 	if !present {
 		return s, nil
 	}

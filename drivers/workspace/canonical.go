@@ -169,10 +169,20 @@ func pathArg(target string) (name string, kind pathKind, ok bool) {
 	return "", 0, false
 }
 
-var _ drivers.Normalizer = (*Driver)(nil)
+var (
+	_ drivers.Normalizer = (*Driver)(nil)
+	_ drivers.Normalizer = (*DriverConfig)(nil)
+)
 
 // Normalize implements drivers.Normalizer with NormalizeArgs.
 func (d *Driver) Normalize(target string, a map[string]any) (map[string]any, bool, error) {
+	return NormalizeArgs(target, a)
+}
+
+// Normalize implements drivers.Normalizer for decisions made without a
+// running driver (toolgate policy authorize): the canonical form depends
+// on the arguments alone, never on the workspace's contents.
+func (c *DriverConfig) Normalize(target string, a map[string]any) (map[string]any, bool, error) {
 	return NormalizeArgs(target, a)
 }
 

@@ -11,6 +11,7 @@ import (
 )
 
 func TestCanonicalPathGivesEverySpellingOneForm(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in   string
 		kind pathKind
@@ -70,6 +71,7 @@ func TestCanonicalPathGivesEverySpellingOneForm(t *testing.T) {
 }
 
 func TestNormalizeRewritesOnlyTheResourceArgument(t *testing.T) {
+	t.Parallel()
 	d := &Driver{}
 	in := map[string]any{"path": "./a//b", "content": "./x//y"}
 	out, changed, err := d.Normalize(opCreateFile, in)
@@ -101,6 +103,7 @@ func TestNormalizeRewritesOnlyTheResourceArgument(t *testing.T) {
 // would have canonicalised: each is refused, and the forbidden file is
 // neither read nor changed.
 func TestGoCallersGetARefusalNotASecondInterpretation(t *testing.T) {
+	t.Parallel()
 	d, root := newTestDriver(t)
 	write(t, root, "etc/passwd", "root:x:0:0", 0o640)
 	edits := []any{map[string]any{"oldContent": "root", "newContent": "pwned"}}
@@ -129,6 +132,7 @@ func TestGoCallersGetARefusalNotASecondInterpretation(t *testing.T) {
 // workspace, as a shell command could, and uses it as a path's folder: every
 // operation fails, and the folder the link names is untouched.
 func TestFileOperationsNeverTraverseALink(t *testing.T) {
+	t.Parallel()
 	d, root := newTestDriver(t)
 	write(t, root, "etc/passwd", "root:x:0:0", 0o640)
 	if err := os.Symlink("etc", filepath.Join(root, "inside")); err != nil {

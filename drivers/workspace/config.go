@@ -126,16 +126,13 @@ func (c *DriverConfig) Build(_ context.Context, name string, env drivers.BuildEn
 	})
 }
 
-// OwnPaths implements drivers.PathOwner: a workspace keeps no files of the
-// gateway.
-func (c *DriverConfig) OwnPaths() []drivers.NamedPath { return nil }
-
-// Workspaces implements drivers.PathOwner.
-func (c *DriverConfig) Workspaces() []drivers.NamedPath {
+// Footprint implements drivers.HostUser: the workspace is a folder callers
+// write; it keeps no files of the gateway and reads no secrets.
+func (c *DriverConfig) Footprint(func(string) string) drivers.Footprint {
 	if c.Root == "" {
-		return nil
+		return drivers.Footprint{}
 	}
-	return []drivers.NamedPath{{Key: "root", Path: c.Root}}
+	return drivers.Footprint{Workspaces: []drivers.NamedPath{{Key: "root", Path: c.Root}}}
 }
 
 // SetWorkspaceRoot implements drivers.WorkspaceRooter.

@@ -36,6 +36,7 @@ func bigFile(t *testing.T, root, name string, size int) string {
 }
 
 func TestEditFileWorkIsBounded(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		size     int   // of big.txt
@@ -80,6 +81,8 @@ func TestEditFileWorkIsBounded(t *testing.T) {
 }
 
 func TestEditFileWithinBudgetCompletes(t *testing.T) {
+	// Not parallel: it bounds wall-clock time, which tests sharing the
+	// machine's two cores would take from it.
 	// 25 edits on a 10 MB file, each scanning all of it: the most the
 	// budget allows, and still prompt.
 	d, root := newTestDriver(t)
@@ -100,6 +103,7 @@ func TestEditFileWithinBudgetCompletes(t *testing.T) {
 }
 
 func TestEditFileDeadline(t *testing.T) {
+	t.Parallel()
 	t.Run("an edit waiting for a busy workspace gives up at its deadline", func(t *testing.T) {
 		d, root := newTestDriver(t)
 		write(t, root, "f.txt", "old", 0o640)
@@ -146,6 +150,8 @@ func TestEditFileDeadline(t *testing.T) {
 }
 
 func TestEditFileAttackDoesNotStarveOtherCalls(t *testing.T) {
+	// Not parallel: it bounds wall-clock time, which tests sharing the
+	// machine's two cores would take from it.
 	// While callers hammer a 10 MB file with the largest edits the budget
 	// allows, and with edits over it, other writes and reads complete.
 	d, root := newTestDriver(t)
@@ -153,17 +159,22 @@ func TestEditFileAttackDoesNotStarveOtherCalls(t *testing.T) {
 	write(t, root, "small.txt", "hello", 0o640)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var attacking sync.WaitGroup // until each attacker's first edit ran
 	for _, edits := range [][]any{manyEdits(1000, "M", "M"), manyEdits(25, "M", "M")} {
 		wg.Add(1)
+		attacking.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
+			for first := true; ; first = false {
 				select {
 				case <-stop:
 					return
 				default:
 				}
 				d.Run(context.Background(), callOf("editFile", map[string]any{"path": "big.txt", "edits": edits}))
+				if first {
+					attacking.Done()
+				}
 			}
 		}()
 	}
@@ -171,7 +182,7 @@ func TestEditFileAttackDoesNotStarveOtherCalls(t *testing.T) {
 		close(stop)
 		wg.Wait()
 	}()
-	time.Sleep(100 * time.Millisecond) // let the attack take the lock
+	attacking.Wait() // the attack holds the file's lock from now on
 	for i := range 3 {
 		start := time.Now()
 		wantSuccess(t, run(t, d, "createFile", map[string]any{"path": "new.txt", "content": "x", "overwrite": true}))

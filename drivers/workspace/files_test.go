@@ -46,6 +46,7 @@ func assertNoTempFiles(t *testing.T, root string) {
 }
 
 func TestCreateFile(t *testing.T) {
+	t.Parallel()
 	binary := []byte{0, 1, 2, 0xff, 0xfe, '\n'}
 	tests := []struct {
 		name      string
@@ -125,6 +126,7 @@ func TestCreateFile(t *testing.T) {
 }
 
 func TestCreateFileModes(t *testing.T) {
+	t.Parallel()
 	d, root := newTestDriver(t)
 	wantSuccess(t, run(t, d, "createFile", decode(t, `{"path":"new.txt","content":"x"}`)))
 	if fi, err := os.Stat(filepath.Join(root, "new.txt")); err != nil || fi.Mode().Perm() != 0o640 {
@@ -138,6 +140,7 @@ func TestCreateFileModes(t *testing.T) {
 }
 
 func TestReadFile(t *testing.T) {
+	t.Parallel()
 	binary := []byte{0xff, 0x00, 'a', 0xc3}
 	tests := []struct {
 		name     string
@@ -246,6 +249,7 @@ func TestReadFile(t *testing.T) {
 }
 
 func TestEditFile(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name        string
 		initial     string // content of f.txt; "" means no file
@@ -320,6 +324,7 @@ func TestEditFile(t *testing.T) {
 }
 
 func TestEditFileLimitsAndKinds(t *testing.T) {
+	t.Parallel()
 	d, root := newTestDriver(t)
 	one := func(path, old, repl string) map[string]any {
 		return map[string]any{"path": path, "edits": []any{map[string]any{"oldContent": old, "newContent": repl}}}
@@ -350,6 +355,7 @@ func TestEditFileLimitsAndKinds(t *testing.T) {
 }
 
 func TestDeleteFile(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		setup    func(t *testing.T, root string)
@@ -403,6 +409,7 @@ func TestDeleteFile(t *testing.T) {
 // TestConfinement checks that no operation reaches outside the workspace,
 // neither by a path nor through a symbolic link planted inside it.
 func TestConfinement(t *testing.T) {
+	t.Parallel()
 	d, root := newTestDriver(t)
 	outside := t.TempDir()
 	write(t, outside, "secret.txt", "secret", 0o640)

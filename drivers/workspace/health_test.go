@@ -8,6 +8,7 @@ import (
 )
 
 func TestHealthIsWhetherTheFolderServes(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join(t.TempDir(), "ws")
 	if err := os.Mkdir(root, 0o700); err != nil {
 		t.Fatal(err)

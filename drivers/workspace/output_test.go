@@ -6,6 +6,7 @@ import (
 )
 
 func TestCapture(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name          string
 		limit         int

@@ -74,7 +74,7 @@ func operationSchemas() map[string]map[string]any {
 			"timeout": map[string]any{"type": "integer",
 				"minimum": minTimeout.Milliseconds(), "maximum": maxTimeout.Milliseconds(),
 				"description": "milliseconds before the command is killed"},
-			"env": map[string]any{
+			shellEnvArg: map[string]any{
 				"type":                 "object",
 				"propertyNames":        map[string]any{"pattern": envNamePattern.String()},
 				"additionalProperties": map[string]any{"type": "string"},
@@ -84,9 +84,35 @@ func operationSchemas() map[string]map[string]any {
 	}
 }
 
-// InputSchema implements drivers.Describer: the schema of an operation,
-// nil for another target.
-func (d *Driver) InputSchema(target string) json.RawMessage {
+// shellEnvArg is the shell's argument holding the environment the caller
+// hands the command.
+const shellEnvArg = "env"
+
+var _ drivers.Describer = (*Driver)(nil)
+
+// Describe implements drivers.Describer: an operation's schema and hints;
+// the shell's env is the caller's environment.
+func (d *Driver) Describe(target string) drivers.Target {
+	return d.targets[target]
+}
+
+// describeOperations describes every operation.
+func describeOperations() map[string]drivers.Target {
+	out := make(map[string]drivers.Target, len(Operations()))
+	for _, op := range Operations() {
+		t := drivers.Target{InputSchema: inputSchema(op), Hints: hints(op)}
+		if op == opShell {
+			t.EnvArg = shellEnvArg
+		}
+		out[op] = t
+	}
+	return out
+}
+
+// InputSchema is the schema of an operation, nil for another target.
+func (d *Driver) InputSchema(target string) json.RawMessage { return inputSchema(target) }
+
+func inputSchema(target string) json.RawMessage {
 	s, ok := operationSchemas()[target]
 	if !ok {
 		return nil
@@ -99,11 +125,13 @@ func (d *Driver) InputSchema(target string) json.RawMessage {
 	return b
 }
 
-// Hints implements drivers.Hinter: readFile changes nothing; deleteFile,
+// Hints are an operation's effects: readFile changes nothing; deleteFile,
 // and shell (which may do anything in the workspace), may destroy data.
 // createFile and editFile write, but refuse to clobber by default
 // (createFile without overwrite) or change only what they are told.
-func (d *Driver) Hints(target string) drivers.Hints {
+func (d *Driver) Hints(target string) drivers.Hints { return hints(target) }
+
+func hints(target string) drivers.Hints {
 	switch target {
 	case opReadFile:
 		return drivers.Hints{ReadOnly: true}

@@ -18,6 +18,7 @@ var update = flag.Bool("update", false, "rewrite the golden schema files in test
 // TestOperationSchemasMatchGolden pins each operation's schema as clients
 // see it; -update rewrites the files after a deliberate change.
 func TestOperationSchemasMatchGolden(t *testing.T) {
+	t.Parallel()
 	d := &Driver{}
 	for _, op := range Operations() {
 		got := d.InputSchema(op)
@@ -48,6 +49,7 @@ func TestOperationSchemasMatchGolden(t *testing.T) {
 // state (names, types, required, enums, lengths, bounds), the schema
 // accepts exactly what the operation's parser accepts.
 func TestSchemasAgreeWithTheArgumentParsers(t *testing.T) {
+	t.Parallel()
 	long := func(n int) string { return strings.Repeat("a", n) }
 	cases := []struct {
 		name, op, args string
@@ -128,6 +130,7 @@ func decodeNumbers(t *testing.T, s string) args {
 }
 
 func TestHintsNameReadOnlyAndDestructiveOperations(t *testing.T) {
+	t.Parallel()
 	d := &Driver{}
 	if h := d.Hints(opReadFile); !h.ReadOnly || h.Destructive {
 		t.Errorf("readFile hints %+v, want read-only", h)

@@ -80,6 +80,8 @@ func landlockABI() int {
 }
 
 func TestSandboxEscapesLeaveNoProcessBehind(t *testing.T) {
+	// Not parallel: it bounds wall-clock time, which tests sharing the
+	// machine's two cores would take from it.
 	escapes := []struct {
 		name   string
 		launch string // starts one process whose command line holds MARK
@@ -95,7 +97,10 @@ func TestSandboxEscapesLeaveNoProcessBehind(t *testing.T) {
 		timeout int
 	}{
 		{"after a normal end", "sleep 1; echo done", 0},
-		{"after a timeout", "sleep 30", 1000},
+		// A timeout long enough for a sandbox to start on a loaded
+		// machine, and far enough below the 30 s sleep to tell a kill
+		// from a command left running.
+		{"after a timeout", "sleep 30", 5000},
 	}
 	for _, e := range escapes {
 		for _, end := range ends {
@@ -130,7 +135,7 @@ func TestSandboxEscapesLeaveNoProcessBehind(t *testing.T) {
 				res := run(t, d, "shell", args)
 				close(stop)
 				<-watched
-				if elapsed := time.Since(start); elapsed > 5*time.Second {
+				if elapsed := time.Since(start); elapsed > 15*time.Second {
 					t.Errorf("call took %v", elapsed)
 				}
 				if !seen.Load() {
@@ -143,6 +148,7 @@ func TestSandboxEscapesLeaveNoProcessBehind(t *testing.T) {
 }
 
 func TestShellWithoutSandboxKillsItsProcessGroup(t *testing.T) {
+	t.Parallel()
 	d, _ := newTestDriverConfig(t, Config{Sandbox: SandboxNone})
 	for _, tail := range []string{"echo done", "sleep 30"} {
 		t.Run(tail, func(t *testing.T) {
@@ -188,6 +194,7 @@ func gatewayTree(t *testing.T) (dir string, hide []string) {
 }
 
 func TestSandboxHidesTheGatewaysFiles(t *testing.T) {
+	t.Parallel()
 	dir, hide := gatewayTree(t)
 	// A configuration kept in a system folder is visible through the
 	// read-only bind of /etc unless masked.
@@ -304,6 +311,7 @@ func TestSandboxHidesTheGatewaysEnvironment(t *testing.T) {
 }
 
 func TestSandboxNetwork(t *testing.T) {
+	t.Parallel()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -340,6 +348,7 @@ func TestSandboxNetwork(t *testing.T) {
 }
 
 func TestSandboxLimits(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		cfg       Config
@@ -407,6 +416,7 @@ func TestSandboxLimits(t *testing.T) {
 }
 
 func TestSandboxLandlockIsASecondLayer(t *testing.T) {
+	t.Parallel()
 	abi := landlockABI()
 	t.Logf("kernel Landlock ABI: %d", abi)
 	d, _ := newTestDriver(t)
@@ -423,6 +433,7 @@ func TestSandboxLandlockIsASecondLayer(t *testing.T) {
 }
 
 func TestSandboxThroughTheLauncher(t *testing.T) {
+	t.Parallel()
 	// A gateway that is non-dumpable and not root starts the init through
 	// the launcher stage; the sandbox it gets is the same.
 	d, _ := newTestDriver(t)
@@ -439,6 +450,7 @@ func TestSandboxThroughTheLauncher(t *testing.T) {
 }
 
 func TestSandboxRefusesAShellItCannotRun(t *testing.T) {
+	t.Parallel()
 	// A shell outside the system folders is not visible in the sandbox:
 	// New finds out at once instead of failing every call.
 	sh, err := os.ReadFile("/bin/sh")
@@ -461,6 +473,7 @@ func TestSandboxRefusesAShellItCannotRun(t *testing.T) {
 }
 
 func TestSandboxInitOutsideANamespaceRefusesToRun(t *testing.T) {
+	t.Parallel()
 	// The init started by hand, not as PID 1 of fresh namespaces, must not
 	// start anything.
 	exe, err := os.Executable()

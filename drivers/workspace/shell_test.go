@@ -12,6 +12,7 @@ import (
 )
 
 func TestShell(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		setup      func(t *testing.T, root string)
@@ -87,6 +88,7 @@ func TestShell(t *testing.T) {
 }
 
 func TestShellOutputCapLeavesNoPartialSecret(t *testing.T) {
+	t.Parallel()
 	const secret = "ghp_R2d2C3poBb8kL0aQ9xZ7mN4vW1sT6yU3eJ5h"
 	for _, cut := range []int{1, 4, 20, len(secret) - 1} {
 		t.Run(fmt.Sprintf("cap %d bytes into the secret", cut), func(t *testing.T) {
@@ -104,6 +106,7 @@ func TestShellOutputCapLeavesNoPartialSecret(t *testing.T) {
 }
 
 func TestShellCwdErrors(t *testing.T) {
+	t.Parallel()
 	d, root := newTestDriver(t)
 	write(t, root, "file", "x", 0o640)
 	wantFailure(t, run(t, d, "shell", map[string]any{"command": "pwd", "cwd": "missing"}), 1, "execution", "cwd missing does not exist")
@@ -130,6 +133,7 @@ func TestShellDoesNotSeeGatewayEnvironment(t *testing.T) {
 }
 
 func TestShellTimeout(t *testing.T) {
+	t.Parallel()
 	d, _ := newTestDriver(t)
 	start := time.Now()
 	res := run(t, d, "shell", map[string]any{
@@ -150,6 +154,7 @@ func TestShellTimeout(t *testing.T) {
 }
 
 func TestShellContext(t *testing.T) {
+	t.Parallel()
 	d, root := newTestDriver(t)
 
 	t.Run("cancellation kills the command", func(t *testing.T) {
@@ -183,6 +188,7 @@ func TestShellContext(t *testing.T) {
 }
 
 func TestShellBackgroundProcessDoesNotHoldTheCall(t *testing.T) {
+	t.Parallel()
 	d, _ := newTestDriver(t)
 	start := time.Now()
 	res := run(t, d, "shell", map[string]any{"command": "sleep 30 & echo done"})

@@ -107,6 +107,10 @@ type Driver struct {
 	// another write made through this Driver. It is a one-slot channel, not
 	// a mutex, so that a caller waiting for it gives up at its deadline.
 	writeLock chan struct{}
+
+	// targets are the operations' descriptions, built once: the gateway
+	// asks for one on every call.
+	targets map[string]drivers.Target
 }
 
 var _ drivers.Driver = (*Driver)(nil)
@@ -170,6 +174,7 @@ func New(cfg Config) (*Driver, error) {
 		d.Close()
 		return nil, err
 	}
+	d.targets = describeOperations()
 	return d, nil
 }
 

@@ -115,6 +115,7 @@ func wantSuccess(t *testing.T, res drivers.Result) map[string]any {
 }
 
 func TestNew(t *testing.T) {
+	t.Parallel()
 	t.Run("defaults and root creation", func(t *testing.T) {
 		root := filepath.Join(t.TempDir(), "a", "b")
 		d, err := New(Config{Root: root})
@@ -167,6 +168,7 @@ func TestNew(t *testing.T) {
 }
 
 func TestOperationsAndEngine(t *testing.T) {
+	t.Parallel()
 	want := []string{"createFile", "deleteFile", "editFile", "readFile", "shell"}
 	if got := Operations(); !slices.Equal(got, want) {
 		t.Errorf("Operations() = %v, want %v", got, want)
@@ -182,6 +184,7 @@ func TestOperationsAndEngine(t *testing.T) {
 }
 
 func TestRunErrors(t *testing.T) {
+	t.Parallel()
 	t.Run("unknown target", func(t *testing.T) {
 		d, _ := newTestDriver(t)
 		_, err := d.Run(context.Background(), drivers.Call{Target: "format"})
@@ -215,6 +218,7 @@ func TestRunErrors(t *testing.T) {
 }
 
 func TestValidation(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("a", 256)
 	tests := []struct {
 		name string
@@ -291,6 +295,7 @@ func TestValidation(t *testing.T) {
 }
 
 func TestValidationGoCallers(t *testing.T) {
+	t.Parallel()
 	d, _ := newTestDriver(t)
 	tests := []struct {
 		name string
@@ -326,6 +331,7 @@ func TestValidationGoCallers(t *testing.T) {
 }
 
 func TestConcurrentCreateSamePath(t *testing.T) {
+	t.Parallel()
 	d, root := newTestDriver(t)
 	const n = 16
 	var (
@@ -370,6 +376,7 @@ func TestConcurrentCreateSamePath(t *testing.T) {
 }
 
 func TestConcurrentMixedOperations(t *testing.T) {
+	t.Parallel()
 	d, root := newTestDriver(t)
 	if err := os.WriteFile(filepath.Join(root, "counter"), []byte("n"), 0o640); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 )
 
 func TestMinIORestartKeepsData(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	m := evidencetest.StartMinIO(t)
 	m.CreateBucket(t, "evidence", false)
@@ -42,6 +43,7 @@ func TestMinIORestartKeepsData(t *testing.T) {
 }
 
 func TestMinIOObjectLockBucket(t *testing.T) {
+	t.Parallel()
 	m := evidencetest.StartMinIO(t)
 	m.CreateBucket(t, "locked", true)
 	out, err := m.Client().GetObjectLockConfiguration(context.Background(), &s3.GetObjectLockConfigurationInput{Bucket: aws.String("locked")})
@@ -54,6 +56,7 @@ func TestMinIOObjectLockBucket(t *testing.T) {
 }
 
 func TestMinIOURLAndEnv(t *testing.T) {
+	t.Parallel()
 	m := &evidencetest.MinIO{Endpoint: "http://127.0.0.1:9000", AccessKey: "ak", SecretKey: "sk"}
 	if got, want := m.URL("evidence", "tenant/a"), "s3://evidence/tenant/a?endpoint=http://127.0.0.1:9000&region=us-east-1&path_style=true"; got != want {
 		t.Errorf("URL = %q, want %q", got, want)
@@ -69,6 +72,7 @@ func TestMinIOURLAndEnv(t *testing.T) {
 // TestMinIOFreezeThawKill: a frozen server does not answer until it is
 // thawed, and a killed one can be started again with its data.
 func TestMinIOFreezeThawKill(t *testing.T) {
+	t.Parallel()
 	m := evidencetest.StartMinIO(t)
 	m.CreateBucket(t, "evidence", false)
 	client := &http.Client{Timeout: 500 * time.Millisecond}

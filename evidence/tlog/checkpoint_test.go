@@ -105,6 +105,7 @@ func logPolicy(keys ...byte) CheckpointPolicy {
 }
 
 func TestASignedCheckpointOpensWithItsLogKey(t *testing.T) {
+	t.Parallel()
 	data := signedCheckpoint(t, 1, 42, testRoot(1))
 	want := testOrigin + "\n42\n" + base64.StdEncoding.EncodeToString(func() []byte { r := testRoot(1); return r[:] }()) + "\n\n"
 	if !strings.HasPrefix(string(data), want) {
@@ -125,6 +126,7 @@ func TestASignedCheckpointOpensWithItsLogKey(t *testing.T) {
 }
 
 func TestSigningTheSameCheckpointTwiceGivesTheSameBytes(t *testing.T) {
+	t.Parallel()
 	a, b := signedCheckpoint(t, 1, 7, testRoot(7)), signedCheckpoint(t, 1, 7, testRoot(7))
 	if !bytes.Equal(a, b) {
 		t.Fatalf("two signatures of one checkpoint differ:\n%s\n%s", a, b)
@@ -132,6 +134,7 @@ func TestSigningTheSameCheckpointTwiceGivesTheSameBytes(t *testing.T) {
 }
 
 func TestNewSignerUsesTheSignedNoteKeyID(t *testing.T) {
+	t.Parallel()
 	key := testKey(3)
 	vkey, err := note.NewEd25519VerifierKey(testOrigin, key.Public().(ed25519.PublicKey))
 	if err != nil {
@@ -162,6 +165,7 @@ func TestNewSignerUsesTheSignedNoteKeyID(t *testing.T) {
 }
 
 func TestNamesThatCannotBeALogOrigin(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, origin string }{
 		{"empty", ""},
 		{"with a space", "toolgate.log/a b"},
@@ -198,6 +202,7 @@ func flipLastBase64Bit(data []byte, line int) []byte {
 }
 
 func TestOpenCheckpointSaysWhichCheckFailed(t *testing.T) {
+	t.Parallel()
 	root := testRoot(1)
 	good := signedCheckpoint(t, 1, 42, root)
 	rootB64 := base64.StdEncoding.EncodeToString(root[:])
@@ -243,6 +248,7 @@ func TestOpenCheckpointSaysWhichCheckFailed(t *testing.T) {
 }
 
 func TestUnknownSignatureLinesAreIgnoredUnlessStrict(t *testing.T) {
+	t.Parallel()
 	data := cosign(t, signedCheckpoint(t, 1, 5, testRoot(5)), newWitness(t, 13))
 	cp, err := OpenCheckpoint(data, logPolicy(1))
 	if err != nil || cp.Size != 5 || len(cp.Witnesses) != 0 {
@@ -251,6 +257,7 @@ func TestUnknownSignatureLinesAreIgnoredUnlessStrict(t *testing.T) {
 }
 
 func TestWitnessThreshold(t *testing.T) {
+	t.Parallel()
 	w1, w2, w3 := newWitness(t, 21), newWitness(t, 22), newWitness(t, 23)
 	base := signedCheckpoint(t, 1, 9, testRoot(9))
 	twoOfThree := cosign(t, base, w1, w2)
@@ -307,6 +314,7 @@ func forgeLastSignature(data []byte) []byte {
 }
 
 func TestEveryFlippedBitOfACosignedCheckpointIsRefusedWhenStrict(t *testing.T) {
+	t.Parallel()
 	w := newWitness(t, 31)
 	data := cosign(t, signedCheckpoint(t, 1, 1000, testRoot(3)), w)
 	p := logPolicy(1)
@@ -324,6 +332,7 @@ func TestEveryFlippedBitOfACosignedCheckpointIsRefusedWhenStrict(t *testing.T) {
 }
 
 func TestABadSignatureErrorSaysWhoseSignatureItIs(t *testing.T) {
+	t.Parallel()
 	w := newWitness(t, 51)
 	good := cosign(t, signedCheckpoint(t, 1, 42, testRoot(1)), w)
 	p := logPolicy(1)

@@ -11,6 +11,7 @@ import (
 // Every consistency proof built from the stored tiles of the larger tree
 // verifies between the two roots, across tile edges at levels 0 and 1.
 func TestConsistencyProofsVerify(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	tr, s := NewTree(), store{}
 	sizes := []uint64{1, 2, 3, 7, 8, 255, 256, 257, 1000, 65536, 65536 + 700}

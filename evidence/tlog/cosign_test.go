@@ -32,6 +32,7 @@ func testCosigner(t testing.TB, key byte) note.Signer {
 // it under the vkey CosignerVKey prints, OpenCheckpoint counts it as a
 // witness's, and its key id is the one formats computes.
 func TestACosignatureIsReadByEveryCosignatureV1Client(t *testing.T) {
+	t.Parallel()
 	cp := signedCheckpoint(t, 1, 7, testRoot(7))
 	cosigned, err := AppendCosignature(cp, testCosigner(t, 2))
 	if err != nil {
@@ -72,6 +73,7 @@ func TestACosignatureIsReadByEveryCosignatureV1Client(t *testing.T) {
 // A cosignature made by formats' own signer from the same seed verifies
 // under CosignerVerifier: the two agree on the message and the key id.
 func TestFormatsCosignaturesVerifyUnderCosignerVerifier(t *testing.T) {
+	t.Parallel()
 	seed := testKey(3).Seed()
 	pub := testKey(3).Public().(ed25519.PublicKey)
 	vkey, err := CosignerVKey(peerName, pub)
@@ -101,6 +103,7 @@ func TestFormatsCosignaturesVerifyUnderCosignerVerifier(t *testing.T) {
 // a checkpoint verifier finds no signature of its own in a cosigned note,
 // and a cosignature verifier none in a plain checkpoint.
 func TestACosignatureCannotPassForACheckpointSignature(t *testing.T) {
+	t.Parallel()
 	pub := testKey(2).Public().(ed25519.PublicKey)
 	cp := signedCheckpoint(t, 1, 7, testRoot(7))
 	cosigned, err := AppendCosignature(cp, testCosigner(t, 2))
@@ -134,6 +137,7 @@ func TestACosignatureCannotPassForACheckpointSignature(t *testing.T) {
 }
 
 func TestCosignerRefusesWhatItCannotSignUnder(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		key  ed25519.PrivateKey

@@ -41,6 +41,7 @@ func testWitnessEntry() Entry {
 }
 
 func TestEntriesMarshalToTheDocumentedBytes(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		entry Entry
@@ -102,6 +103,7 @@ func TestEntriesMarshalToTheDocumentedBytes(t *testing.T) {
 }
 
 func TestMarshalRefusesAnEntryThatIsNotWellFormed(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		change func(*Entry)
@@ -189,6 +191,7 @@ func TestMarshalRefusesAnEntryThatIsNotWellFormed(t *testing.T) {
 }
 
 func TestMarshalRefusesAWitnessEntryThatIsNotWellFormed(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		change func(*Entry)
@@ -232,6 +235,7 @@ func TestMarshalRefusesAWitnessEntryThatIsNotWellFormed(t *testing.T) {
 // a verifier from before peer witnesses refuses it by version, and no
 // request's entry can pass for one.
 func TestAWitnessEntryIsRefusedUnlessItIsExactlyOne(t *testing.T) {
+	t.Parallel()
 	w, err := testWitnessEntry().Marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -272,6 +276,7 @@ func TestAWitnessEntryIsRefusedUnlessItIsExactlyOne(t *testing.T) {
 // version 1, so that logs written before approvals existed stay valid and
 // a verifier that knows only version 1 refuses an approval loudly.
 func TestAnApprovalEntryIsRefusedUnlessItCarriesVersionTwo(t *testing.T) {
+	t.Parallel()
 	approval, err := testApproval().Marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -299,6 +304,7 @@ func TestAnApprovalEntryIsRefusedUnlessItCarriesVersionTwo(t *testing.T) {
 }
 
 func TestParseEntryRefusesBytesThatAreNotCanonical(t *testing.T) {
+	t.Parallel()
 	claim, err := testClaim().Marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -339,6 +345,7 @@ func TestParseEntryRefusesBytesThatAreNotCanonical(t *testing.T) {
 }
 
 func TestEveryFlippedBitOfAnEntryIsRefusedOrChangesIt(t *testing.T) {
+	t.Parallel()
 	for _, e := range []Entry{testClaim(), testCompletion(), testApproval(), testWitnessEntry()} {
 		data, err := e.Marshal()
 		if err != nil {
@@ -362,6 +369,7 @@ func TestEveryFlippedBitOfAnEntryIsRefusedOrChangesIt(t *testing.T) {
 }
 
 func TestLeafHashIsTheRFC6962LeafHash(t *testing.T) {
+	t.Parallel()
 	entry := []byte(`{"v":1}`)
 	want := sha256.Sum256(append([]byte{0}, entry...))
 	if got := LeafHash(entry); got != want {

@@ -66,6 +66,7 @@ func testProof(t testing.TB, entries [][]byte, index int, extra []byte) Proof {
 }
 
 func TestEveryEntryOfSmallTreesProvesItsInclusion(t *testing.T) {
+	t.Parallel()
 	p := logPolicy(1)
 	p.Strict = true
 	for size := 1; size <= 9; size++ {
@@ -93,6 +94,7 @@ func TestEveryEntryOfSmallTreesProvesItsInclusion(t *testing.T) {
 }
 
 func TestAProofFileLooksAsC2SPSays(t *testing.T) {
+	t.Parallel()
 	h := sha256.Sum256(nil)
 	p := Proof{Extra: []byte{1, 2, 3}, Index: 5, Hashes: [][32]byte{h}, Checkpoint: []byte("cp\n")}
 	want := "c2sp.org/tlog-proof@v1\nextra AQID\nindex 5\n" + base64.StdEncoding.EncodeToString(h[:]) + "\n\ncp\n"
@@ -102,6 +104,7 @@ func TestAProofFileLooksAsC2SPSays(t *testing.T) {
 }
 
 func TestVerifyInclusionRefusesAProofThatDoesNotHold(t *testing.T) {
+	t.Parallel()
 	entries := testEntries(7)
 	good := testProof(t, entries, 3, nil)
 	cp, err := OpenCheckpoint(good.Checkpoint, logPolicy(1))
@@ -147,6 +150,7 @@ func TestVerifyInclusionRefusesAProofThatDoesNotHold(t *testing.T) {
 }
 
 func TestParseProofRefusesFilesThatAreNotCanonical(t *testing.T) {
+	t.Parallel()
 	good := string(testProof(t, testEntries(5), 2, []byte("extra data!")).Marshal())
 	lines := strings.SplitAfter(good, "\n")
 	hash := strings.TrimSuffix(lines[3], "\n")
@@ -198,6 +202,7 @@ func checkProofFile(data []byte, p CheckpointPolicy) error {
 }
 
 func TestAFlippedBitAnywhereInAProofFails(t *testing.T) {
+	t.Parallel()
 	entries := testEntries(13)
 	entries[6] = []byte(`{"v":1,"kind":"completion","request_id":"req-6"}`)
 	data := testProof(t, entries, 6, entries[6]).Marshal()

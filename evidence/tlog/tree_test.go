@@ -54,6 +54,7 @@ func grow(t *testing.T, tr *Tree, s store, from, to uint64) {
 // implementation, the Go checksum database's tile code, at every size:
 // sizes around tile edges at levels 0 and 1 included.
 func TestTreeMatchesSumdbTiles(t *testing.T) {
+	t.Parallel()
 	sizes := []uint64{0, 1, 2, 3, 255, 256, 257, 511, 512, 513, 700, 65535, 65536, 65537, 70000}
 	tr, s := NewTree(), store{}
 	var hashes sumdbHashes
@@ -100,6 +101,7 @@ func (h sumdbHashes) ReadHashes(indexes []int64) ([]sumdb.Hash, error) {
 // A writer that restarts from its last checkpoint must continue with the
 // same bytes as one that never stopped, whatever size it stopped at.
 func TestRestoredTreeContinuesIdentically(t *testing.T) {
+	t.Parallel()
 	for _, stop := range []uint64{1, 255, 256, 257, 600, 65536, 65537} {
 		t.Run(fmt.Sprint("stopped at ", stop), func(t *testing.T) {
 			whole, s := NewTree(), store{}
@@ -126,6 +128,7 @@ func TestRestoredTreeContinuesIdentically(t *testing.T) {
 // A partial tile or bundle altered in the bucket must stop a restart, not
 // be built on.
 func TestRestoreRefusesAlteredResources(t *testing.T) {
+	t.Parallel()
 	tr, s := NewTree(), store{}
 	grow(t, tr, s, 0, 300)
 	keys := slices.Sorted(maps.Keys(s))
@@ -153,6 +156,7 @@ func TestRestoreRefusesAlteredResources(t *testing.T) {
 // Every inclusion proof built from the stored tiles verifies against the
 // root, for entries in full and partial tiles alike.
 func TestInclusionProofsVerify(t *testing.T) {
+	t.Parallel()
 	tr, s := NewTree(), store{}
 	for _, size := range []uint64{1, 2, 7, 256, 257, 1000, 65536 + 700} {
 		grow(t, tr, s, tr.Size(), size)
@@ -175,6 +179,7 @@ func TestInclusionProofsVerify(t *testing.T) {
 }
 
 func TestBundles(t *testing.T) {
+	t.Parallel()
 	tr, s := NewTree(), store{}
 	grow(t, tr, s, 0, 259)
 	full, err := ParseBundle(s["tile/entries/000"], 256)

@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -36,6 +35,7 @@ import (
 
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/telemetry"
+	"github.com/toolgate/toolgate/internal/ident"
 )
 
 // Kind is a front door implementation: Name is its section under
@@ -113,7 +113,7 @@ var registry = struct {
 
 // nameRE is the form of a door's name: the one gateway.Call accepts as
 // FrontDoor.
-var nameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+const nameRE = ident.Word
 
 // Register makes a door kind available to Load. It is called from the
 // door package's init function; registering a malformed kind or one name

@@ -2,12 +2,14 @@ package ownedid
 
 import (
 	"errors"
-	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/toolgate/toolgate/internal/ident"
 )
 
-var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+// requestIDPattern is the rule every owned id must still satisfy.
+const requestIDPattern = ident.RequestID
 
 func TestAnOwnedIDIsItsCallersOnly(t *testing.T) {
 	t.Parallel()

@@ -12,6 +12,7 @@ import (
 // bound is read; a named pipe without a writer is refused at once rather
 // than waited on, and a device or folder is refused unread.
 func TestReadRefusesWhatWouldHangOrFlood(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "ok"), []byte("0123456789"), 0o600); err != nil {
 		t.Fatal(err)

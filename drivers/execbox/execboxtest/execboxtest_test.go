@@ -66,6 +66,7 @@ func next(t *testing.T, c *websocket.Conn, d time.Duration) map[string]any {
 // TestScriptRoundTrip checks that a script survives the trip to a stdio
 // runner process.
 func TestScriptRoundTrip(t *testing.T) {
+	t.Parallel()
 	script := Script{
 		ExitBeforeExecuteOnce(), FreshCallIDs(), Started(), CallTool("c", "p", "t", map[string]any{"n": json.Number("1")}),
 		CallToolWithoutInput("d", "p", "t"), AwaitResult("c"), Log("l"), Sleep(time.Millisecond),
@@ -89,6 +90,7 @@ func TestScriptRoundTrip(t *testing.T) {
 // TestWSSession checks a scripted WebSocket session from the host's side,
 // including the rejection of a second execute like a real runner.
 func TestWSSession(t *testing.T) {
+	t.Parallel()
 	r := NewWS(t, Script{Started(), CallTool("c1", "tools", "echo", map[string]any{"a": 1}), DoneFromResult("c1")})
 	c := dial(t, r.URL)
 	send(t, c, execute("e1"))
@@ -118,6 +120,7 @@ func TestWSSession(t *testing.T) {
 // a new id in every session, as a real runner's UUIDs are, and that the
 // script's own AwaitResult still finds the answer under it.
 func TestFreshCallIDs(t *testing.T) {
+	t.Parallel()
 	r := NewWS(t, Script{FreshCallIDs(), CallTool("c1", "tools", "echo", nil), DoneFromResult("c1")})
 	seen := map[string]bool{}
 	for i := range 2 {
@@ -140,6 +143,7 @@ func TestFreshCallIDs(t *testing.T) {
 // TestWSExecuteWithoutOptions checks that the fake, like a real runner,
 // never answers an execute without options.
 func TestWSExecuteWithoutOptions(t *testing.T) {
+	t.Parallel()
 	r := NewWS(t, Script{Started(), Done(1)})
 	c := dial(t, r.URL)
 	exec := execute("e1")
@@ -153,6 +157,7 @@ func TestWSExecuteWithoutOptions(t *testing.T) {
 // TestWSCancel checks that a waiting step answers cancel with a timeout
 // done, and that Hang does not.
 func TestWSCancel(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		script   Script
@@ -179,6 +184,7 @@ func TestWSCancel(t *testing.T) {
 // TestStdioRunner checks the stdio runner from the host's side: a process
 // of this test binary playing the script on its stdin and stdout.
 func TestStdioRunner(t *testing.T) {
+	t.Parallel()
 	r := NewStdio(t, Script{Started(), Log("hello"), Oversized(100), Done(map[string]any{"ok": true})})
 	cmd := exec.Command(r.Command[0], r.Command[1:]...)
 	stdin, _ := cmd.StdinPipe()
@@ -207,6 +213,7 @@ func TestStdioRunner(t *testing.T) {
 
 // TestStdioCrash checks that Crash ends the stdio runner with status 3.
 func TestStdioCrash(t *testing.T) {
+	t.Parallel()
 	r := NewStdio(t, Script{Started(), Crash()})
 	cmd := exec.Command(r.Command[0], r.Command[1:]...)
 	b, _ := json.Marshal(execute("e1"))

@@ -206,6 +206,7 @@ func TestDelays(t *testing.T) {
 }
 
 func TestPersonalityString(t *testing.T) {
+	t.Parallel()
 	for p, want := range map[Personality]string{NodeV10: "NodeV10", DenoV11: "DenoV11", 7: "Personality(7)"} {
 		if got := p.String(); got != want {
 			t.Errorf("String() = %q, want %q", got, want)

@@ -3,9 +3,9 @@ package agentspaces
 import (
 	"errors"
 	"fmt"
-	"regexp"
 
 	"github.com/toolgate/toolgate/gateway/frontdoor"
+	"github.com/toolgate/toolgate/internal/ident"
 )
 
 // Name is the door's section under front_doors and the front_door its
@@ -25,7 +25,7 @@ const (
 )
 
 // driverNamePattern bounds the driver key: it becomes a tool id prefix.
-var driverNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+const driverNamePattern = ident.DriverName
 
 // Config is the front_doors.agent_spaces section:
 //

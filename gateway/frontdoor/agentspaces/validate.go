@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/toolgate/toolgate/internal/ident"
 )
 
 // Operation types of the protocol.
@@ -42,9 +44,10 @@ var (
 	runIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 	// turnPattern bounds an Idempotency-Key: no ':' either.
 	turnPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,40}$`)
-	// envNamePattern is the driver's rule for an environment variable.
-	envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
+
+// envNamePattern is the driver's rule for an environment variable.
+const envNamePattern = ident.EnvName
 
 // operation is one validated operation of a batch.
 type operation struct {

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -20,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/internal/ident"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -56,7 +56,7 @@ const (
 // requestIDPattern is the gateway's rule for request ids, checked here
 // too so that a bad idempotency key is refused before anything is
 // recorded.
-var requestIDPattern = regexp.MustCompile(gateway.RequestIDPattern)
+const requestIDPattern = ident.RequestID
 
 // freshIDEncoding spells fresh request ids: lowercase base32 without
 // padding, 26 characters for 16 random bytes.

@@ -21,8 +21,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/toolgate/toolgate/gateway"
 )
 
 // The defaults of Config, in one place.
@@ -54,8 +52,6 @@ var DefaultAlgorithms = []string{"RS256", "PS256", "ES256", "ES384", "EdDSA"}
 var supportedAlgorithms = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA"}
 
 var (
-	// callerPattern is the gateway's rule for caller names.
-	callerPattern = regexp.MustCompile(gateway.CallerNamePattern)
 	// prefixPattern is a caller_prefix that keeps the caller name valid.
 	prefixPattern = regexp.MustCompile(`^([A-Za-z0-9][A-Za-z0-9._@:-]{0,63})?$`)
 	// claimPattern is a claim name we look up.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
+	"github.com/toolgate/toolgate/internal/ident"
 )
 
 // maxTokenBytes caps a token before anything of it is decoded.
@@ -216,8 +217,8 @@ func (v *Verifier) principal(claims jwt.MapClaims) (frontdoor.Principal, error) 
 		return frontdoor.Principal{}, invalid("claim %s: missing or not a string", v.cfg.CallerClaim)
 	}
 	caller := *v.cfg.CallerPrefix + name
-	if !callerPattern.MatchString(caller) {
-		return frontdoor.Principal{}, invalid("claim %s: the caller name it gives does not match %s", v.cfg.CallerClaim, callerPattern)
+	if !ident.CallerName.MatchString(caller) {
+		return frontdoor.Principal{}, invalid("claim %s: the caller name it gives does not match %s", v.cfg.CallerClaim, ident.CallerName)
 	}
 	sub, _ := claims["sub"].(string)
 	jti, _ := claims["jti"].(string)

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
+	"github.com/toolgate/toolgate/internal/ident"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -35,7 +35,7 @@ const (
 
 // requestIDPattern is the gateway's rule for request ids, checked here too
 // so that a bad Idempotency-Key is refused before anything is recorded.
-var requestIDPattern = regexp.MustCompile(gateway.RequestIDPattern)
+const requestIDPattern = ident.RequestID
 
 // freshIDEncoding spells fresh request ids: lowercase base32 without
 // padding, 26 characters for 16 random bytes.

@@ -120,7 +120,7 @@ func newTestEnv(t *testing.T, o envOptions) *testEnv {
 		Drivers: map[string]drivers.Driver{"tpmjs": td, "workspace": ws}, Tools: testTools(),
 	}
 	if o.registry {
-		opts.Registry = &gateway.Registry{Driver: "tpmjs"}
+		opts.Registry = &gateway.Registry{Driver: "tpmjs", Bind: (&tpmjs.DriverConfig{}).BindTool}
 	}
 	e.gw, err = gateway.New(opts)
 	must(t, err)
