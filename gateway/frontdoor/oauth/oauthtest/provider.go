@@ -34,6 +34,7 @@ type Provider struct {
 	extra    jwt.MapClaims
 	mutate   func(jwt.MapClaims)
 	redeemed int
+	asked    int
 }
 
 // grant is what an issued code stands for.
@@ -75,6 +76,14 @@ func (p *Provider) SetMutate(f func(jwt.MapClaims)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.mutate = f
+}
+
+// TokenRequests counts the requests the token endpoint got, exchanged
+// or not.
+func (p *Provider) TokenRequests() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.asked
 }
 
 // Redeemed counts the codes the token endpoint exchanged.
@@ -123,6 +132,9 @@ func (p *Provider) authorize(w http.ResponseWriter, r *http.Request) {
 // token redeems a code once, for its client, redirect_uri and PKCE
 // verifier.
 func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	p.asked++
+	p.mu.Unlock()
 	id, secret, ok := r.BasicAuth()
 	id, _ = url.QueryUnescape(id)
 	secret, _ = url.QueryUnescape(secret)
