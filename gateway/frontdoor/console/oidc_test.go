@@ -65,7 +65,7 @@ func startOIDCConsole(t *testing.T) *oidcConsole {
 	srv := httptest.NewUnstartedServer(nil)
 	base := "https://" + srv.Listener.Addr().String()
 	cfg := oidc.Config{Issuer: prov.URL, ClientID: prov.ClientID, RedirectURL: base + oidc.CallbackPath,
-		ClientSecret: gateway.SecretSource{Env: oidcSecretEnv}, GroupsClaim: "groups"}
+		ClientSecret: oidc.ClientSecret{SecretSource: gateway.SecretSource{Env: oidcSecretEnv}}, GroupsClaim: "groups"}
 	if err := cfg.Validate(true); err != nil {
 		t.Fatal(err)
 	}

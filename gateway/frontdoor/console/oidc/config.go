@@ -15,7 +15,6 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console/browse"
 )
 
@@ -34,7 +33,7 @@ type Config struct {
 	ClientID string `yaml:"client_id"`
 	// ClientSecret is read from a file or an environment variable, never
 	// from the configuration itself.
-	ClientSecret gateway.SecretSource `yaml:"client_secret"`
+	ClientSecret ClientSecret `yaml:"client_secret"`
 	// RedirectURL is the console's own origin followed by
 	// /signin/oidc/callback, as registered at the provider.
 	RedirectURL string `yaml:"redirect_url"`

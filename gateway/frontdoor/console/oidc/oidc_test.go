@@ -18,7 +18,7 @@ import (
 func TestValidate(t *testing.T) {
 	t.Parallel()
 	good := func() Config {
-		return Config{Issuer: "https://id.example.com", ClientID: "console", ClientSecret: gateway.SecretSource{Env: "S"},
+		return Config{Issuer: "https://id.example.com", ClientID: "console", ClientSecret: ClientSecret{SecretSource: gateway.SecretSource{Env: "S"}},
 			RedirectURL: "https://console.example.com" + CallbackPath}
 	}
 	tests := []struct {
@@ -36,7 +36,7 @@ func TestValidate(t *testing.T) {
 		{name: "an issuer with a query", change: func(c *Config) { c.Issuer = "https://id.example.com/?x=1" }, wantErr: "query"},
 		{name: "an issuer with credentials", change: func(c *Config) { c.Issuer = "https://u:p@id.example.com" }, wantErr: "credentials"},
 		{name: "no client id", change: func(c *Config) { c.ClientID = "" }, wantErr: "client_id"},
-		{name: "no client secret", change: func(c *Config) { c.ClientSecret = gateway.SecretSource{} }, wantErr: "client_secret: give file or env"},
+		{name: "no client secret", change: func(c *Config) { c.ClientSecret = ClientSecret{} }, wantErr: "client_secret: give file or env"},
 		{name: "a secret from two places", change: func(c *Config) { c.ClientSecret.File = "/s" }, wantErr: "not both"},
 		{name: "a redirect to another path", change: func(c *Config) { c.RedirectURL = "https://console.example.com/elsewhere" }, wantErr: "followed by"},
 		{name: "a redirect with a query", change: func(c *Config) { c.RedirectURL += "?next=https://evil.example" }, wantErr: "followed by"},
@@ -65,7 +65,7 @@ type clock struct {
 	now time.Time
 }
 
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
 func (c *clock) Add(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.now = c.now.Add(d) }
 
 // begin runs Begin as a browser at the console's origin and returns the
@@ -90,7 +90,7 @@ func begin(t *testing.T, c *Client, prov *oauthtest.Provider) (*http.Cookie, *ht
 
 func newClient(t *testing.T, issuer string, now func() time.Time) *Client {
 	t.Helper()
-	cfg := Config{Issuer: issuer, ClientID: "console", ClientSecret: gateway.SecretSource{Env: "S"},
+	cfg := Config{Issuer: issuer, ClientID: "console", ClientSecret: ClientSecret{SecretSource: gateway.SecretSource{Env: "S"}},
 		RedirectURL: "http://127.0.0.1:8470" + CallbackPath}
 	if err := cfg.Validate(false); err != nil {
 		t.Fatal(err)
