@@ -122,15 +122,15 @@ func TestCheckConfigReportsEveryProblemAtItsLine(t *testing.T) {
 			lines: []string{`cfg.yaml:5: tools.files.read.driver "nodriver": no such driver`},
 		},
 		{
-			name:  "a console signing in at an OpenID Connect provider is ok",
+			name: "a console signing in at an OpenID Connect provider is ok",
 			files: map[string]string{"cfg.yaml": "policies: {dir: ./policies}\nconsole:\n  listen: 127.0.0.1:8470\n  oidc:\n    issuer: https://idp.example\n    client_id: console\n" +
 				"    client_secret: {env: OIDC_SECRET}\n    redirect_url: http://127.0.0.1:8470/signin/oidc/callback\n"},
-			env:   map[string]string{"OIDC_SECRET": "s3cret"},
-			code:  exitOK,
-			out:   "cfg.yaml: ok: console 127.0.0.1:8470; listen 127.0.0.1:50051; 1 policy set(s) in ./policies; signing key ./toolgate-signing.key would be created on first start\n",
+			env:  map[string]string{"OIDC_SECRET": "s3cret"},
+			code: exitOK,
+			out:  "cfg.yaml: ok: console 127.0.0.1:8470; listen 127.0.0.1:50051; 1 policy set(s) in ./policies; signing key ./toolgate-signing.key would be created on first start\n",
 		},
 		{
-			name:  "the console's OpenID Connect client secret must be readable",
+			name: "the console's OpenID Connect client secret must be readable",
 			files: map[string]string{"cfg.yaml": "policies: {dir: ./policies}\nconsole:\n  listen: 127.0.0.1:8470\n  oidc:\n    issuer: https://idp.example\n    client_id: console\n" +
 				"    client_secret: {env: OIDC_SECRET}\n    redirect_url: http://127.0.0.1:8470/signin/oidc/callback\n"},
 			code:  exitFailure,
