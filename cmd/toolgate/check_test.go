@@ -480,6 +480,7 @@ var readmeEnv = map[string]string{
 	"TOOLGATE_AGENT_KEY":       "agent-key-0123456789abcdef",
 	"TOOLGATE_FINGERPRINT_KEY": "fingerprint-key-0123456789abcdef",
 	"TOOLGATE_SHARED_MAC_KEY":  "shared-mac-key-0123456789abcdef-0123",
+	"TOOLGATE_OIDC_SECRET":     "oidc-client-secret-0123456789",
 }
 
 // TestReadmeConfigurationsCheck runs `check config` on every yaml block of
