@@ -68,6 +68,11 @@ func Load(cfg gateway.Config) (Config, error) {
 	if err := cfg.ValidateListenerAuth("console.listen", c.Listen, c.OIDC != nil); err != nil {
 		return Config{}, err
 	}
+	if c.OIDC != nil {
+		if err := c.OIDC.CheckListen(c.Listen); err != nil {
+			return Config{}, fmt.Errorf("config: %w", err)
+		}
+	}
 	if len(cfg.Auth.Keys) == 0 && c.OIDC == nil {
 		return Config{}, errors.New("config: console.listen: the console signs people in with the API keys of auth.keys or console.oidc, and there are none")
 	}

@@ -37,6 +37,9 @@ func TestLoadAppliesTheListenerRules(t *testing.T) {
 			strings.Replace(oidcSection, "/signin/oidc/callback", "/x?next=https://evil.example", 1) + "}", wantErr: "redirect_url"},
 		{name: "an oidc issuer in plain http beyond loopback", yaml: keys + "console: {listen: '127.0.0.1:8470', oidc: " +
 			strings.Replace(oidcSection, "http://127.0.0.1:9000", "http://id.example.com", 1) + "}", wantErr: "issuer"},
+		{name: "an oidc redirect to another loopback port", yaml: keys + "console: {listen: '127.0.0.1:8471', oidc: " + oidcSection + "}", wantErr: "not the port"},
+		{name: "an oidc redirect to loopback from a console that is not there", yaml: keys + "tls: {allow_plaintext: true}\nconsole: {listen: '0.0.0.0:8470', oidc: " + oidcSection + "}",
+			wantErr: "on loopback, but console.listen"},
 		{name: "an unknown oidc key", yaml: keys + "console: {listen: '127.0.0.1:8470', oidc: " +
 			strings.Replace(oidcSection, "}", ", skip_nonce: true}", 1) + "}", wantErr: "skip_nonce"},
 		{name: "a session that never lasts", yaml: keys + "console: {listen: '127.0.0.1:8470', session_ttl: -1s}", wantErr: "positive"},

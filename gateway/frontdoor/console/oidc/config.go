@@ -89,6 +89,30 @@ func (c *Config) Validate(tls bool) error {
 	return nil
 }
 
+// CheckListen refuses a redirect URL on loopback that cannot be the
+// console listening on listen: another port, or a console that is not on
+// loopback (a redirect to this machine's loopback would then reach
+// whatever listens there, not the console). A redirect to another host
+// name is the console's public name behind a proxy, which cannot be
+// checked here.
+func (c *Config) CheckListen(listen string) error {
+	u, err := url.Parse(c.RedirectURL)
+	if err != nil || !loopback(u.Hostname()) {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil // the listener's own check reports it
+	}
+	if !loopback(host) {
+		return fmt.Errorf("console.oidc.redirect_url %q: on loopback, but console.listen %q is not", c.RedirectURL, listen)
+	}
+	if port != "0" && u.Port() != port {
+		return fmt.Errorf("console.oidc.redirect_url %q: not the port of console.listen %q", c.RedirectURL, listen)
+	}
+	return nil
+}
+
 // checkRedirect: the console's own origin (https, or http on loopback
 // when the console serves no TLS) and the callback path, nothing more.
 func checkRedirect(raw string, tls bool) error {
