@@ -3,11 +3,13 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -77,5 +79,56 @@ func TestConsoleOIDCSignIn(t *testing.T) {
 	}
 	if resp, body := get(base + "/requests"); resp.StatusCode != http.StatusOK || !strings.Contains(body, "Signed in as <strong>oidc:carol</strong>") {
 		t.Fatalf("requests page: %d\n%s", resp.StatusCode, body)
+	}
+}
+
+// TestConsoleOIDCInABrowser: in headless Chromium, a person signs in at a
+// provider on another site (localhost, the console on 127.0.0.1) and
+// lands on the requests page signed in: the SameSite=Lax state cookie
+// comes back with the provider's redirect, and the SameSite=Strict
+// session cookie is sent on the way on from the console's own page.
+func TestConsoleOIDCInABrowser(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is not on PATH: %v", err)
+	}
+	script, err := filepath.Abs("testdata/console/oidc.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(script), "node_modules", "playwright-core")); err != nil {
+		t.Fatalf("playwright-core is not installed: run npm ci in testdata/console (bash .ci/test.sh does): %v", err)
+	}
+	dir := t.TempDir()
+	writePolicy(t, dir, consolePolicy)
+	prov := oauthtest.NewProviderNamed(t, "toolgate-console", "s3cret-from-env", "localhost")
+	prov.SetUser("dana", nil)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cfg := "evidence: {url: file://./audit}\ndrivers: {workspace: {type: workspace, root: ./ws}}\n" +
+		"console:\n  listen: '" + addr + "'\n  oidc:\n    issuer: " + prov.URL + "\n    client_id: toolgate-console\n" +
+		"    client_secret: {env: OIDC_SECRET}\n    redirect_url: http://" + addr + "/signin/oidc/callback\n"
+	if err := os.WriteFile(filepath.Join(dir, "toolgate.yaml"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startServerEnv(t, dir, []string{"OIDC_SECRET=s3cret-from-env"}, "--config", "toolgate.yaml")
+	cmd := exec.Command(node, script)
+	cmd.Dir = filepath.Dir(script)
+	cmd.Env = append(os.Environ(), "CONSOLE_URL=http://"+addr, "USER_DATA_DIR="+t.TempDir())
+	stdout, err := cmd.Output()
+	var res struct {
+		Link, URL, Who string
+		Errors         []string
+	}
+	if jerr := json.Unmarshal(stdout, &res); err != nil || jerr != nil || len(res.Errors) > 0 {
+		t.Fatalf("oidc.mjs: %v %v %v\n%s", err, jerr, res.Errors, stdout)
+	}
+	if res.Link != "Sign in with "+strings.TrimPrefix(prov.URL, "http://") || res.URL != "http://"+addr+"/requests" ||
+		!strings.Contains(res.Who, "oidc:dana") || prov.Redeemed() != 1 {
+		t.Fatalf("in the browser: %+v, %d codes redeemed", res, prov.Redeemed())
 	}
 }

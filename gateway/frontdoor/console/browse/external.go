@@ -69,8 +69,9 @@ func (s *Server) externalCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, sessionCookie(tok, max(ttl, time.Second)))
 	// A page, not a redirect: the browser came here from the provider's
-	// site, and a redirect would carry that cross-site navigation on, so
-	// the SameSite=Strict session cookie would not be sent with it. The
-	// link (and the refresh) are a navigation from this origin.
+	// site, and a browser that judges SameSite by the whole redirect chain
+	// (as the cookie specification's draft asks; Chromium only behind an
+	// option) would not send the Strict session cookie on a redirect. The
+	// link and the refresh are a navigation from this origin.
 	s.render(w, http.StatusOK, "signedin", nil, p.Name)
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -46,6 +47,14 @@ type grant struct {
 // The signed-in user is "alice" until SetUser says otherwise.
 func NewProvider(t testing.TB, clientID, clientSecret string) *Provider {
 	t.Helper()
+	return NewProviderNamed(t, clientID, clientSecret, "")
+}
+
+// NewProviderNamed is NewProvider with the issuer's host called hostname
+// ("localhost") instead of its loopback address, so that a browser sees
+// the provider as another site than a console on 127.0.0.1.
+func NewProviderNamed(t testing.TB, clientID, clientSecret, hostname string) *Provider {
+	t.Helper()
 	p := &Provider{ClientID: clientID, ClientSecret: clientSecret, codes: map[string]grant{}, sub: "alice"}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /.well-known/openid-configuration", p.discovery)
@@ -55,9 +64,15 @@ func NewProvider(t testing.TB, clientID, clientSecret string) *Provider {
 		w.Header().Set("Content-Type", "application/jwk-set+json")
 		_, _ = w.Write(p.JWKS())
 	})
-	p.srv = httptest.NewServer(mux)
+	p.srv = httptest.NewUnstartedServer(mux)
+	u := "http://" + p.srv.Listener.Addr().String()
+	if hostname != "" {
+		_, port, _ := net.SplitHostPort(p.srv.Listener.Addr().String())
+		u = "http://" + net.JoinHostPort(hostname, port)
+	}
+	p.Issuer = New(t, u)
+	p.srv.Start()
 	t.Cleanup(p.srv.Close)
-	p.Issuer = New(t, p.srv.URL)
 	return p
 }
 
