@@ -80,6 +80,10 @@ type Config struct {
 	// secret files they name are hidden from sandboxes as the rest of the
 	// configuration's are.
 	DoorSettings map[string]any `yaml:"-"`
+	// SectionSettings are other sections decoded outside this package, by
+	// their key (cmd sets "console"; not a key of the file): their secret
+	// files are hidden from sandboxes too.
+	SectionSettings map[string]any `yaml:"-"`
 
 	// File is the path the configuration was read from (LoadConfig sets
 	// it; it is not a key of the file). CheckLayout keeps every workspace

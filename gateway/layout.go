@@ -63,6 +63,9 @@ func (c Config) secretFiles() []secretfile.Path {
 	for _, name := range sortedKeys(c.DoorSettings) {
 		out = append(out, secretfile.Find("front_doors."+name, c.DoorSettings[name])...)
 	}
+	for _, name := range sortedKeys(c.SectionSettings) {
+		out = append(out, secretfile.Find(name, c.SectionSettings[name])...)
+	}
 	return out
 }
 

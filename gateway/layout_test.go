@@ -72,6 +72,15 @@ func TestCheckLayoutRefusesNesting(t *testing.T) {
 		}, []string{"tls.key_file", "lies inside drivers.tpmjs.trace_dir"}},
 		{"fingerprint key in the workspace", func(c *Config) { c.Redact.FingerprintKey = &SecretSource{File: "repo/workspace/fp"} },
 			[]string{"contains redact.fingerprint_key.file"}},
+		{"a decoded section's secret file in the workspace", func(c *Config) {
+			c.SectionSettings = map[string]any{"console": struct {
+				OIDC struct {
+					Secret *SecretSource `yaml:"client_secret"`
+				} `yaml:"oidc"`
+			}{OIDC: struct {
+				Secret *SecretSource `yaml:"client_secret"`
+			}{&SecretSource{File: "repo/workspace/oidc-secret"}}}}
+		}, []string{"contains console.oidc.client_secret.file"}},
 		{"configuration file in the workspace", func(c *Config) { c.File = "repo/workspace/toolgate.yaml" },
 			[]string{"contains the configuration file"}},
 		{"s3 evidence is not a folder", func(c *Config) { c.Evidence.URL = "s3://bucket/repo/workspace" }, nil},

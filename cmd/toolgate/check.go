@@ -127,7 +127,13 @@ func checkConfig(path string, getenv func(string) string) checkReport {
 	if c, err := console.Load(cfg); err != nil {
 		add(err)
 	} else if c.Listen != "" {
+		cfg.SectionSettings = map[string]any{"console": c}
 		r.summary = append(r.summary, "console "+c.Listen)
+		if c.OIDC != nil {
+			if _, err := c.OIDC.ClientSecret.Read(getenv); err != nil {
+				add(fmt.Errorf("config: console.oidc.client_secret: %w", err))
+			}
+		}
 	}
 	if err := cfg.CheckLayout(); err != nil {
 		add(err)

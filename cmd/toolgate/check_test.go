@@ -88,6 +88,7 @@ func TestCheckConfigReportsEveryProblemAtItsLine(t *testing.T) {
 		noPolicies bool // the default policies folder is absent
 		code       int
 		lines      []string // stderr, exactly
+		contains   []string // stderr holds these, where it names temporary paths
 		out        string   // stdout, exactly
 	}{
 		{
@@ -119,6 +120,43 @@ func TestCheckConfigReportsEveryProblemAtItsLine(t *testing.T) {
 				"  files.read:\n    target: readFile\n    driver: nodriver\n"},
 			code:  exitFailure,
 			lines: []string{`cfg.yaml:5: tools.files.read.driver "nodriver": no such driver`},
+		},
+		{
+			name: "a console signing in at an OpenID Connect provider is ok",
+			files: map[string]string{"cfg.yaml": "policies: {dir: ./policies}\nconsole:\n  listen: 127.0.0.1:8470\n  oidc:\n    issuer: https://idp.example\n    client_id: console\n" +
+				"    client_secret: {env: OIDC_SECRET}\n    redirect_url: http://127.0.0.1:8470/signin/oidc/callback\n"},
+			env:  map[string]string{"OIDC_SECRET": "s3cret"},
+			code: exitOK,
+			out:  "cfg.yaml: ok: console 127.0.0.1:8470; listen 127.0.0.1:50051; 1 policy set(s) in ./policies; signing key ./toolgate-signing.key would be created on first start\n",
+		},
+		{
+			name: "the console's OpenID Connect client secret must be readable",
+			files: map[string]string{"cfg.yaml": "policies: {dir: ./policies}\nconsole:\n  listen: 127.0.0.1:8470\n  oidc:\n    issuer: https://idp.example\n    client_id: console\n" +
+				"    client_secret: {env: OIDC_SECRET}\n    redirect_url: http://127.0.0.1:8470/signin/oidc/callback\n"},
+			code:  exitFailure,
+			lines: []string{"cfg.yaml:7: console.oidc.client_secret: environment variable OIDC_SECRET is empty or unset"},
+		},
+		{
+			name: "the console's OpenID Connect redirect must come back to the console",
+			files: map[string]string{"cfg.yaml": "policies: {dir: ./policies}\nconsole:\n  listen: 127.0.0.1:8470\n  oidc:\n    issuer: https://idp.example\n    client_id: console\n" +
+				"    client_secret: {env: OIDC_SECRET}\n    redirect_url: https://evil.example/signin/oidc/callback?next=/\n"},
+			env:   map[string]string{"OIDC_SECRET": "s3cret"},
+			code:  exitFailure,
+			lines: []string{`cfg.yaml:8: console.oidc.redirect_url "https://evil.example/signin/oidc/callback?next=/": must be the console's origin followed by /signin/oidc/callback`},
+		},
+		{
+			name: "the console's OpenID Connect client secret file is kept out of the workspace",
+			files: map[string]string{"cfg.yaml": "policies: {dir: ./policies}\ndrivers: {w: {type: workspace, root: ./w}}\nconsole:\n  listen: 127.0.0.1:8470\n  oidc:\n    issuer: https://idp.example\n    client_id: console\n" +
+				"    client_secret: {file: ./w/oidc-secret}\n    redirect_url: http://127.0.0.1:8470/signin/oidc/callback\n",
+				"w/oidc-secret": "s3cret"},
+			code:     exitFailure,
+			contains: []string{"cfg.yaml:2: drivers.w.root", "contains console.oidc.client_secret.file", "oidc-secret): callers of the workspace tools could read"},
+		},
+		{
+			name:  "a console client secret written inline is refused without being quoted",
+			files: map[string]string{"cfg.yaml": "policies: {dir: ./policies}\nconsole:\n  listen: 127.0.0.1:8470\n  oidc: {issuer: https://idp.example, client_secret: hunter2}\n"},
+			code:  exitFailure,
+			lines: []string{"cfg.yaml:4: console: console.oidc.client_secret: want {file: FILE} or {env: VAR}; a secret never goes in the configuration itself"},
 		},
 		{
 			name: "a front door problem under a key the file does not have is placed at the deepest key it has",
@@ -286,6 +324,11 @@ func TestCheckConfigReportsEveryProblemAtItsLine(t *testing.T) {
 			if c.lines != nil {
 				if want := strings.Join(c.lines, "\n") + "\n"; got.stderr != want {
 					t.Errorf("stderr:\n%s\nwant:\n%s", got.stderr, want)
+				}
+			}
+			for _, want := range c.contains {
+				if !strings.Contains(got.stderr, want) {
+					t.Errorf("stderr lacks %q:\n%s", want, got.stderr)
 				}
 			}
 			if got.stdout != c.out {
@@ -467,6 +510,7 @@ var readmeEnv = map[string]string{
 	"TOOLGATE_AGENT_KEY":       "agent-key-0123456789abcdef",
 	"TOOLGATE_FINGERPRINT_KEY": "fingerprint-key-0123456789abcdef",
 	"TOOLGATE_SHARED_MAC_KEY":  "shared-mac-key-0123456789abcdef-0123",
+	"TOOLGATE_OIDC_SECRET":     "oidc-client-secret-0123456789",
 }
 
 // TestReadmeConfigurationsCheck runs `check config` on every yaml block of

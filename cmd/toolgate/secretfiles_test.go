@@ -7,6 +7,7 @@ import (
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
+	"github.com/toolgate/toolgate/gateway/frontdoor/console"
 	"github.com/toolgate/toolgate/internal/secretfile"
 )
 
@@ -23,6 +24,7 @@ func TestEveryFileKeyDeclaresWhetherItIsSecret(t *testing.T) {
 		k, _ := drivers.LookupKind(typ)
 		undeclared = append(undeclared, secretfile.Undeclared("drivers.<"+typ+">", reflect.TypeOf(k.New()))...)
 	}
+	undeclared = append(undeclared, secretfile.Undeclared("console", reflect.TypeFor[console.Config]())...)
 	doors := frontdoor.Kinds()
 	for _, name := range doors {
 		c, _ := frontdoor.NewConfig(name)

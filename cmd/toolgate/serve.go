@@ -102,6 +102,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	if err != nil {
 		return err
 	}
+	cfg.SectionSettings = map[string]any{"console": consoleCfg}
 
 	var handler slog.Handler
 	switch *logFormat {

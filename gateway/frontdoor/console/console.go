@@ -21,6 +21,7 @@ import (
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console/browse"
+	"github.com/toolgate/toolgate/gateway/frontdoor/console/oidc"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -42,12 +43,15 @@ type Config struct {
 	// IndexInterval is how often the index is refreshed from the store
 	// (default 5s).
 	IndexInterval time.Duration `yaml:"index_interval"`
+	// OIDC, when set, offers sign-in with an OpenID Connect provider
+	// beside the API keys.
+	OIDC *oidc.Config `yaml:"oidc"`
 }
 
 // Load decodes and checks cfg's console section. The console listens
-// under the rules of the gRPC listener (loopback, or auth.keys with TLS or
-// tls.allow_plaintext), and needs auth.keys in any case: people sign in
-// with an API key.
+// under the rules of the gRPC listener (loopback, or a way to sign in with
+// TLS or tls.allow_plaintext), and needs auth.keys or oidc in any case:
+// people sign in with an API key or at the OpenID Connect provider.
 func Load(cfg gateway.Config) (Config, error) {
 	c := Config{SessionTTL: DefaultSessionTTL, IndexInterval: DefaultIndexInterval}
 	if err := cfg.Console.DecodeStrict(&c); err != nil {
@@ -56,11 +60,21 @@ func Load(cfg gateway.Config) (Config, error) {
 	if c.Listen == "" {
 		return c, nil
 	}
-	if err := cfg.ValidateListener("console.listen", c.Listen); err != nil {
+	if c.OIDC != nil {
+		if err := c.OIDC.Validate(cfg.TLS.Enabled()); err != nil {
+			return Config{}, fmt.Errorf("config: %w", err)
+		}
+	}
+	if err := cfg.ValidateListenerAuth("console.listen", c.Listen, c.OIDC != nil); err != nil {
 		return Config{}, err
 	}
-	if len(cfg.Auth.Keys) == 0 {
-		return Config{}, errors.New("config: console.listen: the console signs people in with the API keys of auth.keys, and there are none")
+	if c.OIDC != nil {
+		if err := c.OIDC.CheckListen(c.Listen); err != nil {
+			return Config{}, fmt.Errorf("config: %w", err)
+		}
+	}
+	if len(cfg.Auth.Keys) == 0 && c.OIDC == nil {
+		return Config{}, errors.New("config: console.listen: the console signs people in with the API keys of auth.keys or console.oidc, and there are none")
 	}
 	if gateway.SameListenAddr(c.Listen, cfg.Listen) || gateway.SameListenAddr(c.Listen, cfg.Admin.Addr()) {
 		return Config{}, fmt.Errorf("config: console.listen %q: taken by the gRPC or the admin listener", c.Listen)
@@ -112,6 +126,15 @@ func Start(ctx context.Context, c Config, cfg gateway.Config, g *gateway.Gateway
 	if s := g.Signer(); s != nil {
 		trusted = append(trusted, s.PublicKey())
 	}
+	acc := newAccess(g, live, c.PolicyRef, tokens...)
+	var external browse.ExternalSignIn
+	if c.OIDC != nil {
+		client, err := oidc.New(*c.OIDC, getenv, nil, oidc.Options{Logger: log})
+		if err != nil {
+			return fail(fmt.Errorf("config: %w", err))
+		}
+		external = oidcSignIn{client: client, access: acc}
+	}
 	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
 	index := browse.NewIndex(store, log)
 	if err := index.Refresh(ctx); err != nil {
@@ -122,7 +145,7 @@ func Start(ctx context.Context, c Config, cfg gateway.Config, g *gateway.Gateway
 	go reloadPolicies(bg, live, c.IndexInterval, log)
 	srv, err := browse.NewServer(browse.Options{
 		Store: store, Index: index, Rules: live, Logger: log, SessionTTL: c.SessionTTL,
-		Access:    newAccess(g, live, c.PolicyRef, tokens...),
+		Access: acc, External: external,
 		Approvals: approvals{g: g},
 		Verify:    evidence.VerifyOptions{TrustedKeys: trusted},
 	})

@@ -58,6 +58,9 @@ type Options struct {
 	Index *Index
 	// Access, when set, requires sign-in and decides reads.
 	Access Access
+	// External, when set beside Access, offers sign-in with an identity
+	// provider as well as with a key.
+	External ExternalSignIn
 	// Approvals, when set, serves the approvals inbox.
 	Approvals Approvals
 	// Rules, when set, shows the deciding rule's text.
@@ -110,7 +113,7 @@ func NewServer(opts Options) (*Server, error) {
 }
 
 // pageNames are the templates, each rendered inside layout.html.
-var pageNames = []string{"signin", "requests", "request", "run", "approvals", "verify", "error"}
+var pageNames = []string{"signin", "signedin", "requests", "request", "run", "approvals", "verify", "error"}
 
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
@@ -131,6 +134,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	mux.HandleFunc("GET /signin", s.signInPage)
 	mux.HandleFunc("POST /signin", s.signIn)
+	mux.HandleFunc("GET "+ExternalStartPath, s.externalBegin)
+	mux.HandleFunc("GET "+ExternalCallbackPath, s.externalCallback)
 	mux.HandleFunc("POST /signout", s.withSession(s.signOut))
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/requests", http.StatusSeeOther) })
 	mux.HandleFunc("GET /requests", s.withSession(s.requestsPage))
@@ -234,8 +239,13 @@ func (s *Server) render(w http.ResponseWriter, status int, name string, ss *sess
 		CSRF   string
 		Inbox  bool
 		SignIn bool
-		Data   any
+		// External is the identity provider's sign-in link text, if any.
+		External string
+		Data     any
 	}{Page: name, Data: data, Inbox: s.opts.Approvals != nil, SignIn: s.opts.Access != nil}
+	if s.opts.External != nil && s.opts.Access != nil {
+		view.External = s.opts.External.Label()
+	}
 	if ss != nil {
 		view.Person, view.CSRF = &ss.person, ss.csrf
 	}
