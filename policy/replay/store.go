@@ -40,8 +40,9 @@ func (f Filter) selects(c Call) bool {
 // fn with each call its verified evidence rebuilds that filter selects.
 // A request that fails verification goes to unverified instead, and one
 // whose records cannot be rebuilt (no manifest yet, no decision, a gap)
-// to skipped with the reason; neither is filtered, since a record that
-// cannot be trusted or read cannot be told apart by its fields. Requests
+// to skipped with the reason; neither is filtered unless its records were
+// read and name a caller, tool and time the filter leaves out: a record
+// that cannot be trusted or read cannot be told apart by its fields. Requests
 // are visited one at a time, as VerifyAll visits them, so memory stays
 // flat however many the store holds.
 //
@@ -59,14 +60,13 @@ func Walk(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions, f
 		}
 		c, err := readCall(rep, got)
 		var nr *NotReplayable
-		if errors.As(err, &nr) {
+		switch {
+		case errors.As(err, &nr) && (c.Caller == "" || filter.selects(c)):
 			skipped(rep.RequestID, nr.Why)
 			return nil
-		}
-		if err != nil {
+		case err != nil && nr == nil:
 			return err
-		}
-		if !filter.selects(c) {
+		case err != nil, !filter.selects(c):
 			return nil
 		}
 		return fn(c)
