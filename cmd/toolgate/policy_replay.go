@@ -192,9 +192,9 @@ func policyShadowReport(ctx context.Context, args []string, std stdio) int {
 		return exit(err)
 	}
 	defer store.Close()
-	rep, without, err := replay.Shadow(ctx, store, opts, filter)
+	rep, err := replay.Shadow(ctx, store, opts, filter)
 	if err != nil {
 		return exit(err)
 	}
-	return f.finish(name, std, rep, kinds, fmt.Sprintf("%d calls decided by no shadow set", without))
+	return f.finish(name, std, rep, kinds, fmt.Sprintf("%d calls decided by no shadow set", rep.NoShadow))
 }

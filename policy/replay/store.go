@@ -118,20 +118,19 @@ func Replay(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions,
 
 // Shadow walks s and reports, for every selected call a shadow set
 // decided, how the shadow set's decision differs from the enforcing
-// set's. Calls no shadow set decided are counted in WithoutShadow.
-func Shadow(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions, filter Filter) (*Report, int, error) {
+// set's; the calls no shadow set decided are counted in NoShadow.
+func Shadow(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions, filter Filter) (*Report, error) {
 	rep := NewReport()
-	without := 0
 	err := Walk(ctx, s, opts, filter, func(c Call) error {
 		o, ok := ShadowOutcome(c)
 		if !ok {
-			without++
+			rep.NoShadow++
 			return nil
 		}
 		rep.Add(c, o)
 		return nil
 	}, rep.Skip, rep.unverified)
-	return rep, without, err
+	return rep, err
 }
 
 func (r *Report) unverified(rep evidence.VerifyReport) {
