@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/toolgate/toolgate/evidence"
@@ -50,15 +51,48 @@ func (f Filter) selects(c Call) bool {
 // DefaultConcurrency), and reported in order.
 func Walk(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions, filter Filter,
 	fn func(Call) error, skipped func(id, why string), unverified func(evidence.VerifyReport)) error {
+	return walk(ctx, s, opts, filter, nil, func(c Call, _ Outcome) error { return fn(c) }, skipped, unverified)
+}
+
+// step is what a verifying goroutine made of one request: the call its
+// records rebuild and, when work was given and the filter selects the
+// call, what work made of it.
+type step struct {
+	c       Call
+	err     error
+	o       Outcome
+	workErr error
+}
+
+// walk is Walk running work on each selected call in the goroutine that
+// verified it, beside the others in flight, and handing fn its outcome
+// in order: the decisions spread over the cores the verification uses.
+// work runs before the logs are judged, so its outcome is thrown away
+// when the final report fails: fn sees only verified calls.
+func walk(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions, filter Filter, work func(Call) (Outcome, error),
+	fn func(Call, Outcome) error, skipped func(id, why string), unverified func(evidence.VerifyReport)) error {
 	if opts.Concurrency == 0 {
 		opts.Concurrency = DefaultConcurrency
 	}
-	return evidence.VerifyAllRead(ctx, s, opts, func(rep evidence.VerifyReport, got evidence.Verified) error {
+	prepare := func(rep evidence.VerifyReport, got evidence.Verified) step {
+		c, err := readCall(rep, got)
+		st := step{c: c, err: err}
+		if err == nil && work != nil && filter.selects(c) {
+			st.o, st.workErr = work(c)
+		}
+		return st
+	}
+	return evidence.VerifyAllPrepared(ctx, s, opts, prepare, func(rep evidence.VerifyReport, st step) error {
 		if rep.Failed() {
 			unverified(rep)
 			return nil
 		}
-		c, err := readCall(rep, got)
+		c, err := st.c, st.err
+		if c.RequestID != rep.RequestID && err == nil {
+			// Only a report prepare never saw comes without its call;
+			// such a report always fails, so this is a broken promise.
+			return fmt.Errorf("replay: request %q: verified, yet never read", rep.RequestID)
+		}
 		var nr *NotReplayable
 		switch {
 		case errors.As(err, &nr) && (c.Caller == "" || filter.selects(c)):
@@ -68,8 +102,10 @@ func Walk(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions, f
 			return err
 		case err != nil, !filter.selects(c):
 			return nil
+		case st.workErr != nil:
+			return st.workErr
 		}
-		return fn(c)
+		return fn(c, st.o)
 	})
 }
 
@@ -105,11 +141,8 @@ func readCall(rep evidence.VerifyReport, got evidence.Verified) (Call, error) {
 // report.
 func Replay(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions, filter Filter, r *Replayer) (*Report, error) {
 	rep := NewReport()
-	err := Walk(ctx, s, opts, filter, func(c Call) error {
-		o, err := r.Replay(ctx, c)
-		if err != nil {
-			return err
-		}
+	work := func(c Call) (Outcome, error) { return r.Replay(ctx, c) }
+	err := walk(ctx, s, opts, filter, work, func(c Call, o Outcome) error {
 		rep.Add(c, o)
 		return nil
 	}, rep.Skip, rep.unverified)
