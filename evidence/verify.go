@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -362,6 +363,17 @@ func (a Verified) Get(key string) (data []byte, ok bool) {
 		return nil, false
 	}
 	return copies[0].data, true
+}
+
+// Decision returns decision record key as DecodeRecord decodes the copy
+// the verification read; ok is false when the verification decoded no
+// such record, or one that DecodeRecord refuses.
+func (a Verified) Decision(key string) (d DecisionRecord, ok bool) {
+	if a.r == nil {
+		return DecisionRecord{}, false
+	}
+	d, ok = a.r.decisions[key]
+	return d, ok
 }
 
 // Manifest returns the request's manifest as the verification parsed it;
@@ -943,6 +955,32 @@ type requestCopies struct {
 	cached map[string][]storedCopy
 	// manifest is the first copy of the manifest, parsed once.
 	manifest *parsedManifest
+	// decisions holds, by key, the decision records that decode strictly
+	// (DecodeRecord), so that a reader of Verified parses them no second
+	// time.
+	decisions map[string]DecisionRecord
+}
+
+// parseDecision decodes data, the copy of decision record key the
+// verification read, as every reader of the approval evidence does:
+// leniently, as json.Unmarshal. It first tries DecodeRecord's strict
+// rules and keeps a record that passes them for Verified.Decision; such a
+// record, when it carries no seal, is exactly the one a lenient decode
+// gives, and is not decoded twice.
+func (r *requestCopies) parseDecision(key string, data []byte) (DecisionRecord, error) {
+	var d DecisionRecord
+	if err := decodeStrict(data, &d); err == nil {
+		if r.decisions == nil {
+			r.decisions = map[string]DecisionRecord{}
+		}
+		r.decisions[key] = d
+		if _, seal, _ := trust.Split(data); seal == nil {
+			return d, nil
+		}
+	}
+	var lenient DecisionRecord
+	err := json.Unmarshal(data, &lenient)
+	return lenient, err
 }
 
 type parsedManifest struct {

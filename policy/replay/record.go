@@ -85,13 +85,19 @@ func GatewayRule(rule string) bool {
 // still names its caller, tool and time of receipt when both records were
 // read and agree, so that a filter can tell whether it was asked for.
 func ParseCall(id string, request, decision []byte, redactions []evidence.Redaction) (Call, error) {
-	var req evidence.RequestRecord
-	if err := evidence.DecodeRecord(request, &req); err != nil {
-		return Call{}, notReplayable("%s unreadable: %v", evidence.ArtifactRequest, err)
-	}
 	var d evidence.DecisionRecord
 	if err := evidence.DecodeRecord(decision, &d); err != nil {
 		return Call{}, notReplayable("%s unreadable: %v", evidence.ArtifactPolicyDecision, err)
+	}
+	return parseCall(id, request, d, redactions)
+}
+
+// parseCall is ParseCall with the decision record already decoded by
+// evidence.DecodeRecord.
+func parseCall(id string, request []byte, d evidence.DecisionRecord, redactions []evidence.Redaction) (Call, error) {
+	var req evidence.RequestRecord
+	if err := evidence.DecodeRecord(request, &req); err != nil {
+		return Call{}, notReplayable("%s unreadable: %v", evidence.ArtifactRequest, err)
 	}
 	if err := consistent(id, req, d); err != nil {
 		return Call{}, err

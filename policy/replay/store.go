@@ -134,6 +134,10 @@ func readCall(rep evidence.VerifyReport, got evidence.Verified) (Call, error) {
 	if !okD || !okR {
 		return Call{}, notReplayable("the manifest does not vouch for %s and %s", evidence.ArtifactRequest, decisionKey)
 	}
+	if d, ok := got.Decision(decisionKey); ok {
+		// The verification decoded the decision by the same rules.
+		return parseCall(id, request, d, m.Redactions)
+	}
 	return ParseCall(id, request, decision, m.Redactions)
 }
 
