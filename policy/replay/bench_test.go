@@ -117,7 +117,7 @@ func peakLiveHeap(tb testing.TB, s evidence.Reader, r *Replayer, every int) uint
 			peak = max(peak, m.HeapAlloc)
 		}
 		return nil
-	}, rep.Skip, rep.unverified)
+	}, rep.Skip, func(v evidence.VerifyReport) { rep.SkipUnverified(v.RequestID, v.Verdict(), v.Problems) })
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ func (r recorded) requestRecord() evidence.RequestRecord {
 		args = `{"path":"hello.txt"}`
 	}
 	return evidence.RequestRecord{RequestID: r.id, Caller: r.caller, ToolID: r.tool, Args: json.RawMessage(args),
-		Ctx: evidence.RequestContext{RunID: "run-1"}, ReceivedAt: recordedAt, CanonicalRequestHash: "h", Gateway: "toolgate/test@t"}
+		Ctx: evidence.RequestContext{RunID: "run-1"}, ReceivedAt: recordedAt, CanonicalRequestHash: recordedHash, Gateway: "toolgate/test@t"}
 }
 
 func (r recorded) decisionRecord() evidence.DecisionRecord {
@@ -69,7 +70,7 @@ func putRecorded(t testing.TB, s interface {
 		arts[evidence.Key(r.id, evidence.ArtifactDispatch)] = mustJSON(t, evidence.DispatchRecord{
 			RequestID: r.id, Attempt: 1, State: evidence.Dispatched, Gateway: "toolgate/test@t", At: recordedAt})
 	}
-	m := evidence.Manifest{Version: evidence.ManifestVersion, RequestID: r.id, CanonicalRequestHash: "h", EngineRef: "test",
+	m := evidence.Manifest{Version: evidence.ManifestVersion, RequestID: r.id, CanonicalRequestHash: recordedHash, EngineRef: "test",
 		Outcome: evidence.OutcomeCompleted, CreatedAt: recordedAt, Redactions: r.redactions}
 	for key, data := range arts {
 		if err := s.Put(ctx, key, data); err != nil {
@@ -138,3 +139,6 @@ func (w layoutWriter) Put(_ context.Context, key string, data []byte) error {
 const storeRecorded = `@id("read") permit (principal, action, resource == Tool::"workspace.readFile");
 @id("no-secret") forbid (principal, action, resource) when { context.args has path && context.args.path like "secret/*" };
 `
+
+// recordedHash is the canonical request hash of every recorded call.
+var recordedHash = "sha256:" + strings.Repeat("ab", 32)

@@ -51,7 +51,26 @@ func (f Filter) selects(c Call) bool {
 // DefaultConcurrency), and reported in order.
 func Walk(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions, filter Filter,
 	fn func(Call) error, skipped func(id, why string), unverified func(evidence.VerifyReport)) error {
-	return walk(ctx, s, opts, filter, nil, func(c Call, _ Outcome) error { return fn(c) }, skipped, unverified)
+	return walk(ctx, s, opts, filter, nil, sink{
+		add: func(_ evidence.VerifyReport, c Call, _ Outcome) error { return fn(c) },
+		skip: func(rep evidence.VerifyReport, why string) error {
+			skipped(rep.RequestID, why)
+			return nil
+		},
+		unverified: func(rep evidence.VerifyReport) error {
+			unverified(rep)
+			return nil
+		},
+	})
+}
+
+// sink takes what a walk finds of each request, with the request's
+// report: a call decided again (or selected, when the walk has no work),
+// a call not replayable and why, a request that fails verification.
+type sink struct {
+	add        func(evidence.VerifyReport, Call, Outcome) error
+	skip       func(evidence.VerifyReport, string) error
+	unverified func(evidence.VerifyReport) error
 }
 
 // step is what a verifying goroutine made of one request: the call its
@@ -65,12 +84,11 @@ type step struct {
 }
 
 // walk is Walk running work on each selected call in the goroutine that
-// verified it, beside the others in flight, and handing fn its outcome
-// in order: the decisions spread over the cores the verification uses.
-// work runs before the logs are judged, so its outcome is thrown away
-// when the final report fails: fn sees only verified calls.
-func walk(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions, filter Filter, work func(Call) (Outcome, error),
-	fn func(Call, Outcome) error, skipped func(id, why string), unverified func(evidence.VerifyReport)) error {
+// verified it, beside the others in flight, and handing its outcome to
+// out in order: the decisions spread over the cores the verification
+// uses. work runs before the logs are judged, so its outcome is thrown
+// away when the final report fails: out.add sees only verified calls.
+func walk(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions, filter Filter, work func(Call) (Outcome, error), out sink) error {
 	if opts.Concurrency == 0 {
 		opts.Concurrency = DefaultConcurrency
 	}
@@ -84,8 +102,7 @@ func walk(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions, f
 	}
 	return evidence.VerifyAllPrepared(ctx, s, opts, prepare, func(rep evidence.VerifyReport, st step) error {
 		if rep.Failed() {
-			unverified(rep)
-			return nil
+			return out.unverified(rep)
 		}
 		c, err := st.c, st.err
 		if c.RequestID != rep.RequestID && err == nil {
@@ -96,8 +113,7 @@ func walk(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions, f
 		var nr *NotReplayable
 		switch {
 		case errors.As(err, &nr) && (c.Caller == "" || filter.selects(c)):
-			skipped(rep.RequestID, nr.Why)
-			return nil
+			return out.skip(rep, nr.Why)
 		case err != nil && nr == nil:
 			return err
 		case err != nil, !filter.selects(c):
@@ -105,7 +121,7 @@ func walk(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions, f
 		case st.workErr != nil:
 			return st.workErr
 		}
-		return fn(c, st.o)
+		return out.add(rep, c, st.o)
 	})
 }
 
@@ -142,34 +158,32 @@ func readCall(rep evidence.VerifyReport, got evidence.Verified) (Call, error) {
 }
 
 // Replay walks s and replays every selected call with r into a new
-// report.
+// report, listing the calls in log order (see order.go).
 func Replay(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions, filter Filter, r *Replayer) (*Report, error) {
-	rep := NewReport()
 	work := func(c Call) (Outcome, error) { return r.Replay(ctx, c) }
-	err := walk(ctx, s, opts, filter, work, func(c Call, o Outcome) error {
-		rep.Add(c, o)
-		return nil
-	}, rep.Skip, rep.unverified)
-	return rep, err
+	return inLogOrder(ctx, opts, func(opts evidence.VerifyOptions, out sink) error {
+		return walk(ctx, s, opts, filter, work, out)
+	})
 }
 
 // Shadow walks s and reports, for every selected call a shadow set
 // decided, how the shadow set's decision differs from the enforcing
-// set's; the calls no shadow set decided are counted in NoShadow.
+// set's, in log order; the calls no shadow set decided are counted in
+// NoShadow.
 func Shadow(ctx context.Context, s evidence.Reader, opts evidence.VerifyOptions, filter Filter) (*Report, error) {
-	rep := NewReport()
-	err := Walk(ctx, s, opts, filter, func(c Call) error {
-		o, ok := ShadowOutcome(c)
-		if !ok {
-			rep.NoShadow++
-			return nil
+	var noShadow int
+	rep, err := inLogOrder(ctx, opts, func(opts evidence.VerifyOptions, out sink) error {
+		add := out.add
+		out.add = func(rep evidence.VerifyReport, c Call, _ Outcome) error {
+			o, ok := ShadowOutcome(c)
+			if !ok {
+				noShadow++
+				return nil
+			}
+			return add(rep, c, o)
 		}
-		rep.Add(c, o)
-		return nil
-	}, rep.Skip, rep.unverified)
+		return walk(ctx, s, opts, filter, nil, out)
+	})
+	rep.NoShadow = noShadow
 	return rep, err
-}
-
-func (r *Report) unverified(rep evidence.VerifyReport) {
-	r.SkipUnverified(rep.RequestID, rep.Verdict(), rep.Problems)
 }
