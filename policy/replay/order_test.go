@@ -13,7 +13,7 @@ import (
 )
 
 // openLog opens instance's transparency log on s, signed by signer.
-func openLog(t *testing.T, s evidence.Store, instance string, signer *evidence.Signer) (*evidence.LogWriter, string) {
+func openLog(t testing.TB, s evidence.Store, instance string, signer *evidence.Signer) (*evidence.LogWriter, string) {
 	t.Helper()
 	ctx := context.Background()
 	origin, err := evidence.LogOrigin(ctx, s, instance)
