@@ -57,7 +57,7 @@ func addReplayFlags(fs *flag.FlagSet) *replayFlags {
 	f.asJSON = fs.Bool("json", false, "print the report as JSON")
 	f.failOn = fs.String("fail-on", "", "exit 1 when any of these comma-separated `kinds` occurs: "+
 		strings.Join(replay.Kinds(), ", ")+", not-replayable, unverified")
-	f.concurrency = fs.Int("concurrency", replay.DefaultConcurrency, "how many requests to read and verify at once (reports keep the store's order)")
+	f.concurrency = fs.Int("concurrency", replay.DefaultConcurrency, "how many requests to read, verify and decide at once (reports keep the log order)")
 	return f
 }
 
