@@ -248,8 +248,8 @@ func rejectDuplicateNames(data []byte) error {
 				continue
 			}
 			top := &stack[len(stack)-1]
-			var name string
-			if err := json.Unmarshal(data[i:end+1], &name); err != nil {
+			name, err := memberName(data[i : end+1])
+			if err != nil {
 				return err
 			}
 			for _, seen := range top.names {
@@ -263,6 +263,26 @@ func rejectDuplicateNames(data []byte) error {
 		}
 	}
 	return nil
+}
+
+// memberName decodes the quoted member name q. A name of printable ASCII
+// without escapes, which is every name a record defines, is its bytes;
+// any other is decoded as encoding/json decodes it, so that names compare
+// as the decoder matches them.
+func memberName(q []byte) (string, error) {
+	plain := true
+	for _, c := range q[1 : len(q)-1] {
+		if c < 0x20 || c > 0x7e || c == '\\' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return string(q[1 : len(q)-1]), nil
+	}
+	var name string
+	err := json.Unmarshal(q, &name)
+	return name, err
 }
 
 func isSHA256Hex(s string) bool {

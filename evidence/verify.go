@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -364,6 +365,17 @@ func (a Verified) Get(key string) (data []byte, ok bool) {
 	return copies[0].data, true
 }
 
+// Decision returns decision record key as DecodeRecord decodes the copy
+// the verification read; ok is false when the verification decoded no
+// such record, or one that DecodeRecord refuses.
+func (a Verified) Decision(key string) (d DecisionRecord, ok bool) {
+	if a.r == nil {
+		return DecisionRecord{}, false
+	}
+	d, ok = a.r.decisions[key]
+	return d, ok
+}
+
 // Manifest returns the request's manifest as the verification parsed it;
 // ok is false when it read none, or none that parses.
 func (a Verified) Manifest() (m Manifest, ok bool) {
@@ -378,6 +390,36 @@ func (a Verified) Manifest() (m Manifest, ok bool) {
 // request's folder and of requests only a log records come with an empty
 // Verified.
 func VerifyAllRead(ctx context.Context, s Reader, opts VerifyOptions, fn func(VerifyReport, Verified) error) error {
+	return verifyAllRead(ctx, s, opts, nil, func(rep VerifyReport, got Verified, _ any) error { return fn(rep, got) })
+}
+
+// VerifyAllPrepared is VerifyAllRead with a first step run beside the
+// verification: prepare is called with each request's report and the
+// artifacts its verification read as soon as the request is verified, in
+// the goroutine that verified it (up to VerifyOptions.Concurrency at
+// once, in any order), and fn, in order, with the final report and what
+// prepare returned. The work a reader does with a request's bytes then
+// spreads over the cores the verification uses.
+//
+// The report prepare sees is not the final one: the logs are judged
+// later, in order, and may still fail the request. prepare must therefore
+// decide nothing a failed verification forbids; fn reads the final
+// report (VerifyReport.Failed) before acting on what prepare made.
+// Reports of keys outside any request's folder and of requests only a
+// log records reach fn with the zero T, prepare never having seen them.
+func VerifyAllPrepared[T any](ctx context.Context, s Reader, opts VerifyOptions,
+	prepare func(VerifyReport, Verified) T, fn func(VerifyReport, T) error) error {
+	prep := func(rep VerifyReport, got Verified) any { return prepare(rep, got) }
+	return verifyAllRead(ctx, s, opts, prep, func(rep VerifyReport, _ Verified, made any) error {
+		t, _ := made.(T)
+		return fn(rep, t)
+	})
+}
+
+// verifyAllRead is VerifyAllRead calling prepare, if set, in each
+// verifying goroutine (see VerifyAllPrepared).
+func verifyAllRead(ctx context.Context, s Reader, opts VerifyOptions, prepare func(VerifyReport, Verified) any,
+	fn func(VerifyReport, Verified, any) error) error {
 	v, err := newVerifier(s, opts)
 	if err != nil {
 		return err
@@ -403,9 +445,9 @@ func VerifyAllRead(ctx context.Context, s Reader, opts VerifyOptions, fn func(Ve
 		if recs = j.beforeView(recs); len(recs) == 0 {
 			return nil
 		}
-		return fn(v.required(missingReport(prefix, recs)), Verified{})
+		return fn(v.required(missingReport(prefix, recs)), Verified{}, nil)
 	}
-	p := &verifyPipeline{v: v, vw: vw, j: j, absent: absent, fn: fn, limit: opts.Concurrency}
+	p := &verifyPipeline{v: v, vw: vw, j: j, absent: absent, fn: fn, prepare: prepare, limit: opts.Concurrency}
 	emit := func(id string, infos []KeyInfo) error {
 		for len(spooled) > 0 && RequestPrefix(spooled[0]) <= RequestPrefix(id) {
 			next := spooled[0]
@@ -424,7 +466,7 @@ func VerifyAllRead(ctx context.Context, s Reader, opts VerifyOptions, fn func(Ve
 			RequestID: path.Base(key),
 			Status:    StatusMismatch,
 			Problems:  []string{key + ": stored outside any request's folder"},
-		}), Verified{})
+		}), Verified{}, nil)
 	}
 	// A key outside any request's folder is reported in the order of
 	// the walk, after the requests before it.
@@ -459,6 +501,7 @@ type verifyJob struct {
 	infos []KeyInfo
 	rep   VerifyReport
 	r     *requestCopies
+	made  any // what prepare returned
 	err   error
 	done  chan struct{}
 }
@@ -468,13 +511,14 @@ type verifyJob struct {
 // with those of the next, which a store far away (S3) needs to be read
 // at any speed, while at most limit requests' artifacts are held.
 type verifyPipeline struct {
-	v      *verifier
-	vw     *view
-	j      *logJoin
-	absent func(string, []logRecord) error
-	fn     func(VerifyReport, Verified) error
-	limit  int
-	queue  []*verifyJob
+	v       *verifier
+	vw      *view
+	j       *logJoin
+	absent  func(string, []logRecord) error
+	fn      func(VerifyReport, Verified, any) error
+	prepare func(VerifyReport, Verified) any
+	limit   int
+	queue   []*verifyJob
 }
 
 // submit verifies request id of the view, whose listing is infos, and
@@ -522,8 +566,12 @@ func (p *verifyPipeline) verify(ctx context.Context, job *verifyJob) {
 		newest = later(newest, ki.ModTime)
 	}
 	job.rep, job.r, job.err = p.v.verifyCopies(ctx, job.id, present, p.vw.spool[job.id])
-	if job.err == nil {
-		job.rep.Recent = job.rep.Status == StatusIncomplete && p.vw.clock.recent(newest)
+	if job.err != nil {
+		return
+	}
+	job.rep.Recent = job.rep.Status == StatusIncomplete && p.vw.clock.recent(newest)
+	if p.prepare != nil {
+		job.made = p.prepare(p.v.required(job.rep), Verified{job.r})
 	}
 }
 
@@ -542,7 +590,7 @@ func (p *verifyPipeline) report(ctx context.Context, job *verifyJob) error {
 			return fmt.Errorf("evidence: verify %q: %w", job.id, err)
 		}
 	}
-	return p.fn(p.v.required(job.rep), Verified{job.r})
+	return p.fn(p.v.required(job.rep), Verified{job.r}, job.made)
 }
 
 // verifyLogs verifies every transparency log of the view and sorts their
@@ -907,6 +955,32 @@ type requestCopies struct {
 	cached map[string][]storedCopy
 	// manifest is the first copy of the manifest, parsed once.
 	manifest *parsedManifest
+	// decisions holds, by key, the decision records that decode strictly
+	// (DecodeRecord), so that a reader of Verified parses them no second
+	// time.
+	decisions map[string]DecisionRecord
+}
+
+// parseDecision decodes data, the copy of decision record key the
+// verification read, as every reader of the approval evidence does:
+// leniently, as json.Unmarshal. It first tries DecodeRecord's strict
+// rules and keeps a record that passes them for Verified.Decision; such a
+// record, when it carries no seal, is exactly the one a lenient decode
+// gives, and is not decoded twice.
+func (r *requestCopies) parseDecision(key string, data []byte) (DecisionRecord, error) {
+	var d DecisionRecord
+	if err := decodeStrict(data, &d); err == nil {
+		if r.decisions == nil {
+			r.decisions = map[string]DecisionRecord{}
+		}
+		r.decisions[key] = d
+		if _, seal, _ := trust.Split(data); seal == nil {
+			return d, nil
+		}
+	}
+	var lenient DecisionRecord
+	err := json.Unmarshal(data, &lenient)
+	return lenient, err
 }
 
 type parsedManifest struct {

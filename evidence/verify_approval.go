@@ -136,8 +136,8 @@ func (c *approvalCheck) readDecisions(ctx context.Context, strict bool) error {
 		if err != nil {
 			return err
 		}
-		var d DecisionRecord
-		if err := json.Unmarshal(data, &d); err != nil {
+		d, err := c.r.parseDecision(key, data)
+		if err != nil {
 			if strict {
 				c.problem("%s: unreadable: %v", key, err)
 			}

@@ -53,6 +53,23 @@ func TestVerifyAllConcurrentKeepsOrder(t *testing.T) {
 		}
 		return out
 	}
+	// prepared reads the same bytes in prepare, beside the verification,
+	// and hands them to fn: the same lines, in the same order.
+	prepared := func(concurrency int) []string {
+		var out []string
+		prepare := func(rep VerifyReport, got Verified) string {
+			data, _ := got.Get(Key(rep.RequestID, ArtifactRequest))
+			return string(data)
+		}
+		err := VerifyAllPrepared(ctx, s, VerifyOptions{Concurrency: concurrency}, prepare, func(rep VerifyReport, data string) error {
+			out = append(out, fmt.Sprintf("%s %s %q %q", rep.RequestID, rep.Verdict(), rep.Problems, data))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
 	one := run(1)
 	if len(one) != 41 {
 		t.Fatalf("%d reports, want 41", len(one))
@@ -60,6 +77,11 @@ func TestVerifyAllConcurrentKeepsOrder(t *testing.T) {
 	for _, c := range []int{2, 8, 64} {
 		if got := run(c); !reflect.DeepEqual(got, one) {
 			t.Errorf("concurrency %d:\n%q\nwant\n%q", c, got, one)
+		}
+	}
+	for _, c := range []int{1, 2, 8, 64} {
+		if got := prepared(c); !reflect.DeepEqual(got, one) {
+			t.Errorf("prepared, concurrency %d:\n%q\nwant\n%q", c, got, one)
 		}
 	}
 }

@@ -57,7 +57,7 @@ func addReplayFlags(fs *flag.FlagSet) *replayFlags {
 	f.asJSON = fs.Bool("json", false, "print the report as JSON")
 	f.failOn = fs.String("fail-on", "", "exit 1 when any of these comma-separated `kinds` occurs: "+
 		strings.Join(replay.Kinds(), ", ")+", not-replayable, unverified")
-	f.concurrency = fs.Int("concurrency", replay.DefaultConcurrency, "how many requests to read and verify at once (reports keep the store's order)")
+	f.concurrency = fs.Int("concurrency", replay.DefaultConcurrency, "how many requests to read, verify and decide at once (reports keep the log order)")
 	return f
 }
 
@@ -192,9 +192,9 @@ func policyShadowReport(ctx context.Context, args []string, std stdio) int {
 		return exit(err)
 	}
 	defer store.Close()
-	rep, without, err := replay.Shadow(ctx, store, opts, filter)
+	rep, err := replay.Shadow(ctx, store, opts, filter)
 	if err != nil {
 		return exit(err)
 	}
-	return f.finish(name, std, rep, kinds, fmt.Sprintf("%d calls decided by no shadow set", without))
+	return f.finish(name, std, rep, kinds, fmt.Sprintf("%d calls decided by no shadow set", rep.NoShadow))
 }

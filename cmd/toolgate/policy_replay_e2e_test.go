@@ -55,6 +55,7 @@ type replayReport struct {
 	Unchanged     int `json:"unchanged"`
 	Flipped       int `json:"flipped"`
 	Unverified    int `json:"unverified"`
+	NoShadow      int `json:"no_shadow"`
 	NotReplayable []struct {
 		RequestID string `json:"request_id"`
 		Why       string `json:"why"`
@@ -261,7 +262,7 @@ func TestPolicyReplayEndToEnd(t *testing.T) {
 			for _, s := range rep.NotReplayable {
 				notRepl = append(notRepl, s.RequestID)
 			}
-			if rep.Replayed != tc.replayed || rep.Unchanged != tc.unchanged || rep.Flipped != len(tc.flips) || rep.Unverified != 0 ||
+			if rep.Replayed != tc.replayed || rep.Unchanged != tc.unchanged || rep.Flipped != len(tc.flips) || rep.Unverified != 0 || rep.NoShadow != 0 ||
 				!slices.Equal(flips, tc.flips) || !slices.Equal(kinds, tc.kinds) || !slices.Equal(notRepl, tc.notRepl) {
 				t.Errorf("replayed %d, unchanged %d, flipped %d, unverified %d\nflips %q\nkinds %q\nnot replayable %+v\nwant replayed %d, unchanged %d\nflips %q\nkinds %q\nnot replayable %q",
 					rep.Replayed, rep.Unchanged, rep.Flipped, rep.Unverified, flips, kinds, rep.NotReplayable,

@@ -4,9 +4,12 @@ package replay
 
 import (
 	"context"
+	"crypto/ed25519"
+	"fmt"
 	"os"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -17,22 +20,33 @@ import (
 // benchCalls is how many calls the throughput benchmark's file store holds.
 const benchCalls = 2000
 
-// BenchmarkReplay measures replay from a file store against its baseline,
-// the bare listing of the same store (evidence.WalkRequests), and the
-// verification replay reads the store through (evidence.VerifyAll), in
-// the same run: calls/s is the figure to compare.
+// BenchmarkReplay measures replay from a file store of signed calls
+// against its baseline, the bare listing of the same store
+// (evidence.WalkRequests), and the verification replay reads the store
+// through (evidence.VerifyAll, signatures required), in the same run:
+// calls/s is the figure to compare.
 func BenchmarkReplay(b *testing.B) {
-	s := fileStoreOf(b, benchCalls)
+	s, opts := fileStoreOf(b, benchCalls)
 	ctx := context.Background()
 	r := &Replayer{Candidate: writePolicies(b, storeRecorded+`@id("no-dev") forbid (principal, action, resource) when { principal.groups.contains("dev") };`)}
 	// calls/s is wall time, which a busy machine stretches; cpu-µs/call
 	// is the process's CPU time (user and system) per call, which it
-	// does not.
+	// stretches less.
 	var cpuStart time.Duration
 	perSecond := func(b *testing.B) {
 		calls := float64(benchCalls) * float64(b.N)
 		b.ReportMetric(calls/b.Elapsed().Seconds(), "calls/s")
 		b.ReportMetric(float64((cpuTime(b)-cpuStart).Microseconds())/calls, "cpu-µs/call")
+	}
+	verifyAll := func(concurrency int) error {
+		o := opts
+		o.Concurrency = concurrency
+		return evidence.VerifyAll(ctx, s, o, func(rep evidence.VerifyReport) error {
+			if rep.Failed() {
+				return fmt.Errorf("%s: %s %q", rep.RequestID, rep.Verdict(), rep.Problems)
+			}
+			return nil
+		})
 	}
 	b.Run("listing", func(b *testing.B) {
 		cpuStart = cpuTime(b)
@@ -47,7 +61,7 @@ func BenchmarkReplay(b *testing.B) {
 	b.Run("verify", func(b *testing.B) {
 		cpuStart = cpuTime(b)
 		for b.Loop() {
-			if err := evidence.VerifyAll(ctx, s, evidence.VerifyOptions{}, func(evidence.VerifyReport) error { return nil }); err != nil {
+			if err := verifyAll(1); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -56,8 +70,7 @@ func BenchmarkReplay(b *testing.B) {
 	b.Run("verify-concurrent", func(b *testing.B) {
 		cpuStart = cpuTime(b)
 		for b.Loop() {
-			opts := evidence.VerifyOptions{Concurrency: DefaultConcurrency}
-			if err := evidence.VerifyAll(ctx, s, opts, func(evidence.VerifyReport) error { return nil }); err != nil {
+			if err := verifyAll(DefaultConcurrency); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -66,7 +79,7 @@ func BenchmarkReplay(b *testing.B) {
 	b.Run("replay", func(b *testing.B) {
 		cpuStart = cpuTime(b)
 		for b.Loop() {
-			rep, err := Replay(ctx, s, evidence.VerifyOptions{}, Filter{}, r)
+			rep, err := Replay(ctx, s, opts, Filter{}, r)
 			if err != nil || rep.Replayed != benchCalls {
 				b.Fatalf("replayed %d of %d: %v", rep.Replayed, benchCalls, err)
 			}
@@ -75,53 +88,137 @@ func BenchmarkReplay(b *testing.B) {
 	})
 }
 
-// BenchmarkReplayHeap reports the largest live heap seen while replaying
-// stores of growing size: flat memory is the same figure at every size.
-// CI runs it on 1,000 and 10,000 calls; REPLAY_HEAP_LARGE=1 runs it on
-// 10,000 and 100,000 (building the larger store takes minutes; use
-// -benchtime 1x).
+// BenchmarkReplayHeap reports how far the live heap grew while replaying
+// stores of growing size, beside how far it grew while merely listing the
+// same store (evidence.WalkRequests, the baseline), a file store and a
+// file store whose calls two instances' transparency logs record (the
+// calls then reported in log order through an on-disk sort), all signed:
+// flat memory is the same figure at every size. It runs on 1,000 and 5,000 calls;
+// REPLAY_HEAP_LARGE=1 runs it on 10,000 and 100,000 (building the larger
+// stores takes minutes; use -benchtime 1x).
 func BenchmarkReplayHeap(b *testing.B) {
-	sizes := []int{1000, 10000}
+	sizes := []int{1000, 5000}
 	if os.Getenv("REPLAY_HEAP_LARGE") == "1" {
 		sizes = []int{10000, 100000}
 	}
-	for _, n := range sizes {
-		b.Run(strconv.Itoa(n), func(b *testing.B) {
-			s := fileStoreOf(b, n)
-			r := &Replayer{Candidate: writePolicies(b, storeRecorded)}
-			for b.Loop() {
-				b.ReportMetric(float64(peakLiveHeap(b, s, r, n/10)), "peak-live-B")
-			}
-		})
+	stores := []struct {
+		name string
+		fill func(testing.TB, int) (evidence.Reader, evidence.VerifyOptions)
+	}{
+		{"file", func(tb testing.TB, n int) (evidence.Reader, evidence.VerifyOptions) {
+			return fileStoreOf(tb, n)
+		}},
+		{"logged", loggedStoreOf},
+	}
+	for _, st := range stores {
+		for _, n := range sizes {
+			b.Run(st.name+"/"+strconv.Itoa(n), func(b *testing.B) {
+				s, opts := st.fill(b, n)
+				opts.TempDir = b.TempDir()
+				r := &Replayer{Candidate: writePolicies(b, storeRecorded)}
+				ctx := context.Background()
+				for b.Loop() {
+					listing := heapGrowth(b, func() error {
+						return evidence.WalkRequests(ctx, s, func(string, []string) error { return nil })
+					})
+					replayed := heapGrowth(b, func() error {
+						rep, err := Replay(ctx, s, opts, Filter{}, r)
+						if err == nil && rep.Replayed != n {
+							err = fmt.Errorf("replayed %d of %d", rep.Replayed, n)
+						}
+						return err
+					})
+					b.ReportMetric(float64(listing), "listing-growth-B")
+					b.ReportMetric(float64(replayed), "peak-growth-B")
+				}
+			})
+		}
 	}
 }
 
-// peakLiveHeap replays s and returns the largest live heap measured
-// after a collection every `every` calls.
-func peakLiveHeap(tb testing.TB, s evidence.Reader, r *Replayer, every int) uint64 {
+// heapGrowth runs run and returns how far the live heap, measured after
+// a collection every 20ms, grew above what it was before.
+func heapGrowth(tb testing.TB, run func() error) uint64 {
 	tb.Helper()
-	ctx := context.Background()
-	var peak uint64
-	n := 0
-	rep := NewReport()
-	err := Walk(ctx, s, evidence.VerifyOptions{TempDir: tb.TempDir()}, Filter{}, func(c Call) error {
-		o, err := r.Replay(ctx, c)
-		if err != nil {
-			return err
+	live := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	base := live()
+	var peak atomic.Uint64
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				peak.Store(max(peak.Load(), live()))
+			}
 		}
-		rep.Add(c, o)
-		if n++; n%every == 0 {
-			runtime.GC()
-			var m runtime.MemStats
-			runtime.ReadMemStats(&m)
-			peak = max(peak, m.HeapAlloc)
-		}
-		return nil
-	}, rep.Skip, rep.unverified)
+	}()
+	err := run()
+	close(done)
+	<-sampled
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return peak
+	return peak.Load() - min(peak.Load(), base)
+}
+
+// loggedStoreOf returns a file store holding n calls, as fileStoreOf's,
+// written through two instances' transparency logs in turn, and the
+// options that verify them.
+func loggedStoreOf(tb testing.TB, n int) (evidence.Reader, evidence.VerifyOptions) {
+	tb.Helper()
+	ctx := context.Background()
+	signer := newSigner(tb)
+	dir := tb.TempDir()
+	fs, err := evidence.NewFileStore(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { fs.Close() })
+	s := quickFileStore{fs, layoutWriter{dir}}
+	var logs []*evidence.LogWriter
+	var logged []evidence.StoreCloser
+	for _, instance := range []string{"gw-a", "gw-b"} {
+		l, _ := openLog(tb, s, instance, signer)
+		logs, logged = append(logs, l), append(logged, evidence.WithLog(s, l))
+	}
+	for i := range n {
+		putRecorded(tb, logged[i%2], storeCall(i, signer))
+		if i%400 == 399 {
+			for _, l := range logs {
+				if err := l.Flush(ctx); err != nil {
+					tb.Fatal(err)
+				}
+			}
+		}
+	}
+	for _, l := range logs {
+		if err := l.Close(ctx); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return fs, evidence.VerifyOptions{TrustedKeys: []ed25519.PublicKey{signer.PublicKey()}, RequireSignature: true, RequireLog: true}
+}
+
+// quickFileStore is a file store whose writes skip the store's fsyncs
+// (layoutWriter), to build large logged stores for benchmarks quickly.
+type quickFileStore struct {
+	*evidence.FileStore
+	w layoutWriter
+}
+
+func (s quickFileStore) Put(ctx context.Context, key string, data []byte) error {
+	return s.w.Put(ctx, key, data)
 }
 
 // cpuTime is the CPU time, user and system, the process has used.

@@ -2,10 +2,12 @@ package replay
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +23,8 @@ type recorded struct {
 	approval                         *evidence.DecisionApproval
 	redactions                       []evidence.Redaction
 	noAttrs                          bool
+	// signer, if set, signs the manifest.
+	signer *evidence.Signer
 }
 
 var recordedAt = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
@@ -31,7 +35,7 @@ func (r recorded) requestRecord() evidence.RequestRecord {
 		args = `{"path":"hello.txt"}`
 	}
 	return evidence.RequestRecord{RequestID: r.id, Caller: r.caller, ToolID: r.tool, Args: json.RawMessage(args),
-		Ctx: evidence.RequestContext{RunID: "run-1"}, ReceivedAt: recordedAt, CanonicalRequestHash: "h", Gateway: "toolgate/test@t"}
+		Ctx: evidence.RequestContext{RunID: "run-1"}, ReceivedAt: recordedAt, CanonicalRequestHash: recordedHash, Gateway: "toolgate/test@t"}
 }
 
 func (r recorded) decisionRecord() evidence.DecisionRecord {
@@ -69,13 +73,18 @@ func putRecorded(t testing.TB, s interface {
 		arts[evidence.Key(r.id, evidence.ArtifactDispatch)] = mustJSON(t, evidence.DispatchRecord{
 			RequestID: r.id, Attempt: 1, State: evidence.Dispatched, Gateway: "toolgate/test@t", At: recordedAt})
 	}
-	m := evidence.Manifest{Version: evidence.ManifestVersion, RequestID: r.id, CanonicalRequestHash: "h", EngineRef: "test",
+	m := evidence.Manifest{Version: evidence.ManifestVersion, RequestID: r.id, CanonicalRequestHash: recordedHash, EngineRef: "test",
 		Outcome: evidence.OutcomeCompleted, CreatedAt: recordedAt, Redactions: r.redactions}
 	for key, data := range arts {
 		if err := s.Put(ctx, key, data); err != nil {
 			t.Fatal(err)
 		}
 		m.Artifacts = append(m.Artifacts, evidence.Digest(key, data))
+	}
+	if r.signer != nil {
+		if err := r.signer.Sign(&m); err != nil {
+			t.Fatal(err)
+		}
 	}
 	data, err := m.MarshalJSON()
 	if err != nil {
@@ -100,26 +109,48 @@ func writePolicies(t testing.TB, text string) *Policies {
 	return p
 }
 
-// fileStoreOf returns a file store in a new folder holding n calls: every
-// third one denied by no-secret, the rest allowed by read.
-func fileStoreOf(t testing.TB, n int) *evidence.FileStore {
+// fileStoreOf returns a file store in a new folder holding n calls (see
+// storeCall) with manifests signed by a new key, and the options that
+// require that key's signature.
+func fileStoreOf(t testing.TB, n int) (*evidence.FileStore, evidence.VerifyOptions) {
 	t.Helper()
 	dir := t.TempDir()
 	w := layoutWriter{dir}
+	signer := newSigner(t)
 	for i := range n {
-		r := recorded{id: fmt.Sprintf("req-%07d", i), caller: "alice", tool: "workspace.readFile", decision: "allow", rule: "read",
-			groups: []string{"dev"}}
-		if i%3 == 0 {
-			r.args, r.decision, r.rule = `{"path":"secret/k"}`, "deny", "no-secret"
-		}
-		putRecorded(t, w, r)
+		putRecorded(t, w, storeCall(i, signer))
 	}
 	s, err := evidence.NewFileStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return s
+	return s, evidence.VerifyOptions{TrustedKeys: []ed25519.PublicKey{signer.PublicKey()}, RequireSignature: true}
+}
+
+// newSigner returns a signer with a new key.
+func newSigner(t testing.TB) *evidence.Signer {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := evidence.NewSigner(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return signer
+}
+
+// storeCall is the i-th call of a benchmark's store, signed by signer:
+// every third one denied by no-secret, the rest allowed by read.
+func storeCall(i int, signer *evidence.Signer) recorded {
+	r := recorded{id: fmt.Sprintf("req-%07d", i), caller: "alice", tool: "workspace.readFile", decision: "allow", rule: "read",
+		groups: []string{"dev"}, signer: signer}
+	if i%3 == 0 {
+		r.args, r.decision, r.rule = `{"path":"secret/k"}`, "deny", "no-secret"
+	}
+	return r
 }
 
 // layoutWriter writes artifacts in a file store's layout without the
@@ -138,3 +169,6 @@ func (w layoutWriter) Put(_ context.Context, key string, data []byte) error {
 const storeRecorded = `@id("read") permit (principal, action, resource == Tool::"workspace.readFile");
 @id("no-secret") forbid (principal, action, resource) when { context.args has path && context.args.path like "secret/*" };
 `
+
+// recordedHash is the canonical request hash of every recorded call.
+var recordedHash = "sha256:" + strings.Repeat("ab", 32)

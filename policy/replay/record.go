@@ -81,26 +81,35 @@ func GatewayRule(rule string) bool {
 // ParseCall rebuilds the call of request id from its request.json, the
 // policy_decision.json of the attempt to replay, and the redactions its
 // manifest lists. A record that cannot be read, or that describes a
-// decision no policy set made, is a *NotReplayable error.
+// decision no policy set made, is a *NotReplayable error; the call then
+// still names its caller, tool and time of receipt when both records were
+// read and agree, so that a filter can tell whether it was asked for.
 func ParseCall(id string, request, decision []byte, redactions []evidence.Redaction) (Call, error) {
-	var req evidence.RequestRecord
-	if err := evidence.DecodeRecord(request, &req); err != nil {
-		return Call{}, notReplayable("%s unreadable: %v", evidence.ArtifactRequest, err)
-	}
 	var d evidence.DecisionRecord
 	if err := evidence.DecodeRecord(decision, &d); err != nil {
 		return Call{}, notReplayable("%s unreadable: %v", evidence.ArtifactPolicyDecision, err)
 	}
+	return parseCall(id, request, d, redactions)
+}
+
+// parseCall is ParseCall with the decision record already decoded by
+// evidence.DecodeRecord.
+func parseCall(id string, request []byte, d evidence.DecisionRecord, redactions []evidence.Redaction) (Call, error) {
+	var req evidence.RequestRecord
+	if err := evidence.DecodeRecord(request, &req); err != nil {
+		return Call{}, notReplayable("%s unreadable: %v", evidence.ArtifactRequest, err)
+	}
 	if err := consistent(id, req, d); err != nil {
 		return Call{}, err
 	}
+	named := Call{RequestID: id, Caller: d.Caller, ToolID: d.ToolID, ReceivedAt: req.ReceivedAt}
 	from, err := policyWord(d)
 	if err != nil {
-		return Call{}, err
+		return named, err
 	}
 	args, err := decodeArgs(req.Args)
 	if err != nil {
-		return Call{}, notReplayable("%s: args: %v", evidence.ArtifactRequest, err)
+		return named, notReplayable("%s: args: %v", evidence.ArtifactRequest, err)
 	}
 	c := Call{
 		RequestID: id, Caller: d.Caller, ToolID: d.ToolID, ReceivedAt: req.ReceivedAt,
@@ -123,7 +132,7 @@ func ParseCall(id string, request, decision []byte, redactions []evidence.Redact
 			CallsLastMinute: h.CallsLastMinute, ToolCallsLastMinute: h.ToolCallsLastMinute}
 	}
 	if err := c.gaps.redacted(redactions); err != nil {
-		return Call{}, err
+		return named, err
 	}
 	return c, nil
 }

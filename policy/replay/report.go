@@ -43,6 +43,9 @@ type Report struct {
 	NotReplayableCount   int       `json:"not_replayable_count"`
 	NotReplayableOmitted int       `json:"not_replayable_omitted"`
 	Unverified           int       `json:"unverified"`
+	// NoShadow, in a shadow report, counts the calls no shadow set
+	// decided.
+	NoShadow int `json:"no_shadow,omitempty"`
 }
 
 // Flip is one call the candidate decides otherwise.
