@@ -2,7 +2,6 @@ package browse
 
 import (
 	"net/http"
-	"time"
 )
 
 // Paths of a sign-in with an identity provider.
@@ -57,17 +56,9 @@ func (s *Server) externalCallback(w http.ResponseWriter, r *http.Request) {
 		s.render(w, http.StatusUnauthorized, "signin", nil, "The identity provider's sign-in has already expired.")
 		return
 	}
-	p.Approver = s.opts.Approvals != nil
-	tok, _, err := s.sessions.create(p)
-	if err != nil {
-		s.render(w, http.StatusServiceUnavailable, "signin", nil, err.Error())
+	if !s.startSession(w, p) {
 		return
 	}
-	ttl := s.opts.SessionTTL
-	if !p.Expires.IsZero() {
-		ttl = min(ttl, p.Expires.Sub(s.opts.Now()))
-	}
-	http.SetCookie(w, sessionCookie(tok, max(ttl, time.Second)))
 	// A page, not a redirect: the browser came here from the provider's
 	// site, and a browser that judges SameSite by the whole redirect chain
 	// (as the cookie specification's draft asks; Chromium only behind an

@@ -54,18 +54,28 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 		s.render(w, http.StatusUnauthorized, "signin", nil, "That key is not valid.")
 		return
 	}
+	if !s.startSession(w, p) {
+		return
+	}
+	http.Redirect(w, r, "/requests", http.StatusSeeOther)
+}
+
+// startSession starts a session for the person p signed in as and sets
+// its cookie, which lasts no longer than the session nor what p signed in
+// with. It reports false after answering w with the error.
+func (s *Server) startSession(w http.ResponseWriter, p Person) bool {
 	p.Approver = s.opts.Approvals != nil
 	tok, _, err := s.sessions.create(p)
 	if err != nil {
 		s.render(w, http.StatusServiceUnavailable, "signin", nil, err.Error())
-		return
+		return false
 	}
 	ttl := s.opts.SessionTTL
 	if !p.Expires.IsZero() {
 		ttl = min(ttl, p.Expires.Sub(s.opts.Now()))
 	}
-	http.SetCookie(w, sessionCookie(tok, ttl))
-	http.Redirect(w, r, "/requests", http.StatusSeeOther)
+	http.SetCookie(w, sessionCookie(tok, max(ttl, time.Second)))
+	return true
 }
 
 func (s *Server) signOut(w http.ResponseWriter, r *http.Request, _ *session, tok string) {
