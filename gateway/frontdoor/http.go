@@ -620,13 +620,27 @@ func (s *Servers) listen(ctx context.Context, addr string, h http.Handler, g *ga
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
-		// The gateway's connection limit sheds idle connections first.
-		ConnState:   g.Connections().HTTPConnState,
-		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	s.listeners[addr] = lis.Addr()
 	s.servers = append(s.servers, srv)
+	ServeLimited(g, srv, lis, tlsConfig, func(err error) {
+		select {
+		case s.errc <- fmt.Errorf("frontdoor: serve %s: %w", addr, err):
+		default:
+		}
+	})
+	return nil
+}
+
+// ServeLimited serves srv on lis, with TLS when tlsConfig is set, in a
+// goroutine of its own, counting its connections against the gateway's
+// one connection limit (idle ones shed first), and calls failed if it
+// ends other than by being shut down. Every HTTP listener of the gateway
+// is served this way.
+func ServeLimited(g *gateway.Gateway, srv *http.Server, lis net.Listener, tlsConfig *tls.Config, failed func(error)) {
+	srv.ConnState = g.Connections().HTTPConnState
 	limited := g.LimitListener(lis)
 	go func() {
 		var err error
@@ -636,11 +650,7 @@ func (s *Servers) listen(ctx context.Context, addr string, h http.Handler, g *ga
 			err = srv.Serve(limited)
 		}
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			select {
-			case s.errc <- fmt.Errorf("frontdoor: serve %s: %w", addr, err):
-			default:
-			}
+			failed(err)
 		}
 	}()
-	return nil
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console/browse"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console/oidc"
 	"github.com/toolgate/toolgate/policy"
@@ -197,17 +198,6 @@ func listen(ctx context.Context, addr string, h http.Handler, cfg gateway.Config
 		MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		BaseContext: func(net.Listener) context.Context { return ctx },
 	}
-	limited := g.LimitListener(lis)
-	go func() {
-		var err error
-		if tlsConfig != nil {
-			err = srv.ServeTLS(limited, "", "")
-		} else {
-			err = srv.Serve(limited)
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("console: serve failed", "err", err)
-		}
-	}()
+	frontdoor.ServeLimited(g, srv, lis, tlsConfig, func(err error) { log.Error("console: serve failed", "err", err) })
 	return &Console{srv: srv, addr: lis.Addr()}, nil
 }
