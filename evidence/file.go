@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/toolgate/toolgate/evidence/groupsync"
@@ -42,8 +43,12 @@ const (
 // began. And a directory is synced into its parent once, when this
 // process first needs it, not on every Put below it.
 type FileStore struct {
-	root  *os.Root
-	syncs *groupsync.Group
+	root *os.Root
+	// rootFD is the store's folder opened for resolving below it in one
+	// system call where the kernel can (see openDir); -1 where it cannot.
+	rootFD    int
+	noOpenat2 atomic.Bool
+	syncs     *groupsync.Group
 	// remembers is false for a store whose directories may be removed
 	// (the spool): then no directory is taken as durable from memory.
 	remembers bool
@@ -76,7 +81,7 @@ func NewFileStore(dir string) (*FileStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("evidence: open file store directory: %w", err)
 	}
-	s := &FileStore{root: root, remembers: true, durable: map[string]bool{}}
+	s := &FileStore{root: root, rootFD: openRootFD(dir), remembers: true, durable: map[string]bool{}}
 	s.syncs = groupsync.New(s.syncDir)
 	return s, nil
 }
@@ -112,7 +117,7 @@ func mkdirAllDurable(dir string) error {
 
 // Close releases the directory handle. The store must not be used after.
 func (s *FileStore) Close() error {
-	return s.root.Close()
+	return errors.Join(closeRootFD(s.rootFD), s.root.Close())
 }
 
 // Put stores data under key if key is not yet stored. When it returns nil,
@@ -128,17 +133,28 @@ func (s *FileStore) Put(ctx context.Context, key string, data []byte) error {
 	}
 	// The folders made for this key are synced into their parents while
 	// the file is written and synced: neither waits for the other.
-	parentsSynced := s.startSyncs(ctx, parents)
+	chain := s.chainOf(ctx)
+	syncCtx := ctx
+	if chain != nil {
+		// The folders' syncs may outlive this call (see Chain), and those
+		// the chain's last write syncs are durable before this link.
+		syncCtx = context.WithoutCancel(ctx)
+		parents = chain.uncovered(parents)
+	}
+	parentsSynced := s.startSyncs(syncCtx, parents)
 	body := encodeBody(data, 0)
-	linkErr, rmErr, err := s.writeAndLink(dir, key, body)
+	// A chained write's name is taken only once the chain's last write
+	// is durable.
+	beforeLink := func() error { return chain.Wait(ctx) }
+	linkErr, rmErr, err := s.writeAndLink(dir, key, body, beforeLink)
 	if isNotExist(err) && s.isDurable(dir) {
 		// A directory remembered as durable is gone (removed behind the
 		// store's back): make it again, and sync it, this time.
 		s.forget()
 		if parents, err = s.makeDirs(dir); err == nil {
 			_ = parentsSynced() // nothing made before; superseded below
-			parentsSynced = s.startSyncs(ctx, parents)
-			linkErr, rmErr, err = s.writeAndLink(dir, key, body)
+			parentsSynced = s.startSyncs(syncCtx, parents)
+			linkErr, rmErr, err = s.writeAndLink(dir, key, body, beforeLink)
 		}
 	}
 	if err != nil {
@@ -158,6 +174,17 @@ func (s *FileStore) Put(ctx context.Context, key string, data []byte) error {
 		exists = true
 	default:
 		return fmt.Errorf("evidence: put %q: %w", key, errors.Join(linkErr, rmErr))
+	}
+	if chain != nil && !exists {
+		dirSynced := s.startSyncs(syncCtx, []string{dir})
+		chain.pend(key, data, append(parents, dir), func() error {
+			err := errors.Join(dirSynced(), parentsSynced())
+			if err == nil {
+				s.remember(dir)
+			}
+			return err
+		})
+		return nil
 	}
 	// Synced on ErrExist too: a caller told the key exists must be able to
 	// rely on the winner's entry surviving a crash.
@@ -185,15 +212,22 @@ func (s *FileStore) makeDirs(dir string) ([]string, error) {
 			continue
 		}
 		level := dir[:i]
-		err := s.root.Mkdir(level, dirPerm)
+		if s.isDurable(level) {
+			continue // made and synced: only what lies below it is new
+		}
+		err := s.mkdir(level)
+		if isNotExist(err) && path.Dir(level) != "." && s.isDurable(path.Dir(level)) {
+			// A folder remembered as durable is gone (removed behind the
+			// store's back): make every level again, and sync it.
+			s.forget()
+			return s.makeDirs(dir)
+		}
 		if err != nil && !errors.Is(err, fs.ErrExist) {
 			return nil, err
 		}
 		// Made here, or found but not known to be synced into its parent.
-		if err == nil || !s.isDurable(level) {
-			if parent := path.Dir(level); !slices.Contains(parents, parent) {
-				parents = append(parents, parent)
-			}
+		if parent := path.Dir(level); !slices.Contains(parents, parent) {
+			parents = append(parents, parent)
 		}
 	}
 	return parents, nil
@@ -215,6 +249,16 @@ func (s *FileStore) startSyncs(ctx context.Context, dirs []string) func() error 
 		wg.Wait()
 		return errors.Join(errs...)
 	}
+}
+
+// chainOf returns the chain ctx carries, if this store chains writes:
+// the spool never does, since what it is given must be durable before Put
+// returns.
+func (s *FileStore) chainOf(ctx context.Context) *Chain {
+	if !s.remembers {
+		return nil
+	}
+	return chainOf(ctx)
 }
 
 func (s *FileStore) isDurable(dir string) bool {
@@ -257,15 +301,18 @@ func (s *FileStore) forget() {
 // removes folders it has emptied, and a named file keeps its folder from
 // being removed between the write and the link, which an unnamed one
 // does not.
-func (s *FileStore) writeAndLink(dir, key string, data []byte) (linkErr, rmErr, err error) {
+func (s *FileStore) writeAndLink(dir, key string, data []byte, beforeLink func() error) (linkErr, rmErr, err error) {
 	if s.remembers {
-		if done, linkErr, err := s.writeUnnamed(dir, key, data); done {
+		if done, linkErr, err := s.writeUnnamed(dir, key, data, beforeLink); done {
 			return linkErr, nil, err
 		}
 	}
 	tmp, err := s.writeTemp(dir, data)
 	if err != nil {
 		return nil, nil, err
+	}
+	if err := beforeLink(); err != nil {
+		return nil, nil, errors.Join(err, s.root.Remove(tmp))
 	}
 	linkErr = s.root.Link(tmp, key)
 	// Once the link exists, or is known to exist, a failure to remove the
@@ -294,14 +341,6 @@ func (s *FileStore) writeTemp(dir string, data []byte) (string, error) {
 		return "", errors.Join(err, s.root.Remove(name))
 	}
 	return name, nil
-}
-
-func (s *FileStore) syncDir(dir string) error {
-	f, err := s.root.Open(dir)
-	if err != nil {
-		return err
-	}
-	return syncAndClose(f)
 }
 
 // syncAndClose syncs and closes an open directory.

@@ -49,6 +49,11 @@ func (s *loggedStore) Put(ctx context.Context, key string, data []byte) error {
 		}
 	}
 	err := s.StoreCloser.Put(ctx, key, data)
+	if err == nil {
+		// A logged record is durable before the log hears of it: the
+		// log must never commit to a name a crash could still undo.
+		err = chainOf(ctx).Wait(ctx)
+	}
 	switch {
 	case err == nil:
 		// The entry is built by the sequencer, off the call's path.

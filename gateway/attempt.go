@@ -144,6 +144,10 @@ func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int
 		record.PolicyRef, record.PolicySetDigest = decision.PolicyRef, decision.PolicySetDigest
 	}
 	rec.policySetDigest = decision.PolicySetDigest
+	// From the decision on, the attempt's records are chained: each
+	// settles before the attempt relies on it (the driver, a reply, a
+	// close).
+	rec.chain = &evidence.Chain{}
 	if err := g.putDecision(ctx, pre, p, rec, n, record, log); err != nil {
 		return nil, err
 	}

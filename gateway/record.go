@@ -241,7 +241,12 @@ type recorder struct {
 	dispatched bool
 	// spooled is set once an artifact went to the spool.
 	spooled bool
-	refs    []string
+	// chain, once set, orders the attempt's writes while letting each
+	// one's folder sync overlap the next one's file sync (see
+	// evidence.Chain); settle waits for it before the attempt relies on
+	// them.
+	chain *evidence.Chain
+	refs  []string
 	// related are references to other requests' evidence that a failure
 	// reports beside this request's own (the nested calls of a run that
 	// broke); they are not this request's artifacts.
@@ -311,6 +316,14 @@ func (r *recorder) persist(ctx context.Context, a artifact) error {
 		if !r.decided || r.g.spool == nil || errors.Is(err, evidence.ErrExist) {
 			return err
 		}
+		// The store may have lost the artifact before this one too (its
+		// folder's sync failed): it goes first, so the spool holds no
+		// later artifact without the earlier ones.
+		if earlier := notDurable(err); earlier != nil && earlier.Key != key {
+			if spoolErr := r.g.spool.Put(ctx, earlier.Key, earlier.Data); spoolErr != nil {
+				return errors.Join(err, fmt.Errorf("spool: %w", spoolErr))
+			}
+		}
 		if spoolErr := r.g.spool.Put(ctx, key, a.data); spoolErr != nil {
 			return errors.Join(err, fmt.Errorf("spool: %w", spoolErr))
 		}
@@ -330,9 +343,43 @@ func (r *recorder) persist(ctx context.Context, a artifact) error {
 // stage.
 func (r *recorder) storePut(ctx context.Context, key string, data []byte) error {
 	_, stage := r.g.telemetry.StartStage(ctx, telemetry.StageEvidenceWrite)
+	if r.chain != nil {
+		ctx = evidence.WithChain(ctx, r.chain)
+	}
 	err := r.g.store.Put(ctx, key, data)
 	r.stageTimes.Add(telemetry.StageEvidenceWrite, stage.End())
 	return err
+}
+
+// notDurable returns the chained write err reports as not durable, if
+// any.
+func notDurable(err error) *evidence.NotDurableError {
+	var nd *evidence.NotDurableError
+	if errors.As(err, &nd) {
+		return nd
+	}
+	return nil
+}
+
+// settle waits until the attempt's chained writes are durable. One that
+// did not become durable goes to the spool when the attempt may spool
+// (it is decided); the error says it is kept nowhere.
+func (r *recorder) settle(ctx context.Context) error {
+	err := r.chain.Wait(ctx)
+	nd := notDurable(err)
+	if err == nil || nd == nil || !r.decided || r.g.spool == nil {
+		return err
+	}
+	if spoolErr := r.g.spool.Put(ctx, nd.Key, nd.Data); spoolErr != nil {
+		return errors.Join(err, fmt.Errorf("spool: %w", spoolErr))
+	}
+	if !r.spooled {
+		r.g.log.Warn("evidence store failed; artifacts spooled locally until it is back",
+			"request_id", r.requestID, "key", nd.Key, "err", err)
+		r.spooled = true
+		r.g.kickFlusher()
+	}
+	return nil
 }
 
 func (r *recorder) put(ctx context.Context, name string, v any) error {
@@ -383,9 +430,18 @@ func (r *recorder) finish(ctx context.Context, resp *toolgatev1.RunToolResponse,
 	if err := r.persist(ctx, artifact{evidence.ArtifactResponse, stored}); err != nil {
 		return nil, r.unrecorded(ctx, fmt.Errorf("%s: %w", evidence.ArtifactResponse, err))
 	}
-	if err := r.writeManifest(ctx, evidence.OutcomeCompleted, ""); err != nil {
+	manifestErr := r.writeManifest(ctx, evidence.OutcomeCompleted, "")
+	if manifestErr == nil {
+		manifestErr = r.settle(ctx)
+	}
+	if nd := notDurable(manifestErr); nd != nil && nd.Key != evidence.Key(r.requestID, evidence.ArtifactManifest) {
+		// The response, or the result before it, may not survive a
+		// crash and is kept nowhere else: no reply without its record.
+		return nil, r.unrecorded(ctx, manifestErr)
+	}
+	if manifestErr != nil {
 		r.g.log.Warn("the manifest could not be written; recovery writes it from the stored artifacts",
-			"request_id", r.requestID, "err", err)
+			"request_id", r.requestID, "err", manifestErr)
 		r.g.recovery.leftUnfinished(r.requestID, unfinished{})
 	}
 	return reply, nil
@@ -575,6 +631,11 @@ func (r *recorder) putDispatch(ctx context.Context, state, reason string) error 
 	if err := r.storePut(ctx, key, data); err != nil {
 		return err
 	}
+	// The marker is durable before anything relies on it: the driver is
+	// called next.
+	if err := r.chain.Wait(ctx); err != nil {
+		return err
+	}
 	r.refs = append(r.refs, key)
 	r.digests = append(r.digests, evidence.Digest(key, data))
 	return nil
@@ -588,6 +649,11 @@ func (r *recorder) putDispatch(ctx context.Context, state, reason string) error 
 // long: nothing of this attempt is in flight any more. The error says
 // whether the close is durable now.
 func (r *recorder) closeAttempt(ctx context.Context, reason string) error {
+	// The close is a plain write: what was chained before it is durable
+	// first (or spooled), so the close never outlives a crash they do not.
+	if err := r.settle(ctx); err != nil {
+		r.g.log.Warn("an earlier record of the attempt may not be durable", "request_id", r.requestID, "err", err)
+	}
 	// One record for both: a close the store took after all, and its
 	// copy in the spool, must be the same bytes for the flush to agree.
 	closing := r.g.closeRecord(r.requestID, r.attempt, reason)
@@ -649,7 +715,11 @@ func (r *recorder) recordBrokenRun(ctx context.Context, made []evidence.NestedCa
 func (r *recorder) fail(ctx context.Context, code codes.Code, cause error) error {
 	msg, _ := r.redactor.String(cause.Error())
 	if len(r.refs) > 0 {
-		if err := r.writeManifest(ctx, evidence.OutcomeFailed, msg); err != nil {
+		err := r.writeManifest(ctx, evidence.OutcomeFailed, msg)
+		if err == nil {
+			err = r.settle(ctx)
+		}
+		if err != nil {
 			r.g.log.Error("could not write the failure manifest; recovery will", "request_id", r.requestID, "err", err)
 			r.g.recovery.leftUnfinished(r.requestID, unfinished{told: msg})
 		}

@@ -44,6 +44,11 @@ bounded by --duration and --max-calls. Every call is checked: an allowed
 call must be ok and return the file, a denied one must be a deny; any other
 answer counts as failed and makes the exit status 1. An S3 store must be on
 a loopback endpoint; the gateway's evidence goes under a fresh prefix.
+
+With --ceiling, each number of callers also gets a "ceiling" row: the same
+allowed calls to a second gateway whose evidence is kept in memory, where
+no write waits for storage. It is what this machine's CPU allows the
+gateway, client included: a store's row can come near it, never pass it.
 `
 
 // benchContent is the file every allowed call reads: 25 bytes.
@@ -67,6 +72,7 @@ type benchOptions struct {
 	duration    time.Duration
 	maxCalls    int
 	deny        bool
+	ceiling     bool
 	json        bool
 	profileDir  string
 }
@@ -104,12 +110,13 @@ func benchCmd(ctx context.Context, args []string, std stdio) int {
 }
 
 func parseBenchFlags(args []string, std stdio) (benchOptions, error) {
-	fs := newFlagSet("toolgate bench", "[--evidence URL] [--callers 1,8,64] [--duration 10s] [--deny] [--json]", benchAbout, std)
+	fs := newFlagSet("toolgate bench", "[--evidence URL] [--callers 1,8,64] [--duration 10s] [--deny] [--ceiling] [--json]", benchAbout, std)
 	evidenceURL := fs.String("evidence", "", "evidence store `URL`: file://DIR or s3://BUCKET/PREFIX?endpoint=http://127.0.0.1:PORT&… (default: a fresh temporary folder)")
 	callers := fs.String("callers", "1,8,64", "comma-separated `counts` of concurrent callers")
 	duration := fs.Duration("duration", 10*time.Second, "how long each row runs, at most (up to 10m)")
 	maxCalls := fs.Int("max-calls", 200_000, "how many calls each row makes, at most")
 	deny := fs.Bool("deny", false, "measure denied calls too")
+	ceiling := fs.Bool("ceiling", false, "measure allowed calls to a gateway that keeps its evidence in memory too: the CPU's limit")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	profileDir := fs.String("profile", "", "write CPU, mutex and block profiles of the run (cpu.pprof, mutex.pprof, block.pprof) to `folder`")
 	if err := parseFlags(fs, args); err != nil {
@@ -122,7 +129,7 @@ func parseBenchFlags(args []string, std stdio) (benchOptions, error) {
 	if fs.NArg() > 0 {
 		return usage("unexpected arguments %q", fs.Args())
 	}
-	opts := benchOptions{evidenceURL: *evidenceURL, duration: *duration, maxCalls: *maxCalls, deny: *deny, json: *asJSON, profileDir: *profileDir}
+	opts := benchOptions{evidenceURL: *evidenceURL, duration: *duration, maxCalls: *maxCalls, deny: *deny, ceiling: *ceiling, json: *asJSON, profileDir: *profileDir}
 	for f := range strings.SplitSeq(*callers, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 || n > maxBenchCallers {
@@ -166,6 +173,19 @@ func runBench(ctx context.Context, opts benchOptions, std stdio) ([]callbench.Ro
 		return nil, err
 	}
 	defer stop()
+	clients := map[string]toolgatev1.ToolGatewayClient{"allow": client, "deny": client}
+	kinds := []string{"allow"}
+	if opts.deny {
+		kinds = append(kinds, "deny")
+	}
+	if opts.ceiling {
+		memWork := filepath.Join(work, "ceiling")
+		if clients["ceiling"], stop, err = startBenchGateway(ctx, memWork, "mem://", slices.Max(opts.callers), std); err != nil {
+			return nil, err
+		}
+		defer stop()
+		kinds = append(kinds, "ceiling")
+	}
 	lim := callbench.Limits{Duration: opts.duration, MaxOps: opts.maxCalls}
 	run := rand.Text()[:8] // request ids of this run, unused by any other
 	var rows []callbench.Row
@@ -177,12 +197,8 @@ func runBench(ctx context.Context, opts benchOptions, std stdio) ([]callbench.Ro
 		fr := callbench.Row{Store: store.kind, Kind: "floor", Result: floor}
 		fr.Compare(floor)
 		rows = append(rows, fr)
-		kinds := []string{"allow"}
-		if opts.deny {
-			kinds = append(kinds, "deny")
-		}
 		for _, kind := range kinds {
-			op := benchCall(client, kind, fmt.Sprintf("bench-%s-%s-%d", run, kind, n))
+			op := benchCall(clients[kind], kind, fmt.Sprintf("bench-%s-%s-%d", run, kind, n))
 			res, err := callbench.Run(ctx, n, lim, op)
 			if err != nil {
 				return nil, err
@@ -214,7 +230,7 @@ func benchCall(client toolgatev1.ToolGatewayClient, kind, idPrefix string) callb
 		}
 		decision := resp.GetPolicyCheck().GetDecision()
 		switch {
-		case kind == "allow" && (decision != "allow" || !resp.GetOk() || resp.GetToolResult().GetStdout() != benchContent):
+		case kind != "deny" && (decision != "allow" || !resp.GetOk() || resp.GetToolResult().GetStdout() != benchContent):
 			return fmt.Errorf("allowed call answered decision %q, ok %v", decision, resp.GetOk())
 		case kind == "deny" && (decision != "deny" || resp.GetOk()):
 			return fmt.Errorf("denied call answered decision %q, ok %v", decision, resp.GetOk())

@@ -22,8 +22,8 @@ func benchRun(t *testing.T, getenv func(string) string, args ...string) (int, st
 }
 
 // checkBenchJSON checks a report's shape: per number of callers, the
-// floor then allow then deny, each with calls made and none failed.
-func checkBenchJSON(t *testing.T, out, store string, callers []int) {
+// rows of kinds in order, each with calls made and none failed.
+func checkBenchJSON(t *testing.T, out, store string, callers []int, kinds ...string) {
 	t.Helper()
 	var rep benchReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
@@ -34,7 +34,7 @@ func checkBenchJSON(t *testing.T, out, store string, callers []int) {
 	}
 	var want []string
 	for _, n := range callers {
-		for _, k := range []string{"floor", "allow", "deny"} {
+		for _, k := range kinds {
 			want = append(want, fmt.Sprintf("%s/%s/%d", store, k, n))
 		}
 	}
@@ -62,11 +62,11 @@ func checkBenchJSON(t *testing.T, out, store string, callers []int) {
 func TestBenchFileStore(t *testing.T) {
 	t.Parallel()
 	none := func(string) string { return "" }
-	code, out, errOut := benchRun(t, none, "--callers", "1,3", "--duration", "400ms", "--max-calls", "40", "--deny", "--json")
+	code, out, errOut := benchRun(t, none, "--callers", "1,3", "--duration", "400ms", "--max-calls", "40", "--deny", "--ceiling", "--json")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	checkBenchJSON(t, out, "file", []int{1, 3})
+	checkBenchJSON(t, out, "file", []int{1, 3}, "floor", "allow", "deny", "ceiling")
 
 	dir := t.TempDir()
 	code, out, errOut = benchRun(t, none, "--evidence", "file://"+dir+"/store", "--callers", "2", "--duration", "300ms", "--max-calls", "20")
@@ -95,7 +95,7 @@ func TestBenchMinIO(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	checkBenchJSON(t, out, "s3", []int{1, 3})
+	checkBenchJSON(t, out, "s3", []int{1, 3}, "floor", "allow", "deny")
 }
 
 // TestBenchRefuses checks that the benchmark drives nothing but a
