@@ -61,17 +61,17 @@ func EncodeBody(data []byte, threshold int) []byte {
 // itself. It fails if the stream is corrupt or would decompress to more
 // than MaxArtifactSize bytes.
 func DecodeBody(body []byte) ([]byte, error) {
-	return DecodeBodyLimit(body, MaxArtifactSize)
+	return decodeBodyLimit(body, MaxArtifactSize)
 }
 
-// DecodeBodyLimit is DecodeBody with a configurable size limit.
+// decodeBodyLimit is DecodeBody with a configurable size limit.
 //
 // It decompresses twice: first only to count, which finds an oversized
 // or corrupt stream without allocating for it and checks every member's
 // CRC, then into a buffer of exactly the counted size. Growing a buffer
 // as the data arrives would copy a large artifact several times over,
 // which costs more than the second pass.
-func DecodeBodyLimit(body []byte, limit int) ([]byte, error) {
+func decodeBodyLimit(body []byte, limit int) ([]byte, error) {
 	if !IsGzip(body) {
 		return body, nil
 	}

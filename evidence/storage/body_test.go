@@ -116,18 +116,18 @@ func TestDecodeBody(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := DecodeBodyLimit(tt.body, tt.limit)
+			got, err := decodeBodyLimit(tt.body, tt.limit)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("DecodeBodyLimit = %v, want an error containing %q", err, tt.wantErr)
+					t.Fatalf("decodeBodyLimit = %v, want an error containing %q", err, tt.wantErr)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("DecodeBodyLimit = %v", err)
+				t.Fatalf("decodeBodyLimit = %v", err)
 			}
 			if !bytes.Equal(got, tt.want) {
-				t.Fatalf("DecodeBodyLimit = %q, want %q", got, tt.want)
+				t.Fatalf("decodeBodyLimit = %q, want %q", got, tt.want)
 			}
 		})
 	}
@@ -141,7 +141,7 @@ func FuzzDecodeBody(f *testing.F) {
 	f.Add(gzipped(f, make([]byte, 8<<10)))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		const limit = 1 << 20
-		got, err := DecodeBodyLimit(body, limit)
+		got, err := decodeBodyLimit(body, limit)
 		switch {
 		case !IsGzip(body):
 			if err != nil || !bytes.Equal(got, body) {
