@@ -6,11 +6,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
-	"github.com/toolgate/toolgate/evidence/evidencetest"
 )
 
 // infoFactories lists every InfoWalker: the stores of storeFactories and
@@ -185,33 +180,5 @@ func TestFileStoreWalkInfoReportsTheStoredSizeOfACompressedArtifact(t *testing.T
 	got := walkInfo(t, s, "")
 	if len(got) != 1 || got[0].Size <= 0 || got[0].Size >= int64(len(data)) {
 		t.Fatalf("WalkInfo = %+v, want one key whose size is the compressed file's, below %d", got, len(data))
-	}
-}
-
-func TestS3StoreWalkInfoReportsTheServicesOwnTimeAndSize(t *testing.T) {
-	t.Parallel()
-	m := evidencetest.StartMinIO(t)
-	m.CreateBucket(t, "evidence", false)
-	s := newTestS3Store(t, m, S3Options{Bucket: "evidence", Prefix: "tenant/a"})
-	mustPut(t, s, "requests/r1/request.json", []byte(`{"a":1}`))
-	mustPut(t, s, "requests/r1/big", make([]byte, 2*DefaultCompressThreshold))
-	got := walkInfo(t, s, "requests/")
-	if len(got) != 2 {
-		t.Fatalf("WalkInfo = %+v, want 2 keys", got)
-	}
-	for _, ki := range got {
-		head, err := m.Client().HeadObject(context.Background(), &s3.HeadObjectInput{
-			Bucket: aws.String("evidence"), Key: aws.String("tenant/a/" + ki.Key),
-		})
-		if err != nil {
-			t.Fatalf("HeadObject(%q) = %v", ki.Key, err)
-		}
-		// HEAD's Last-Modified is an HTTP date, to the second.
-		if want := aws.ToTime(head.LastModified); !ki.ModTime.Truncate(time.Second).Equal(want) {
-			t.Errorf("%s: ModTime %v, the service says %v", ki.Key, ki.ModTime, want)
-		}
-		if want := aws.ToInt64(head.ContentLength); ki.Size != want {
-			t.Errorf("%s: Size %d, the service says %d", ki.Key, ki.Size, want)
-		}
 	}
 }

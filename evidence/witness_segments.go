@@ -6,21 +6,7 @@ import (
 	"io/fs"
 	"slices"
 	"strings"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
-
-// SegmentLister is implemented by a Reader that can name the folders
-// directly under a prefix without listing every key below them: a
-// directory read, an S3 listing with a delimiter. A peer witness finds
-// the other instances' logs this way every round; walking "log/" would
-// list every tile of every log.
-type SegmentLister interface {
-	// ListSegments returns, sorted, each name s such that some key starts
-	// with prefix+s+"/". prefix is "" or ends in "/".
-	ListSegments(ctx context.Context, prefix string) ([]string, error)
-}
 
 // ListSegments returns the folders directly under prefix ("" or ending in
 // "/"): from the store's own listing when r is a SegmentLister, else by
@@ -47,7 +33,6 @@ func ListSegments(ctx context.Context, r Reader, prefix string) ([]string, error
 
 var (
 	_ SegmentLister = (*FileStore)(nil)
-	_ SegmentLister = (*S3Store)(nil)
 	_ SegmentLister = (*MemoryStore)(nil)
 	_ SegmentLister = (*opTimeoutStore)(nil)
 	_ SegmentLister = (*loggedStore)(nil)
@@ -81,35 +66,6 @@ func (s *FileStore) ListSegments(ctx context.Context, prefix string) ([]string, 
 	}
 	slices.Sort(out)
 	return out, nil
-}
-
-// ListSegments lists prefix with the delimiter "/": one request per
-// thousand segments, whatever lies below them.
-func (s *S3Store) ListSegments(ctx context.Context, prefix string) ([]string, error) {
-	if !canStartKey(prefix) {
-		return nil, nil
-	}
-	in := &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: aws.String(s.prefix + prefix), Delimiter: aws.String("/")}
-	var out []string
-	for {
-		page, err := s.listPage(ctx, in)
-		if err != nil {
-			return nil, fmt.Errorf("evidence: list segments %q: %w", prefix, err)
-		}
-		for _, p := range page.CommonPrefixes {
-			seg, ok := strings.CutPrefix(aws.ToString(p.Prefix), s.prefix+prefix)
-			seg, slash := strings.CutSuffix(seg, "/")
-			if ok && slash && seg != "" && ValidKey(prefix+seg+"/x") == nil {
-				out = append(out, seg)
-			}
-		}
-		if !aws.ToBool(page.IsTruncated) || aws.ToString(page.NextContinuationToken) == "" {
-			break
-		}
-		in.ContinuationToken = page.NextContinuationToken
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
 }
 
 // ListSegments scans the keys held.

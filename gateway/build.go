@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/evidence/storeurl"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/redact"
@@ -97,7 +98,7 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	if err != nil {
 		return fail(fmt.Errorf("config: %w", err))
 	}
-	opened, err := evidence.Open(ctx, storeURL)
+	opened, err := storeurl.Open(ctx, storeURL)
 	if err != nil {
 		return fail(fmt.Errorf("config: evidence.url: %w", err))
 	}

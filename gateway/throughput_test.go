@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/evidencetest"
+	"github.com/toolgate/toolgate/evidence/storeurl"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -60,7 +61,7 @@ func BenchmarkThroughput(b *testing.B) {
 	m.SetEnv(b)
 	ctx := context.Background()
 	openS3 := func(b *testing.B, prefix string) evidence.Store {
-		s, err := evidence.Open(ctx, m.URL("bench", prefix))
+		s, err := storeurl.Open(ctx, m.URL("bench", prefix))
 		if err != nil {
 			b.Fatal(err)
 		}

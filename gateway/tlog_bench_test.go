@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/evidencetest"
+	"github.com/toolgate/toolgate/evidence/storeurl"
 	"github.com/toolgate/toolgate/evidence/tlog"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -84,7 +85,7 @@ func BenchmarkLogOverhead(b *testing.B) {
 		}},
 		{"s3", func(b *testing.B) evidence.StoreCloser {
 			run++
-			s, err := evidence.Open(ctx, m.URL("bench", fmt.Sprintf("log-%d", run)))
+			s, err := storeurl.Open(ctx, m.URL("bench", fmt.Sprintf("log-%d", run)))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -26,7 +26,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/evidence/storeurl"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/internal/callbench"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
@@ -324,7 +324,7 @@ func s3BenchStore(ctx context.Context, u *url.URL) (benchStore, error) {
 		v.Path = "/" + path.Join(strings.Trim(u.Path, "/"), run, p)
 		return v.String()
 	}
-	floorStore, err := evidence.Open(ctx, withPrefix("floor"))
+	floorStore, err := storeurl.Open(ctx, withPrefix("floor"))
 	if err != nil {
 		return benchStore{}, fmt.Errorf("--evidence: %w", err)
 	}

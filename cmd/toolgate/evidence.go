@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/evidence/storeurl"
 	"github.com/toolgate/toolgate/evidence/tlog"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/internal/termsafe"
@@ -222,7 +223,7 @@ func openStore(ctx context.Context, url string) (evidence.StoreCloser, error) {
 			return nil, fmt.Errorf("evidence store %s: %w", url, err)
 		}
 	}
-	return evidence.Open(ctx, url)
+	return storeurl.Open(ctx, url)
 }
 
 func requireDir(dir string) error {

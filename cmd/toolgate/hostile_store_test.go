@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/evidencetest"
+	"github.com/toolgate/toolgate/evidence/storeurl"
 )
 
 // hostileStore is an evidence store an attacker can write to: the
@@ -34,7 +35,7 @@ var hostileStores = []struct {
 }{
 	{"file", func(t *testing.T, dir string) hostileStore {
 		url := "file://" + filepath.Join(dir, "evidence")
-		s, err := evidence.Open(context.Background(), url)
+		s, err := storeurl.Open(context.Background(), url)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/evidencetest"
+	"github.com/toolgate/toolgate/evidence/storeurl"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -88,7 +89,7 @@ func lines(t *testing.T, path string) int {
 func openBucket(t *testing.T, m *evidencetest.MinIO, url string) evidence.Store {
 	t.Helper()
 	m.SetEnv(t)
-	s, err := evidence.Open(context.Background(), url)
+	s, err := storeurl.Open(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/evidencetest"
+	"github.com/toolgate/toolgate/evidence/storeurl"
 	"github.com/toolgate/toolgate/evidence/trust"
 	"github.com/toolgate/toolgate/policy"
 )
@@ -297,7 +298,7 @@ func TestConcurrentReplicasOnMinIO(t *testing.T) {
 	m := evidencetest.StartMinIO(t)
 	m.CreateBucket(t, "evidence", false)
 	m.SetEnv(t)
-	store, err := evidence.Open(context.Background(), m.URL("evidence", "tenant"))
+	store, err := storeurl.Open(context.Background(), m.URL("evidence", "tenant"))
 	if err != nil {
 		t.Fatal(err)
 	}

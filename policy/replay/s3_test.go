@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/evidencetest"
+	"github.com/toolgate/toolgate/evidence/storeurl"
 )
 
 // gaugedReader counts the reads in flight on a store and keeps the
@@ -54,7 +55,7 @@ func TestReplayS3(t *testing.T) {
 	m.SetEnv(t)
 	m.CreateBucket(t, "evidence", false)
 	ctx := context.Background()
-	s, err := evidence.Open(ctx, m.URL("evidence", "audit"))
+	s, err := storeurl.Open(ctx, m.URL("evidence", "audit"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/evidence/storeurl"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console/browse"
@@ -111,7 +112,7 @@ func (c *Console) Shutdown(ctx context.Context) error {
 // tokens, when given, let people sign in with an OAuth access token they
 // accept as well (the front doors configured with an issuer).
 func Start(ctx context.Context, c Config, cfg gateway.Config, g *gateway.Gateway, getenv func(string) string, log *slog.Logger, tokens ...TokenVerifier) (*Console, error) {
-	store, err := evidence.Open(ctx, cfg.Evidence.URL)
+	store, err := storeurl.Open(ctx, cfg.Evidence.URL)
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}

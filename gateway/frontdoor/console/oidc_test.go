@@ -15,7 +15,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/evidence/storeurl"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console/browse"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console/oidc"
@@ -53,7 +53,7 @@ func startOIDCConsole(t *testing.T) *oidcConsole {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := evidence.Open(t.Context(), "file://"+t.TempDir())
+	store, err := storeurl.Open(t.Context(), "file://"+t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,11 @@
-package evidence
+// Package s3store is the S3 backend of the evidence store: AWS S3,
+// Cloudflare R2, MinIO and other services with conditional writes.
+//
+// It is a package of its own so that the AWS SDK is linked only by a
+// program that opens an S3 store: it depends on evidence/storage alone,
+// and evidence (the record formats, the log and the verifier) does not
+// import it. evidence/storeurl opens it from an "s3://" URL.
+package s3store
 
 import (
 	"bytes"
@@ -31,14 +38,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/toolgate/toolgate/evidence/storage"
 )
 
-// Defaults for the S3Options fields left at zero.
+// Defaults for the Options fields left at zero.
 const (
-	DefaultS3MaxAttempts    = 5
-	DefaultS3RetryBaseDelay = 100 * time.Millisecond
-	DefaultS3RetryMaxDelay  = 2 * time.Second
-	DefaultS3AttemptTimeout = 30 * time.Second
+	DefaultMaxAttempts    = 5
+	DefaultRetryBaseDelay = 100 * time.Millisecond
+	DefaultRetryMaxDelay  = 2 * time.Second
+	DefaultAttemptTimeout = 30 * time.Second
 )
 
 // maxObjectLockDays bounds object_lock_days: a century is longer than any
@@ -53,8 +62,8 @@ const maxObjectLockDays = 36500
 // attempt from another writer's object.
 const putIDMetadata = "put-id"
 
-// S3Options configures an S3Store. Only Bucket is required.
-type S3Options struct {
+// Options configures a Store. Only Bucket is required.
+type Options struct {
 	// Bucket is the bucket that holds the artifacts.
 	Bucket string
 	// Prefix, if set, is prepended to every key with a slash between:
@@ -83,18 +92,19 @@ type S3Options struct {
 	ObjectLockDays int
 	// CompressThreshold is the size in bytes above which artifacts are
 	// stored gzip-compressed (with Content-Encoding: gzip). 0 means
-	// DefaultCompressThreshold; a negative value turns compression off.
+	// storage.DefaultCompressThreshold; a negative value turns compression
+	// off.
 	CompressThreshold int
 	// MaxAttempts bounds the requests made for one call, retries
-	// included. 0 means DefaultS3MaxAttempts.
+	// included. 0 means DefaultMaxAttempts.
 	MaxAttempts int
 	// RetryBaseDelay and RetryMaxDelay shape the wait before a retry: a
 	// random duration up to RetryBaseDelay·2^(n-1), capped at
-	// RetryMaxDelay, before retry n. 0 means the DefaultS3Retry* value.
+	// RetryMaxDelay, before retry n. 0 means the DefaultRetry* value.
 	RetryBaseDelay, RetryMaxDelay time.Duration
 	// AttemptTimeout bounds each request, so that a connection that stops
 	// answering is retried instead of holding the call until its context
-	// ends. 0 means DefaultS3AttemptTimeout.
+	// ends. 0 means DefaultAttemptTimeout.
 	AttemptTimeout time.Duration
 }
 
@@ -106,12 +116,12 @@ var bucketName = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
 var regionName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
 // check reports the first option that breaks its rule.
-func (o *S3Options) check() error {
+func (o *Options) check() error {
 	if !bucketName.MatchString(o.Bucket) {
 		return fmt.Errorf("bucket %q is not a valid bucket name (3 to 63 lowercase letters, digits, dots and hyphens)", o.Bucket)
 	}
 	if o.Prefix != "" {
-		if err := ValidKey(o.Prefix); err != nil {
+		if err := storage.ValidKey(o.Prefix); err != nil {
 			return fmt.Errorf("prefix: %w", err)
 		}
 	}
@@ -165,7 +175,7 @@ func checkEndpoint(endpoint string) error {
 	return nil
 }
 
-// parseS3URL reads the options of an "s3://" store URL:
+// ParseURL reads the options of an "s3://" store URL:
 //
 //	s3://BUCKET[/PREFIX][?PARAM=VALUE&...]
 //
@@ -173,42 +183,42 @@ func checkEndpoint(endpoint string) error {
 // object_lock_days and compress_threshold, each at most once. Leading and
 // trailing slashes around PREFIX are dropped. An unknown parameter is an
 // error, so that a misspelt one cannot silently turn a protection off.
-func parseS3URL(rawURL string) (S3Options, error) {
+func ParseURL(rawURL string) (Options, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		// The url.Error would quote the whole URL; the cause is enough.
-		return S3Options{}, fmt.Errorf("evidence: s3 store URL: %w", errors.Unwrap(err))
+		return Options{}, fmt.Errorf("evidence: s3 store URL: %w", errors.Unwrap(err))
 	}
 	if u.User != nil {
-		return S3Options{}, errors.New("evidence: s3 store URL must not carry credentials; they come from the standard AWS environment")
+		return Options{}, errors.New("evidence: s3 store URL must not carry credentials; they come from the standard AWS environment")
 	}
 	if u.Fragment != "" || u.Opaque != "" {
-		return S3Options{}, fmt.Errorf("evidence: s3 store URL %q is not of the form s3://BUCKET/PREFIX?PARAMS", u.Redacted())
+		return Options{}, fmt.Errorf("evidence: s3 store URL %q is not of the form s3://BUCKET/PREFIX?PARAMS", u.Redacted())
 	}
 	params, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
-		return S3Options{}, fmt.Errorf("evidence: s3 store URL query: %w", err)
+		return Options{}, fmt.Errorf("evidence: s3 store URL query: %w", err)
 	}
-	o := S3Options{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/")}
+	o := Options{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/")}
 	// In name order, so that a URL with several mistakes always reports
 	// the same one.
 	for _, name := range slices.Sorted(maps.Keys(params)) {
 		values := params[name]
 		if len(values) != 1 {
-			return S3Options{}, fmt.Errorf("evidence: s3 store URL: parameter %q is given %d times", name, len(values))
+			return Options{}, fmt.Errorf("evidence: s3 store URL: parameter %q is given %d times", name, len(values))
 		}
 		if err := o.setParam(name, values[0]); err != nil {
-			return S3Options{}, fmt.Errorf("evidence: s3 store URL: %w", err)
+			return Options{}, fmt.Errorf("evidence: s3 store URL: %w", err)
 		}
 	}
 	if err := o.check(); err != nil {
-		return S3Options{}, fmt.Errorf("evidence: s3 store URL: %w", err)
+		return Options{}, fmt.Errorf("evidence: s3 store URL: %w", err)
 	}
 	return o, nil
 }
 
 // setParam sets the option that the URL parameter name stands for.
-func (o *S3Options) setParam(name, value string) error {
+func (o *Options) setParam(name, value string) error {
 	if value == "" {
 		return fmt.Errorf("parameter %q is empty", name)
 	}
@@ -241,7 +251,8 @@ func (o *S3Options) setParam(name, value string) error {
 	return err
 }
 
-// S3Store is a Store kept in an S3-compatible bucket: AWS S3, Cloudflare
+// Store is an evidence store (a storage.StoreCloser) kept in an
+// S3-compatible bucket: AWS S3, Cloudflare
 // R2, MinIO and others that support conditional writes.
 //
 // Put is create-only through a conditional write (If-None-Match: *), so
@@ -254,7 +265,7 @@ func (o *S3Options) setParam(name, value string) error {
 // s3:PutObject, s3:GetObject and s3:ListBucket on the bucket (without
 // s3:ListBucket, S3 answers a read of a missing key with "access denied"
 // rather than "no such key"), plus s3:PutObjectRetention for object lock.
-type S3Store struct {
+type Store struct {
 	client    *s3.Client
 	transport *http.Transport // nil if the configuration supplied its own client
 	bucket    string
@@ -266,33 +277,30 @@ type S3Store struct {
 	baseDelay time.Duration
 	maxDelay  time.Duration
 	timeout   time.Duration
-	// slots bounds the requests in flight (MaxS3InFlight): one per
+	// slots bounds the requests in flight (MaxInFlight): one per
 	// attempt, held only while it runs, so a caller waits for a slot at
 	// most until its context ends, and a stuck request holds one slot for
 	// at most the attempt timeout.
 	slots chan struct{}
 }
 
-// MaxS3InFlight is how many requests an S3Store has in flight at once;
+// MaxInFlight is how many requests a Store has in flight at once;
 // more wait for a slot. It is above the gateway's default 64 concurrent
 // calls, so that one call's requests never wait on another's under the
 // defaults, and bounds the connections a replica opens to the service.
-const MaxS3InFlight = 128
+const MaxInFlight = 128
 
 var (
-	_ StoreCloser = (*S3Store)(nil)
-	_ InfoWalker  = (*S3Store)(nil)
+	_ storage.StoreCloser   = (*Store)(nil)
+	_ storage.InfoWalker    = (*Store)(nil)
+	_ storage.SegmentLister = (*Store)(nil)
 )
 
-// NewS3Store returns a store kept in the bucket that opts names. It makes
-// no request: a wrong bucket or missing permission shows on first use.
-func NewS3Store(ctx context.Context, opts S3Options) (*S3Store, error) {
-	return newS3Store(ctx, opts)
-}
-
-// newS3Store is NewS3Store with extra client options, through which tests
-// interpose on requests.
-func newS3Store(ctx context.Context, opts S3Options, clientOpts ...func(*s3.Options)) (*S3Store, error) {
+// New returns a store kept in the bucket that opts names. It makes no
+// request: a wrong bucket or missing permission shows on first use.
+// clientOpts, applied last, adjust the SDK client: static credentials,
+// or middleware through which tests interpose on requests.
+func New(ctx context.Context, opts Options, clientOpts ...func(*s3.Options)) (*Store, error) {
 	if err := opts.check(); err != nil {
 		return nil, fmt.Errorf("evidence: s3 store: %w", err)
 	}
@@ -318,8 +326,8 @@ func newS3Store(ctx context.Context, opts S3Options, clientOpts ...func(*s3.Opti
 		// the SDK's 10 idle connections per host, a gateway under more
 		// concurrent calls than that opened (and closed) a connection for
 		// most requests.
-		transport.MaxIdleConnsPerHost = MaxS3InFlight
-		transport.MaxIdleConns = max(transport.MaxIdleConns, MaxS3InFlight)
+		transport.MaxIdleConnsPerHost = MaxInFlight
+		transport.MaxIdleConns = max(transport.MaxIdleConns, MaxInFlight)
 		cfg.HTTPClient = &http.Client{
 			Transport:     transport,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -339,18 +347,18 @@ func newS3Store(ctx context.Context, opts S3Options, clientOpts ...func(*s3.Opti
 		o.Retryer = aws.NopRetryer{}
 		o.RetryMaxAttempts = 1
 	}}, clientOpts...)...)
-	s := &S3Store{
+	s := &Store{
 		client:    client,
 		transport: transport,
 		bucket:    opts.Bucket,
 		lockMode:  types.ObjectLockMode(opts.ObjectLockMode),
 		lockDays:  opts.ObjectLockDays,
 		threshold: opts.CompressThreshold,
-		attempts:  cmp.Or(opts.MaxAttempts, DefaultS3MaxAttempts),
-		baseDelay: cmp.Or(opts.RetryBaseDelay, DefaultS3RetryBaseDelay),
-		maxDelay:  cmp.Or(opts.RetryMaxDelay, DefaultS3RetryMaxDelay),
-		timeout:   cmp.Or(opts.AttemptTimeout, DefaultS3AttemptTimeout),
-		slots:     make(chan struct{}, MaxS3InFlight),
+		attempts:  cmp.Or(opts.MaxAttempts, DefaultMaxAttempts),
+		baseDelay: cmp.Or(opts.RetryBaseDelay, DefaultRetryBaseDelay),
+		maxDelay:  cmp.Or(opts.RetryMaxDelay, DefaultRetryMaxDelay),
+		timeout:   cmp.Or(opts.AttemptTimeout, DefaultAttemptTimeout),
+		slots:     make(chan struct{}, MaxInFlight),
 	}
 	if opts.Prefix != "" {
 		s.prefix = opts.Prefix + "/"
@@ -360,7 +368,7 @@ func newS3Store(ctx context.Context, opts S3Options, clientOpts ...func(*s3.Opti
 
 // Close releases the store's idle connections. The store must not be used
 // after.
-func (s *S3Store) Close() error {
+func (s *Store) Close() error {
 	if s.transport != nil {
 		s.transport.CloseIdleConnections()
 	}
@@ -375,16 +383,16 @@ func (s *S3Store) Close() error {
 // If an attempt's outcome is unknown (the connection dropped after the
 // request was sent, say) and the retry finds the key taken, Put succeeds
 // only if the stored object is the one that attempt wrote.
-func (s *S3Store) Put(ctx context.Context, key string, data []byte) error {
-	if err := checkPut(ctx, key, data); err != nil {
+func (s *Store) Put(ctx context.Context, key string, data []byte) error {
+	if err := storage.CheckPut(ctx, key, data); err != nil {
 		return err
 	}
-	body := encodeBody(data, s.threshold)
+	body := storage.EncodeBody(data, s.threshold)
 	sum := sha256.Sum256(body)
 	checksum := base64.StdEncoding.EncodeToString(sum[:])
 	putID := rand.Text()
 	var encoding *string
-	if isGzip(body) { // stored data never starts with the magic unless compressed
+	if storage.IsGzip(body) { // stored data never starts with the magic unless compressed
 		encoding = aws.String("gzip")
 	}
 	var retainUntil *time.Time
@@ -425,7 +433,7 @@ func (s *S3Store) Put(ctx context.Context, key string, data []byte) error {
 	case err == nil:
 		return nil
 	case httpStatus(err) == http.StatusPreconditionFailed:
-		return fmt.Errorf("%w: %q", ErrExist, key)
+		return fmt.Errorf("%w: %q", storage.ErrExist, key)
 	default:
 		return fmt.Errorf("evidence: put %q: %w", key, err)
 	}
@@ -433,7 +441,7 @@ func (s *S3Store) Put(ctx context.Context, key string, data []byte) error {
 
 // storedBy reports whether object was created by the Put call with the
 // given id.
-func (s *S3Store) storedBy(ctx context.Context, object, putID string) (bool, error) {
+func (s *Store) storedBy(ctx context.Context, object, putID string) (bool, error) {
 	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &object})
 	if err != nil {
 		return false, err
@@ -443,11 +451,11 @@ func (s *S3Store) storedBy(ctx context.Context, object, putID string) (bool, err
 
 // Get returns the data stored under key, decompressed if it was stored
 // compressed.
-func (s *S3Store) Get(ctx context.Context, key string) ([]byte, error) {
+func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("evidence: get %q: %w", key, err)
 	}
-	if err := ValidKey(key); err != nil {
+	if err := storage.ValidKey(key); err != nil {
 		return nil, err
 	}
 	object := s.prefix + key
@@ -459,33 +467,30 @@ func (s *S3Store) Get(ctx context.Context, key string) ([]byte, error) {
 		}
 		defer out.Body.Close()
 		// Reading through the body also checks the service's checksum.
-		body, err = io.ReadAll(io.LimitReader(out.Body, MaxArtifactSize+1))
+		body, err = io.ReadAll(io.LimitReader(out.Body, storage.MaxArtifactSize+1))
 		if err != nil {
 			return err
 		}
-		if len(body) > MaxArtifactSize {
-			return errTooLarge
+		if len(body) > storage.MaxArtifactSize {
+			return storage.ErrTooLarge
 		}
 		return nil
 	})
 	switch {
 	case isNoSuchKey(err):
-		return nil, fmt.Errorf("%w: %q", ErrNotExist, key)
+		return nil, fmt.Errorf("%w: %q", storage.ErrNotExist, key)
 	case err != nil:
 		return nil, fmt.Errorf("evidence: get %q: %w", key, err)
 	}
-	data, err := decodeBody(body)
+	data, err := storage.DecodeBody(body)
 	if err != nil {
 		return nil, fmt.Errorf("evidence: get %q: %w", key, err)
 	}
 	return data, nil
 }
 
-// errTooLarge reports a stored object longer than MaxArtifactSize.
-var errTooLarge = fmt.Errorf("stored object is larger than the %d-byte limit", MaxArtifactSize)
-
 // List returns the keys that start with prefix, sorted.
-func (s *S3Store) List(ctx context.Context, prefix string) ([]string, error) {
+func (s *Store) List(ctx context.Context, prefix string) ([]string, error) {
 	var keys []string
 	err := s.Walk(ctx, prefix, func(key string) error {
 		keys = append(keys, key)
@@ -502,8 +507,8 @@ func (s *S3Store) List(ctx context.Context, prefix string) ([]string, error) {
 // names are not valid keys were not written by Put and are skipped. A
 // service that lists out of order is reported as an error rather than
 // trusted.
-func (s *S3Store) Walk(ctx context.Context, prefix string, fn func(key string) error) error {
-	return s.WalkInfo(ctx, prefix, func(ki KeyInfo) error { return fn(ki.Key) })
+func (s *Store) Walk(ctx context.Context, prefix string, fn func(key string) error) error {
+	return s.WalkInfo(ctx, prefix, func(ki storage.KeyInfo) error { return fn(ki.Key) })
 }
 
 // WalkInfo is Walk with each object's size and LastModified time, which
@@ -511,7 +516,7 @@ func (s *S3Store) Walk(ctx context.Context, prefix string, fn func(key string) e
 // is the service's record of when it stored the object, by its own clock
 // and often only to the second; the size is the stored object's, which for
 // a compressed artifact is less than Get returns.
-func (s *S3Store) WalkInfo(ctx context.Context, prefix string, fn func(KeyInfo) error) error {
+func (s *Store) WalkInfo(ctx context.Context, prefix string, fn func(storage.KeyInfo) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("evidence: walk %q: %w", prefix, err)
 	}
@@ -534,14 +539,14 @@ func (s *S3Store) WalkInfo(ctx context.Context, prefix string, fn func(KeyInfo) 
 		}
 		for _, obj := range page.Contents {
 			key, ok := strings.CutPrefix(aws.ToString(obj.Key), s.prefix)
-			if !ok || !strings.HasPrefix(key, prefix) || ValidKey(key) != nil {
+			if !ok || !strings.HasPrefix(key, prefix) || storage.ValidKey(key) != nil {
 				continue
 			}
 			if last != "" && key <= last {
 				return fmt.Errorf("evidence: walk %q: the service listed %q after %q, out of order", prefix, key, last)
 			}
 			last = key
-			ki := KeyInfo{Key: key, Size: aws.ToInt64(obj.Size), ModTime: aws.ToTime(obj.LastModified)}
+			ki := storage.KeyInfo{Key: key, Size: aws.ToInt64(obj.Size), ModTime: aws.ToTime(obj.LastModified)}
 			if err := fn(ki); err != nil {
 				return err
 			}
@@ -564,14 +569,14 @@ func canStartKey(prefix string) bool {
 	}
 	// A valid key either is the prefix or continues it; appending any
 	// ordinary character stands for the continuation.
-	return prefix == "" || ValidKey(prefix) == nil || ValidKey(prefix+"x") == nil
+	return prefix == "" || storage.ValidKey(prefix) == nil || storage.ValidKey(prefix+"x") == nil
 }
 
 // retry calls attempt until it succeeds, fails permanently, has been
 // called s.attempts times, or ctx ends. Each call gets s.timeout. It
 // returns attempt's last error, joined with ctx's if ctx ended.
 // listPage fetches one page of a listing, retried as every call is.
-func (s *S3Store) listPage(ctx context.Context, in *s3.ListObjectsV2Input) (*s3.ListObjectsV2Output, error) {
+func (s *Store) listPage(ctx context.Context, in *s3.ListObjectsV2Input) (*s3.ListObjectsV2Output, error) {
 	var page *s3.ListObjectsV2Output
 	err := s.retry(ctx, func(ctx context.Context) error {
 		var err error
@@ -581,12 +586,12 @@ func (s *S3Store) listPage(ctx context.Context, in *s3.ListObjectsV2Input) (*s3.
 	return page, err
 }
 
-func (s *S3Store) retry(ctx context.Context, attempt func(ctx context.Context) error) error {
+func (s *Store) retry(ctx context.Context, attempt func(ctx context.Context) error) error {
 	for n := 1; ; n++ {
 		select {
 		case s.slots <- struct{}{}:
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for one of the %d request slots: %w", MaxS3InFlight, ctx.Err())
+			return fmt.Errorf("waiting for one of the %d request slots: %w", MaxInFlight, ctx.Err())
 		}
 		actx, cancel := context.WithTimeout(ctx, s.timeout)
 		err := attempt(actx)
@@ -623,7 +628,7 @@ func ctxError(ctx context.Context, err error) error {
 // backoff returns the wait before retry n (n ≥ 1): "full jitter", a
 // uniformly random duration up to the capped exponential bound, which
 // spreads out writers that failed together.
-func (s *S3Store) backoff(n int) time.Duration {
+func (s *Store) backoff(n int) time.Duration {
 	bound := s.maxDelay
 	if n-1 < 62 && s.baseDelay <= s.maxDelay>>(n-1) {
 		bound = s.baseDelay << (n - 1)
@@ -691,4 +696,33 @@ func notSent(err error) bool {
 	var opErr *net.OpError
 	var dnsErr *net.DNSError
 	return errors.As(err, &dnsErr) || (errors.As(err, &opErr) && opErr.Op == "dial")
+}
+
+// ListSegments lists prefix with the delimiter "/": one request per
+// thousand segments, whatever lies below them.
+func (s *Store) ListSegments(ctx context.Context, prefix string) ([]string, error) {
+	if !canStartKey(prefix) {
+		return nil, nil
+	}
+	in := &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: aws.String(s.prefix + prefix), Delimiter: aws.String("/")}
+	var out []string
+	for {
+		page, err := s.listPage(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("evidence: list segments %q: %w", prefix, err)
+		}
+		for _, p := range page.CommonPrefixes {
+			seg, ok := strings.CutPrefix(aws.ToString(p.Prefix), s.prefix+prefix)
+			seg, slash := strings.CutSuffix(seg, "/")
+			if ok && slash && seg != "" && storage.ValidKey(prefix+seg+"/x") == nil {
+				out = append(out, seg)
+			}
+		}
+		if !aws.ToBool(page.IsTruncated) || aws.ToString(page.NextContinuationToken) == "" {
+			break
+		}
+		in.ContinuationToken = page.NextContinuationToken
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }

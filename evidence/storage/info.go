@@ -1,4 +1,4 @@
-package evidence
+package storage
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package evidence
+package storage
 
 import (
 	"bytes"
@@ -22,24 +22,24 @@ const MaxArtifactSize = 256 << 20
 // (or an auditor running "gzip -dcf") tells them apart by the first bytes.
 var gzipMagic = []byte{0x1f, 0x8b}
 
-// isGzip reports whether body starts with the gzip magic number.
-func isGzip(body []byte) bool {
+// IsGzip reports whether body starts with the gzip magic number.
+func IsGzip(body []byte) bool {
 	return bytes.HasPrefix(body, gzipMagic)
 }
 
-// encodeBody returns the bytes to store for data: data itself, or data
+// EncodeBody returns the bytes to store for data: data itself, or data
 // gzip-compressed when it is longer than threshold bytes and compression
 // makes it smaller. A threshold of 0 means DefaultCompressThreshold; a
 // negative threshold turns compression off.
 //
 // Data that itself starts with the gzip magic is always wrapped, whatever
-// the threshold: decodeBody strips exactly one layer, so storing such data
+// the threshold: DecodeBody strips exactly one layer, so storing such data
 // as is would make it come back decompressed.
-func encodeBody(data []byte, threshold int) []byte {
+func EncodeBody(data []byte, threshold int) []byte {
 	if threshold == 0 {
 		threshold = DefaultCompressThreshold
 	}
-	mustWrap := isGzip(data)
+	mustWrap := IsGzip(data)
 	if !mustWrap && (threshold < 0 || len(data) <= threshold) {
 		return data
 	}
@@ -56,15 +56,15 @@ func encodeBody(data []byte, threshold int) []byte {
 	return buf.Bytes()
 }
 
-// decodeBody returns the artifact that body, as read from a store, holds:
+// DecodeBody returns the artifact that body, as read from a store, holds:
 // body decompressed if it starts with the gzip magic, otherwise body
 // itself. It fails if the stream is corrupt or would decompress to more
 // than MaxArtifactSize bytes.
-func decodeBody(body []byte) ([]byte, error) {
+func DecodeBody(body []byte) ([]byte, error) {
 	return decodeBodyLimit(body, MaxArtifactSize)
 }
 
-// decodeBodyLimit is decodeBody with a configurable size limit.
+// decodeBodyLimit is DecodeBody with a configurable size limit.
 //
 // It decompresses twice: first only to count, which finds an oversized
 // or corrupt stream without allocating for it and checks every member's
@@ -72,7 +72,7 @@ func decodeBody(body []byte) ([]byte, error) {
 // as the data arrives would copy a large artifact several times over,
 // which costs more than the second pass.
 func decodeBodyLimit(body []byte, limit int) ([]byte, error) {
-	if !isGzip(body) {
+	if !IsGzip(body) {
 		return body, nil
 	}
 	zr, err := gzip.NewReader(bytes.NewReader(body))

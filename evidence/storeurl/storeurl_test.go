@@ -1,11 +1,19 @@
-package evidence
+package storeurl
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/evidence/evidencetest"
+	"github.com/toolgate/toolgate/evidence/s3store"
 )
 
 func TestOpen(t *testing.T) {
@@ -53,20 +61,22 @@ func TestOpen(t *testing.T) {
 			}
 			defer s.Close()
 			switch got := s.(type) {
-			case *MemoryStore:
+			case *evidence.MemoryStore:
 				if !tt.wantMem {
 					t.Fatalf("Open(%q) = MemoryStore, want another store", tt.url)
 				}
-			case *S3Store:
-				// Opening makes no request; TestS3Store uses a real server.
+			case *s3store.Store:
+				// Opening makes no request; the s3store tests use a real server.
 				if !tt.wantS3 {
-					t.Fatalf("Open(%q) = S3Store, want another store", tt.url)
+					t.Fatalf("Open(%q) = s3store.Store, want another store", tt.url)
 				}
-			case *FileStore:
+			case *evidence.FileStore:
 				if tt.wantMem || tt.wantS3 {
 					t.Fatalf("Open(%q) = FileStore, want another store", tt.url)
 				}
-				mustPut(t, got, "k", []byte("v"))
+				if err := got.Put(ctx, "k", []byte("v")); err != nil {
+					t.Fatalf("Put = %v", err)
+				}
 				if _, err := os.Stat(filepath.Join(tt.wantDir, "k")); err != nil {
 					t.Fatalf("artifact not in %q: %v", tt.wantDir, err)
 				}
@@ -86,5 +96,34 @@ func TestOpenFileErrorIsNilStore(t *testing.T) {
 	s, err := Open(context.Background(), "file://"+file)
 	if err == nil || s != nil {
 		t.Fatalf("Open(file:// of a regular file) = (%v, %v), want (nil, error)", s, err)
+	}
+}
+
+// TestOpenS3URL opens a real MinIO by URL, with the credentials of the
+// standard AWS environment, and finds the artifact under the prefix.
+func TestOpenS3URL(t *testing.T) {
+	m := evidencetest.StartMinIO(t)
+	m.SetEnv(t)
+	m.CreateBucket(t, "open-url", false)
+	st, err := Open(context.Background(), m.URL("open-url", "tenant/b"))
+	if err != nil {
+		t.Fatalf("Open = %v", err)
+	}
+	defer st.Close()
+	if _, ok := st.(*s3store.Store); !ok {
+		t.Fatalf("Open = %T, want *s3store.Store", st)
+	}
+	if err := st.Put(context.Background(), "requests/r1/request.json", []byte(`{"a":1}`)); err != nil {
+		t.Fatalf("Put = %v", err)
+	}
+	out, err := m.Client().GetObject(context.Background(), &s3.GetObjectInput{
+		Bucket: aws.String("open-url"), Key: aws.String("tenant/b/requests/r1/request.json"),
+	})
+	if err != nil {
+		t.Fatalf("GetObject = %v", err)
+	}
+	defer out.Body.Close()
+	if raw, err := io.ReadAll(out.Body); err != nil || string(raw) != `{"a":1}` {
+		t.Fatalf("object under the prefix holds %q (%v)", raw, err)
 	}
 }

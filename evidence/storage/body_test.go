@@ -1,4 +1,4 @@
-package evidence
+package storage
 
 import (
 	"bytes"
@@ -59,22 +59,22 @@ func TestEncodeBody(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			body := encodeBody(tt.data, tt.threshold)
-			if got := isGzip(body); got != tt.compressed {
+			body := EncodeBody(tt.data, tt.threshold)
+			if got := IsGzip(body); got != tt.compressed {
 				t.Fatalf("stored body compressed = %v, want %v", got, tt.compressed)
 			}
 			if !tt.compressed && !bytes.Equal(body, tt.data) {
 				t.Fatal("plain body differs from the data")
 			}
-			if tt.compressed && len(body) >= len(tt.data) && !isGzip(tt.data) {
+			if tt.compressed && len(body) >= len(tt.data) && !IsGzip(tt.data) {
 				t.Fatalf("compressed body is %d bytes, not smaller than the %d-byte data", len(body), len(tt.data))
 			}
-			got, err := decodeBody(body)
+			got, err := DecodeBody(body)
 			if err != nil {
-				t.Fatalf("decodeBody = %v", err)
+				t.Fatalf("DecodeBody = %v", err)
 			}
 			if !bytes.Equal(got, tt.data) {
-				t.Fatal("decodeBody(encodeBody(data)) differs from data")
+				t.Fatal("DecodeBody(EncodeBody(data)) differs from data")
 			}
 		})
 	}
@@ -85,7 +85,7 @@ func TestEncodeBodyIsDeterministic(t *testing.T) {
 	// Equal artifacts must store as equal bytes, so that their checksums
 	// and any copy an auditor makes match.
 	data := jsonOfSize(100 << 10)
-	if a, b := encodeBody(data, 0), encodeBody(data, 0); !bytes.Equal(a, b) {
+	if a, b := EncodeBody(data, 0), EncodeBody(data, 0); !bytes.Equal(a, b) {
 		t.Fatal("two encodings of the same data differ")
 	}
 }
@@ -143,16 +143,16 @@ func FuzzDecodeBody(f *testing.F) {
 		const limit = 1 << 20
 		got, err := decodeBodyLimit(body, limit)
 		switch {
-		case !isGzip(body):
+		case !IsGzip(body):
 			if err != nil || !bytes.Equal(got, body) {
-				t.Fatalf("non-gzip body: decodeBody = (%q, %v), want it unchanged", got, err)
+				t.Fatalf("non-gzip body: DecodeBody = (%q, %v), want it unchanged", got, err)
 			}
 		case err == nil && len(got) > limit:
-			t.Fatalf("decodeBody returned %d bytes, over the %d-byte limit", len(got), limit)
+			t.Fatalf("DecodeBody returned %d bytes, over the %d-byte limit", len(got), limit)
 		}
 		// Whatever the input, storing it and reading it back is lossless.
 		for _, threshold := range []int{-1, 0, 1} {
-			back, err := decodeBody(encodeBody(body, threshold))
+			back, err := DecodeBody(EncodeBody(body, threshold))
 			if err != nil || !bytes.Equal(back, body) {
 				t.Fatalf("round trip at threshold %d = (%q, %v), want the input", threshold, back, err)
 			}
