@@ -637,7 +637,7 @@ func (c Config) Validate() error {
 	}
 	for _, id := range sortedKeys(c.Tools) {
 		t := c.Tools[id]
-		if err := validateToolID(id); err != nil {
+		if err := ident.ValidateToolID(id); err != nil {
 			return fmt.Errorf("config: tools.%s: %w", id, err)
 		}
 		d, ok := c.Drivers[t.Driver]
