@@ -24,7 +24,7 @@ import (
 // ApprovalOptions tune the calls policy holds for a human's approval.
 type ApprovalOptions struct {
 	// TTL is how long an approval may be decided and used; 0 means
-	// DefaultApprovalTTL.
+	// config.DefaultApprovalTTL.
 	TTL time.Duration
 	// Notifier, if set, is told of every approval asked for and decided.
 	Notifier Notifier

@@ -50,8 +50,8 @@ func validateIdentity(caller string, id *Identity) error {
 	if id == nil {
 		return nil
 	}
-	if !callerNamePattern.MatchString(caller) {
-		return fmt.Errorf("caller %q: must match %s", truncateForMessage(caller), callerNamePattern)
+	if !ident.CallerName.MatchString(caller) {
+		return fmt.Errorf("caller %q: must match %s", truncateForMessage(caller), ident.CallerName)
 	}
 	if !identityMethodPattern.MatchString(id.Method) {
 		return fmt.Errorf("identity.method %q: must match %s", truncateForMessage(id.Method), identityMethodPattern)
