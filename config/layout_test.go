@@ -51,9 +51,7 @@ func TestCheckLayoutRefusesNesting(t *testing.T) {
 		}, []string{"contains drivers.tpmjs.trace_dir"}},
 		{"signing key in the workspace", func(c *Config) { c.Evidence.SigningKey = keyFile("repo/workspace/signing.pem") },
 			[]string{"contains evidence.signing_key.file"}},
-		{"signing key from the environment", func(c *Config) {
-			c.Evidence.SigningKey = &SigningKeySource{SecretSource: SecretSource{Env: "K"}}
-		}, nil},
+		{"signing key from the environment", func(c *Config) { c.Evidence.SigningKey = &SigningKeySource{SecretSource: SecretSource{Env: "K"}} }, nil},
 		{"signing key beside the evidence folder", func(c *Config) { c.Evidence.SigningKey = keyFile("repo/toolgate-signing.key") }, nil},
 		{"signing key inside the evidence folder, published with it", func(c *Config) { c.Evidence.SigningKey = keyFile("repo/evidence/k.pem") },
 			[]string{"evidence.signing_key.file", "lies inside evidence.url", filepath.Join(dir, "repo", "evidence")}},

@@ -13,12 +13,15 @@ func TestSigningKeyConfig(t *testing.T) {
 		want    SigningKeySource
 		wantErr string // also never the value written
 	}{
-		{"left out: the embedded default's key, created on first start", "listen: 127.0.0.1:1", SigningKeySource{SecretSource: SecretSource{File: "./toolgate-signing.key"}, Create: true}, ""},
-		{"left empty: the default too", "evidence: {signing_key: }", SigningKeySource{SecretSource: SecretSource{File: "./toolgate-signing.key"}, Create: true}, ""},
+		{"left out: the embedded default's key, created on first start", "listen: 127.0.0.1:1",
+			SigningKeySource{SecretSource: SecretSource{File: "./toolgate-signing.key"}, Create: true}, ""},
+		{"left empty: the default too", "evidence: {signing_key: }",
+			SigningKeySource{SecretSource: SecretSource{File: "./toolgate-signing.key"}, Create: true}, ""},
 		{"none: unsigned", "evidence: {signing_key: none}", SigningKeySource{None: true}, ""},
 		{"a key file", "evidence: {signing_key: {file: /etc/tg/k.pem}}", SigningKeySource{SecretSource: SecretSource{File: "/etc/tg/k.pem"}}, ""},
 		{"a key in the environment", "evidence: {signing_key: {env: TG_KEY}}", SigningKeySource{SecretSource: SecretSource{Env: "TG_KEY"}}, ""},
-		{"a key file the gateway creates", "evidence: {signing_key: {file: k.pem, create: true}}", SigningKeySource{SecretSource: SecretSource{File: "k.pem"}, Create: true}, ""},
+		{"a key file the gateway creates", "evidence: {signing_key: {file: k.pem, create: true}}",
+			SigningKeySource{SecretSource: SecretSource{File: "k.pem"}, Create: true}, ""},
 		{"another word than none", "evidence: {signing_key: off}", SigningKeySource{}, "evidence.signing_key: want none"},
 		{"None spelt in capitals", "evidence: {signing_key: NONE}", SigningKeySource{}, "evidence.signing_key: want none"},
 		{"the key pasted into the configuration is refused unquoted", "evidence: {signing_key: " + seed + "}", SigningKeySource{}, "a key never goes in the configuration itself"},
