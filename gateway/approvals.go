@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/trust"
+	"github.com/toolgate/toolgate/internal/ident"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -23,7 +24,7 @@ import (
 // ApprovalOptions tune the calls policy holds for a human's approval.
 type ApprovalOptions struct {
 	// TTL is how long an approval may be decided and used; 0 means
-	// DefaultApprovalTTL.
+	// config.DefaultApprovalTTL.
 	TTL time.Duration
 	// Notifier, if set, is told of every approval asked for and decided.
 	Notifier Notifier
@@ -114,7 +115,7 @@ func (g *Gateway) DecideApprovalAs(ctx context.Context, caller string, identity 
 	if decision != decideApprove && decision != decideDeny {
 		return nil, status.Errorf(codes.InvalidArgument, "decision %q: want %q or %q", truncateForMessage(decision), decideApprove, decideDeny)
 	}
-	if err := validatePrintable(reason, maxDecisionReason); err != nil {
+	if err := ident.ValidatePrintable(reason, maxDecisionReason); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "reason: %v", err)
 	}
 	// The decision is evidence: it is completed even if the caller leaves.
@@ -426,7 +427,7 @@ func listFilter(req *toolgatev1.ListApprovalsRequest) (state string, limit int, 
 	if t := req.GetPageToken(); t != "" && evidence.ValidApprovalID(strings.TrimPrefix(t, approvalsRoot)) != nil {
 		return "", 0, status.Error(codes.InvalidArgument, "page_token: not a token ListApprovals returned")
 	}
-	if err := validatePrintable(req.GetToolId(), maxToolIDBytes); err != nil {
+	if err := ident.ValidatePrintable(req.GetToolId(), maxToolIDBytes); err != nil {
 		return "", 0, status.Errorf(codes.InvalidArgument, "tool_id: %v", err)
 	}
 	return state, limit, nil

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/policy"
@@ -38,7 +39,7 @@ when { principal.groups.contains(context.group) };
 
 // approvalKeys: alice asks, bob and carol approve (ops), mallory is in no
 // group.
-var approvalKeys = []KeyConfig{
+var approvalKeys = []config.KeyConfig{
 	{Caller: "alice", Env: "KEY_ALICE", Groups: []string{"dev"}},
 	{Caller: "bob", Env: "KEY_BOB", Groups: []string{"ops"}},
 	{Caller: "carol", Env: "KEY_CAROL", Groups: []string{"ops", "dev"}},

@@ -13,12 +13,13 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/policy"
 )
 
 // AnonymousCaller is the caller name used when authentication is off, which
 // the gateway allows only on a loopback listener.
-const AnonymousCaller = "anonymous"
+const AnonymousCaller = config.AnonymousCaller
 
 // Authenticator maps the bearer API key of a call onto a caller name.
 type Authenticator struct {
@@ -33,8 +34,8 @@ type apiKey struct {
 
 // NewAuthenticator builds an Authenticator from the configured keys, reading
 // environment-held keys through getenv. With no keys, every call is made by
-// AnonymousCaller; Config.Validate makes sure that only happens on loopback.
-func NewAuthenticator(keys []KeyConfig, getenv func(string) string) (*Authenticator, error) {
+// AnonymousCaller; config.Config.Validate makes sure that only happens on loopback.
+func NewAuthenticator(keys []config.KeyConfig, getenv func(string) string) (*Authenticator, error) {
 	a := &Authenticator{attrs: map[string]policy.CallerAttributes{}}
 	for i, k := range keys {
 		attrs := a.attrs[k.Caller]

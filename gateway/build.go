@@ -11,9 +11,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"slices"
+	"sort"
 	"strings"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/storeurl"
@@ -24,13 +25,13 @@ import (
 
 // Build assembles a Gateway from a configuration: it validates it, refuses
 // a layout that puts the gateway's own files within reach of a workspace
-// (Config.CheckLayout), loads the policy sets, reads the signing key
+// (config.Config.CheckLayout), loads the policy sets, reads the signing key
 // (creating it first when evidence.signing_key says create: true and the
 // file does not exist yet), opens the evidence store and starts the
 // drivers. getenv reads environment-held keys and secrets
 // (os.Getenv in production). The returned closer releases the store and
 // drivers; call it after the server stops.
-func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slog.Logger) (*Gateway, io.Closer, error) {
+func Build(ctx context.Context, cfg config.Config, getenv func(string) string, log *slog.Logger) (*Gateway, io.Closer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
@@ -67,7 +68,7 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	if err != nil {
 		return nil, nil, err
 	}
-	sharedMAC, err := readSharedMACKey(cfg.Evidence.SharedMACKey, getenv)
+	sharedMAC, err := config.ReadSharedMACKey(cfg.Evidence.SharedMACKey, getenv)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -94,7 +95,7 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	fail := func(err error) (*Gateway, io.Closer, error) {
 		return nil, nil, errors.Join(err, closers.Close())
 	}
-	storeURL, err := cfg.Evidence.storeURL()
+	storeURL, err := cfg.Evidence.StoreURL()
 	if err != nil {
 		return fail(fmt.Errorf("config: %w", err))
 	}
@@ -102,7 +103,7 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 	if err != nil {
 		return fail(fmt.Errorf("config: evidence.url: %w", err))
 	}
-	store := evidence.WithOpTimeout(opened, cfg.Evidence.opTimeout())
+	store := evidence.WithOpTimeout(opened, cfg.Evidence.EffectiveOpTimeout())
 	closers = append(closers, store)
 	instance := cfg.Instance
 	if instance == "" {
@@ -159,7 +160,7 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		return fail(err)
 	}
 
-	approvals := ApprovalOptions{TTL: cfg.Approvals.ttl()}
+	approvals := ApprovalOptions{TTL: cfg.Approvals.EffectiveTTL()}
 	if wh := cfg.Approvals.Webhook; wh != nil {
 		notifier, err := NewWebhookNotifier(WebhookOptions{
 			URL: wh.URL, Secret: webhookSecret, Redactor: redactor, Logger: log, Gateway: instance,
@@ -194,7 +195,7 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 		Recovery: RecoveryOptions{
 			Interval:         cfg.Evidence.SweepInterval,
 			InterruptedAfter: cfg.Evidence.InterruptedAfter,
-			OpTimeout:        cfg.Evidence.opTimeout(),
+			OpTimeout:        cfg.Evidence.EffectiveOpTimeout(),
 		},
 		Approvals:    approvals,
 		Telemetry:    tel,
@@ -211,7 +212,7 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 // the drivers publish to tools (a tools entry of the same id wins), and
 // returns the drivers, their trace folders and the registry-id host.
 // Started drivers are added to closers.
-func buildDrivers(ctx context.Context, cfg Config, env drivers.BuildEnv, tools map[string]Tool, closers *closeAll) (map[string]drivers.Driver, map[string]string, *Registry, error) {
+func buildDrivers(ctx context.Context, cfg config.Config, env drivers.BuildEnv, tools map[string]Tool, closers *closeAll) (map[string]drivers.Driver, map[string]string, *Registry, error) {
 	drvs := map[string]drivers.Driver{}
 	traceDirs := map[string]string{}
 	var registry *Registry
@@ -229,12 +230,12 @@ func buildDrivers(ctx context.Context, cfg Config, env drivers.BuildEnv, tools m
 			*closers = append(*closers, c)
 		}
 		drvs[name] = d
-		if dir := footprint(sec.Config, nil).TraceFolder; dir != "" {
+		if dir := config.Footprint(sec.Config, nil).TraceFolder; dir != "" {
 			traceDirs[name] = dir
 		}
 		if rh, ok := sec.Config.(drivers.RegistryHost); ok {
 			if version, on := rh.RegistryIDs(); on {
-				registry = &Registry{Driver: name, Version: version, Bind: binder(sec.Config)}
+				registry = &Registry{Driver: name, Version: version, Bind: config.Binder(sec.Config)}
 			}
 		}
 		if p, ok := sec.Config.(drivers.Publisher); ok {
@@ -251,7 +252,7 @@ func buildDrivers(ctx context.Context, cfg Config, env drivers.BuildEnv, tools m
 // readWebhookSecret reads approvals.webhook.secret, without the line end a
 // secret file usually has; nil when no webhook is configured. A webhook
 // without its key cannot sign, so a missing or short one stops the start.
-func readWebhookSecret(wh *WebhookConfig, getenv func(string) string) ([]byte, error) {
+func readWebhookSecret(wh *config.WebhookConfig, getenv func(string) string) ([]byte, error) {
 	if wh == nil {
 		return nil, nil
 	}
@@ -272,10 +273,10 @@ const minWebhookSecretLen = 16
 // hiddenPaths lists the gateway's own files and folders, which a sandboxed
 // shell command must never reach: the same set CheckLayout keeps apart from
 // every workspace.
-func hiddenPaths(cfg Config) []string {
+func hiddenPaths(cfg config.Config) []string {
 	var paths []string
-	for _, p := range cfg.gatewayPaths() {
-		paths = append(paths, p.path)
+	for _, p := range cfg.GatewayPaths() {
+		paths = append(paths, p.Path)
 	}
 	return paths
 }
@@ -296,7 +297,7 @@ type signingKeyText struct {
 // fingerprint key; the approval webhook's HMAC key; and the MAC key the
 // replicas share. Values that are unset are skipped: Build reports those
 // that must be set where they are used.
-func configuredSecrets(cfg Config, getenv func(string) string, tools map[string]Tool, signingKey signingKeyText, fingerprintKey, webhookSecret, sharedMAC []byte) []string {
+func configuredSecrets(cfg config.Config, getenv func(string) string, tools map[string]Tool, signingKey signingKeyText, fingerprintKey, webhookSecret, sharedMAC []byte) []string {
 	var secrets []string
 	addEnv := func(name string) {
 		if name == "" {
@@ -315,7 +316,7 @@ func configuredSecrets(cfg Config, getenv func(string) string, tools map[string]
 		}
 	}
 	for _, name := range sortedKeys(cfg.Drivers) {
-		secrets = append(secrets, footprint(cfg.Drivers[name].Config, getenv).Secrets...)
+		secrets = append(secrets, config.Footprint(cfg.Drivers[name].Config, getenv).Secrets...)
 	}
 	for _, k := range cfg.Auth.Keys {
 		addEnv(k.Env)
@@ -336,18 +337,18 @@ func configuredSecrets(cfg Config, getenv func(string) string, tools map[string]
 
 // catalogTools builds the configured part of the catalog, reading each
 // tool's environment values from the gateway's environment.
-func catalogTools(cfg Config, getenv func(string) string) (map[string]Tool, error) {
+func catalogTools(cfg config.Config, getenv func(string) string) (map[string]Tool, error) {
 	tools := map[string]Tool{}
 	for _, id := range sortedKeys(cfg.Tools) {
 		t := cfg.Tools[id]
-		b, err := t.bind(cfg.Drivers[t.Driver].Config)
+		b, err := t.Bind(cfg.Drivers[t.Driver].Config)
 		if err != nil {
 			return nil, fmt.Errorf("config: tools.%s.%w", id, err)
 		}
 		tool := Tool{
 			Driver: t.Driver, Target: b.Target, Package: b.Package, Version: b.Version,
 			Description: t.Description, Tags: t.Tags, Labels: t.Labels, CallerEnv: t.CallerEnv,
-			InputSchema: t.inputSchemaJSON(),
+			InputSchema: t.InputSchemaJSON(),
 		}
 		for _, name := range sortedKeys(t.Env) {
 			v := getenv(t.Env[name].FromEnv)
@@ -384,7 +385,7 @@ func (c closeAll) Close() error {
 // configured one, else one derived from the manifest signing key (so that
 // fingerprints compare across restarts without another secret to manage),
 // else a random one.
-func redactFingerprintKey(src *SecretSource, signer *evidence.Signer, getenv func(string) string) ([]byte, error) {
+func redactFingerprintKey(src *config.SecretSource, signer *evidence.Signer, getenv func(string) string) ([]byte, error) {
 	switch {
 	case src != nil:
 		key, err := src.Read(getenv)
@@ -406,23 +407,11 @@ func redactFingerprintKey(src *SecretSource, signer *evidence.Signer, getenv fun
 	}
 }
 
-// CheckPolicyRefs checks that every policy set policies.shadow and
-// policies.selectable name is one of refs, the sets of the loaded policy
-// folder.
-func (c Config) CheckPolicyRefs(refs []string) error {
-	for _, ref := range sortedKeys(c.Policies.Shadow) {
-		for _, name := range []string{ref, c.Policies.Shadow[ref]} {
-			if !slices.Contains(refs, name) {
-				return fmt.Errorf("config: policies.shadow: no policy set %q in %s", name, c.Policies.Dir)
-			}
-		}
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
 	}
-	for i, sel := range c.Policies.Selectable {
-		for _, ref := range sel.Refs {
-			if !slices.Contains(refs, ref) {
-				return fmt.Errorf("config: policies.selectable[%d].refs: no policy set %q in %s", i, ref, c.Policies.Dir)
-			}
-		}
-	}
-	return nil
+	sort.Strings(keys)
+	return keys
 }

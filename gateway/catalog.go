@@ -2,14 +2,11 @@ package gateway
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"slices"
 	"sort"
 	"strings"
 
-	"github.com/google/jsonschema-go/jsonschema"
-
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/policy"
 )
@@ -42,7 +39,7 @@ type Tool struct {
 }
 
 // callerEnvArg is the argument in which callers pass environment values to
-// tools that allow it (ToolConfig.CallerEnv). It is taken out of the
+// tools that allow it (config.ToolConfig.CallerEnv). It is taken out of the
 // arguments the tool receives.
 const callerEnvArg = "_env"
 
@@ -167,7 +164,7 @@ func (g *Gateway) inputSchema(id string, t Tool) json.RawMessage {
 	if schema == nil {
 		schema = g.describe(t).InputSchema
 	}
-	if schema == nil || checkSchemaJSON(schema) != nil {
+	if schema == nil || config.CheckSchemaJSON(schema) != nil {
 		if schema != nil {
 			g.log.Warn("catalog: the driver's input schema of a tool is not an object schema; showing any object",
 				"tool", id, "driver", t.Driver)
@@ -205,45 +202,6 @@ func withEnvProperty(schema json.RawMessage, names []string) json.RawMessage {
 		return schema
 	}
 	return out
-}
-
-// inputSchemaJSON is the configured input_schema as JSON, or nil.
-func (t ToolConfig) inputSchemaJSON() json.RawMessage {
-	if t.InputSchema == nil {
-		return nil
-	}
-	b, err := json.Marshal(t.InputSchema)
-	if err != nil {
-		// checkInputSchema refused it at load.
-		return nil
-	}
-	return b
-}
-
-// checkInputSchema checks a configured input_schema: JSON, an object
-// schema, and one that compiles (its $refs local).
-func checkInputSchema(m map[string]any) error {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return fmt.Errorf("not expressible as JSON (keys must be strings): %w", err)
-	}
-	return checkSchemaJSON(b)
-}
-
-// checkSchemaJSON checks that schema compiles as JSON Schema 2020-12 and
-// describes an object.
-func checkSchemaJSON(schema json.RawMessage) error {
-	var s jsonschema.Schema
-	if err := json.Unmarshal(schema, &s); err != nil {
-		return fmt.Errorf("not a JSON Schema: %w", err)
-	}
-	if s.Type != "object" {
-		return errors.New(`want "type": object at the top: tool arguments are an object`)
-	}
-	if _, err := s.Resolve(&jsonschema.ResolveOptions{}); err != nil {
-		return fmt.Errorf("does not compile: %w", err)
-	}
-	return nil
 }
 
 // ToolHints say what a tool does to the world, for clients that tell a

@@ -4,24 +4,12 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 )
 
-func TestInputSchemaConfigIsChecked(t *testing.T) {
-	const ws = "drivers: {w: {type: workspace, root: w}}\n"
-	for _, tc := range []struct{ name, yaml, wantErr string }{
-		{"an object schema is accepted", ws + "tools: {t.x: {driver: w, target: readFile, input_schema: {type: object, properties: {path: {type: string}}, required: [path]}}}", ""},
-		{"an array schema is refused", ws + "tools: {t.x: {driver: w, target: readFile, input_schema: {type: array}}}", "tools.t.x.input_schema"},
-		{"a schema without a type is refused", ws + "tools: {t.x: {driver: w, target: readFile, input_schema: {properties: {}}}}", "tools.t.x.input_schema"},
-		{"a reference to nothing is refused", ws + "tools: {t.x: {driver: w, target: readFile, input_schema: {type: object, properties: {a: {$ref: '#/$defs/none'}}}}}", "does not compile"},
-		{"a keyword of the wrong type is refused", ws + "tools: {t.x: {driver: w, target: readFile, input_schema: {type: object, required: path}}}", "tools.t.x.input_schema"},
-	} {
-		t.Run(tc.name, func(t *testing.T) { checkConfigError(t, tc.yaml, tc.wantErr) })
-	}
-}
-
 func TestConfiguredInputSchemaReachesTheCatalogAsJSON(t *testing.T) {
-	cfg, err := ParseConfig([]byte("drivers: {w: {type: workspace, root: w}}\n" +
+	cfg, err := config.ParseConfig([]byte("drivers: {w: {type: workspace, root: w}}\n" +
 		"tools: {t.x: {driver: w, target: readFile, input_schema: {type: object, properties: {n: {type: integer, maximum: 3}}}}}"))
 	if err != nil {
 		t.Fatal(err)

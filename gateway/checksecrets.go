@@ -3,6 +3,8 @@ package gateway
 import (
 	"errors"
 	"fmt"
+
+	"github.com/toolgate/toolgate/config"
 )
 
 // CheckSecrets reads the secrets the configuration names besides the
@@ -10,7 +12,7 @@ import (
 // webhook's secret, the redaction fingerprint key, the replicas' shared
 // MAC key), and the replicas' public keys, exactly as Build reads them, keeps none of them, and reports every one Build would refuse, so
 // that a configuration check and `serve` agree.
-func (c Config) CheckSecrets(getenv func(string) string) error {
+func CheckSecrets(c config.Config, getenv func(string) string) error {
 	var errs []error
 	if _, err := NewAuthenticator(c.Auth.Keys, getenv); err != nil {
 		errs = append(errs, fmt.Errorf("config: %w", err))
@@ -26,7 +28,7 @@ func (c Config) CheckSecrets(getenv func(string) string) error {
 	if _, err := c.TrustedPublicKeys(getenv); err != nil {
 		errs = append(errs, err)
 	}
-	if _, err := readSharedMACKey(c.Evidence.SharedMACKey, getenv); err != nil {
+	if _, err := config.ReadSharedMACKey(c.Evidence.SharedMACKey, getenv); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

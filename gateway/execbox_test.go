@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers/execbox/execboxtest"
 	"github.com/toolgate/toolgate/evidence"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
@@ -77,7 +78,7 @@ func newSandboxEnvKeys(t *testing.T, transport string, script execboxtest.Script
 	if err := os.WriteFile(filepath.Join(ws, "notes.txt"), []byte("for the guest\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := ParseConfig([]byte(`
+	cfg, err := config.ParseConfig([]byte(`
 instance: test-host
 policies: {dir: ` + filepath.Join(dir, "policies") + `}
 evidence: {url: "mem://", spool_dir: none, signing_key: {file: ` + filepath.Join(dir, "signing.key") + `, create: true}}

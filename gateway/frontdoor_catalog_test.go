@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/drivers/tpmjs"
 	"github.com/toolgate/toolgate/drivers/tpmjs/tpmjstest"
@@ -127,7 +128,7 @@ func TestCatalogListsNamesButNeverEnvironmentValues(t *testing.T) {
 
 func TestCallerForKeyMatchesAuthenticate(t *testing.T) {
 	const aliceKey, bobKey = "alice-key-0123456789abcdef", "bob-key-9876543210fedcba"
-	keys := []KeyConfig{{Caller: "alice", Env: "ALICE_KEY"}, {Caller: "bob", SHA256: sha256Hex(bobKey)}}
+	keys := []config.KeyConfig{{Caller: "alice", Env: "ALICE_KEY"}, {Caller: "bob", SHA256: sha256Hex(bobKey)}}
 	auth, err := NewAuthenticator(keys, func(name string) string {
 		return map[string]string{"ALICE_KEY": aliceKey}[name]
 	})
@@ -163,7 +164,7 @@ func TestCallerForKeyMatchesAuthenticate(t *testing.T) {
 	t.Run("every configured key is compared, also after a match, so the time taken does not tell which matched", func(t *testing.T) {
 		// Two entries share a digest: a loop that stopped at the first
 		// match would answer alice; the full comparison ends on bob.
-		both, err := NewAuthenticator([]KeyConfig{
+		both, err := NewAuthenticator([]config.KeyConfig{
 			{Caller: "alice", SHA256: sha256Hex(aliceKey)}, {Caller: "bob", SHA256: sha256Hex(aliceKey)},
 		}, func(string) string { return "" })
 		if err != nil {
@@ -194,7 +195,7 @@ func TestACallersKeyIsNeverLoggedNorRecorded(t *testing.T) {
 	const key, wrong = "door-caller-key-5f1e2d3c4b5a", "wrong-caller-key-a5b4c3d2e1f0"
 	var logs bytes.Buffer
 	e := newEnv(t, envOptions{
-		keys:   []KeyConfig{{Caller: "agent", SHA256: sha256Hex(key)}},
+		keys:   []config.KeyConfig{{Caller: "agent", SHA256: sha256Hex(key)}},
 		logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	caller, ok := e.gw.CallerForKey(key)

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/lease"
@@ -71,8 +72,8 @@ type Options struct {
 	// shadow set in ctx.policy_ref.
 	Shadows map[string]string
 	// Selectable restricts which callers may name which policy sets (see
-	// PolicyConfig.Selectable). nil: every set that is not a shadow.
-	Selectable []PolicySelection
+	// config.PolicyConfig.Selectable). nil: every set that is not a shadow.
+	Selectable []config.PolicySelection
 	// Registry, if set, serves registry-style tool ids.
 	Registry *Registry
 	// TraceDirs maps a driver name to the folder where it keeps a local
@@ -84,8 +85,8 @@ type Options struct {
 	// Now returns the current time; time.Now by default.
 	Now func() time.Time
 	// Limits bound connections and concurrent calls; zero values take
-	// DefaultLimits.
-	Limits LimitsConfig
+	// config.DefaultLimits.
+	Limits config.LimitsConfig
 	// Recovery tunes how requests left unfinished are finalised.
 	Recovery RecoveryOptions
 	// Approvals tunes calls held for a human's approval.
@@ -128,7 +129,7 @@ type Gateway struct {
 	// encodeBuffers holds *bytes.Buffer to encode artifacts in (see
 	// encodeBuffer).
 	encodeBuffers sync.Pool
-	limits        LimitsConfig
+	limits        config.LimitsConfig
 	// conns caps the connections of every listener (limits.go).
 	conns *connlimit.Limiter
 	// running counts the top-level calls in flight, against
@@ -172,7 +173,7 @@ func New(opts Options) (*Gateway, error) {
 	case opts.Instance == "":
 		return nil, errors.New("gateway: Options.Instance is required")
 	}
-	if err := opts.Limits.validate(); err != nil {
+	if err := opts.Limits.Validate(); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	for id, t := range opts.Tools {
@@ -203,7 +204,7 @@ func New(opts Options) (*Gateway, error) {
 		shadows:        opts.Shadows,
 		selection:      newSelection(opts.Shadows, opts.Selectable),
 		traceDirs:      opts.TraceDirs,
-		limits:         opts.Limits.withDefaults(),
+		limits:         opts.Limits.WithDefaults(),
 		engineBase:     fmt.Sprintf("toolgate/%s@%s", Version, opts.Instance),
 		instance:       opts.Instance,
 		lease:          opts.Lease,
@@ -215,13 +216,13 @@ func New(opts Options) (*Gateway, error) {
 		notifier:       opts.Approvals.Notifier,
 		telemetry:      opts.Telemetry,
 	}
-	g.conns = g.limits.connections(opts.Telemetry)
+	g.conns = connections(g.limits, opts.Telemetry)
 	g.claimant = g.engineBase
 	if g.lease != nil {
 		g.claimant = evidence.GatewayNameWithEpoch(g.engineBase, g.lease.Epoch())
 	}
 	if g.approvalTTL <= 0 {
-		g.approvalTTL = DefaultApprovalTTL
+		g.approvalTTL = config.DefaultApprovalTTL
 	}
 	if err := g.setTrust(opts.TrustedKeys, opts.SharedMACKey); err != nil {
 		return nil, err

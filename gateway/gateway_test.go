@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
@@ -346,7 +347,7 @@ func TestReadOnlyEvidenceRunsNothing(t *testing.T) {
 
 func TestAuthentication(t *testing.T) {
 	const key = "tg_live_5ecretKeyForTests"
-	keys := []KeyConfig{
+	keys := []config.KeyConfig{
 		{Caller: "alice", SHA256: sha256Hex(key)},
 		{Caller: "ci", Env: "CI_KEY"},
 	}
@@ -481,7 +482,7 @@ func TestEngineRef(t *testing.T) {
 // TestCallerGroupsReachPolicy: groups and roles from the auth
 // configuration are principal attributes, so role-based rules work.
 func TestCallerGroupsReachPolicy(t *testing.T) {
-	keys := []KeyConfig{
+	keys := []config.KeyConfig{
 		{Caller: "alice", Env: "ALICE_KEY", Groups: []string{"ops"}},
 		{Caller: "alice", Env: "ALICE_KEY2", Roles: []string{"oncall"}},
 		{Caller: "bob", Env: "BOB_KEY", Groups: []string{"dev"}},

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/drivers/execbox/execboxtest"
 	"github.com/toolgate/toolgate/drivers/workspace"
@@ -60,7 +61,7 @@ type env struct {
 type envOptions struct {
 	policies map[string]string // file name → contents
 	store    evidence.Store    // default: a FileStore in a temp dir
-	keys     []KeyConfig
+	keys     []config.KeyConfig
 	getenv   func(string) string
 	extra    map[string]drivers.Driver // more drivers, each serving tool "<name>.run"
 	secrets  []string
@@ -68,9 +69,9 @@ type envOptions struct {
 	signer   *evidence.Signer
 	shadows  map[string]string
 	// selectable is Options.Selectable.
-	selectable []PolicySelection
+	selectable []config.PolicySelection
 	// limits is Options.Limits.
-	limits LimitsConfig
+	limits config.LimitsConfig
 	// now is Options.Now: a fixed clock makes evidence comparable byte
 	// for byte.
 	now func() time.Time

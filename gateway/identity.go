@@ -50,14 +50,14 @@ func validateIdentity(caller string, id *Identity) error {
 	if id == nil {
 		return nil
 	}
-	if !callerNamePattern.MatchString(caller) {
-		return fmt.Errorf("caller %q: must match %s", truncateForMessage(caller), callerNamePattern)
+	if !ident.CallerName.MatchString(caller) {
+		return fmt.Errorf("caller %q: must match %s", truncateForMessage(caller), ident.CallerName)
 	}
 	if !identityMethodPattern.MatchString(id.Method) {
 		return fmt.Errorf("identity.method %q: must match %s", truncateForMessage(id.Method), identityMethodPattern)
 	}
 	for _, f := range []struct{ name, value string }{{"issuer", id.Issuer}, {"subject", id.Subject}, {"jti", id.TokenID}} {
-		if err := validatePrintable(f.value, maxIdentityField); err != nil {
+		if err := ident.ValidatePrintable(f.value, maxIdentityField); err != nil {
 			return fmt.Errorf("identity.%s: %w", f.name, err)
 		}
 	}
@@ -72,7 +72,7 @@ func validateIdentity(caller string, id *Identity) error {
 			if n == "" {
 				return fmt.Errorf("identity.%s: an empty name", f.name)
 			}
-			if err := validatePrintable(n, maxCtxFieldSize); err != nil {
+			if err := ident.ValidatePrintable(n, maxCtxFieldSize); err != nil {
 				return fmt.Errorf("identity.%s: %w", f.name, err)
 			}
 		}

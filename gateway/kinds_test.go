@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/drivers/execbox"
 	"github.com/toolgate/toolgate/drivers/tpmjs"
@@ -86,7 +87,7 @@ func TestAKindNeedsOneLine(t *testing.T) {
 	}
 
 	t.Run("its folder is kept apart from the gateway's files", func(t *testing.T) {
-		cfg, err := ParseConfig([]byte(text(filepath.Join(pol, "box"))))
+		cfg, err := config.ParseConfig([]byte(text(filepath.Join(pol, "box"))))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,13 +96,13 @@ func TestAKindNeedsOneLine(t *testing.T) {
 		}
 	})
 	t.Run("its unknown keys are refused", func(t *testing.T) {
-		_, err := ParseConfig([]byte(text(filepath.Join(dir, "box")) + "  g: {type: fake, greting: hi}\n"))
+		_, err := config.ParseConfig([]byte(text(filepath.Join(dir, "box")) + "  g: {type: fake, greting: hi}\n"))
 		if err == nil || !strings.Contains(err.Error(), "greting") {
 			t.Fatalf("ParseConfig = %v", err)
 		}
 	})
 
-	cfg, err := ParseConfig([]byte(text(filepath.Join(dir, "box"))))
+	cfg, err := config.ParseConfig([]byte(text(filepath.Join(dir, "box"))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,20 +126,20 @@ func TestAKindNeedsOneLine(t *testing.T) {
 func TestUnknownKeyIsAnErrorInEveryKind(t *testing.T) {
 	for _, kind := range drivers.KindTypes() {
 		t.Run(kind, func(t *testing.T) {
-			_, err := ParseConfig([]byte("listen: 127.0.0.1:1\ndrivers:\n  x:\n    type: " + kind + "\n    roots: /tmp/x\n"))
+			_, err := config.ParseConfig([]byte("listen: 127.0.0.1:1\ndrivers:\n  x:\n    type: " + kind + "\n    roots: /tmp/x\n"))
 			if err == nil || !strings.Contains(err.Error(), "roots") || !strings.Contains(err.Error(), "line 5") {
 				t.Fatalf("ParseConfig error = %v, want the misspelt key refused at line 5", err)
 			}
 		})
 	}
 	t.Run("a key of another kind is unknown too", func(t *testing.T) {
-		_, err := ParseConfig([]byte("drivers: {w: {type: workspace, root: w, url: 'http://x'}}\n"))
+		_, err := config.ParseConfig([]byte("drivers: {w: {type: workspace, root: w, url: 'http://x'}}\n"))
 		if err == nil || !strings.Contains(err.Error(), "field url not found") {
 			t.Fatalf("ParseConfig error = %v, want tpmjs's url refused in a workspace section", err)
 		}
 	})
 	t.Run("a value of the wrong type is reported at its line", func(t *testing.T) {
-		_, err := ParseConfig([]byte("drivers:\n  w:\n    type: workspace\n    output_limit: lots\n"))
+		_, err := config.ParseConfig([]byte("drivers:\n  w:\n    type: workspace\n    output_limit: lots\n"))
 		if err == nil || !strings.Contains(err.Error(), "line 4") {
 			t.Fatalf("ParseConfig error = %v", err)
 		}
@@ -146,7 +147,7 @@ func TestUnknownKeyIsAnErrorInEveryKind(t *testing.T) {
 }
 
 func TestDefaultsLiveInTheKind(t *testing.T) {
-	cfg, err := ParseConfig([]byte(`drivers:
+	cfg, err := config.ParseConfig([]byte(`drivers:
   w: {type: workspace, root: w}
   w2: {type: workspace, root: w, output_limit: 10, sandbox: none}
   t: {type: tpmjs, url: 'http://127.0.0.1:1'}
@@ -191,7 +192,7 @@ func TestExecboxPoolValidatedOnce(t *testing.T) {
 		{"a pool at the bound is valid", "drivers: {x: {type: execbox, command: [r], pool: 64}}", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := ParseConfig([]byte("listen: 127.0.0.1:1\n" + tc.yaml))
+			cfg, err := config.ParseConfig([]byte("listen: 127.0.0.1:1\n" + tc.yaml))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -214,7 +215,7 @@ func TestDriverTypeErrorsNameTheKinds(t *testing.T) {
 		{"drivers: {x: {root: w}}", "config: drivers.x.type: required (execbox, fake, tpmjs or workspace)"},
 		{"drivers: {x: {type: ftp, host: y}}", `config: drivers.x.type "ftp": unknown driver type (this build has: execbox, fake, tpmjs, workspace)`},
 	} {
-		cfg, err := ParseConfig([]byte("listen: 127.0.0.1:1\n" + tc.yaml))
+		cfg, err := config.ParseConfig([]byte("listen: 127.0.0.1:1\n" + tc.yaml))
 		if err != nil {
 			t.Fatal(err)
 		}

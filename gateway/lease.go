@@ -8,26 +8,22 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/lease"
 	"github.com/toolgate/toolgate/evidence/trust"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 )
 
-// minLeaseHeartbeat is the shortest evidence.lease_heartbeat: a renewal
-// is a store write and a listing, and must fit in one period.
-const minLeaseHeartbeat = 10 * time.Millisecond
-
 // acquireLease takes the instance name's lease in store (see package
 // evidence/lease) before anything of the gateway reads or writes the
 // store, and renews it until the returned closer gives it up. It fails
 // when a live process holds the name.
-func acquireLease(ctx context.Context, cfg Config, store evidence.Store, signer *evidence.Signer, instance string,
+func acquireLease(ctx context.Context, cfg config.Config, store evidence.Store, signer *evidence.Signer, instance string,
 	tel *telemetry.Telemetry, log *slog.Logger) (*lease.Lease, io.Closer, error) {
 	o := lease.Options{Instance: instance, Heartbeat: cfg.Evidence.LeaseHeartbeat, PID: os.Getpid(), Logger: log,
 		Tampered: func(key string, err error) {
@@ -59,7 +55,7 @@ func acquireLease(ctx context.Context, cfg Config, store evidence.Store, signer 
 	closer := closerFunc(func() error {
 		stop()
 		<-done
-		closeCtx, cancel := context.WithTimeout(context.Background(), cfg.Evidence.opTimeout())
+		closeCtx, cancel := context.WithTimeout(context.Background(), cfg.Evidence.EffectiveOpTimeout())
 		defer cancel()
 		if err := l.Close(closeCtx); err != nil {
 			return fmt.Errorf("instance lease: %w", err)

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/toolgate/toolgate/internal/ident"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -36,7 +37,7 @@ func (g *Gateway) ListToolsAs(ctx context.Context, caller string, identity *Iden
 	if caller == "" {
 		return nil, status.Error(codes.Unauthenticated, "caller: missing; authenticate before ListToolsAs")
 	}
-	if err := validatePrintable(req.GetQuery(), maxToolIDBytes); err != nil {
+	if err := ident.ValidatePrintable(req.GetQuery(), maxToolIDBytes); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "query: %v", err)
 	}
 	attrs := g.callerAttrs(caller, identity)
@@ -79,7 +80,7 @@ func (g *Gateway) ListToolsAs(ctx context.Context, caller string, identity *Iden
 // means. listed is false when the caller may not pick that set: every call
 // under it would be denied, so no tool is listed.
 func (g *Gateway) listScope(caller string, attrs policy.CallerAttributes, policyRef string) (ref string, listed bool, err error) {
-	if err := validatePrintable(policyRef, maxCtxFieldSize); err != nil {
+	if err := ident.ValidatePrintable(policyRef, maxCtxFieldSize); err != nil {
 		return "", false, status.Errorf(codes.InvalidArgument, "policy_ref: %v", err)
 	}
 	if policyRef == "" {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/drivers/tpmjs"
 	"github.com/toolgate/toolgate/evidence"
@@ -34,8 +35,8 @@ type liveGateway struct {
 
 type liveOptions struct {
 	tools      map[string]Tool // default: fake.run on driver "fake"
-	keys       []KeyConfig
-	selectable []PolicySelection
+	keys       []config.KeyConfig
+	selectable []config.PolicySelection
 	policies   map[string]string // file name → text
 }
 
@@ -139,14 +140,14 @@ func propertyCatalog() map[string]Tool {
 // the page that ListToolsAs lists, in the page's order, and drops ids
 // outside the catalog (registry ids, unknown ids) whatever policy says.
 func TestToolsAllowedAsMatchesListToolsAs(t *testing.T) {
-	keys := []KeyConfig{
+	keys := []config.KeyConfig{
 		{Caller: "alice", Env: "K1", Groups: []string{"dev"}},
 		{Caller: "bob", Env: "K2", Roles: []string{"admin"}},
 		{Caller: "carol", Env: "K3", Groups: []string{"ops"}},
 	}
 	lg := newLiveGateway(t, liveOptions{
 		tools: propertyCatalog(), keys: keys,
-		selectable: []PolicySelection{{Groups: []string{"dev"}, Refs: []string{"policy.alt"}}},
+		selectable: []config.PolicySelection{{Groups: []string{"dev"}, Refs: []string{"policy.alt"}}},
 		policies:   map[string]string{"policy.default.cedar": "", "policy.alt.cedar": ""},
 	})
 	catalog := lg.gw.catalogIDs()
@@ -238,7 +239,7 @@ permit (principal, action, resource) when { principal.roles.contains("admin") };
 // caller without the identity, or with other groups, is denied.
 func TestIdentityGroupsReachCedar(t *testing.T) {
 	lg := newLiveGateway(t, liveOptions{
-		keys:     []KeyConfig{{Caller: "oauth:erin", Env: "K", Groups: []string{"staff"}}},
+		keys:     []config.KeyConfig{{Caller: "oauth:erin", Env: "K", Groups: []string{"staff"}}},
 		policies: map[string]string{"policy.default.cedar": groupPolicy},
 	})
 	ctx := context.Background()

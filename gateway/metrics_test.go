@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/gateway/telemetry"
@@ -147,7 +148,7 @@ func TestLimitHitsAreCounted(t *testing.T) {
 	tool := &hookDriver{run: func() { close(running); <-release }}
 	e := newEnv(t, envOptions{
 		telemetry: tel,
-		limits:    LimitsConfig{MaxConcurrentCalls: 1},
+		limits:    config.LimitsConfig{MaxConcurrentCalls: 1},
 		extra:     map[string]drivers.Driver{"hook": tool},
 		policies:  map[string]string{"policy.default.cedar": `@id("all") permit (principal, action, resource);`},
 	})
@@ -173,8 +174,8 @@ func TestLimitHitsAreCounted(t *testing.T) {
 		t.Errorf("calls in flight = %v once every call ended", got)
 	}
 
-	g := &Gateway{telemetry: tel, limits: LimitsConfig{MaxConnections: 1}}
-	g.conns = g.limits.connections(tel)
+	g := &Gateway{telemetry: tel, limits: config.LimitsConfig{MaxConnections: 1}}
+	g.conns = connections(g.limits, tel)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -357,7 +358,7 @@ func TestAdminListenIsValidated(t *testing.T) {
 		name, yaml, want string
 		addr             string
 	}{
-		{"unset is the default, on loopback", "", "", DefaultAdminListen},
+		{"unset is the default, on loopback", "", "", config.DefaultAdminListen},
 		{"off turns it off", "admin: {listen: off}", "", ""},
 		{"another loopback port is served", "admin: {listen: \"[::1]:9999\"}", "", "[::1]:9999"},
 		{"every interface is refused", "admin: {listen: \"0.0.0.0:9464\"}", `admin.listen "0.0.0.0:9464" is not a loopback address`, ""},
@@ -370,7 +371,7 @@ func TestAdminListenIsValidated(t *testing.T) {
 		{"a misspelt key is refused", "admin: {lisen: off}", "lisen", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := ParseConfig([]byte(tc.yaml))
+			cfg, err := config.ParseConfig([]byte(tc.yaml))
 			if err == nil {
 				cfg, err = cfg.WithDefaults()
 			}

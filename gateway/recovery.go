@@ -10,15 +10,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/trust"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 )
-
-// DefaultSweepInterval is how often recovery revisits the requests this
-// gateway left unfinished, unless RecoveryOptions.Interval says otherwise.
-const DefaultSweepInterval = time.Minute
 
 // unboundedRunTime stands in for the run time of a driver that states no
 // bound (see drivers.Bounded).
@@ -28,7 +25,7 @@ const unboundedRunTime = time.Hour
 // a manifest (see Gateway.Recover).
 type RecoveryOptions struct {
 	// Interval between two visits of the requests this gateway left
-	// unfinished; 0 means DefaultSweepInterval.
+	// unfinished; 0 means config.DefaultSweepInterval.
 	Interval time.Duration
 	// InterruptedAfter is how long after its dispatch a request of this
 	// gateway's instance without a response is recorded as interrupted.
@@ -57,7 +54,7 @@ func (o RecoveryOptions) limits(ds map[string]drivers.Driver) recoveryLimits {
 	}
 	l := recoveryLimits{interval: o.Interval, interruptedAfter: o.InterruptedAfter, openAfter: 4 * op, respondedAfter: 2 * op}
 	if l.interval <= 0 {
-		l.interval = DefaultSweepInterval
+		l.interval = config.DefaultSweepInterval
 	}
 	if l.interruptedAfter <= 0 {
 		longest := time.Duration(0)

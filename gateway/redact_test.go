@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/evidence"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -49,7 +50,7 @@ keywords = ["acme_"]
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := ParseConfig([]byte(`
+	cfg, err := config.ParseConfig([]byte(`
 instance: redact-test
 policies: {dir: ` + filepath.Join(dir, "policies") + `}
 evidence: {url: "mem://", spool_dir: none, signing_key: {file: ` + filepath.Join(dir, "signing.key") + `, create: true}}
@@ -121,11 +122,11 @@ func TestRedactFingerprintKey(t *testing.T) {
 	}
 	signer1, signer2 := newSigner(1), newSigner(2)
 
-	configured, err := redactFingerprintKey(&SecretSource{Env: "LONG"}, signer1, getenv)
+	configured, err := redactFingerprintKey(&config.SecretSource{Env: "LONG"}, signer1, getenv)
 	if err != nil || string(configured) != "0123456789abcdef0123" {
 		t.Errorf("configured key: %q, %v", configured, err)
 	}
-	if _, err := redactFingerprintKey(&SecretSource{Env: "SHORT"}, nil, getenv); err == nil {
+	if _, err := redactFingerprintKey(&config.SecretSource{Env: "SHORT"}, nil, getenv); err == nil {
 		t.Error("a 4-byte key was accepted")
 	}
 	a, _ := redactFingerprintKey(nil, signer1, getenv)
@@ -170,7 +171,7 @@ func TestConfiguredSecretsAreKnownEverywhere(t *testing.T) {
 		"CALLER_KEY": "caller-api-key-9c1e44b7d2",
 		"FP_KEY":     "fingerprint-key-7e21c0ffee",
 	}
-	cfg, err := ParseConfig([]byte(`
+	cfg, err := config.ParseConfig([]byte(`
 instance: configured-secrets
 policies: {dir: ` + filepath.Join(dir, "policies") + `}
 evidence: {url: "mem://", spool_dir: none, signing_key: {file: ` + keyFile + `}}

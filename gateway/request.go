@@ -9,7 +9,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -23,7 +22,7 @@ import (
 // Limits on a request. They bound what one caller can make the gateway
 // parse, store and hand to Cedar.
 const (
-	maxToolIDBytes  = 256
+	maxToolIDBytes  = ident.MaxToolIDBytes
 	maxArgsBytes    = argsize.MaxBytes
 	maxArgsDepth    = argsize.MaxDepth
 	maxCtxFieldSize = 256
@@ -106,13 +105,13 @@ func parseRequest(req *toolgatev1.RunToolRequest) (call, error) {
 	if !requestIDPattern.MatchString(c.RequestID) {
 		return call{}, invalidf("request_id %q: must match %s", truncateForMessage(c.RequestID), requestIDPattern)
 	}
-	if err := validateToolID(c.ToolID); err != nil {
+	if err := ident.ValidateToolID(c.ToolID); err != nil {
 		return call{}, invalidf("tool_id: %v", err)
 	}
 	for _, f := range []struct{ name, value string }{
 		{"ctx.run_id", c.RunID}, {"ctx.step_id", c.StepID}, {"ctx.policy_ref", c.PolicyRef},
 	} {
-		if err := validatePrintable(f.value, maxCtxFieldSize); err != nil {
+		if err := ident.ValidatePrintable(f.value, maxCtxFieldSize); err != nil {
 			return call{}, invalidf("%s: %v", f.name, err)
 		}
 	}
@@ -189,38 +188,6 @@ func jsonNumber(f float64) json.Number {
 		text = mantissa + "e-" + exp
 	}
 	return json.Number(text)
-}
-
-// validateToolID applies the tool id rules: non-empty, bounded, printable,
-// no white space.
-func validateToolID(id string) error {
-	if id == "" {
-		return fmt.Errorf("must not be empty")
-	}
-	if err := validatePrintable(id, maxToolIDBytes); err != nil {
-		return err
-	}
-	for _, r := range id {
-		if unicode.IsSpace(r) {
-			return fmt.Errorf("must not contain white space")
-		}
-	}
-	return nil
-}
-
-func validatePrintable(s string, maxBytes int) error {
-	if len(s) > maxBytes {
-		return fmt.Errorf("%d bytes, the limit is %d", len(s), maxBytes)
-	}
-	if !utf8.ValidString(s) {
-		return fmt.Errorf("must be valid UTF-8")
-	}
-	for _, r := range s {
-		if !unicode.IsPrint(r) && r != ' ' {
-			return fmt.Errorf("must contain only printable characters (found %U)", r)
-		}
-	}
-	return nil
 }
 
 // checkStruct enforces the depth limit and rejects numbers JSON cannot carry,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -19,11 +20,11 @@ type selection struct {
 	// shadowOf maps each shadow candidate to the set it shadows.
 	shadowOf map[string]string
 	// rules restrict selection when restricted is set.
-	rules      []PolicySelection
+	rules      []config.PolicySelection
 	restricted bool
 }
 
-func newSelection(shadows map[string]string, rules []PolicySelection) selection {
+func newSelection(shadows map[string]string, rules []config.PolicySelection) selection {
 	s := selection{shadowOf: map[string]string{}, rules: rules, restricted: rules != nil}
 	for enforcing, candidate := range shadows {
 		s.shadowOf[candidate] = enforcing

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
@@ -25,7 +26,7 @@ var selectionPolicies = map[string]string{
 // decide, and with policies.selectable only the callers and groups it names
 // select a set. A refused selection is a recorded deny; nothing runs.
 func TestPolicyRefSelection(t *testing.T) {
-	keys := []KeyConfig{
+	keys := []config.KeyConfig{
 		{Caller: "alice", Env: "KEY_ALICE"},
 		{Caller: "ops-bot", Env: "KEY_OPS", Groups: []string{"ops"}},
 	}
@@ -35,17 +36,17 @@ func TestPolicyRefSelection(t *testing.T) {
 	shadows := map[string]string{"policy.default": "policy.candidate"}
 	tests := []struct {
 		name       string
-		selectable []PolicySelection
+		selectable []config.PolicySelection
 		key, ref   string
 		wantRule   string
 	}{
 		{"a shadow candidate is never selectable", nil, "k-alice-0123456789", "policy.candidate", RulePolicyRefNotSelectable},
 		{"without selectable every enforcing set is", nil, "k-alice-0123456789", "policy.lenient", "lenient_all"},
-		{"a set listed for a group is selectable by its members", []PolicySelection{{Groups: []string{"ops"}, Refs: []string{"policy.lenient"}}}, "k-ops-0123456789", "policy.lenient", "lenient_all"},
-		{"a set listed for a group is not selectable by others", []PolicySelection{{Groups: []string{"ops"}, Refs: []string{"policy.lenient"}}}, "k-alice-0123456789", "policy.lenient", RulePolicyRefNotSelectable},
-		{"a set listed for a caller is selectable by it", []PolicySelection{{Callers: []string{"alice"}, Refs: []string{"policy.lenient"}}}, "k-alice-0123456789", "policy.lenient", "lenient_all"},
-		{"the default set needs no selection", []PolicySelection{}, "k-alice-0123456789", "policy.default", "default_deny"},
-		{"selectable never reaches a shadow", []PolicySelection{{Callers: []string{"alice"}, Refs: []string{"policy.lenient"}}}, "k-alice-0123456789", "policy.candidate", RulePolicyRefNotSelectable},
+		{"a set listed for a group is selectable by its members", []config.PolicySelection{{Groups: []string{"ops"}, Refs: []string{"policy.lenient"}}}, "k-ops-0123456789", "policy.lenient", "lenient_all"},
+		{"a set listed for a group is not selectable by others", []config.PolicySelection{{Groups: []string{"ops"}, Refs: []string{"policy.lenient"}}}, "k-alice-0123456789", "policy.lenient", RulePolicyRefNotSelectable},
+		{"a set listed for a caller is selectable by it", []config.PolicySelection{{Callers: []string{"alice"}, Refs: []string{"policy.lenient"}}}, "k-alice-0123456789", "policy.lenient", "lenient_all"},
+		{"the default set needs no selection", []config.PolicySelection{}, "k-alice-0123456789", "policy.default", "default_deny"},
+		{"selectable never reaches a shadow", []config.PolicySelection{{Callers: []string{"alice"}, Refs: []string{"policy.lenient"}}}, "k-alice-0123456789", "policy.candidate", RulePolicyRefNotSelectable},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

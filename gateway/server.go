@@ -33,7 +33,7 @@ func (g *Gateway) NewServer(opts ...grpc.ServerOption) (*grpc.Server, *health.Se
 	own := append([]grpc.ServerOption{
 		grpc.ForceServerCodecV2(rawCodec{proto: encoding.GetCodecV2("proto")}),
 		grpc.MaxRecvMsgSize(maxRequestBytes),
-	}, g.limits.serverOptions()...)
+	}, serverOptions(g.limits)...)
 	// Tells the connection limiter which connections carry calls.
 	own = append(own, g.conns.ServerOptions()...)
 	if g.auth.Enabled() {

@@ -14,111 +14,31 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"gopkg.in/yaml.v3"
-
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/internal/regularfile"
 )
 
-// maxKeyFileBytes bounds what is read of a key file: a PEM Ed25519 key is
-// 119 bytes, and a path that names something huge is a mistake.
-const maxKeyFileBytes = 64 << 10
-
-// ErrUnsigned is returned (wrapped) by Config.SigningPublicKey when the
+// ErrUnsigned is returned (wrapped) by SigningPublicKey when the
 // configuration says evidence.signing_key: none.
 var ErrUnsigned = errors.New("gateway: evidence.signing_key: none: manifests are not signed")
 
 // ErrNoSigningKeyYet is returned (wrapped, beside fs.ErrNotExist) by
-// Config.SigningPublicKey when the key file the gateway creates on its
+// SigningPublicKey when the key file the gateway creates on its
 // first start does not exist yet.
 var ErrNoSigningKeyYet = errors.New("gateway: no signing key yet: `toolgate serve` creates it on its first start")
-
-// SigningKeySource is evidence.signing_key: the Ed25519 key that signs
-// every manifest. In YAML it is one of
-//
-//	signing_key: {file: FILE}               a key file (PEM PKCS #8 or base64 seed)
-//	signing_key: {env: VAR}                 an environment variable holding the key
-//	signing_key: {file: FILE, create: true} a key file the gateway creates if missing
-//	signing_key: none                       no signature: manifests are unsigned
-//
-// Left out, it is the embedded default's {file: ./toolgate-signing.key,
-// create: true}: every configuration read from YAML signs.
-type SigningKeySource struct {
-	SecretSource `yaml:",inline"`
-	// Create makes the gateway create File on its first start when it
-	// does not exist (Ed25519, PEM PKCS #8, mode 0600, created
-	// exclusively). The gateway then owns the file and holds it to more
-	// than a configured key: a regular file, never a symbolic link, owned
-	// by the gateway's user and neither readable nor writable by group or
-	// others.
-	Create bool `yaml:"create"`
-	// None is the explicit opt-out, `signing_key: none`.
-	None bool `yaml:"-"`
-}
-
-// UnmarshalYAML accepts the scalar none or a mapping of file, env and
-// create. Any other scalar is refused without being quoted: whoever wrote
-// one may have pasted the key itself.
-func (s *SigningKeySource) UnmarshalYAML(n *yaml.Node) error {
-	switch n.Kind {
-	case yaml.ScalarNode:
-		if n.Value != "none" {
-			return fmt.Errorf("line %d: evidence.signing_key: want none, {file: FILE} or {env: VAR}; "+
-				"a key never goes in the configuration itself", n.Line)
-		}
-		*s = SigningKeySource{None: true}
-		return nil
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			switch k := n.Content[i].Value; k {
-			case "file", "env", "create":
-			default:
-				return fmt.Errorf("line %d: evidence.signing_key: unknown key %q (want file, env or create)", n.Content[i].Line, k)
-			}
-		}
-		var plain struct {
-			File   string `yaml:"file"`
-			Env    string `yaml:"env"`
-			Create bool   `yaml:"create"`
-		}
-		if err := n.Decode(&plain); err != nil {
-			return err
-		}
-		*s = SigningKeySource{SecretSource: SecretSource{File: plain.File, Env: plain.Env}, Create: plain.Create}
-		return nil
-	default:
-		return fmt.Errorf("line %d: evidence.signing_key: want none, {file: FILE} or {env: VAR}", n.Line)
-	}
-}
-
-// validate checks the source without touching the file system.
-func (s *SigningKeySource) validate() error {
-	switch {
-	case s == nil || s.None:
-		return nil
-	case s.File != "" && s.Env != "":
-		return errors.New("config: evidence.signing_key: give file or env, not both")
-	case s.File == "" && s.Env == "":
-		return errors.New("config: evidence.signing_key: give file or env (or none for unsigned manifests)")
-	case s.Env != "" && !envNamePattern.MatchString(s.Env):
-		return fmt.Errorf("config: evidence.signing_key.env %q: not an environment variable name", s.Env)
-	case s.Create && s.File == "":
-		return errors.New("config: evidence.signing_key.create: needs file (the gateway cannot create an environment variable)")
-	}
-	return nil
-}
 
 // SigningPublicKey returns the public key of the key the configuration
 // signs manifests with, read as `toolgate serve` reads it but never
 // created: ErrUnsigned for signing_key: none, ErrNoSigningKeyYet when the
 // file create: true names does not exist yet. Relative paths are taken from
 // the current folder, as the gateway takes them.
-func (c Config) SigningPublicKey(getenv func(string) string) (ed25519.PublicKey, error) {
+func SigningPublicKey(c config.Config, getenv func(string) string) (ed25519.PublicKey, error) {
 	src := c.Evidence.SigningKey
 	if src == nil || src.None {
 		return nil, ErrUnsigned
 	}
-	if err := src.validate(); err != nil {
+	if err := src.Validate(); err != nil {
 		return nil, err
 	}
 	key, err := readSigningKey(src, getenv)
@@ -132,7 +52,7 @@ func (c Config) SigningPublicKey(getenv func(string) string) (ed25519.PublicKey,
 // create: true names one that does not exist, and logs which key signs. A
 // nil source (a Config built in code without a key) and signing_key: none
 // give a nil signer: unsigned manifests.
-func loadSigner(cfg Config, getenv func(string) string, log *slog.Logger) (*evidence.Signer, signingKeyText, error) {
+func loadSigner(cfg config.Config, getenv func(string) string, log *slog.Logger) (*evidence.Signer, signingKeyText, error) {
 	src := cfg.Evidence.SigningKey
 	if src == nil || src.None {
 		if src != nil {
@@ -171,7 +91,7 @@ func loadSigner(cfg Config, getenv func(string) string, log *slog.Logger) (*evid
 
 // readSigningKey reads and parses the key src names. A key the gateway owns
 // (create: true) is read through readOwnedKeyFile.
-func readSigningKey(src *SigningKeySource, getenv func(string) string) (signingKeyText, error) {
+func readSigningKey(src *config.SigningKeySource, getenv func(string) string) (signingKeyText, error) {
 	var text signingKeyText
 	var err error
 	if src.Create {
@@ -183,17 +103,9 @@ func readSigningKey(src *SigningKeySource, getenv func(string) string) (signingK
 		return signingKeyText{}, fmt.Errorf("config: evidence.signing_key: %w", err)
 	}
 	if text.key, err = evidence.ParsePrivateKey(text.file); err != nil {
-		return signingKeyText{}, fmt.Errorf("config: evidence.signing_key: %s: %w", src.name(), err)
+		return signingKeyText{}, fmt.Errorf("config: evidence.signing_key: %s: %w", src.Name(), err)
 	}
 	return text, nil
-}
-
-// name says where the key comes from, for messages.
-func (s *SigningKeySource) name() string {
-	if s.Env != "" {
-		return "environment variable " + s.Env
-	}
-	return s.File
 }
 
 // readOwnedKeyFile reads a key file the gateway owns (create: true). It
@@ -227,12 +139,12 @@ func readOwnedKeyFile(path string) ([]byte, error) {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
 		return nil, fmt.Errorf("%s belongs to uid %d, not to the gateway's user (uid %d): whoever put it there knows the key", path, st.Uid, os.Geteuid())
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxKeyFileBytes+1))
+	data, err := io.ReadAll(io.LimitReader(f, config.MaxKeyFileBytes+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(data) > maxKeyFileBytes {
-		return nil, fmt.Errorf("%s is larger than %d bytes, too large to be a key file", path, maxKeyFileBytes)
+	if len(data) > config.MaxKeyFileBytes {
+		return nil, fmt.Errorf("%s is larger than %d bytes, too large to be a key file", path, config.MaxKeyFileBytes)
 	}
 	return data, nil
 }

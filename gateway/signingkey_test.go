@@ -17,79 +17,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/evidence"
 )
-
-func TestSigningKeyConfig(t *testing.T) {
-	const seed = "ERS3l6UZojNnSwiN+GBHKOEipvPm7Q8fJFgyF5PM/YM="
-	tests := []struct {
-		name    string
-		yaml    string
-		want    SigningKeySource
-		wantErr string // also never the value written
-	}{
-		{"left out: the embedded default's key, created on first start", "listen: 127.0.0.1:1",
-			SigningKeySource{SecretSource: SecretSource{File: "./toolgate-signing.key"}, Create: true}, ""},
-		{"left empty: the default too", "evidence: {signing_key: }",
-			SigningKeySource{SecretSource: SecretSource{File: "./toolgate-signing.key"}, Create: true}, ""},
-		{"none: unsigned", "evidence: {signing_key: none}", SigningKeySource{None: true}, ""},
-		{"a key file", "evidence: {signing_key: {file: /etc/tg/k.pem}}", SigningKeySource{SecretSource: SecretSource{File: "/etc/tg/k.pem"}}, ""},
-		{"a key in the environment", "evidence: {signing_key: {env: TG_KEY}}", SigningKeySource{SecretSource: SecretSource{Env: "TG_KEY"}}, ""},
-		{"a key file the gateway creates", "evidence: {signing_key: {file: k.pem, create: true}}",
-			SigningKeySource{SecretSource: SecretSource{File: "k.pem"}, Create: true}, ""},
-		{"another word than none", "evidence: {signing_key: off}", SigningKeySource{}, "evidence.signing_key: want none"},
-		{"None spelt in capitals", "evidence: {signing_key: NONE}", SigningKeySource{}, "evidence.signing_key: want none"},
-		{"the key pasted into the configuration is refused unquoted", "evidence: {signing_key: " + seed + "}", SigningKeySource{}, "a key never goes in the configuration itself"},
-		{"a list", "evidence: {signing_key: [a]}", SigningKeySource{}, "evidence.signing_key: want none"},
-		{"a misspelt key", "evidence: {signing_key: {fil: k.pem}}", SigningKeySource{}, `evidence.signing_key: unknown key "fil"`},
-		{"file and env", "evidence: {signing_key: {file: k.pem, env: K}}", SigningKeySource{}, "evidence.signing_key: give file or env, not both"},
-		{"neither file nor env", "evidence: {signing_key: {create: true}}", SigningKeySource{}, "evidence.signing_key: give file or env"},
-		{"an environment variable created", "evidence: {signing_key: {env: K, create: true}}", SigningKeySource{}, "evidence.signing_key.create: needs file"},
-		{"a bad variable name", "evidence: {signing_key: {env: 'A B'}}", SigningKeySource{}, "evidence.signing_key.env"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := ParseConfig([]byte(tc.yaml))
-			if err == nil {
-				if cfg, err = cfg.WithDefaults(); err == nil {
-					err = cfg.Validate()
-				}
-			}
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error %v, want one mentioning %q", err, tc.wantErr)
-				}
-				if strings.Contains(err.Error(), seed) {
-					t.Fatalf("the error quotes the key: %v", err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := cfg.Evidence.SigningKey; got == nil || *got != tc.want {
-				t.Fatalf("signing_key = %+v, want %+v", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestEmbeddedDefaultSigns(t *testing.T) {
-	cfg, err := DefaultConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := SigningKeySource{SecretSource: SecretSource{File: "./toolgate-signing.key"}, Create: true}
-	if got := cfg.Evidence.SigningKey; got == nil || *got != want {
-		t.Fatalf("embedded default signing_key = %+v, want %+v", got, want)
-	}
-}
 
 // signEnv is a folder to build gateways in: a policy, a workspace, and a
 // configuration whose evidence.signing_key is keyYAML.
 type signEnv struct {
 	dir, key string
-	cfg      Config
+	cfg      config.Config
 }
 
 func newSignEnv(t *testing.T, keyYAML string) *signEnv {
@@ -106,7 +42,7 @@ func newSignEnv(t *testing.T, keyYAML string) *signEnv {
 	text := "policies: {dir: '" + filepath.Join(dir, "policies") + "'}\n" +
 		"evidence: {url: 'mem://', spool_dir: none" + keyYAML + "}\n" +
 		"drivers: {workspace: {type: workspace, root: '" + filepath.Join(dir, "ws") + "'}}\n"
-	cfg, err := ParseConfig([]byte(text))
+	cfg, err := config.ParseConfig([]byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +124,7 @@ func TestSigningKeyNoneIsUnsignedAndCreatesNothing(t *testing.T) {
 	if _, err := os.Lstat(s.key); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("signing_key: none created a key file (%v)", err)
 	}
-	if _, err := s.cfg.SigningPublicKey(os.Getenv); !errors.Is(err, ErrUnsigned) {
+	if _, err := SigningPublicKey(s.cfg, os.Getenv); !errors.Is(err, ErrUnsigned) {
 		t.Errorf("SigningPublicKey = %v, want ErrUnsigned", err)
 	}
 }
@@ -240,7 +176,7 @@ func TestOwnedSigningKeyAttacksAreRefused(t *testing.T) {
 			mustWrite(t, path, []byte("MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=\n"), 0o600)
 		}, "private key"},
 		{"a huge file", func(t *testing.T, path string) {
-			mustWrite(t, path, bytes.Repeat([]byte("A"), maxKeyFileBytes+1), 0o600)
+			mustWrite(t, path, bytes.Repeat([]byte("A"), config.MaxKeyFileBytes+1), 0o600)
 		}, "too large"},
 	}
 	for _, tc := range tests {
@@ -264,7 +200,7 @@ func TestOwnedSigningKeyAttacksAreRefused(t *testing.T) {
 			if after := folderState(t, s.dir); after != before {
 				t.Fatalf("the folder changed:\n%s\nwant\n%s", after, before)
 			}
-			if _, err := s.cfg.SigningPublicKey(os.Getenv); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if _, err := SigningPublicKey(s.cfg, os.Getenv); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("SigningPublicKey: %v, want the same refusal", err)
 			}
 		})
@@ -318,7 +254,7 @@ func TestConcurrentFirstStartsCreateOneKey(t *testing.T) {
 
 func TestSigningPublicKeyReadsButNeverCreates(t *testing.T) {
 	s := newSignEnv(t, "")
-	if _, err := s.cfg.SigningPublicKey(os.Getenv); !errors.Is(err, ErrNoSigningKeyYet) || !errors.Is(err, fs.ErrNotExist) {
+	if _, err := SigningPublicKey(s.cfg, os.Getenv); !errors.Is(err, ErrNoSigningKeyYet) || !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("before the first start: %v, want ErrNoSigningKeyYet", err)
 	}
 	if _, err := os.Lstat(s.key); !errors.Is(err, fs.ErrNotExist) {
@@ -328,13 +264,13 @@ func TestSigningPublicKeyReadsButNeverCreates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := s.cfg.SigningPublicKey(os.Getenv)
+	pub, err := SigningPublicKey(s.cfg, os.Getenv)
 	if err != nil || !pub.Equal(g.Signer().PublicKey()) {
 		t.Fatalf("after the first start: %v, want the gateway's key", err)
 	}
 
 	configured := newSignEnv(t, ", signing_key: {file: elsewhere.pem}")
-	if _, err := configured.cfg.SigningPublicKey(os.Getenv); !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrNoSigningKeyYet) {
+	if _, err := SigningPublicKey(configured.cfg, os.Getenv); !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrNoSigningKeyYet) {
 		t.Fatalf("a configured key that is missing: %v, want a plain not-found error", err)
 	}
 	if _, _, err := configured.build(t); err == nil || !strings.Contains(err.Error(), "evidence.signing_key") {

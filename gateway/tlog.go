@@ -6,71 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
-	"time"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/tlog"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 )
-
-// Defaults of the log section.
-const (
-	// DefaultCheckpointInterval is how often queued log entries are
-	// sequenced and a checkpoint published.
-	DefaultCheckpointInterval = time.Second
-	// DefaultLogMaxPending bounds the entries waiting to be sequenced
-	// while the store refuses the log's writes; beyond it, new calls are
-	// refused rather than run unlogged. A batch of this many entries
-	// stays well under the store's artifact size limit.
-	DefaultLogMaxPending = 65536
-)
-
-// TransparencyLogConfig tunes the transparency log every signing gateway
-// keeps of its requests (see docs/auditors/evidence.md, "Completeness").
-type TransparencyLogConfig struct {
-	// CheckpointInterval is how often queued entries are sequenced and a
-	// signed checkpoint published: the most a checkpoint trails a call.
-	// 0 means 1s.
-	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
-	// MaxPending is how many entries may wait to be sequenced before new
-	// calls are refused. 0 means 65536.
-	MaxPending int `yaml:"max_pending"`
-	// StateFile keeps the newest checkpoint this gateway signed, outside
-	// the store, so that a store rolled back or forked behind it is
-	// refused at start (evidence.OpenLog). Empty means beside the signing
-	// key file: "<key file>.<instance>.log-state" ("./toolgate.<instance>.log-state"
-	// for a key from the environment, none for a mem:// store); none
-	// keeps no state.
-	StateFile string `yaml:"state_file" secret:"public"`
-}
-
-// logStateFile returns the log's state file, or "" for none. A mem://
-// store dies with the process, so by default it keeps none.
-func (c Config) logStateFile(instance string) string {
-	key := c.Evidence.SigningKey
-	switch f := c.Log.StateFile; {
-	case f == "none":
-		return ""
-	case f != "":
-		return f
-	case strings.HasPrefix(c.Evidence.URL, "mem://"):
-		return ""
-	case key != nil && key.File != "":
-		return key.File + "." + instance + ".log-state"
-	}
-	return "toolgate." + instance + ".log-state"
-}
-
-func (c TransparencyLogConfig) validate() error {
-	if c.CheckpointInterval < 0 {
-		return fmt.Errorf("config: log.checkpoint_interval: must not be negative (0: %v)", DefaultCheckpointInterval)
-	}
-	if c.MaxPending < 0 {
-		return fmt.Errorf("config: log.max_pending: must not be negative (0: %d)", DefaultLogMaxPending)
-	}
-	return nil
-}
 
 // openTransparencyLog opens this instance's log in the store and returns
 // the store wrapped so that every claim and manifest stored through it is
@@ -78,7 +19,7 @@ func (c TransparencyLogConfig) validate() error {
 //
 // Beside it runs the peer witness (startPeerWitness), which witnesses the
 // logs of the replicas whose keys are trusted.
-func openTransparencyLog(ctx context.Context, cfg Config, store evidence.StoreCloser, signer *evidence.Signer,
+func openTransparencyLog(ctx context.Context, cfg config.Config, store evidence.StoreCloser, signer *evidence.Signer,
 	instance string, trusted []ed25519.PublicKey, sharedMAC []byte, tel *telemetry.Telemetry, log *slog.Logger) (evidence.StoreCloser, io.Closer, error) {
 	origin, err := evidence.LogOrigin(ctx, store, instance)
 	if err != nil {
@@ -103,12 +44,12 @@ func openTransparencyLog(ctx context.Context, cfg Config, store evidence.StoreCl
 		SignCheckpoint: func(size uint64, root tlog.Hash) ([]byte, error) {
 			return tlog.SignCheckpoint(noteSigner, size, root)
 		},
-		Interval:   orDefault(cfg.Log.CheckpointInterval, DefaultCheckpointInterval),
-		OpTimeout:  cfg.Evidence.opTimeout(),
-		MaxPending: orDefault(cfg.Log.MaxPending, DefaultLogMaxPending),
+		Interval:   orDefault(cfg.Log.CheckpointInterval, config.DefaultCheckpointInterval),
+		OpTimeout:  cfg.Evidence.EffectiveOpTimeout(),
+		MaxPending: orDefault(cfg.Log.MaxPending, config.DefaultLogMaxPending),
 		Sealer:     sealer,
 		Trusted:    ring,
-		StateFile:  cfg.logStateFile(instance),
+		StateFile:  cfg.LogStateFile(instance),
 		Tampered:   func(error) { tel.Tampering(telemetry.RecordLog) },
 		Logger:     log,
 	}

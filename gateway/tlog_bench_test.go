@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/evidencetest"
 	"github.com/toolgate/toolgate/evidence/storeurl"
@@ -41,7 +42,7 @@ func withBenchLog(b *testing.B, s evidence.StoreCloser) evidence.StoreCloser {
 	l, err := evidence.OpenLog(ctx, s, evidence.LogConfig{
 		Instance: "bench", Origin: origin, Gateway: gatewayName("bench"), Sealer: sealer, Trusted: trusted,
 		SignCheckpoint: func(size uint64, root tlog.Hash) ([]byte, error) { return tlog.SignCheckpoint(cs, size, root) },
-		Interval:       DefaultCheckpointInterval, OpTimeout: evidence.DefaultOpTimeout, MaxPending: DefaultLogMaxPending,
+		Interval:       config.DefaultCheckpointInterval, OpTimeout: evidence.DefaultOpTimeout, MaxPending: config.DefaultLogMaxPending,
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {

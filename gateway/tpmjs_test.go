@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers/tpmjs/tpmjstest"
 	"github.com/toolgate/toolgate/evidence"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
@@ -91,7 +92,7 @@ tools:
   fake.missing: {driver: tpmjs, package: "@toolgate/fake-tools", version: "1.0.0", export: noSuchTool}
   other.search: {driver: tpmjs, package: "@elsewhere/search", version: "2.0.0", export: search, description: Web search}
 `
-	cfg, err := ParseConfig([]byte(cfgText))
+	cfg, err := config.ParseConfig([]byte(cfgText))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +396,7 @@ func TestListToolsIsFilteredByPolicy(t *testing.T) {
 }
 
 func TestTPMJSBadVersionNeverLeavesTheGateway(t *testing.T) {
-	cfg, err := ParseConfig([]byte(`
+	cfg, err := config.ParseConfig([]byte(`
 drivers:
   tpmjs: {type: tpmjs, url: "http://127.0.0.1:1"}
 tools:

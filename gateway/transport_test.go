@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
@@ -32,7 +33,7 @@ const testKey = "k-transport-0123456789"
 
 func authEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
-	o.keys = []KeyConfig{{Caller: "alice", SHA256: sha256Hex(testKey)}}
+	o.keys = []config.KeyConfig{{Caller: "alice", SHA256: sha256Hex(testKey)}}
 	return newEnv(t, o)
 }
 
@@ -301,7 +302,7 @@ func TestCallsBeyondTheLimitAreRefusedAndLeaveNoEvidence(t *testing.T) {
 	e := newEnv(t, envOptions{
 		policies: map[string]string{"policy.default.cedar": `permit (principal, action, resource);`},
 		extra:    map[string]drivers.Driver{"slow": slow},
-		limits:   LimitsConfig{MaxConcurrentCalls: limit},
+		limits:   config.LimitsConfig{MaxConcurrentCalls: limit},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -353,7 +354,7 @@ func TestNestedCallsDoNotWaitForTheirParentsSlot(t *testing.T) {
 	e := newEnv(t, envOptions{
 		policies: map[string]string{"policy.default.cedar": nestedPolicy},
 		extra:    map[string]drivers.Driver{"sandbox": sb},
-		limits:   LimitsConfig{MaxConcurrentCalls: 1},
+		limits:   config.LimitsConfig{MaxConcurrentCalls: 1},
 	})
 	if err := os.WriteFile(filepath.Join(e.workspace, "notes.txt"), []byte("guest-visible\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -386,7 +387,7 @@ func TestLimitsConfigIsValidated(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := ParseConfig([]byte(tc.yaml))
+			cfg, err := config.ParseConfig([]byte(tc.yaml))
 			if err == nil {
 				if cfg, err = cfg.WithDefaults(); err == nil {
 					err = cfg.Validate()
@@ -397,12 +398,12 @@ func TestLimitsConfigIsValidated(t *testing.T) {
 			}
 		})
 	}
-	cfg, err := ParseConfig([]byte("limits: {max_concurrent_calls: 8, keepalive_min_time: 10s}"))
+	cfg, err := config.ParseConfig([]byte("limits: {max_concurrent_calls: 8, keepalive_min_time: 10s}"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := cfg.Limits.withDefaults()
-	want := DefaultLimits()
+	got := cfg.Limits.WithDefaults()
+	want := config.DefaultLimits()
 	want.MaxConcurrentCalls, want.KeepaliveMinTime = 8, 10*time.Second
 	if got != want {
 		t.Fatalf("limits with defaults = %+v, want %+v", got, want)
@@ -416,7 +417,7 @@ func TestLimitsConfigIsValidated(t *testing.T) {
 // runs, for scale.
 func BenchmarkKeylessRequest(b *testing.B) {
 	engine, red := benchDecider(b)
-	auth, err := NewAuthenticator([]KeyConfig{{Caller: "alice", SHA256: sha256Hex(testKey)}}, nil)
+	auth, err := NewAuthenticator([]config.KeyConfig{{Caller: "alice", SHA256: sha256Hex(testKey)}}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -472,7 +473,7 @@ func BenchmarkKeylessRequest(b *testing.B) {
 // over the first (which carried a call, so is shed after silent ones);
 // the third, silent too, is dropped at the handshake timeout.
 func TestAtTheCapSilentConnectionsMakeRoomAndAreDropped(t *testing.T) {
-	e := newEnv(t, envOptions{limits: LimitsConfig{MaxConnections: 2, HandshakeTimeout: time.Second}})
+	e := newEnv(t, envOptions{limits: config.LimitsConfig{MaxConnections: 2, HandshakeTimeout: time.Second}})
 	e.mustCall("conn-1", "workspace.readFile", map[string]any{"path": "none.txt"})
 	addr := e.conn.Target()
 	dial := func() net.Conn {

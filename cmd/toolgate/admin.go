@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/gateway"
 )
 
@@ -49,7 +50,7 @@ type adminServer struct {
 // gateway's metrics and the Go runtime's on /metrics, liveness on /healthz,
 // and on /readyz the gRPC health state hs holds (200 while serving, 503
 // once shutdown has begun). log should be the gateway's redacting logger.
-func startAdmin(ctx context.Context, cfg gateway.AdminConfig, g *gateway.Gateway, hs *health.Server, log *slog.Logger) (*adminServer, error) {
+func startAdmin(ctx context.Context, cfg config.AdminConfig, g *gateway.Gateway, hs *health.Server, log *slog.Logger) (*adminServer, error) {
 	addr := cfg.Addr()
 	if addr == "" {
 		return nil, nil
@@ -64,7 +65,7 @@ func startAdmin(ctx context.Context, cfg gateway.AdminConfig, g *gateway.Gateway
 		return nil, fmt.Errorf("admin.listen: %w", err)
 	}
 	srv := &http.Server{
-		Handler:           adminHandler(g, hs, gateway.IsLoopbackAddr(addr)),
+		Handler:           adminHandler(g, hs, config.IsLoopbackAddr(addr)),
 		ReadHeaderTimeout: adminReadHeaderTimeout,
 		ReadTimeout:       adminReadTimeout,
 		WriteTimeout:      adminWriteTimeout,
@@ -126,7 +127,7 @@ func adminHandler(g *gateway.Gateway, hs *health.Server, loopback bool) http.Han
 		return mux
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !gateway.IsLoopbackAddr(hostPort(r.Host)) {
+		if !config.IsLoopbackAddr(hostPort(r.Host)) {
 			adminText(w, http.StatusForbidden, "the admin listener answers loopback host names only")
 			return
 		}
@@ -134,7 +135,7 @@ func adminHandler(g *gateway.Gateway, hs *health.Server, loopback bool) http.Han
 	})
 }
 
-// hostPort is a Host header as host:port, for IsLoopbackAddr.
+// hostPort is a Host header as host:port, for config.IsLoopbackAddr.
 func hostPort(host string) string {
 	if _, _, err := net.SplitHostPort(host); err == nil {
 		return host

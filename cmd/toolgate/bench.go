@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/evidence/storeurl"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/internal/callbench"
@@ -381,7 +382,7 @@ drivers:
 	if err := os.WriteFile(cfgFile, []byte(yaml), 0o600); err != nil {
 		return nil, nil, err
 	}
-	cfg, err := gateway.LoadConfig(cfgFile)
+	cfg, err := config.LoadConfig(cfgFile)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
-	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -14,12 +14,12 @@ import (
 // made without a gateway (toolgate policy authorize and policy test): it
 // names the driver of a tool given without one (policy.Catalog) and puts
 // arguments in the canonical form the gateway decides on.
-type catalog struct{ cfg gateway.Config }
+type catalog struct{ cfg config.Config }
 
 // defaultCatalog returns the catalog of the embedded default
 // configuration.
 func defaultCatalog() (catalog, error) {
-	cfg, err := gateway.DefaultConfig()
+	cfg, err := config.DefaultConfig()
 	return catalog{cfg}, err
 }
 

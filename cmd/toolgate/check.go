@@ -13,6 +13,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console"
@@ -100,12 +101,12 @@ type checkReport struct {
 // others, so each reports its own problem.
 func checkConfig(path string, getenv func(string) string) checkReport {
 	var r checkReport
-	data, err := gateway.ReadConfigFile(path)
+	data, err := config.ReadConfigFile(path)
 	if err != nil {
 		r.problems = append(r.problems, problem{line: 1, msg: trimConfigPrefix(err.Error(), path)})
 		return r
 	}
-	cfg, err := gateway.LoadConfigData(path, data)
+	cfg, err := config.LoadConfigData(path, data)
 	if err != nil {
 		r.problems = problemsOf(err, path, nil)
 		return r
@@ -164,7 +165,7 @@ func checkConfig(path string, getenv func(string) string) checkReport {
 	}
 	if err := secretFilesReadable(cfg); err != nil {
 		add(err)
-	} else if err := cfg.CheckSecrets(getenv); err != nil {
+	} else if err := gateway.CheckSecrets(cfg, getenv); err != nil {
 		add(err)
 	}
 	if err := checkRedaction(cfg.Redact); err != nil {
@@ -186,7 +187,7 @@ func checkConfig(path string, getenv func(string) string) checkReport {
 // names, or the problems found: each policy problem carries its own
 // file:line:col, which is kept; the others are placed at dirLine, the line
 // of policies.dir.
-func checkPolicies(cfg gateway.Config, dirLine int) ([]string, []problem) {
+func checkPolicies(cfg config.Config, dirLine int) ([]string, []problem) {
 	if dirLine == 0 {
 		dirLine = 1
 	}
@@ -238,14 +239,14 @@ func checkPolicyFiles(dir string) error {
 
 // checkSigningKey reads the signing key as serve reads it, through the
 // gateway's own reader, never creating it, and says which key signs.
-func checkSigningKey(cfg gateway.Config, getenv func(string) string) (string, error) {
+func checkSigningKey(cfg config.Config, getenv func(string) string) (string, error) {
 	src := cfg.Evidence.SigningKey
 	if src != nil && !src.None && !src.Create {
 		if err := regularFile("evidence.signing_key", src.File, "key file"); err != nil {
 			return "", err
 		}
 	}
-	_, err := cfg.SigningPublicKey(getenv)
+	_, err := gateway.SigningPublicKey(cfg, getenv)
 	switch {
 	case errors.Is(err, gateway.ErrUnsigned):
 		return "manifests unsigned (evidence.signing_key: none)", nil
@@ -267,7 +268,7 @@ func checkSigningKey(cfg gateway.Config, getenv func(string) string) (string, er
 // checkTLS loads the listener's certificate and key as serve does
 // (credentials.NewServerTLSFromFile loads them with tls.LoadX509KeyPair).
 // A half-given pair is Validate's to report.
-func checkTLS(c gateway.TLSConfig) error {
+func checkTLS(c config.TLSConfig) error {
 	if c.CertFile == "" || c.KeyFile == "" {
 		return nil
 	}
@@ -284,7 +285,7 @@ func checkTLS(c gateway.TLSConfig) error {
 
 // secretFilesReadable refuses secret and key files other than the signing
 // key (whose check is checkSigningKey's) that would block or never end.
-func secretFilesReadable(cfg gateway.Config) error {
+func secretFilesReadable(cfg config.Config) error {
 	var errs []error
 	if fk := cfg.Redact.FingerprintKey; fk != nil {
 		errs = append(errs, regularFile("redact.fingerprint_key", fk.File, "key file"))
@@ -456,7 +457,7 @@ func doorList(doors []frontdoor.Loaded) string {
 // checkRedaction compiles the rule set serve builds its redactor from: the
 // default rules, the rules file, and the ids disable_rules names, which
 // must exist.
-func checkRedaction(c gateway.RedactConfig) error {
+func checkRedaction(c config.RedactConfig) error {
 	if err := regularFile("redact.rules_file", c.RulesFile, "rules file"); err != nil {
 		return err
 	}

@@ -103,8 +103,8 @@ func TestCheckConfigReportsEveryProblemAtItsLine(t *testing.T) {
 				"drivers:\n  w:\n    type: workspace\n    root: ./w\n    nope: 3\n"},
 			code: exitFailure,
 			lines: []string{
-				"cfg.yaml:2: field bogus not found in type gateway.Config",
-				"cfg.yaml:5: field shadw not found in type gateway.PolicyConfig",
+				"cfg.yaml:2: field bogus not found in type config.Config",
+				"cfg.yaml:5: field shadw not found in type config.PolicyConfig",
 				"cfg.yaml:10: field nope not found in type workspace.DriverConfig",
 			},
 		},

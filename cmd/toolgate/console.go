@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/tlog"
 	"github.com/toolgate/toolgate/gateway"
@@ -22,7 +23,7 @@ import (
 // and returns what stops it.
 //
 // The doors that verify OAuth access tokens let people sign in with one.
-func startConsole(ctx context.Context, c console.Config, cfg gateway.Config, g *gateway.Gateway, getenv func(string) string, log *slog.Logger,
+func startConsole(ctx context.Context, c console.Config, cfg config.Config, g *gateway.Gateway, getenv func(string) string, log *slog.Logger,
 	doors []frontdoor.Door) (func(), error) {
 	if c.Listen == "" {
 		return func() {}, nil
@@ -68,7 +69,7 @@ func evidenceConsole(ctx context.Context, args []string, std stdio) int {
 	if len(pos) > 0 {
 		return exit(fmt.Errorf("unexpected arguments %q", pos))
 	}
-	if !*allowRemote && !gateway.IsLoopbackAddr(*listen) {
+	if !*allowRemote && !config.IsLoopbackAddr(*listen) {
 		return exit(fmt.Errorf("--listen %q is not a loopback address: the read-only console has no sign-in; "+
 			"give --allow-non-loopback to serve it beyond this host behind an authenticating TLS proxy", *listen))
 	}

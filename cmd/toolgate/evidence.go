@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/storeurl"
 	"github.com/toolgate/toolgate/evidence/tlog"
@@ -170,7 +171,7 @@ type storeFlags struct {
 	config string
 	// cfg is the configuration resolve read: --config, or the embedded
 	// default.
-	cfg gateway.Config
+	cfg config.Config
 }
 
 func addStoreFlags(fs *flag.FlagSet) *storeFlags {
@@ -184,11 +185,11 @@ func addStoreFlags(fs *flag.FlagSet) *storeFlags {
 // configuration, the configuration's spool folder (empty when spooling is
 // off).
 func (f *storeFlags) resolve() (url, spoolDir string, err error) {
-	var cfg gateway.Config
+	var cfg config.Config
 	if f.config != "" {
-		cfg, err = gateway.LoadConfig(f.config)
+		cfg, err = config.LoadConfig(f.config)
 	} else {
-		cfg, err = gateway.DefaultConfig()
+		cfg, err = config.DefaultConfig()
 	}
 	if err != nil {
 		return "", "", err
@@ -655,7 +656,7 @@ func (f *verifyFlags) options(getenv func(string) string) (evidence.VerifyOption
 		return opts, err
 	}
 	if f.store.config != "" {
-		cfg, err := gateway.LoadConfig(f.store.config)
+		cfg, err := config.LoadConfig(f.store.config)
 		if err != nil {
 			return opts, err
 		}
@@ -726,7 +727,7 @@ func (f *verifyFlags) grace() time.Duration {
 		return *f.logGrace
 	}
 	cfg := f.store.cfg
-	return evidence.LogGraceFor(cmp.Or(cfg.Log.CheckpointInterval, gateway.DefaultCheckpointInterval),
+	return evidence.LogGraceFor(cmp.Or(cfg.Log.CheckpointInterval, config.DefaultCheckpointInterval),
 		cmp.Or(cfg.Evidence.OpTimeout, evidence.DefaultOpTimeout))
 }
 
@@ -1228,17 +1229,17 @@ func evidencePubkey(_ context.Context, args []string, std stdio) int {
 // at path (the embedded default when empty) signs with, without creating
 // it.
 func configuredPublicKey(path string, getenv func(string) string) (ed25519.PublicKey, error) {
-	var cfg gateway.Config
+	var cfg config.Config
 	var err error
 	if path != "" {
-		cfg, err = gateway.LoadConfig(path)
+		cfg, err = config.LoadConfig(path)
 	} else {
-		cfg, err = gateway.DefaultConfig()
+		cfg, err = config.DefaultConfig()
 	}
 	if err != nil {
 		return nil, err
 	}
-	return cfg.SigningPublicKey(getenv)
+	return gateway.SigningPublicKey(cfg, getenv)
 }
 
 // evidenceKeygen writes a new signing key and prints its public key.

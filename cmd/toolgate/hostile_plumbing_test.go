@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 )
@@ -62,7 +63,7 @@ func probeServer(t *testing.T, withKey bool) (string, *syncBuffer) {
 	if withKey {
 		y += "auth: {keys: [{caller: ci, env: PROBE_KEY}]}\n"
 	}
-	cfg, err := gateway.ParseConfig([]byte(y))
+	cfg, err := config.ParseConfig([]byte(y))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +216,7 @@ func TestHostileFrontDoorBody(t *testing.T) {
 func TestHostileFrontDoorConfiguration(t *testing.T) {
 	for _, kind := range frontdoor.Kinds() {
 		t.Run("a misspelt key of the "+kind+" door", func(t *testing.T) {
-			cfg, err := gateway.ParseConfig([]byte("listen: 127.0.0.1:50051\nfront_doors:\n  " + kind + ":\n    listen: 127.0.0.1:8787\n    cors_origin: ['*']\n"))
+			cfg, err := config.ParseConfig([]byte("listen: 127.0.0.1:50051\nfront_doors:\n  " + kind + ":\n    listen: 127.0.0.1:8787\n    cors_origin: ['*']\n"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"text/tabwriter"
 
-	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/redact"
 )
 
@@ -73,9 +73,9 @@ func redactCmd(ctx context.Context, args []string, std stdio) int {
 // embedded default when empty), with rulesFile instead of its rules file
 // when given and the comma-separated rule ids of disable switched off too.
 func redactorFor(configPath, rulesFile, disable string) (*redact.Redactor, error) {
-	cfg, err := gateway.DefaultConfig()
+	cfg, err := config.DefaultConfig()
 	if configPath != "" {
-		cfg, err = gateway.LoadConfig(configPath)
+		cfg, err = config.LoadConfig(configPath)
 	}
 	if err != nil {
 		return nil, err
@@ -118,7 +118,7 @@ func redactInput(ctx context.Context, r *redact.Redactor, name string, in io.Rea
 }
 
 // newRuleRedactor builds the redactor of a configuration's rules
-// (RedactConfig.Rules), the one "redact" runs and "check config" compiles.
-func newRuleRedactor(c gateway.RedactConfig) (*redact.Redactor, error) {
+// (config.RedactConfig.Rules), the one "redact" runs and "check config" compiles.
+func newRuleRedactor(c config.RedactConfig) (*redact.Redactor, error) {
 	return redact.New(c.Rules())
 }

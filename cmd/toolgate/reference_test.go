@@ -19,8 +19,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
-	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console"
 )
@@ -133,7 +133,7 @@ func configReference(t *testing.T) []byte {
 	b.WriteString("key takes its default. A guide with examples is [Configuration](../operators/configuration.md);\n")
 	b.WriteString("`toolgate check config FILE` checks a file against these keys.\n")
 	w := &refWriter{b: &b, docs: docs}
-	w.section("top level", "", reflect.TypeOf(gateway.Config{}))
+	w.section("top level", "", reflect.TypeOf(config.Config{}))
 	for _, typ := range drivers.KindTypes() {
 		kind, _ := drivers.LookupKind(typ)
 		w.section("drivers.<name> with type: "+typ, "drivers.<name>.", reflect.TypeOf(kind.New()).Elem())
@@ -206,9 +206,9 @@ func (w *refWriter) describe(t reflect.Type, k *refKey) (string, reflect.Type) {
 	switch {
 	case t == reflect.TypeFor[time.Duration]():
 		return "duration", nil
-	case t == reflect.TypeFor[gateway.DriverSection]():
+	case t == reflect.TypeFor[config.DriverSection]():
 		return "driver section (below, by type)", nil
-	case t == reflect.TypeFor[gateway.RawSection]():
+	case t == reflect.TypeFor[config.RawSection]():
 		return "section, decoded by its own package (below)", nil
 	case reflect.PointerTo(t).Implements(yamlUnmarshaler) || t.Implements(yamlUnmarshaler):
 		if k.doc == "" {

@@ -4,8 +4,8 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
-	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console"
 	"github.com/toolgate/toolgate/internal/secretfile"
@@ -19,7 +19,7 @@ import (
 // fails here rather than leaving the file readable to the shell.
 func TestEveryFileKeyDeclaresWhetherItIsSecret(t *testing.T) {
 	t.Parallel()
-	undeclared := secretfile.Undeclared("", reflect.TypeFor[gateway.Config]())
+	undeclared := secretfile.Undeclared("", reflect.TypeFor[config.Config]())
 	for _, typ := range drivers.KindTypes() {
 		k, _ := drivers.LookupKind(typ)
 		undeclared = append(undeclared, secretfile.Undeclared("drivers.<"+typ+">", reflect.TypeOf(k.New()))...)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console"
@@ -62,12 +63,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		return errUsage
 	}
 
-	var cfg gateway.Config
+	var cfg config.Config
 	var err error
 	if *configPath != "" {
-		cfg, err = gateway.LoadConfig(*configPath)
+		cfg, err = config.LoadConfig(*configPath)
 	} else {
-		cfg, err = gateway.DefaultConfig()
+		cfg, err = config.DefaultConfig()
 	}
 	if err != nil {
 		return err

@@ -33,6 +33,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/internal/ident"
@@ -179,14 +180,14 @@ func authenticatesCallers(c Config) bool {
 
 // Load decodes and checks cfg.FrontDoors: each section strictly into its
 // kind's settings (an unknown door or key is an error), its Validate, and
-// the listener rules of the gRPC listener (gateway.Config.ValidateListenerAuth)
+// the listener rules of the gRPC listener (config.Config.ValidateListenerAuth)
 // for its address, where a door that authenticates callers itself
 // (CallerAuthenticator) counts as auth.keys for every door of its address:
 // they share one plumbing, which then requires authentication. It returns
 // the doors that are on, sorted by name; sections without listen are off.
 // It neither listens nor opens anything, so `serve` and configuration
 // checks share it.
-func Load(cfg gateway.Config) ([]Loaded, error) {
+func Load(cfg config.Config) ([]Loaded, error) {
 	var on []Loaded
 	names := make([]string, 0, len(cfg.FrontDoors))
 	for name := range cfg.FrontDoors {
@@ -220,7 +221,7 @@ func Load(cfg gateway.Config) ([]Loaded, error) {
 }
 
 // Settings returns the decoded sections of doors by name, for
-// gateway.Config.DoorSettings: the gateway hides the secret files they
+// config.Config.DoorSettings: the gateway hides the secret files they
 // name from sandboxes without knowing the doors' types.
 func Settings(doors []Loaded) map[string]any {
 	out := make(map[string]any, len(doors))
@@ -232,7 +233,7 @@ func Settings(doors []Loaded) map[string]any {
 
 // checkListener applies the listener rules to door l, whose address has a
 // door that authenticates callers when doorAuth.
-func checkListener(cfg gateway.Config, l Loaded, doorAuth bool) error {
+func checkListener(cfg config.Config, l Loaded, doorAuth bool) error {
 	addr := l.Config.ListenAddr()
 	key := "front_doors." + l.Name + ".listen"
 	if err := cfg.ValidateListenerAuth(key, addr, doorAuth); err != nil {
@@ -245,7 +246,7 @@ func checkListener(cfg gateway.Config, l Loaded, doorAuth bool) error {
 	if addr == cfg.Listen && !strings.HasSuffix(addr, ":0") {
 		return fmt.Errorf("config: %s %q: the gRPC listener's address (listen); give the door another port", key, addr)
 	}
-	if gateway.SameListenAddr(addr, cfg.Admin.Addr()) {
+	if config.SameListenAddr(addr, cfg.Admin.Addr()) {
 		return fmt.Errorf("config: %s %q: the admin listener's address (admin.listen); give the door another port", key, addr)
 	}
 	return nil

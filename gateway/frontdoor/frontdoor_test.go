@@ -7,18 +7,19 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 )
 
 func TestFrontDoorsOffByDefault(t *testing.T) {
-	def, err := gateway.DefaultConfig()
+	def, err := config.DefaultConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		name string
-		cfg  gateway.Config
+		cfg  config.Config
 	}{
 		{"the embedded default configuration has no door", def},
 		{"a configuration without front_doors has no door", newConfig(t, false, "")},
@@ -133,7 +134,7 @@ func TestNonLoopbackDoorNeedsAuthAndTLS(t *testing.T) {
 			listen, extra, _ := strings.Cut(tc.listen, " ")
 			cfg := newConfig(t, tc.keys, "  echo: {listen: '"+listen+"'"+extra+"}\n")
 			if tc.tls != "" {
-				extra, err := gateway.ParseConfig([]byte(tc.tls))
+				extra, err := config.ParseConfig([]byte(tc.tls))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -162,7 +163,7 @@ const (
 )
 
 func TestDoorAuthCoversItsAddressOnly(t *testing.T) {
-	tlsCfg, err := gateway.ParseConfig([]byte("tls: {allow_plaintext: true}\n"))
+	tlsCfg, err := config.ParseConfig([]byte("tls: {allow_plaintext: true}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 )
@@ -187,7 +188,7 @@ var testKeys = map[string]string{
 
 // newConfig returns a gateway configuration with front_doors as given
 // (YAML), and auth.keys for alice and bob when withKeys.
-func newConfig(t *testing.T, withKeys bool, frontDoors string) gateway.Config {
+func newConfig(t *testing.T, withKeys bool, frontDoors string) config.Config {
 	t.Helper()
 	dir := t.TempDir()
 	pol := filepath.Join(dir, "policies")
@@ -204,7 +205,7 @@ func newConfig(t *testing.T, withKeys bool, frontDoors string) gateway.Config {
 	if frontDoors != "" {
 		y += "front_doors:\n" + frontDoors
 	}
-	cfg, err := gateway.ParseConfig([]byte(y))
+	cfg, err := config.ParseConfig([]byte(y))
 	if err != nil {
 		t.Fatalf("parse config: %v\n%s", err, y)
 	}
@@ -241,14 +242,14 @@ func (b *syncBuffer) String() string {
 
 // served is a running gateway with its doors.
 type served struct {
-	cfg     gateway.Config
+	cfg     config.Config
 	servers *frontdoor.Servers
 	logs    *syncBuffer
 }
 
 // serve builds the gateway of cfg and serves its doors on loopback, with
 // debug logging captured.
-func serve(t *testing.T, cfg gateway.Config) *served {
+func serve(t *testing.T, cfg config.Config) *served {
 	t.Helper()
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

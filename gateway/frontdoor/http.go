@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/internal/argsize"
@@ -514,7 +515,7 @@ func (s *Servers) Shutdown(ctx context.Context) error {
 // with the gateway's keys, TLS settings and connection limit. A route
 // conflict fails before anything listens. log should be the gateway's
 // redacting logger; the servers' own error logs go to it too.
-func Serve(ctx context.Context, cfg gateway.Config, g *gateway.Gateway, doors []Loaded, log *slog.Logger) (*Servers, error) {
+func Serve(ctx context.Context, cfg config.Config, g *gateway.Gateway, doors []Loaded, log *slog.Logger) (*Servers, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -562,10 +563,10 @@ func Serve(ctx context.Context, cfg gateway.Config, g *gateway.Gateway, doors []
 // bodyBudget is the bytes of bodies the doors may hold at once:
 // limits.max_concurrent_calls bodies at the largest limit, so that the
 // doors read no more in parallel than the gateway runs calls.
-func bodyBudget(l gateway.LimitsConfig) int64 {
+func bodyBudget(l config.LimitsConfig) int64 {
 	calls := l.MaxConcurrentCalls
 	if calls <= 0 {
-		calls = gateway.DefaultLimits().MaxConcurrentCalls
+		calls = config.DefaultLimits().MaxConcurrentCalls
 	}
 	return int64(calls) * DefaultMaxBodyBytes
 }

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 )
@@ -299,7 +300,7 @@ func TestDoorServesTLSWithTheGatewaysCertificate(t *testing.T) {
 	}
 	free := freePort(t)
 	cfg := newConfig(t, true, "  echo: {listen: '"+free+"'}\n")
-	cfg.TLS = gateway.TLSConfig{CertFile: certFile, KeyFile: keyFile}
+	cfg.TLS = config.TLSConfig{CertFile: certFile, KeyFile: keyFile}
 	s := serve(t, cfg)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(certPEM)

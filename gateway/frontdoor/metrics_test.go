@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/telemetry"
@@ -20,7 +21,7 @@ import (
 // a key whose body is never read, count none. Every request's
 // authentication is one auth stage observation.
 func TestPlumbingCountsOversizedBodiesAndTimesAuth(t *testing.T) {
-	auth, err := gateway.NewAuthenticator([]gateway.KeyConfig{{Caller: "alice", Env: "ALICE_KEY"}},
+	auth, err := gateway.NewAuthenticator([]config.KeyConfig{{Caller: "alice", Env: "ALICE_KEY"}},
 		func(name string) string { return map[string]string{"ALICE_KEY": "k-alice"}[name] })
 	if err != nil {
 		t.Fatal(err)

@@ -4,13 +4,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 )
 
 func loadDoors(t *testing.T, section string) ([]frontdoor.Loaded, error) {
 	t.Helper()
-	cfg, err := gateway.ParseConfig([]byte("listen: 127.0.0.1:50051\nfront_doors:\n  agent_spaces: " + section + "\n"))
+	cfg, err := config.ParseConfig([]byte("listen: 127.0.0.1:50051\nfront_doors:\n  agent_spaces: " + section + "\n"))
 	if err != nil {
 		return nil, err
 	}

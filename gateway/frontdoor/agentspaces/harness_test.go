@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/drivers/workspace"
 	"github.com/toolgate/toolgate/evidence"
@@ -104,7 +105,7 @@ func newTestEnv(t *testing.T, o envOptions) *testEnv {
 		e.drv.calls[op] = &atomic.Int64{}
 	}
 	keys := map[string]string{"AGENT_KEY": agentKey, "ALICE_KEY": aliceKey, "BOB_KEY": bobKey}
-	auth, err := gateway.NewAuthenticator([]gateway.KeyConfig{
+	auth, err := gateway.NewAuthenticator([]config.KeyConfig{
 		{Caller: "agent", Env: "AGENT_KEY"},
 		{Caller: "alice", Env: "ALICE_KEY", Groups: []string{"ops"}},
 		{Caller: "bob", Env: "BOB_KEY"},

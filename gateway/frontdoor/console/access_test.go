@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console/browse"
@@ -37,7 +38,7 @@ func jwtWithExp(exp int64) string {
 
 func TestSignInByKeyOrToken(t *testing.T) {
 	t.Parallel()
-	auth, err := gateway.NewAuthenticator([]gateway.KeyConfig{{Caller: "bob", Env: "K", Groups: []string{"ops"}}},
+	auth, err := gateway.NewAuthenticator([]config.KeyConfig{{Caller: "bob", Env: "K", Groups: []string{"ops"}}},
 		func(string) string { return "k-bob-0123456789" })
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console/browse"
@@ -54,7 +55,7 @@ func BenchmarkListingWithCedar(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	auth, err := gateway.NewAuthenticator([]gateway.KeyConfig{{Caller: "caller-3", Env: "K"}}, func(string) string { return "k-0123456789abcdef" })
+	auth, err := gateway.NewAuthenticator([]config.KeyConfig{{Caller: "caller-3", Env: "K"}}, func(string) string { return "k-0123456789abcdef" })
 	if err != nil {
 		b.Fatal(err)
 	}

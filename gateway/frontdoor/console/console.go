@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/storeurl"
 	"github.com/toolgate/toolgate/gateway"
@@ -54,7 +55,7 @@ type Config struct {
 // under the rules of the gRPC listener (loopback, or a way to sign in with
 // TLS or tls.allow_plaintext), and needs auth.keys or oidc in any case:
 // people sign in with an API key or at the OpenID Connect provider.
-func Load(cfg gateway.Config) (Config, error) {
+func Load(cfg config.Config) (Config, error) {
 	c := Config{SessionTTL: DefaultSessionTTL, IndexInterval: DefaultIndexInterval}
 	if err := cfg.Console.DecodeStrict(&c); err != nil {
 		return Config{}, fmt.Errorf("config: console: %w", err)
@@ -78,7 +79,7 @@ func Load(cfg gateway.Config) (Config, error) {
 	if len(cfg.Auth.Keys) == 0 && c.OIDC == nil {
 		return Config{}, errors.New("config: console.listen: the console signs people in with the API keys of auth.keys or console.oidc, and there are none")
 	}
-	if gateway.SameListenAddr(c.Listen, cfg.Listen) || gateway.SameListenAddr(c.Listen, cfg.Admin.Addr()) {
+	if config.SameListenAddr(c.Listen, cfg.Listen) || config.SameListenAddr(c.Listen, cfg.Admin.Addr()) {
 		return Config{}, fmt.Errorf("config: console.listen %q: taken by the gRPC or the admin listener", c.Listen)
 	}
 	if c.SessionTTL <= 0 || c.IndexInterval <= 0 {
@@ -111,7 +112,7 @@ func (c *Console) Shutdown(ctx context.Context) error {
 //
 // tokens, when given, let people sign in with an OAuth access token they
 // accept as well (the front doors configured with an issuer).
-func Start(ctx context.Context, c Config, cfg gateway.Config, g *gateway.Gateway, getenv func(string) string, log *slog.Logger, tokens ...TokenVerifier) (*Console, error) {
+func Start(ctx context.Context, c Config, cfg config.Config, g *gateway.Gateway, getenv func(string) string, log *slog.Logger, tokens ...TokenVerifier) (*Console, error) {
 	store, err := storeurl.Open(ctx, cfg.Evidence.URL)
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
@@ -181,7 +182,7 @@ func reloadPolicies(ctx context.Context, live *policy.Live, every time.Duration,
 	}
 }
 
-func listen(ctx context.Context, addr string, h http.Handler, cfg gateway.Config, g *gateway.Gateway, log *slog.Logger) (*Console, error) {
+func listen(ctx context.Context, addr string, h http.Handler, cfg config.Config, g *gateway.Gateway, log *slog.Logger) (*Console, error) {
 	var tlsConfig *tls.Config
 	if cfg.TLS.Enabled() {
 		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/config"
 )
 
 // oidcSection is a valid console.oidc for a console on loopback.
@@ -47,7 +47,7 @@ func TestLoadAppliesTheListenerRules(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cfg, err := gateway.ParseConfig([]byte(tc.yaml))
+			cfg, err := config.ParseConfig([]byte(tc.yaml))
 			if err != nil {
 				t.Fatal(err)
 			}

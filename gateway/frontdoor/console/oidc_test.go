@@ -15,6 +15,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/evidence/storeurl"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console/browse"
@@ -48,7 +49,7 @@ func startOIDCConsole(t *testing.T) *oidcConsole {
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth, err := gateway.NewAuthenticator([]gateway.KeyConfig{{Caller: "bob", Env: "K", Groups: []string{"ops"}}},
+	auth, err := gateway.NewAuthenticator([]config.KeyConfig{{Caller: "bob", Env: "K", Groups: []string{"ops"}}},
 		func(string) string { return "k-bob-0123456789" })
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +66,7 @@ func startOIDCConsole(t *testing.T) *oidcConsole {
 	srv := httptest.NewUnstartedServer(nil)
 	base := "https://" + srv.Listener.Addr().String()
 	cfg := oidc.Config{Issuer: prov.URL, ClientID: prov.ClientID, RedirectURL: base + oidc.CallbackPath,
-		ClientSecret: oidc.ClientSecret{SecretSource: gateway.SecretSource{Env: oidcSecretEnv}}, GroupsClaim: "groups"}
+		ClientSecret: oidc.ClientSecret{SecretSource: config.SecretSource{Env: oidcSecretEnv}}, GroupsClaim: "groups"}
 	if err := cfg.Validate(true); err != nil {
 		t.Fatal(err)
 	}

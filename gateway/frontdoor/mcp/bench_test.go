@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
@@ -44,7 +45,7 @@ func benchDoor(b *testing.B, g *gateway.Gateway) string {
 	cfg := newConfig()
 	cfg.Listen = "127.0.0.1:0"
 	must(b, cfg.Validate())
-	servers, err := frontdoor.Serve(context.Background(), gateway.Config{}, g, []frontdoor.Loaded{{Name: Name, Config: cfg}}, nil)
+	servers, err := frontdoor.Serve(context.Background(), config.Config{}, g, []frontdoor.Loaded{{Name: Name, Config: cfg}}, nil)
 	must(b, err)
 	b.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/gateway"
@@ -89,7 +90,7 @@ func newClientEnv(t *testing.T) *clientEnv {
 	cfg := newConfig()
 	cfg.Listen = "127.0.0.1:0"
 	must(t, cfg.Validate())
-	servers, err := frontdoor.Serve(context.Background(), gateway.Config{}, e.gw, []frontdoor.Loaded{{Name: Name, Config: cfg}}, nil)
+	servers, err := frontdoor.Serve(context.Background(), config.Config{}, e.gw, []frontdoor.Loaded{{Name: Name, Config: cfg}}, nil)
 	must(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -5,13 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 )
 
 func loadDoors(t *testing.T, section string) ([]frontdoor.Loaded, error) {
 	t.Helper()
-	cfg, err := gateway.ParseConfig([]byte("listen: 127.0.0.1:50051\nfront_doors:\n  mcp: " + section + "\n"))
+	cfg, err := config.ParseConfig([]byte("listen: 127.0.0.1:50051\nfront_doors:\n  mcp: " + section + "\n"))
 	if err != nil {
 		return nil, err
 	}

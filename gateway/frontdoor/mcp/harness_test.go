@@ -18,6 +18,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/drivers/workspace"
 	"github.com/toolgate/toolgate/evidence"
@@ -150,7 +151,7 @@ func newLiveGateway(t *testing.T, policyText string, drvs map[string]drivers.Dri
 	store, err := evidence.NewFileStore(lg.evidenceDir)
 	must(t, err)
 	t.Cleanup(func() { store.Close() })
-	lg.auth, err = gateway.NewAuthenticator([]gateway.KeyConfig{
+	lg.auth, err = gateway.NewAuthenticator([]config.KeyConfig{
 		{Caller: "agent", SHA256: doortest.KeyDigest(agentKey)},
 		{Caller: "alice", SHA256: doortest.KeyDigest(aliceKey), Groups: []string{"ops"}},
 	}, func(string) string { return "" })

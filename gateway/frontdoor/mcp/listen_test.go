@@ -3,15 +3,16 @@ package mcpdoor
 import (
 	"context"
 	"errors"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/toolgate/toolgate/gateway"
-	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/toolgate/toolgate/config"
+	"github.com/toolgate/toolgate/gateway/frontdoor"
 )
 
 // rawListen posts a 2026-07-28 subscriptions/listen as caller key and
@@ -134,7 +135,7 @@ func TestDrainEndsListenStreamsSoShutdownFinishes(t *testing.T) {
 
 func TestServedByTheFrontDoorServersWhichDrainItOnShutdown(t *testing.T) {
 	e := newTestEnv(t, nil)
-	cfg, err := gateway.ParseConfig([]byte("front_doors:\n  mcp: {listen: '127.0.0.1:0'}\n"))
+	cfg, err := config.ParseConfig([]byte("front_doors:\n  mcp: {listen: '127.0.0.1:0'}\n"))
 	must(t, err)
 	doors, err := frontdoor.Load(cfg)
 	must(t, err)

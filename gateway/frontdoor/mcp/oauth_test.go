@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/frontdoor/oauth/oauthtest"
@@ -82,7 +83,7 @@ front_doors:
       required_scopes: [toolgate.tools]
       groups_claim: groups
 `, pol, s.evidence, filepath.Join(dir, "ws"), oauthResource, oauthIssuer, jwks)
-	cfg, err := gateway.ParseConfig([]byte(y))
+	cfg, err := config.ParseConfig([]byte(y))
 	must(t, err)
 	getenv := func(name string) string { return map[string]string{"AGENT_KEY": oauthAgentKey}[name] }
 	log := slog.New(slog.DiscardHandler)
@@ -283,9 +284,9 @@ func TestOAuthMetadataIsServedWithoutACredential(t *testing.T) {
 }
 
 func TestOAuthConfiguration(t *testing.T) {
-	section := func(listen, oauth string) gateway.Config {
+	section := func(listen, oauth string) config.Config {
 		y := "listen: 127.0.0.1:0\ntls: {allow_plaintext: true}\nfront_doors:\n  mcp:\n    listen: " + listen + "\n" + oauth
-		cfg, err := gateway.ParseConfig([]byte(y))
+		cfg, err := config.ParseConfig([]byte(y))
 		must(t, err)
 		return cfg
 	}

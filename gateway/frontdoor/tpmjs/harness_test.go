@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/drivers/tpmjs"
 	"github.com/toolgate/toolgate/drivers/tpmjs/tpmjstest"
@@ -108,7 +109,7 @@ func newTestEnv(t *testing.T, o envOptions) *testEnv {
 	ws, err := workspace.New(workspace.Config{Root: filepath.Join(dir, "workspace")})
 	must(t, err)
 	t.Cleanup(func() { ws.Close() })
-	e.auth, err = gateway.NewAuthenticator([]gateway.KeyConfig{
+	e.auth, err = gateway.NewAuthenticator([]config.KeyConfig{
 		{Caller: "agent", SHA256: doortest.KeyDigest(testKey)},
 		{Caller: "alice", SHA256: doortest.KeyDigest(otherKey), Groups: []string{"ops"}},
 	}, func(string) string { return "" })

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/config"
 )
 
 // FuzzFinish: whatever query and cookie a callback carries, it signs no
@@ -17,7 +17,7 @@ func FuzzFinish(f *testing.F) {
 	f.Add("code=x&state=&iss=https://evil.example", "")
 	f.Add("error=access_denied&error_description=%3Cscript%3E", "x")
 	f.Add("state=%00%ff&state=a&code="+string(make([]byte, 3000)), "\x00")
-	cfg := Config{Issuer: "http://127.0.0.1:1", ClientID: "console", ClientSecret: ClientSecret{SecretSource: gateway.SecretSource{Env: "S"}},
+	cfg := Config{Issuer: "http://127.0.0.1:1", ClientID: "console", ClientSecret: ClientSecret{SecretSource: config.SecretSource{Env: "S"}},
 		RedirectURL: "http://127.0.0.1:8470" + CallbackPath}
 	c, err := New(cfg, func(string) string { return "secret" }, nil, Options{Now: time.Now})
 	if err != nil {

@@ -11,14 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/gateway/frontdoor/oauth/oauthtest"
 )
 
 func TestValidate(t *testing.T) {
 	t.Parallel()
 	good := func() Config {
-		return Config{Issuer: "https://id.example.com", ClientID: "console", ClientSecret: ClientSecret{SecretSource: gateway.SecretSource{Env: "S"}},
+		return Config{Issuer: "https://id.example.com", ClientID: "console", ClientSecret: ClientSecret{SecretSource: config.SecretSource{Env: "S"}},
 			RedirectURL: "https://console.example.com" + CallbackPath}
 	}
 	tests := []struct {
@@ -90,7 +90,7 @@ func begin(t *testing.T, c *Client, prov *oauthtest.Provider) (*http.Cookie, *ht
 
 func newClient(t *testing.T, issuer string, now func() time.Time) *Client {
 	t.Helper()
-	cfg := Config{Issuer: issuer, ClientID: "console", ClientSecret: ClientSecret{SecretSource: gateway.SecretSource{Env: "S"}},
+	cfg := Config{Issuer: issuer, ClientID: "console", ClientSecret: ClientSecret{SecretSource: config.SecretSource{Env: "S"}},
 		RedirectURL: "http://127.0.0.1:8470" + CallbackPath}
 	if err := cfg.Validate(false); err != nil {
 		t.Fatal(err)

@@ -5,13 +5,13 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/config"
 )
 
 // ClientSecret is where the client secret is read from: {file: PATH} or
 // {env: NAME}.
 type ClientSecret struct {
-	gateway.SecretSource `yaml:",inline"`
+	config.SecretSource `yaml:",inline"`
 }
 
 // UnmarshalYAML refuses anything but a mapping of file or env, without
@@ -33,6 +33,6 @@ func (s *ClientSecret) UnmarshalYAML(n *yaml.Node) error {
 	if err := n.Decode(&plain); err != nil {
 		return fmt.Errorf("line %d: console.oidc.client_secret: want {file: FILE} or {env: VAR}", n.Line)
 	}
-	s.SecretSource = gateway.SecretSource{File: plain.File, Env: plain.Env}
+	s.SecretSource = config.SecretSource{File: plain.File, Env: plain.Env}
 	return nil
 }

@@ -1,6 +1,8 @@
-package gateway
+package config
 
-import "testing"
+import (
+	"testing"
+)
 
 // The log's state file lives beside the signing key unless configured,
 // one per instance, so that instances sharing a key file never share it.
@@ -23,7 +25,7 @@ func TestLogStateFileDefaults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var c Config
 			c.Evidence.URL, c.Evidence.SigningKey, c.Log.StateFile = tc.url, tc.key, tc.state
-			if got := c.logStateFile("gw-1"); got != tc.want {
+			if got := c.LogStateFile("gw-1"); got != tc.want {
 				t.Fatalf("logStateFile = %q, want %q", got, tc.want)
 			}
 		})

@@ -1,4 +1,4 @@
-package gateway
+package config
 
 import (
 	"bytes"
@@ -154,9 +154,9 @@ func (e EvidenceConfig) validateTrust() error {
 	return errors.Join(errs...)
 }
 
-// readSharedMACKey reads evidence.shared_mac_key, without the line end a
+// ReadSharedMACKey reads evidence.shared_mac_key, without the line end a
 // secret file usually has; nil when none is configured.
-func readSharedMACKey(src *SecretSource, getenv func(string) string) ([]byte, error) {
+func ReadSharedMACKey(src *SecretSource, getenv func(string) string) ([]byte, error) {
 	if src == nil {
 		return nil, nil
 	}

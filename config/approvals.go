@@ -1,4 +1,4 @@
-package gateway
+package config
 
 import (
 	"errors"
@@ -49,8 +49,8 @@ const (
 	maxWebhookRetries = 20
 )
 
-// ttl returns the effective approval TTL.
-func (c ApprovalsConfig) ttl() time.Duration {
+// EffectiveTTL returns the effective approval TTL.
+func (c ApprovalsConfig) EffectiveTTL() time.Duration {
 	if c.TTL == 0 {
 		return DefaultApprovalTTL
 	}

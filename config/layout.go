@@ -1,4 +1,4 @@
-package gateway
+package config
 
 import (
 	"errors"
@@ -11,23 +11,23 @@ import (
 	"github.com/toolgate/toolgate/internal/secretfile"
 )
 
-// gatewayPath is one of the gateway's own files or folders, named by the
+// GatewayPath is one of the gateway's own files or folders, named by the
 // configuration key it comes from.
-type gatewayPath struct {
-	key  string
-	path string
+type GatewayPath struct {
+	Key  string
+	Path string
 }
 
-// gatewayPaths lists the files and folders a workspace must never reach:
+// GatewayPaths lists the files and folders a workspace must never reach:
 // whoever can write them can rewrite policy, forge or erase evidence, or
 // read the keys. The secret files are not listed here by hand: they are
 // every file a field tagged `secret:"file"` names, in this configuration,
 // its drivers' sections and its front doors' (secretFiles).
-func (c Config) gatewayPaths() []gatewayPath {
-	var out []gatewayPath
+func (c Config) GatewayPaths() []GatewayPath {
+	var out []GatewayPath
 	add := func(key, path string) {
 		if path != "" {
-			out = append(out, gatewayPath{key, path})
+			out = append(out, GatewayPath{key, path})
 		}
 	}
 	add("policies.dir", c.Policies.Dir)
@@ -46,7 +46,7 @@ func (c Config) gatewayPaths() []gatewayPath {
 	add("redact.rules_file", c.Redact.RulesFile)
 	add("tls.cert_file", c.TLS.CertFile)
 	for _, name := range sortedKeys(c.Drivers) {
-		for _, p := range footprint(c.Drivers[name].Config, nil).OwnPaths {
+		for _, p := range Footprint(c.Drivers[name].Config, nil).OwnPaths {
 			add("drivers."+name+"."+p.Key, p.Path)
 		}
 	}
@@ -69,10 +69,10 @@ func (c Config) secretFiles() []secretfile.Path {
 	return out
 }
 
-// footprint is what a driver section holds on the host (drivers.HostUser),
+// Footprint is what a driver section holds on the host (drivers.HostUser),
 // the zero Footprint for a section that holds nothing. A nil getenv reads
 // an empty environment, for callers that want paths only.
-func footprint(dc drivers.Config, getenv func(string) string) drivers.Footprint {
+func Footprint(dc drivers.Config, getenv func(string) string) drivers.Footprint {
 	hu, ok := dc.(drivers.HostUser)
 	if !ok {
 		return drivers.Footprint{}
@@ -85,12 +85,12 @@ func footprint(dc drivers.Config, getenv func(string) string) drivers.Footprint 
 
 // workspaces lists the folders the drivers let callers write, named by
 // their keys.
-func (c Config) workspaces() []gatewayPath {
-	var out []gatewayPath
+func (c Config) workspaces() []GatewayPath {
+	var out []GatewayPath
 	for _, name := range sortedKeys(c.Drivers) {
-		for _, w := range footprint(c.Drivers[name].Config, nil).Workspaces {
+		for _, w := range Footprint(c.Drivers[name].Config, nil).Workspaces {
 			if w.Path != "" {
-				out = append(out, gatewayPath{"drivers." + name + "." + w.Key, w.Path})
+				out = append(out, GatewayPath{"drivers." + name + "." + w.Key, w.Path})
 			}
 		}
 	}
@@ -112,34 +112,34 @@ func (c Config) CheckLayout() error {
 	if err := c.checkKeyPlacement(); err != nil {
 		return err
 	}
-	var protected []gatewayPath
-	for _, p := range c.gatewayPaths() {
-		real, err := resolvedPath(p.path)
+	var protected []GatewayPath
+	for _, p := range c.GatewayPaths() {
+		real, err := resolvedPath(p.Path)
 		if err != nil {
-			return fmt.Errorf("config: %s %q: %w", p.key, p.path, err)
+			return fmt.Errorf("config: %s %q: %w", p.Key, p.Path, err)
 		}
-		protected = append(protected, gatewayPath{p.key, real})
+		protected = append(protected, GatewayPath{p.Key, real})
 	}
 	for _, ws := range c.workspaces() {
-		key := ws.key
-		root, err := resolvedPath(ws.path)
+		key := ws.Key
+		root, err := resolvedPath(ws.Path)
 		if err != nil {
-			return fmt.Errorf("config: %s %q: %w", key, ws.path, err)
+			return fmt.Errorf("config: %s %q: %w", key, ws.Path, err)
 		}
 		for _, p := range protected {
 			var rel string
 			switch {
-			case root == p.path:
+			case root == p.Path:
 				rel = "is"
-			case within(p.path, root):
+			case within(p.Path, root):
 				rel = "contains"
-			case within(root, p.path):
+			case within(root, p.Path):
 				rel = "lies inside"
 			default:
 				continue
 			}
 			return fmt.Errorf("config: %s (%s) %s %s (%s): callers of the workspace tools could read or rewrite "+
-				"the gateway's own files; move the workspace and the gateway's files apart", key, root, rel, p.key, p.path)
+				"the gateway's own files; move the workspace and the gateway's files apart", key, root, rel, p.Key, p.Path)
 		}
 	}
 	return nil
@@ -152,28 +152,28 @@ func (c Config) CheckLayout() error {
 // folder and the trace folders. Paths are compared as CheckLayout compares
 // them.
 func (c Config) checkKeyPlacement() error {
-	var keys, folders []gatewayPath
-	for _, p := range c.gatewayPaths() {
+	var keys, folders []GatewayPath
+	for _, p := range c.GatewayPaths() {
 		switch {
-		case p.key == "evidence.signing_key.file" || p.key == "redact.fingerprint_key.file" || p.key == "tls.key_file":
+		case p.Key == "evidence.signing_key.file" || p.Key == "redact.fingerprint_key.file" || p.Key == "tls.key_file":
 			keys = append(keys, p)
-		case p.key == "evidence.url" || p.key == "evidence.spool_dir" || p.key == "policies.dir" || strings.HasSuffix(p.key, ".trace_dir"):
+		case p.Key == "evidence.url" || p.Key == "evidence.spool_dir" || p.Key == "policies.dir" || strings.HasSuffix(p.Key, ".trace_dir"):
 			folders = append(folders, p)
 		}
 	}
 	for _, k := range keys {
-		key, err := resolvedPath(k.path)
+		key, err := resolvedPath(k.Path)
 		if err != nil {
-			return fmt.Errorf("config: %s %q: %w", k.key, k.path, err)
+			return fmt.Errorf("config: %s %q: %w", k.Key, k.Path, err)
 		}
 		for _, f := range folders {
-			folder, err := resolvedPath(f.path)
+			folder, err := resolvedPath(f.Path)
 			if err != nil {
-				return fmt.Errorf("config: %s %q: %w", f.key, f.path, err)
+				return fmt.Errorf("config: %s %q: %w", f.Key, f.Path, err)
 			}
 			if key == folder || within(key, folder) {
 				return fmt.Errorf("config: %s (%s) lies inside %s (%s): whoever is given that folder would get the key; "+
-					"keep the gateway's keys outside the folders it fills", k.key, key, f.key, folder)
+					"keep the gateway's keys outside the folders it fills", k.Key, key, f.Key, folder)
 			}
 		}
 	}

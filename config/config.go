@@ -1,4 +1,12 @@
-package gateway
+// Package config is Toolgate's configuration model: the YAML file's
+// sections and the embedded default, their parsing (unknown keys are
+// errors), defaults and validation, and the checks of what the file names
+// on the host (the layout that keeps every workspace apart from the
+// gateway's own files, the keys and secrets it reads). It imports neither
+// gateway nor the front doors nor cmd: they import it, and the front
+// doors' and the console's sections stay undecoded here (RawSection), for
+// their own packages to decode.
+package config
 
 import (
 	"bytes"
@@ -12,6 +20,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -220,6 +229,14 @@ type EvidenceConfig struct {
 	PeerWitnessInterval string `yaml:"peer_witness_interval"`
 }
 
+// DefaultSweepInterval is how often recovery revisits the requests this
+// gateway left unfinished when evidence.sweep_interval is 0.
+const DefaultSweepInterval = time.Minute
+
+// minLeaseHeartbeat is the shortest evidence.lease_heartbeat: a renewal
+// is a store write and a listing, and must fit in one period.
+const minLeaseHeartbeat = 10 * time.Millisecond
+
 // ObjectLockConfig is the S3 Object Lock retention put on each artifact.
 type ObjectLockConfig struct {
 	// Mode is GOVERNANCE or COMPLIANCE.
@@ -228,17 +245,17 @@ type ObjectLockConfig struct {
 	Days int `yaml:"days"`
 }
 
-// opTimeout is the configured per-operation store deadline, or the default.
-func (e EvidenceConfig) opTimeout() time.Duration {
+// EffectiveOpTimeout is the configured per-operation store deadline, or the default.
+func (e EvidenceConfig) EffectiveOpTimeout() time.Duration {
 	if e.OpTimeout == 0 {
 		return evidence.DefaultOpTimeout
 	}
 	return e.OpTimeout
 }
 
-// storeURL returns the evidence URL with the object lock settings folded
+// StoreURL returns the evidence URL with the object lock settings folded
 // into its query, where the s3 backend reads them.
-func (e EvidenceConfig) storeURL() (string, error) {
+func (e EvidenceConfig) StoreURL() (string, error) {
 	if e.ObjectLock == nil {
 		return e.URL, nil
 	}
@@ -271,7 +288,7 @@ func (s SecretSource) Read(getenv func(string) string) ([]byte, error) {
 	case s.File != "" && s.Env != "":
 		return nil, errors.New("give file or env, not both")
 	case s.File != "":
-		return regularfile.Read(s.File, maxKeyFileBytes)
+		return regularfile.Read(s.File, MaxKeyFileBytes)
 	case s.Env != "":
 		v := getenv(s.Env)
 		if v == "" {
@@ -523,6 +540,10 @@ func (c Config) WithDefaults() (Config, error) {
 // Caller::"<name>" and evidence records.
 const CallerNamePattern = ident.CallerNamePattern
 
+// AnonymousCaller is the caller name of every call when auth.keys is
+// empty, which the gateway allows only on a loopback listener.
+const AnonymousCaller = "anonymous"
+
 const (
 	callerNamePattern = ident.CallerName
 	driverNamePattern = ident.DriverName
@@ -562,7 +583,7 @@ func (c Config) Validate() error {
 		}
 		seen[id] = true
 	}
-	if err := c.Limits.validate(); err != nil {
+	if err := c.Limits.Validate(); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
 	if err := c.Admin.validate(c.Listen); err != nil {
@@ -592,10 +613,10 @@ func (c Config) Validate() error {
 	if h := c.Evidence.LeaseHeartbeat; h != 0 && h < minLeaseHeartbeat {
 		return fmt.Errorf("config: evidence.lease_heartbeat: %v is shorter than %v (0: %v)", h, minLeaseHeartbeat, lease.DefaultHeartbeat)
 	}
-	if err := c.Evidence.SigningKey.validate(); err != nil {
+	if err := c.Evidence.SigningKey.Validate(); err != nil {
 		return err
 	}
-	if _, err := c.Evidence.peerWitnessInterval(); err != nil {
+	if _, err := c.Evidence.EffectivePeerWitnessInterval(); err != nil {
 		return err
 	}
 	if err := c.Evidence.validateTrust(); err != nil {
@@ -608,7 +629,7 @@ func (c Config) Validate() error {
 		if ol.Days <= 0 {
 			return fmt.Errorf("config: evidence.object_lock.days: must be at least 1")
 		}
-		if _, err := c.Evidence.storeURL(); err != nil {
+		if _, err := c.Evidence.StoreURL(); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
 	}
@@ -637,7 +658,7 @@ func (c Config) Validate() error {
 	}
 	for _, id := range sortedKeys(c.Tools) {
 		t := c.Tools[id]
-		if err := validateToolID(id); err != nil {
+		if err := ident.ValidateToolID(id); err != nil {
 			return fmt.Errorf("config: tools.%s: %w", id, err)
 		}
 		d, ok := c.Drivers[t.Driver]
@@ -782,7 +803,7 @@ func (p PolicyConfig) validate(keys []KeyConfig) error {
 		switch {
 		case shadow == "" || shadow == ref:
 			return fmt.Errorf("config: policies.shadow.%s: name another policy set", ref)
-		case shadow == defaultPolicy:
+		case shadow == policy.DefaultRef:
 			return fmt.Errorf("config: policies.shadow.%s: %s is the default set, enforced for every call that names none; it cannot be a shadow candidate", ref, shadow)
 		}
 		if _, ok := p.Shadow[shadow]; ok {
@@ -844,14 +865,14 @@ func (t ToolConfig) spec() drivers.ToolSpec {
 		HasEnv: len(t.Env) > 0 || len(t.CallerEnv) > 0}
 }
 
-// bind returns what the entry binds to on the driver configured as dc.
-func (t ToolConfig) bind(dc drivers.Config) (drivers.Binding, error) {
-	return binder(dc)(t.spec())
+// Bind returns what the entry binds to on the driver configured as dc.
+func (t ToolConfig) Bind(dc drivers.Config) (drivers.Binding, error) {
+	return Binder(dc)(t.spec())
 }
 
-// binder returns how the driver configured as dc binds a tool entry: its
+// Binder returns how the driver configured as dc binds a tool entry: its
 // drivers.ToolBinder, or the entry as given.
-func binder(dc drivers.Config) func(drivers.ToolSpec) (drivers.Binding, error) {
+func Binder(dc drivers.Config) func(drivers.ToolSpec) (drivers.Binding, error) {
 	if b, ok := dc.(drivers.ToolBinder); ok {
 		return b.BindTool
 	}
@@ -863,7 +884,7 @@ func binder(dc drivers.Config) func(drivers.ToolSpec) (drivers.Binding, error) {
 // validate checks a tool's settings for its driver (whose kind checks
 // what the entry binds to). Errors start with the offending key.
 func (t ToolConfig) validate(dc drivers.Config) error {
-	if _, err := t.bind(dc); err != nil {
+	if _, err := t.Bind(dc); err != nil {
 		return err
 	}
 	for name, v := range t.Env {
@@ -913,4 +934,25 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// CheckPolicyRefs checks that every policy set policies.shadow and
+// policies.selectable name is one of refs, the sets of the loaded policy
+// folder.
+func (c Config) CheckPolicyRefs(refs []string) error {
+	for _, ref := range sortedKeys(c.Policies.Shadow) {
+		for _, name := range []string{ref, c.Policies.Shadow[ref]} {
+			if !slices.Contains(refs, name) {
+				return fmt.Errorf("config: policies.shadow: no policy set %q in %s", name, c.Policies.Dir)
+			}
+		}
+	}
+	for i, sel := range c.Policies.Selectable {
+		for _, ref := range sel.Refs {
+			if !slices.Contains(refs, ref) {
+				return fmt.Errorf("config: policies.selectable[%d].refs: no policy set %q in %s", i, ref, c.Policies.Dir)
+			}
+		}
+	}
+	return nil
 }
