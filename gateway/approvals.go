@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/trust"
+	"github.com/toolgate/toolgate/gateway/approval"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -26,30 +27,7 @@ type ApprovalOptions struct {
 	// DefaultApprovalTTL.
 	TTL time.Duration
 	// Notifier, if set, is told of every approval asked for and decided.
-	Notifier Notifier
-}
-
-// Notifier is told of approvals as they are asked for and decided, so that
-// people can be shown them. Notify must not block: it is called on the
-// call's path, after the evidence is stored.
-type Notifier interface {
-	Notify(ev ApprovalEvent)
-}
-
-// Approval event types, in ApprovalEvent.Type.
-const (
-	EventApprovalPending = "approval.pending"
-	EventApprovalDecided = "approval.decided"
-)
-
-// ApprovalEvent is what a Notifier is told: the approval as
-// ListApprovals would show it, and whether it was asked for or decided.
-type ApprovalEvent struct {
-	// Type is EventApprovalPending or EventApprovalDecided.
-	Type string
-	// Approval is the approval, its arguments redacted as its evidence
-	// records them.
-	Approval *toolgatev1.Approval
+	Notifier approval.Notifier
 }
 
 // DecideApproval implements the ToolGateway service.
@@ -164,7 +142,7 @@ func (g *Gateway) afterDecision(ctx context.Context, v *approvalView) *approvalV
 	if v.h.final() && !g.finaliseHeld(ctx, id) {
 		g.recovery.watchApproval(id, v.h.request.RequestedAt, time.Time{}) // the sweep ends it
 	}
-	g.notify(ctx, EventApprovalDecided, id)
+	g.notify(ctx, approval.EventDecided, id)
 	if now, err := g.loadApproval(ctx, id); err == nil {
 		return now
 	}

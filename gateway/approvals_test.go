@@ -20,6 +20,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/approval"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -66,10 +67,10 @@ func (c *fakeClock) advance(d time.Duration) {
 // recordingNotifier keeps the events it is told of.
 type recordingNotifier struct {
 	mu     sync.Mutex
-	events []ApprovalEvent
+	events []approval.Event
 }
 
-func (n *recordingNotifier) Notify(ev ApprovalEvent) {
+func (n *recordingNotifier) Notify(ev approval.Event) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.events = append(n.events, ev)

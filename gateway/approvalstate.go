@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/trust"
+	"github.com/toolgate/toolgate/gateway/approval"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -199,7 +200,7 @@ func (g *Gateway) askApproval(ctx, pre context.Context, p *prepared, rec *record
 			"evidence store unavailable, nothing was executed (retry with the same request_id): %v", err)
 	}
 	g.recovery.watchApproval(p.c.RequestID, stored.RequestedAt, stored.ExpiresAt)
-	g.notify(ctx, EventApprovalPending, p.c.RequestID)
+	g.notify(ctx, approval.EventPending, p.c.RequestID)
 	reason := evidence.AwaitingApprovalReason(id)
 	if err := rec.putDispatch(pre, evidence.NotDispatched, reason); err != nil {
 		// The approval stands; the attempt must be closed before a retry
@@ -332,7 +333,7 @@ func (g *Gateway) approvalGate(ctx context.Context, p *prepared, rec *recorder, 
 			return nil, expiryFailure(rec, id, h.request.ApprovalID, err)
 		}
 		if written {
-			g.notify(ctx, EventApprovalDecided, id)
+			g.notify(ctx, approval.EventDecided, id)
 		}
 		if keys, err = g.store.List(ctx, evidence.RequestPrefix(id)); err != nil {
 			return nil, rec.failure(codes.Unavailable, "evidence store unavailable: %v", err)
@@ -391,7 +392,7 @@ func (g *Gateway) notify(ctx context.Context, typ, requestID string) {
 		g.log.Warn("approval not notified: it cannot be read back", "request_id", requestID, "type", typ, "err", err)
 		return
 	}
-	g.notifier.Notify(ApprovalEvent{Type: typ, Approval: v.proto()})
+	g.notifier.Notify(approval.Event{Type: typ, Approval: v.proto()})
 }
 
 // storedPrepared rebuilds what a retry of request id would prepare, from

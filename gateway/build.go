@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/approval"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/redact"
@@ -160,8 +161,8 @@ func Build(ctx context.Context, cfg Config, getenv func(string) string, log *slo
 
 	approvals := ApprovalOptions{TTL: cfg.Approvals.ttl()}
 	if wh := cfg.Approvals.Webhook; wh != nil {
-		notifier, err := NewWebhookNotifier(WebhookOptions{
-			URL: wh.URL, Secret: webhookSecret, Redactor: redactor, Logger: log, Gateway: instance,
+		notifier, err := approval.NewWebhookNotifier(approval.WebhookOptions{
+			URL: wh.URL, Secret: webhookSecret, Redactor: redactor, Logger: log, Gateway: instance, UserAgent: "toolgate/" + Version,
 			Timeout: wh.Timeout, Retries: wh.Retries,
 		})
 		if err != nil {

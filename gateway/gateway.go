@@ -23,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/lease"
 	"github.com/toolgate/toolgate/evidence/trust"
+	"github.com/toolgate/toolgate/gateway/approval"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/internal/connlimit"
 	"github.com/toolgate/toolgate/internal/ownedid"
@@ -151,7 +152,7 @@ type Gateway struct {
 	// approvalTTL is how long an approval may be decided and used;
 	// notifier, if set, is told of approvals asked for and decided.
 	approvalTTL time.Duration
-	notifier    Notifier
+	notifier    approval.Notifier
 	// changes are told of every policy swap (SubscribePolicyChanges).
 	changes policyChanges
 	// telemetry is nil when nothing is recorded.

@@ -11,6 +11,7 @@ import (
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/trust"
+	"github.com/toolgate/toolgate/gateway/approval"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -220,7 +221,7 @@ func (g *Gateway) guestApprovalGate(ctx context.Context, p *prepared, rec *recor
 			return nil, expiryFailure(rec, nid, nested.request.ApprovalID, err)
 		}
 		if written {
-			g.notify(ctx, EventApprovalDecided, nid)
+			g.notify(ctx, approval.EventDecided, nid)
 		}
 	}
 	if nested.final() || !now.Before(nested.request.ExpiresAt) {
