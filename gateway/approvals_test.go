@@ -727,7 +727,7 @@ func TestApprovalAttacks(t *testing.T) {
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		e.pendingID("alice", "atk-2", args)
 		forged := "apr_" + strings.Repeat("b", 26)
-		if err := e.store.Put(context.Background(), approvalIndexKey(forged), []byte("atk-2")); err != nil {
+		if err := e.store.Put(context.Background(), approval.IndexKey(forged), []byte("atk-2")); err != nil {
 			t.Fatal(err)
 		}
 		_, err := e.decide(0, "bob", forged, "approve", "")

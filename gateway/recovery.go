@@ -291,17 +291,17 @@ func (g *Gateway) watchHeld(ctx context.Context, id string, keys []string) {
 	if !slices.Contains(keys, evidence.Key(id, evidence.ArtifactApprovalRequest)) {
 		return
 	}
-	h, err := g.readHeld(ctx, id, keys)
+	h, err := g.approvals().Read(ctx, id, keys)
 	if err != nil {
 		g.log.Warn("a request held for approval cannot be read; its expiry is left to a retry", "request_id", id, "err", err)
 		return
 	}
-	expires := h.request.ExpiresAt
-	if h.final() {
+	expires := h.Request.ExpiresAt
+	if h.Final() {
 		expires = time.Time{} // denied, not yet ended: due now
 	}
-	g.recovery.watchApproval(id, h.request.RequestedAt, expires)
-	if h.verdict != nil {
+	g.recovery.watchApproval(id, h.Request.RequestedAt, expires)
+	if h.Verdict != nil {
 		g.recovery.approvalDecided(id)
 	}
 }
