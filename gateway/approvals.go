@@ -124,7 +124,7 @@ func (g *Gateway) DecideApprovalAs(ctx context.Context, caller string, identity 
 	case outcome == approval.Unchanged:
 		return approval.Already(v, caller, decision)
 	}
-	g.recovery.approvalDecided(v.Held.Request.RequestID)
+	g.recovery.ApprovalDecided(v.Held.Request.RequestID)
 	g.log.Info("approval decided", "approval_id", id, "request_id", v.Held.Request.RequestID, "approver", caller,
 		"decision", v.Held.Verdict.Decision)
 	return g.afterDecision(ctx, v).Proto(), nil
@@ -135,7 +135,7 @@ func (g *Gateway) DecideApprovalAs(ctx context.Context, caller string, identity 
 func (g *Gateway) afterDecision(ctx context.Context, v *approval.View) *approval.View {
 	id := v.Held.Request.RequestID
 	if v.Held.Final() && !g.finaliseHeld(ctx, id) {
-		g.recovery.watchApproval(id, v.Held.Request.RequestedAt, time.Time{}) // the sweep ends it
+		g.recovery.WatchApproval(id, v.Held.Request.RequestedAt, time.Time{}) // the sweep ends it
 	}
 	book := g.approvals()
 	book.Notify(ctx, approval.EventDecided, id)
@@ -274,8 +274,8 @@ func (g *Gateway) finaliseHeld(ctx context.Context, id string) bool {
 		g.log.Warn("a denied or expired approval's request is left for a retry to end", "request_id", id, "err", err)
 		return false
 	}
-	g.recovery.enter(id)
-	defer g.recovery.leave(id)
+	g.recovery.Enter(id)
+	defer g.recovery.Leave(id)
 	resp, err := g.resume(ctx, p, p.newRecorder(g))
 	if err != nil {
 		g.log.Info("a denied or expired approval's request is left for a retry to end", "request_id", id,

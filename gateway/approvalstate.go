@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/gateway/approval"
+	"github.com/toolgate/toolgate/gateway/recovery"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -39,7 +40,7 @@ func (g *Gateway) askApproval(ctx, pre context.Context, p *prepared, rec *record
 		return nil, rec.failure(p.notRunCode(g.now()),
 			"evidence store unavailable, nothing was executed (retry with the same request_id): %v", err)
 	}
-	g.recovery.watchApproval(p.c.RequestID, stored.RequestedAt, stored.ExpiresAt)
+	g.recovery.WatchApproval(p.c.RequestID, stored.RequestedAt, stored.ExpiresAt)
 	g.approvals().Notify(ctx, approval.EventPending, p.c.RequestID)
 	reason := evidence.AwaitingApprovalReason(id)
 	if err := rec.putDispatch(pre, evidence.NotDispatched, reason); err != nil {
@@ -48,7 +49,7 @@ func (g *Gateway) askApproval(ctx, pre context.Context, p *prepared, rec *record
 		key, closeErr := g.closeAttempt(ctx, p.c.RequestID, n, false, rec.redact, reason)
 		if closeErr != nil {
 			log.Error("could not close an attempt held for approval; recovery will", "approval_id", id, "err", closeErr)
-			g.recovery.leftUnfinished(p.c.RequestID, unfinished{})
+			g.recovery.LeftUnfinished(p.c.RequestID, recovery.Unfinished{})
 			return nil, rec.failure(p.notRunCode(g.now()),
 				"request_id %q awaits approval %s, but its record could not be completed; nothing was executed "+
 					"(retry with the same request_id): %v", p.c.RequestID, id, err)

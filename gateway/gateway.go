@@ -24,6 +24,7 @@ import (
 	"github.com/toolgate/toolgate/evidence/lease"
 	"github.com/toolgate/toolgate/evidence/trust"
 	"github.com/toolgate/toolgate/gateway/approval"
+	"github.com/toolgate/toolgate/gateway/recovery"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/internal/connlimit"
 	"github.com/toolgate/toolgate/internal/ownedid"
@@ -145,8 +146,8 @@ type Gateway struct {
 	claimant string
 	// recovery knows which requests this process runs and which it left
 	// unfinished; recoveryLimits say when others count as abandoned.
-	recovery       *recovery
-	recoveryLimits recoveryLimits
+	recovery       *recovery.Notes
+	recoveryLimits recovery.Limits
 	log            *slog.Logger
 	now            func() time.Time
 	// approvalTTL is how long an approval may be decided and used;
@@ -208,8 +209,8 @@ func New(opts Options) (*Gateway, error) {
 		engineBase:     fmt.Sprintf("toolgate/%s@%s", Version, opts.Instance),
 		instance:       opts.Instance,
 		lease:          opts.Lease,
-		recovery:       newRecovery(),
-		recoveryLimits: opts.Recovery.limits(opts.Drivers),
+		recovery:       recovery.NewNotes(),
+		recoveryLimits: opts.Recovery.Limits(opts.Drivers),
 		log:            redactingLogger(opts.Logger, opts.Redactor),
 		now:            opts.Now,
 		approvalTTL:    opts.Approvals.TTL,
@@ -264,8 +265,8 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 	// Evidence must be completed even when the caller goes away: a claimed
 	// request with half its evidence is worse than a late answer.
 	ctx = detach(ctx)
-	g.recovery.enter(c.RequestID)
-	defer g.recovery.leave(c.RequestID)
+	g.recovery.Enter(c.RequestID)
+	defer g.recovery.Leave(c.RequestID)
 	rec := p.newRecorder(g)
 	defer func() { g.telemetry.AnnotateCall(ctx, rec.stageTimes) }()
 	if p.deadlinePassed(g.now()) {
@@ -294,7 +295,7 @@ func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.R
 		}
 		// The write may have landed all the same: recovery closes the
 		// attempt it would have opened, so that a retry can run.
-		g.recovery.leftUnfinished(c.RequestID, unfinished{claimUnsure: g.now()})
+		g.recovery.LeftUnfinished(c.RequestID, recovery.Unfinished{ClaimUnsure: g.now()})
 		g.log.Error("evidence store unavailable; nothing ran", "request_id", c.RequestID, "err", err)
 		return nil, rec.failure(p.notRunCode(g.now()),
 			"evidence store unavailable, nothing was executed (retry with the same request_id): %v", err)
@@ -506,8 +507,8 @@ func (g *Gateway) resume(ctx context.Context, p *prepared, rec *recorder) (*tool
 		}
 		return g.nextAttempt(ctx, p, rec, keys, last.Number+1)
 	case evidence.Dispatched:
-		if left, ok := g.recovery.lookup(id); ok && left.told != "" {
-			return nil, rec.failure(codes.Aborted, "%s", left.told)
+		if left, ok := g.recovery.Lookup(id); ok && left.Told != "" {
+			return nil, rec.failure(codes.Aborted, "%s", left.Told)
 		}
 		return nil, rec.failure(codes.Aborted,
 			"request_id %q is in flight, or was interrupted, after dispatch; it is never executed twice", id)
@@ -525,7 +526,7 @@ func (g *Gateway) storedAnswer(ctx context.Context, p *prepared, rec *recorder, 
 	manifestKey := evidence.Key(id, evidence.ArtifactManifest)
 	if slices.Contains(keys, responseKey) && !slices.Contains(keys, manifestKey) && g.abandoned(ctx, id, keys) {
 		if s, err := g.readStored(ctx, id, keys); err == nil && g.rollForward(ctx, s) == nil {
-			g.recovery.settled(id)
+			g.recovery.Settled(id)
 		}
 	}
 	resp, answered, err := g.answerFromResponse(ctx, p, rec)
@@ -595,12 +596,12 @@ func (g *Gateway) answerFromResponse(ctx context.Context, p *prepared, rec *reco
 // working on any more, or one this process proved not dispatched but
 // could not close. It reports whether the attempt is now closed.
 func (g *Gateway) closeAbandoned(ctx context.Context, id string, keys []string, last evidence.Attempt) bool {
-	left, noted := g.recovery.lookup(id)
+	left, noted := g.recovery.Lookup(id)
 	var marked bool
 	var reason string
 	switch {
-	case last.State == evidence.Dispatched && noted && left.notDispatched == last.Number && !left.aged:
-		marked, reason = true, left.reason
+	case last.State == evidence.Dispatched && noted && left.NotDispatched == last.Number && !left.Aged:
+		marked, reason = true, left.Reason
 	case last.State == evidence.AttemptOpen && g.abandoned(ctx, id, keys):
 		reason = "abandoned before dispatch: found open by a retry after its gateway had stopped working on it"
 	default:
@@ -609,7 +610,7 @@ func (g *Gateway) closeAbandoned(ctx context.Context, id string, keys []string, 
 	if _, err := g.closeAttempt(ctx, id, last.Number, marked, g.encodeRecord, reason); err != nil {
 		return false
 	}
-	g.recovery.settled(id)
+	g.recovery.Settled(id)
 	return true
 }
 
@@ -621,7 +622,7 @@ func (g *Gateway) closeAbandoned(ctx context.Context, id string, keys []string, 
 // record may wait in that gateway's spool; before a decision, only once it
 // is older than an open attempt can be.
 func (g *Gateway) abandoned(ctx context.Context, id string, keys []string) bool {
-	if g.recovery.othersRunning(id, 1) {
+	if g.recovery.OthersRunning(id, 1) {
 		return false
 	}
 	if g.spool != nil {
@@ -638,7 +639,7 @@ func (g *Gateway) abandoned(ctx context.Context, id string, keys []string) bool 
 	case s.decision != nil:
 		return false
 	}
-	return g.now().Sub(s.lastActivity) >= g.recoveryLimits.openAfter
+	return g.now().Sub(s.lastActivity) >= g.recoveryLimits.OpenAfter
 }
 
 // nextAttempt opens attempt n of a request whose earlier attempts ran

@@ -7,263 +7,24 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/trust"
+	"github.com/toolgate/toolgate/gateway/recovery"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 )
 
 // DefaultSweepInterval is how often recovery revisits the requests this
 // gateway left unfinished, unless RecoveryOptions.Interval says otherwise.
-const DefaultSweepInterval = time.Minute
-
-// unboundedRunTime stands in for the run time of a driver that states no
-// bound (see drivers.Bounded).
-const unboundedRunTime = time.Hour
+const DefaultSweepInterval = recovery.DefaultSweepInterval
 
 // RecoveryOptions tune how a gateway finalises the requests left without
 // a manifest (see Gateway.Recover).
-type RecoveryOptions struct {
-	// Interval between two visits of the requests this gateway left
-	// unfinished; 0 means DefaultSweepInterval.
-	Interval time.Duration
-	// InterruptedAfter is how long after its dispatch a request of this
-	// gateway's instance without a response is recorded as interrupted.
-	// 0: the longest run time of the gateway's drivers, plus six store
-	// operations.
-	InterruptedAfter time.Duration
-	// OpTimeout is the store's deadline for one operation, which bounds
-	// how long an attempt can stay open before dispatch (four of them)
-	// and a response can wait for its manifest (two); 0 means
-	// evidence.DefaultOpTimeout.
-	OpTimeout time.Duration
-}
-
-// recoveryLimits are RecoveryOptions with every default applied.
-type recoveryLimits struct {
-	interval         time.Duration
-	interruptedAfter time.Duration
-	openAfter        time.Duration
-	respondedAfter   time.Duration
-}
-
-func (o RecoveryOptions) limits(ds map[string]drivers.Driver) recoveryLimits {
-	op := o.OpTimeout
-	if op <= 0 {
-		op = evidence.DefaultOpTimeout
-	}
-	l := recoveryLimits{interval: o.Interval, interruptedAfter: o.InterruptedAfter, openAfter: 4 * op, respondedAfter: 2 * op}
-	if l.interval <= 0 {
-		l.interval = DefaultSweepInterval
-	}
-	if l.interruptedAfter <= 0 {
-		longest := time.Duration(0)
-		for _, d := range ds {
-			run := unboundedRunTime
-			if b, ok := d.(drivers.Bounded); ok {
-				run = b.MaxRunTime()
-			}
-			longest = max(longest, run)
-		}
-		l.interruptedAfter = longest + 6*op
-	}
-	return l
-}
-
-// unfinished is what this process knows of a request it left without a
-// manifest.
-type unfinished struct {
-	// told, when set, is what the caller of a dispatched request was told
-	// when neither its response nor its failure could be stored: the
-	// failed manifest recovery writes says it.
-	told string
-	// notDispatched, when set, numbers an attempt this process proved not
-	// dispatched after writing its marker, but could not close: recovery
-	// closes it, so that a retry can run the call.
-	notDispatched int
-	reason        string
-	// aged is set for a request found unfinished by a sweep rather than
-	// left so by this process: it is revisited, but judged by its age.
-	aged bool
-	// claimUnsure, when set, is when this process's write of the claim
-	// failed with an outcome it could not tell: the claim may still land
-	// after a sweep's listing missed it (a store that took the write and
-	// answered too late), so its absence is not final until openAfter.
-	claimUnsure time.Time
-}
-
-// recovery keeps the request ids this process is running and those it
-// left unfinished. Neither is the truth about a request (the store is);
-// they only tell recovery which requests it may finalise without waiting.
-type recovery struct {
-	mu       sync.Mutex
-	inFlight map[string]int
-	left     map[string]unfinished
-	// approvals maps the requests held for approval that this process
-	// asked for or found at start-up to when their approval was asked
-	// for and when it expires: the sweep ends them denied once it has,
-	// without walking the store.
-	approvals map[string]watchedApproval
-	// decided are the watched approvals a person has answered: no longer
-	// pending, though still watched until their request ends.
-	decided map[string]struct{}
-}
-
-func newRecovery() *recovery {
-	return &recovery{inFlight: map[string]int{}, left: map[string]unfinished{}, approvals: map[string]watchedApproval{},
-		decided: map[string]struct{}{}}
-}
-
-// approvalDecided notes that a person answered a watched approval.
-func (r *recovery) approvalDecided(requestID string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.approvals[requestID]; ok {
-		r.decided[requestID] = struct{}{}
-	}
-}
-
-// watchedApproval is when a watched approval was asked for and when it
-// expires (zero: due now).
-type watchedApproval struct{ requested, expires time.Time }
-
-// pendingApprovals counts the watched approvals still waiting for a
-// person at now (not answered, not expired), and how long the one asked
-// for first has waited.
-func (r *recovery) pendingApprovals(now time.Time) (n int, oldestAge time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for id, a := range r.approvals {
-		if _, done := r.decided[id]; done || !now.Before(a.expires) {
-			continue
-		}
-		n++
-		oldestAge = max(oldestAge, now.Sub(a.requested))
-	}
-	return n, oldestAge
-}
-
-// watchApproval notes a request whose approval was asked for at
-// requested, held until expires.
-func (r *recovery) watchApproval(requestID string, requested, expires time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.approvals[requestID] = watchedApproval{requested: requested, expires: expires}
-}
-
-// unwatchApproval forgets a request whose approval has ended.
-func (r *recovery) unwatchApproval(requestID string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.approvals, requestID)
-	delete(r.decided, requestID)
-}
-
-// expiredApprovals returns the watched requests whose approval expired by
-// now, sorted.
-func (r *recovery) expiredApprovals(now time.Time) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var ids []string
-	for id, a := range r.approvals {
-		if !now.Before(a.expires) {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	return ids
-}
-
-// enter notes a call of requestID in flight, until leave.
-func (r *recovery) enter(requestID string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.inFlight[requestID]++
-}
-
-// leave ends what enter began.
-func (r *recovery) leave(requestID string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.inFlight[requestID]--; r.inFlight[requestID] <= 0 {
-		delete(r.inFlight, requestID)
-	}
-}
-
-// othersRunning reports whether more than self calls of requestID are in
-// flight in this process.
-func (r *recovery) othersRunning(requestID string, self int) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.inFlight[requestID] > self
-}
-
-// leftUnfinished notes a request whose call ended without its manifest,
-// and what recovery must know of it. A note adds to an earlier one, never
-// erases it: two calls of one id (a retry beside the owner) may both leave
-// it, and what the owner proved must not be lost.
-func (r *recovery) leftUnfinished(requestID string, u unfinished) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if prev, ok := r.left[requestID]; ok {
-		u.aged = u.aged && prev.aged
-		if u.told == "" {
-			u.told = prev.told
-		}
-		if u.notDispatched == 0 {
-			u.notDispatched, u.reason = prev.notDispatched, prev.reason
-		}
-		if u.claimUnsure.IsZero() {
-			u.claimUnsure = prev.claimUnsure
-		}
-	}
-	r.left[requestID] = u
-}
-
-func (r *recovery) lookup(requestID string) (unfinished, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	u, ok := r.left[requestID]
-	return u, ok
-}
-
-func (r *recovery) settled(requestID string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.left, requestID)
-}
-
-func (r *recovery) pending() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ids := make([]string, 0, len(r.left))
-	for id := range r.left {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
-}
+type RecoveryOptions = recovery.Options
 
 // RecoveryStats counts what one pass of recovery did.
-type RecoveryStats struct {
-	// Examined counts the requests without a manifest it looked at.
-	Examined int
-	// RolledForward: a stored response got its manifest.
-	RolledForward int
-	// Closed: an abandoned attempt was closed as not dispatched.
-	Closed int
-	// Interrupted: a dispatched request got an interrupted (or failed)
-	// manifest.
-	Interrupted int
-	// Waiting: requests left for a later pass (too young, in flight, or
-	// with artifacts still in the spool).
-	Waiting int
-	// Expired: requests whose approval expired were ended denied.
-	Expired int
-}
+type RecoveryStats = recovery.Stats
 
 // Recover walks the store once and finalises this instance's requests that
 // were left without a manifest: a stored response gets its manifest
@@ -300,9 +61,9 @@ func (g *Gateway) watchHeld(ctx context.Context, id string, keys []string) {
 	if h.Final() {
 		expires = time.Time{} // denied, not yet ended: due now
 	}
-	g.recovery.watchApproval(id, h.Request.RequestedAt, expires)
+	g.recovery.WatchApproval(id, h.Request.RequestedAt, expires)
 	if h.Verdict != nil {
-		g.recovery.approvalDecided(id)
+		g.recovery.ApprovalDecided(id)
 	}
 }
 
@@ -310,9 +71,9 @@ func (g *Gateway) watchHeld(ctx context.Context, id string, keys []string) {
 // (or was denied and not yet ended), and reports how many it ended.
 func (g *Gateway) sweepApprovals(ctx context.Context) int {
 	ended := 0
-	for _, id := range g.recovery.expiredApprovals(g.now()) {
+	for _, id := range g.recovery.ExpiredApprovals(g.now()) {
 		if g.finaliseHeld(ctx, id) {
-			g.recovery.unwatchApproval(id)
+			g.recovery.UnwatchApproval(id)
 			ended++
 		}
 	}
@@ -324,7 +85,7 @@ func (g *Gateway) sweepApprovals(ctx context.Context) int {
 func (g *Gateway) RunRecovery(ctx context.Context) {
 	stats, err := g.Recover(ctx)
 	g.logRecovery("recovery sweep at start", stats, err)
-	t := time.NewTicker(g.recoveryLimits.interval)
+	t := time.NewTicker(g.recoveryLimits.Interval)
 	defer t.Stop()
 	for {
 		select {
@@ -359,7 +120,7 @@ func (g *Gateway) logRecovery(msg string, s RecoveryStats, err error) {
 func (g *Gateway) revisit(ctx context.Context) (RecoveryStats, error) {
 	var stats RecoveryStats
 	var errs []error
-	for _, id := range g.recovery.pending() {
+	for _, id := range g.recovery.Pending() {
 		keys, err := g.store.List(ctx, evidence.RequestPrefix(id))
 		if err != nil {
 			errs = append(errs, err)
@@ -376,130 +137,91 @@ func (g *Gateway) revisit(ctx context.Context) (RecoveryStats, error) {
 // recoverOne examines one request without a manifest and counts what it
 // did in stats. A request it settles is no longer noted as unfinished.
 func (g *Gateway) recoverOne(ctx context.Context, id string, keys []string, stats *RecoveryStats) error {
-	stats.Examined++
 	did, err := g.recoverRequest(ctx, id, keys)
-	switch {
-	case err != nil:
-		stats.Waiting++
+	if err != nil {
+		stats.Count(recovery.Wait)
 		return fmt.Errorf("recover %s: %w", id, err)
-	case did == recoveryWait:
-		stats.Waiting++
-		if _, noted := g.recovery.lookup(id); !noted {
-			g.recovery.leftUnfinished(id, unfinished{aged: true})
-		}
-		return nil
-	case did == recoveryRolledForward:
-		stats.RolledForward++
-	case did == recoveryClosed:
-		stats.Closed++
-	case did == recoveryInterrupted:
-		stats.Interrupted++
 	}
-	g.recovery.settled(id)
+	stats.Count(did)
+	if did != recovery.Wait {
+		g.recovery.Settled(id)
+	} else if _, noted := g.recovery.Lookup(id); !noted {
+		g.recovery.LeftUnfinished(id, recovery.Unfinished{Aged: true})
+	}
 	return nil
 }
 
-// What recoverRequest did.
-type recoveryAction int
-
-const (
-	recoveryNone          recoveryAction = iota // settled already, or not ours
-	recoveryWait                                // revisit later
-	recoveryRolledForward                       // a stored response got its manifest
-	recoveryClosed                              // an open attempt was closed
-	recoveryInterrupted                         // a dispatched request was finalised
-)
-
 // recoverRequest finalises request id, whose keys in the store are keys,
 // when it is this instance's and provably abandoned.
-func (g *Gateway) recoverRequest(ctx context.Context, id string, keys []string) (recoveryAction, error) {
-	if g.recovery.othersRunning(id, 0) {
-		return recoveryWait, nil
+func (g *Gateway) recoverRequest(ctx context.Context, id string, keys []string) (recovery.Action, error) {
+	if g.recovery.OthersRunning(id, 0) {
+		return recovery.Wait, nil
 	}
 	if slices.Contains(keys, evidence.Key(id, evidence.ArtifactManifest)) {
-		return recoveryNone, nil
+		return recovery.None, nil
 	}
 	if g.spool != nil {
 		// The flusher moves these first; the manifest may be among them.
 		spooled, err := g.spool.List(ctx, evidence.RequestPrefix(id))
 		if err != nil || len(spooled) > 0 {
-			return recoveryWait, err
+			return recovery.Wait, err
 		}
 	}
 	if !slices.Contains(keys, evidence.Key(id, evidence.ArtifactRequest)) {
-		if left, noted := g.recovery.lookup(id); noted && !left.claimUnsure.IsZero() &&
-			g.now().Sub(left.claimUnsure) < g.recoveryLimits.openAfter {
-			return recoveryWait, nil // the claim may be on its way still
+		if left, noted := g.recovery.Lookup(id); noted && !left.ClaimUnsure.IsZero() &&
+			g.now().Sub(left.ClaimUnsure) < g.recoveryLimits.OpenAfter {
+			return recovery.Wait, nil // the claim may be on its way still
 		}
-		return recoveryNone, nil // never claimed
+		return recovery.None, nil // never claimed
 	}
 	s, err := g.readStored(ctx, id, keys)
 	if errors.Is(err, trust.ErrTampered) {
 		// Finalising it would sign a record no trusted gateway wrote.
 		g.tampered(nil, telemetry.RecordClaim, id, err)
-		return recoveryNone, nil
+		return recovery.None, nil
 	}
 	if err != nil {
-		return recoveryWait, err
+		return recovery.Wait, err
 	}
 	// Only the instance that owns the last attempt finalises it, even when
 	// this process noted the request: a claim this process failed to
 	// write may be another replica's request, or a newer process's of
 	// this instance name.
 	if !g.owns(s.owner()) {
-		return recoveryNone, nil
+		return recovery.None, nil
 	}
-	left, noted := g.recovery.lookup(id)
-	return g.finalise(ctx, s, noted && !left.aged, left)
+	left, noted := g.recovery.Lookup(id)
+	return g.finalise(ctx, s, noted && !left.Aged, left)
 }
 
-// finalise applies recovery's rules to the stored state s. noted is set
-// when this process itself left the request unfinished: then it is known
-// to be abandoned, and no age is waited for.
-func (g *Gateway) finalise(ctx context.Context, s *storedRequest, noted bool, left unfinished) (recoveryAction, error) {
-	age := g.now().Sub(s.lastActivity)
-	last := s.attempts[len(s.attempts)-1]
-	switch {
-	case s.has(evidence.ArtifactResponse):
-		if !noted && age < g.recoveryLimits.respondedAfter {
-			return recoveryWait, nil
-		}
+// finalise does what recovery's rules (recovery.Limits.Next) say of the
+// stored state s. noted is set when this process itself left the request
+// unfinished: then it is known to be abandoned, and no age is waited for.
+func (g *Gateway) finalise(ctx context.Context, s *storedRequest, noted bool, left recovery.Unfinished) (recovery.Action, error) {
+	step := g.recoveryLimits.Next(recovery.Request{
+		Responded: s.has(evidence.ArtifactResponse), Last: s.attempts[len(s.attempts)-1], Age: g.now().Sub(s.lastActivity),
+	}, noted, left)
+	switch step.Do {
+	case recovery.RollForward:
 		err := g.rollForward(ctx, s)
 		if errors.Is(err, trust.ErrTampered) {
 			g.tampered(nil, telemetry.RecordResponse, s.id, err)
-			return recoveryNone, nil // nothing is signed for it
+			return recovery.None, nil // nothing is signed for it
 		}
-		return recoveryRolledForward, err
-	case last.State == evidence.NotDispatched:
-		return recoveryNone, nil
-	case last.State == evidence.AttemptOpen:
-		if !noted && age < g.recoveryLimits.openAfter {
-			return recoveryWait, nil
-		}
+		return step.Do, err
+	case recovery.Close:
 		if err := g.confirmInstance(ctx); err != nil {
-			return recoveryWait, err
+			return recovery.Wait, err
 		}
-		_, err := g.closeAttempt(ctx, s.id, last.Number, false, g.encodeRecord,
-			"abandoned before dispatch: its gateway stopped, or lost its store, before dispatching it")
-		if errors.Is(err, errDispatchedElsewhere) {
-			return recoveryWait, nil
+		_, err := g.closeAttempt(ctx, s.id, s.attempts[len(s.attempts)-1].Number, step.Marked, g.encodeRecord, step.Reason)
+		if !step.Marked && errors.Is(err, errDispatchedElsewhere) {
+			return recovery.Wait, nil
 		}
-		return recoveryClosed, err
-	case left.notDispatched == last.Number:
-		if err := g.confirmInstance(ctx); err != nil {
-			return recoveryWait, err
-		}
-		_, err := g.closeAttempt(ctx, s.id, last.Number, true, g.encodeRecord, left.reason)
-		return recoveryClosed, err
-	case left.told != "":
-		return recoveryInterrupted, g.writeRecoveredManifest(ctx, s, evidence.OutcomeFailed,
-			"dispatched, and ended without a response on record; the caller was told: "+left.told)
-	case noted || age >= g.recoveryLimits.interruptedAfter:
-		return recoveryInterrupted, g.writeRecoveredManifest(ctx, s, evidence.OutcomeInterrupted,
-			"dispatched, and abandoned before its response was recorded (its gateway stopped or lost its store): "+
-				"the tool may have run; it is never run again")
+		return step.Do, err
+	case recovery.Interrupt:
+		return step.Do, g.writeRecoveredManifest(ctx, s, step.Outcome, step.Reason)
 	}
-	return recoveryWait, nil
+	return step.Do, nil
 }
 
 // storedRequest is what recovery reads of a request without a manifest.
