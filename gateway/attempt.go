@@ -164,7 +164,7 @@ func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int
 	if err := g.dispatch(ctx, pre, p, rec); err != nil {
 		return nil, err
 	}
-	return g.runDispatched(ctx, p, rec, resp, decision, log)
+	return g.execute(ctx, p, rec, resp, decision, log)
 }
 
 // decisionRecord is policy_decision.json of attempt n.
@@ -232,9 +232,9 @@ func (g *Gateway) dispatch(ctx, pre context.Context, p *prepared, rec *recorder)
 	return nil
 }
 
-// runDispatched calls the driver of a dispatched attempt and records what
+// execute calls the driver of a dispatched attempt and records what
 // it returned.
-func (g *Gateway) runDispatched(ctx context.Context, p *prepared, rec *recorder, resp *toolgatev1.RunToolResponse, decision policy.Decision, log *slog.Logger) (*toolgatev1.RunToolResponse, error) {
+func (g *Gateway) execute(ctx context.Context, p *prepared, rec *recorder, resp *toolgatev1.RunToolResponse, decision policy.Decision, log *slog.Logger) (*toolgatev1.RunToolResponse, error) {
 	// The driver gets the caller's deadline but not its cancellation, for
 	// the same reason the evidence writes do; a nested call, though, ends
 	// with the sandbox session that made it. A driver whose tool goes on
@@ -260,7 +260,7 @@ func (g *Gateway) runDispatched(ctx context.Context, p *prepared, rec *recorder,
 	}
 	ranAt := g.now()
 	dctx, stage := g.telemetry.StartStage(dctx, telemetry.StageDriver)
-	result, err := runDriver(dctx, g.drivers[p.tool.Driver], drivers.Call{
+	result, err := callDriver(dctx, g.drivers[p.tool.Driver], drivers.Call{
 		RequestID: p.c.RequestID, ToolID: p.c.ToolID, Target: p.tool.Target,
 		Package: p.tool.Package, Version: p.tool.Version,
 		Args: p.params, Env: p.env, Tools: nested,

@@ -27,7 +27,6 @@ import (
 	"github.com/toolgate/toolgate/gateway/recovery"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/internal/connlimit"
-	"github.com/toolgate/toolgate/internal/ownedid"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -236,74 +235,6 @@ func New(opts Options) (*Gateway, error) {
 	return g, nil
 }
 
-// RunTool implements the ToolGateway service. At most
-// limits.max_concurrent_calls run at once; the tool calls a running call's
-// sandboxed code makes go through run directly and are not counted, so a
-// call holding a slot never waits for a slot of its own.
-func (g *Gateway) RunTool(ctx context.Context, req *toolgatev1.RunToolRequest) (*toolgatev1.RunToolResponse, error) {
-	caller, err := g.authenticate(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return g.Run(ctx, caller, Call{Request: req})
-}
-
-// run is the pipeline for one validated call.
-func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.RunToolResponse, error) {
-	// Another caller's owned id is refused before it is claimed: a claim
-	// would make the owner's call fail.
-	if err := ownedid.Check(caller, c.RequestID); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	p, err := g.prepare(ctx, caller, c)
-	if err != nil {
-		return nil, err
-	}
-	if err := g.holdsInstance(ctx); err != nil {
-		return nil, err
-	}
-	// Evidence must be completed even when the caller goes away: a claimed
-	// request with half its evidence is worse than a late answer.
-	ctx = detach(ctx)
-	g.recovery.Enter(c.RequestID)
-	defer g.recovery.Leave(c.RequestID)
-	rec := p.newRecorder(g)
-	defer func() { g.telemetry.AnnotateCall(ctx, rec.stageTimes) }()
-	if p.deadlinePassed(g.now()) {
-		return nil, status.Errorf(codes.DeadlineExceeded,
-			"the deadline passed before request_id %q was claimed; nothing was executed", c.RequestID)
-	}
-
-	// 1. Claim the request id: a create-only write of request.json.
-	pre, cancel := p.beforeDispatch(ctx)
-	pre, claim := g.telemetry.StartStage(pre, telemetry.StageClaim)
-	err = rec.putSealed(pre, evidence.ArtifactRequest, p.request)
-	claim.End()
-	cancel()
-	if errors.Is(err, evidence.ErrExist) {
-		return g.resume(ctx, p, rec)
-	}
-	if err != nil {
-		// The claim may exist all the same: a write whose outcome is
-		// unknown, or a store that can no longer write (a full disk) but
-		// still reads. Then the request is answered as a retry is.
-		if _, getErr := g.store.Get(ctx, evidence.Key(c.RequestID, evidence.ArtifactRequest)); getErr == nil {
-			return g.resume(ctx, p, rec)
-		}
-		if resp, ok, err := g.replaySpooled(ctx, p.c, p.hash); ok {
-			return resp, err
-		}
-		// The write may have landed all the same: recovery closes the
-		// attempt it would have opened, so that a retry can run.
-		g.recovery.LeftUnfinished(c.RequestID, recovery.Unfinished{ClaimUnsure: g.now()})
-		g.log.Error("evidence store unavailable; nothing ran", "request_id", c.RequestID, "err", err)
-		return nil, rec.failure(p.notRunCode(g.now()),
-			"evidence store unavailable, nothing was executed (retry with the same request_id): %v", err)
-	}
-	// 2. Decide, make the decision durable, dispatch, run, record.
-	return g.attempt(ctx, p, rec, 1)
-}
-
 // prepare canonicalises a call's arguments that name resources (from here
 // on the hash, the evidence, policy and the driver see only that form),
 // hashes it, and sorts out the caller's secrets.
@@ -443,17 +374,6 @@ func (g *Gateway) Signer() *evidence.Signer { return g.signer }
 // (allow, deny or approval_required) than the enforcing set, since the
 // gateway started.
 func (g *Gateway) ShadowFlips() int64 { return g.shadowFlips.Load() }
-
-// runDriver turns a driver panic into an error: a bug in one driver must not
-// take the gateway, and every other call in flight, down with it.
-func runDriver(ctx context.Context, d drivers.Driver, c drivers.Call) (res drivers.Result, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("driver panicked: %v", p)
-		}
-	}()
-	return d.Run(ctx, c)
-}
 
 // resume answers a request whose id is already claimed: the stored
 // answer when there is one, the next attempt when every earlier one
