@@ -445,7 +445,7 @@ func (g *Gateway) storedAnswer(ctx context.Context, p *prepared, rec *recorder, 
 	responseKey := evidence.Key(id, evidence.ArtifactResponse)
 	manifestKey := evidence.Key(id, evidence.ArtifactManifest)
 	if slices.Contains(keys, responseKey) && !slices.Contains(keys, manifestKey) && g.abandoned(ctx, id, keys) {
-		if s, err := g.readStored(ctx, id, keys); err == nil && g.rollForward(ctx, s) == nil {
+		if s, err := g.storedRequests().Read(ctx, id, keys); err == nil && g.rollForward(ctx, s) == nil {
 			g.recovery.Settled(id)
 		}
 	}
@@ -550,16 +550,16 @@ func (g *Gateway) abandoned(ctx context.Context, id string, keys []string) bool 
 			return false
 		}
 	}
-	s, err := g.readStored(ctx, id, keys)
+	s, err := g.storedRequests().Read(ctx, id, keys)
 	switch {
 	case err != nil:
 		return false
-	case g.owns(s.owner()):
+	case g.owns(s.Owner()):
 		return true
-	case s.decision != nil:
+	case s.Decision != nil:
 		return false
 	}
-	return g.now().Sub(s.lastActivity) >= g.recoveryLimits.OpenAfter
+	return g.now().Sub(s.LastActivity) >= g.recoveryLimits.OpenAfter
 }
 
 // nextAttempt opens attempt n of a request whose earlier attempts ran

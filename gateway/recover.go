@@ -174,7 +174,7 @@ func (g *Gateway) recoverRequest(ctx context.Context, id string, keys []string) 
 		}
 		return recovery.None, nil // never claimed
 	}
-	s, err := g.readStored(ctx, id, keys)
+	s, err := g.storedRequests().Read(ctx, id, keys)
 	if errors.Is(err, trust.ErrTampered) {
 		// Finalising it would sign a record no trusted gateway wrote.
 		g.tampered(nil, telemetry.RecordClaim, id, err)
@@ -187,7 +187,7 @@ func (g *Gateway) recoverRequest(ctx context.Context, id string, keys []string) 
 	// this process noted the request: a claim this process failed to
 	// write may be another replica's request, or a newer process's of
 	// this instance name.
-	if !g.owns(s.owner()) {
+	if !g.owns(s.Owner()) {
 		return recovery.None, nil
 	}
 	left, noted := g.recovery.Lookup(id)
@@ -197,15 +197,15 @@ func (g *Gateway) recoverRequest(ctx context.Context, id string, keys []string) 
 // finalise does what recovery's rules (recovery.Limits.Next) say of the
 // stored state s. noted is set when this process itself left the request
 // unfinished: then it is known to be abandoned, and no age is waited for.
-func (g *Gateway) finalise(ctx context.Context, s *storedRequest, noted bool, left recovery.Unfinished) (recovery.Action, error) {
+func (g *Gateway) finalise(ctx context.Context, s *recovery.Stored, noted bool, left recovery.Unfinished) (recovery.Action, error) {
 	step := g.recoveryLimits.Next(recovery.Request{
-		Responded: s.has(evidence.ArtifactResponse), Last: s.attempts[len(s.attempts)-1], Age: g.now().Sub(s.lastActivity),
+		Responded: s.Has(evidence.ArtifactResponse), Last: s.Last(), Age: g.now().Sub(s.LastActivity),
 	}, noted, left)
 	switch step.Do {
 	case recovery.RollForward:
 		err := g.rollForward(ctx, s)
 		if errors.Is(err, trust.ErrTampered) {
-			g.tampered(nil, telemetry.RecordResponse, s.id, err)
+			g.tampered(nil, telemetry.RecordResponse, s.ID, err)
 			return recovery.None, nil // nothing is signed for it
 		}
 		return step.Do, err
@@ -213,7 +213,7 @@ func (g *Gateway) finalise(ctx context.Context, s *storedRequest, noted bool, le
 		if err := g.confirmInstance(ctx); err != nil {
 			return recovery.Wait, err
 		}
-		_, err := g.closeAttempt(ctx, s.id, s.attempts[len(s.attempts)-1].Number, step.Marked, g.encodeRecord, step.Reason)
+		_, err := g.closeAttempt(ctx, s.ID, s.Last().Number, step.Marked, g.encodeRecord, step.Reason)
 		if !step.Marked && errors.Is(err, errDispatchedElsewhere) {
 			return recovery.Wait, nil
 		}
@@ -224,149 +224,26 @@ func (g *Gateway) finalise(ctx context.Context, s *storedRequest, noted bool, le
 	return step.Do, nil
 }
 
-// storedRequest is what recovery reads of a request without a manifest.
-type storedRequest struct {
-	id       string
-	keys     []string
-	request  evidence.RequestRecord
-	attempts []evidence.Attempt
-	// decision is the last attempt's decision, when stored.
-	decision *evidence.DecisionRecord
-	// lastActivity is the latest time a record of the request shows.
-	lastActivity time.Time
-	// foreign is set when the record that names the last attempt's owner
-	// is sealed by another replica's key.
-	foreign bool
-}
-
-// authenticateStored checks, before recovery or a retry acts on s, the
-// records that say whose the request is: the claim, and the last
-// attempt's decision when it has one. A record no trusted gateway wrote
-// is tampering, and nothing is finalised or signed for the request. The
-// claim may be another replica's when this gateway owns the decision: a
-// retry it ran after checking the caller's request against that claim.
-func (g *Gateway) authenticateStored(s *storedRequest, claimKey string, claim []byte, decisionKey string, decision []byte) error {
-	_, claimErr := g.openOwn(claimKey, claim)
-	if claimErr != nil && !errors.Is(claimErr, errForeignRecord) {
-		return fmt.Errorf("the claim: %w", claimErr)
-	}
-	if decision == nil {
-		s.foreign = claimErr != nil
-		return nil
-	}
-	_, err := g.openOwn(decisionKey, decision)
-	switch {
-	case errors.Is(err, errForeignRecord):
-		s.foreign = true
-	case err != nil:
-		return fmt.Errorf("the decision of attempt %d: %w", s.attempts[len(s.attempts)-1].Number, err)
-	}
-	return nil
-}
-
-// owner names the gateway that owns the last attempt: the one that
-// claimed the request, or for a later attempt the one that decided it.
-// It is empty when that record is another replica's (see openOwn).
-func (s *storedRequest) owner() string {
-	if s.foreign {
-		return ""
-	}
-	if s.decision != nil && s.decision.Gateway != "" {
-		return s.decision.Gateway
-	}
-	return s.request.Gateway
-}
-
-func (s *storedRequest) has(name string) bool {
-	return slices.Contains(s.keys, evidence.Key(s.id, name))
-}
-
-// readStored reads the records recovery judges a request by.
-func (g *Gateway) readStored(ctx context.Context, id string, keys []string) (*storedRequest, error) {
-	s := &storedRequest{id: id, keys: keys}
-	claimKey := evidence.Key(id, evidence.ArtifactRequest)
-	raw, err := g.store.Get(ctx, claimKey)
-	if err != nil {
-		return nil, err
-	}
-	if s.request, err = parseRequestRecord(raw); err != nil {
-		return nil, fmt.Errorf("request.json is unreadable: %w", err)
-	}
-	if s.attempts, err = g.readAttempts(ctx, id, keys); err != nil {
-		return nil, err
-	}
-	last := s.attempts[len(s.attempts)-1]
-	s.lastActivity = latest(s.request.ReceivedAt, last.At)
-	decisionKey := evidence.AttemptKey(id, last.Number, evidence.ArtifactPolicyDecision)
-	var decisionRaw []byte
-	if slices.Contains(keys, decisionKey) {
-		if decisionRaw, err = g.store.Get(ctx, decisionKey); err != nil {
-			return nil, err
-		}
-		var d evidence.DecisionRecord
-		if err := json.Unmarshal(decisionRaw, &d); err != nil {
-			return nil, fmt.Errorf("%s is unreadable: %w", decisionKey, err)
-		}
-		s.decision = &d
-		s.lastActivity = latest(s.lastActivity, d.DecidedAt)
-	}
-	if err := g.authenticateStored(s, claimKey, raw, decisionKey, decisionRaw); err != nil {
-		return nil, err
-	}
-	if s.has(evidence.ArtifactToolResult) {
-		var tr struct {
-			StartedAt  time.Time `json:"started_at"`
-			DurationMS int64     `json:"duration_ms"`
-		}
-		if err := g.readJSON(ctx, evidence.Key(id, evidence.ArtifactToolResult), &tr); err == nil {
-			s.lastActivity = latest(s.lastActivity, tr.StartedAt.Add(time.Duration(tr.DurationMS)*time.Millisecond))
-		}
-	}
-	return s, nil
-}
-
-func (g *Gateway) readJSON(ctx context.Context, key string, v any) error {
-	raw, err := g.store.Get(ctx, key)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(raw, v); err != nil {
-		return fmt.Errorf("%s is unreadable: %w", key, err)
-	}
-	return nil
-}
-
-func latest(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
+// storedRequests reads requests as recovery judges them, authenticated
+// as the gateway acts on them.
+func (g *Gateway) storedRequests() recovery.Reader {
+	return recovery.Reader{Store: g.store, Attempts: g.readAttempts, OpenOwn: g.openOwn,
+		Foreign: func(err error) bool { return errors.Is(err, errForeignRecord) }}
 }
 
 // rollForward completes the record of a request whose response is stored
 // without its manifest: the manifest lists what is stored, and says
 // completed when the record is whole, or failed naming what is missing.
-func (g *Gateway) rollForward(ctx context.Context, s *storedRequest) error {
-	var missing []string
-	raw, err := g.store.Get(ctx, evidence.Key(s.id, evidence.ArtifactResponse))
+func (g *Gateway) rollForward(ctx context.Context, s *recovery.Stored) error {
+	raw, err := g.store.Get(ctx, evidence.Key(s.ID, evidence.ArtifactResponse))
 	if err != nil {
 		return err
 	}
-	if err := g.checkUnmanifested(s.id, raw); err != nil {
+	if err := g.checkUnmanifested(s.ID, raw); err != nil {
 		return err // a manifest would sign a response no trusted gateway wrote
 	}
-	if _, err := decodeResponse(raw); err != nil {
-		missing = append(missing, "response.json is unreadable")
-	}
-	last := s.attempts[len(s.attempts)-1]
-	switch {
-	case s.decision == nil:
-		missing = append(missing, fmt.Sprintf("attempt %d has no policy decision", last.Number))
-	case s.decision.Decision == "allow" && last.State != evidence.Dispatched:
-		missing = append(missing, fmt.Sprintf("attempt %d was allowed but has no dispatch marker", last.Number))
-	case s.decision.Decision == "allow" && !s.has(evidence.ArtifactToolResult):
-		missing = append(missing, "tool_result.json is missing")
-	}
+	_, decodeErr := decodeResponse(raw)
+	missing := s.Missing(decodeErr == nil)
 	if len(missing) > 0 {
 		return g.writeRecoveredManifest(ctx, s, evidence.OutcomeFailed,
 			"the stored record is incomplete: "+strings.Join(missing, "; "))
@@ -377,15 +254,15 @@ func (g *Gateway) rollForward(ctx context.Context, s *storedRequest) error {
 // writeRecoveredManifest writes the manifest of s from the artifacts
 // stored, create-only: if the request's own gateway wrote one meanwhile,
 // that one stands. Only the holder of the instance name writes one.
-func (g *Gateway) writeRecoveredManifest(ctx context.Context, s *storedRequest, outcome, errText string) error {
+func (g *Gateway) writeRecoveredManifest(ctx context.Context, s *recovery.Stored, outcome, errText string) error {
 	if err := g.confirmInstance(ctx); err != nil {
 		return err
 	}
 	m := evidence.Manifest{
 		Version:              evidence.ManifestVersion,
-		RequestID:            s.id,
-		CanonicalRequestHash: s.request.CanonicalRequestHash,
-		EngineRef:            s.request.Gateway,
+		RequestID:            s.ID,
+		CanonicalRequestHash: s.Request.CanonicalRequestHash,
+		EngineRef:            s.Request.Gateway,
 		Outcome:              outcome,
 		Error:                truncateText(errText, maxManifestError),
 		FingerprintKeyID:     g.redactor.FingerprintKeyID(),
@@ -393,18 +270,18 @@ func (g *Gateway) writeRecoveredManifest(ctx context.Context, s *storedRequest, 
 		Recovered: fmt.Sprintf("written by %s from the artifacts stored, after the request was left unfinished; "+
 			"the redaction report of the original writes is not recoverable", g.engineBase),
 	}
-	if s.decision != nil {
-		m.PolicySetDigest = s.decision.PolicySetDigest
+	if s.Decision != nil {
+		m.PolicySetDigest = s.Decision.PolicySetDigest
 	}
-	for _, key := range s.keys {
-		if key == evidence.Key(s.id, evidence.ArtifactManifest) || !evidence.IsArtifactKey(s.id, key) {
+	for _, key := range s.Keys {
+		if key == evidence.Key(s.ID, evidence.ArtifactManifest) || !evidence.IsArtifactKey(s.ID, key) {
 			continue // a manifest signs only what a gateway writes
 		}
 		data, err := g.store.Get(ctx, key)
 		if err != nil {
 			return err
 		}
-		if key == evidence.Key(s.id, evidence.ArtifactResponse) {
+		if key == evidence.Key(s.ID, evidence.ArtifactResponse) {
 			var resp evidence.ResponseRecord
 			if json.Unmarshal(data, &resp) == nil && resp.EngineRef != "" {
 				m.EngineRef = resp.EngineRef
@@ -421,7 +298,7 @@ func (g *Gateway) writeRecoveredManifest(ctx context.Context, s *storedRequest, 
 	if err != nil {
 		return err
 	}
-	err = g.store.Put(ctx, evidence.Key(s.id, evidence.ArtifactManifest), data)
+	err = g.store.Put(ctx, evidence.Key(s.ID, evidence.ArtifactManifest), data)
 	if errors.Is(err, evidence.ErrExist) {
 		return nil
 	}
