@@ -31,6 +31,7 @@ import (
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/lease"
+	"github.com/toolgate/toolgate/gateway/recovery"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/internal/ident"
 	"github.com/toolgate/toolgate/internal/regularfile"
@@ -231,7 +232,7 @@ type EvidenceConfig struct {
 
 // DefaultSweepInterval is how often recovery revisits the requests this
 // gateway left unfinished when evidence.sweep_interval is 0.
-const DefaultSweepInterval = time.Minute
+const DefaultSweepInterval = recovery.DefaultSweepInterval
 
 // minLeaseHeartbeat is the shortest evidence.lease_heartbeat: a renewal
 // is a store write and a listing, and must fit in one period.

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/approval"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -60,7 +61,7 @@ func TestApprovedCallRunsOnceUnderANewRequestID(t *testing.T) {
 		t.Fatalf("verify retry-1 reports its approval as %+v (%v)", rep.Approval, err)
 	}
 	a, err := e.clients[0].ListApprovals(as("bob"), &toolgatev1.ListApprovalsRequest{ApprovalId: apr, State: "all"})
-	if err != nil || len(a.GetApprovals()) != 1 || a.GetApprovals()[0].GetState() != stateConsumed {
+	if err != nil || len(a.GetApprovals()) != 1 || a.GetApprovals()[0].GetState() != approval.StateConsumed {
 		t.Fatalf("the approval is listed as %v (%v)", a.GetApprovals(), err)
 	}
 }

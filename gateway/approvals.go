@@ -2,20 +2,19 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/trust"
+	"github.com/toolgate/toolgate/gateway/approval"
+	"github.com/toolgate/toolgate/gateway/approval/approvaluse"
 	"github.com/toolgate/toolgate/internal/ident"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
@@ -27,30 +26,39 @@ type ApprovalOptions struct {
 	// config.DefaultApprovalTTL.
 	TTL time.Duration
 	// Notifier, if set, is told of every approval asked for and decided.
-	Notifier Notifier
+	Notifier approval.Notifier
 }
 
-// Notifier is told of approvals as they are asked for and decided, so that
-// people can be shown them. Notify must not block: it is called on the
-// call's path, after the evidence is stored.
-type Notifier interface {
-	Notify(ev ApprovalEvent)
+// RuleApprovalStale is the rule id of a final deny when an approved call,
+// retried after the policy set changed, now needs the approval of another
+// rule than the one that was granted.
+const RuleApprovalStale = approval.RuleStale
+
+// approvalBook is what the gateway asks of the approvals' records in the
+// store (package approval): it reads, decides, claims and lists them; the
+// pipeline decides when.
+type approvalBook interface {
+	Read(ctx context.Context, requestID string, keys []string) (*approval.Held, error)
+	Load(ctx context.Context, requestID string) (*approval.View, error)
+	Expire(ctx context.Context, h *approval.Held, now time.Time) (written bool, err error)
+	Claim(ctx context.Context, h *approval.Held) error
+	Borrow(ctx context.Context, want approvaluse.Call, log *slog.Logger) (use, wait *approval.Held)
+	Index(ctx context.Context, a evidence.ApprovalRequestRecord, byCall bool) error
+	StoreRequest(ctx context.Context, a evidence.ApprovalRequestRecord, body []byte) (evidence.ApprovalRequestRecord, string, []byte, error)
+	Decide(ctx context.Context, caller, id, decision, reason string, may approval.MayDecide) (*approval.View, approval.Outcome, error)
+	List(ctx context.Context, req *toolgatev1.ListApprovalsRequest, state string, limit int,
+		shown func(context.Context, *approval.View) bool) (*toolgatev1.ListApprovalsResponse, error)
+	Notify(ctx context.Context, typ, requestID string)
 }
 
-// Approval event types, in ApprovalEvent.Type.
-const (
-	EventApprovalPending = "approval.pending"
-	EventApprovalDecided = "approval.decided"
-)
-
-// ApprovalEvent is what a Notifier is told: the approval as
-// ListApprovals would show it, and whether it was asked for or decided.
-type ApprovalEvent struct {
-	// Type is EventApprovalPending or EventApprovalDecided.
-	Type string
-	// Approval is the approval, its arguments redacted as its evidence
-	// records them.
-	Approval *toolgatev1.Approval
+// approvals is the approvals' records as the gateway stands now: its
+// store, seal, clock and notifier (tests change some of them).
+func (g *Gateway) approvals() approvalBook {
+	return approval.Records{
+		Store: g.store, Seal: g.signApproval, Open: g.openApproval,
+		Redact:  func(s string) string { out, _ := g.redactor.String(s); return out },
+		Gateway: g.engineBase, Now: g.now, Notifier: g.notifier, Log: g.log,
+	}
 }
 
 // DecideApproval implements the ToolGateway service.
@@ -75,24 +83,8 @@ func (g *Gateway) ListApprovals(ctx context.Context, req *toolgatev1.ListApprova
 	return g.ListApprovalsAs(ctx, caller, nil, req)
 }
 
-// Decision words of DecideApproval.
-const (
-	decideApprove = "approve"
-	decideDeny    = "deny"
-)
-
 // maxDecisionReason bounds an approver's reason.
 const maxDecisionReason = 1024
-
-// States of an approval, in Approval.state and ListApprovalsRequest.state.
-const (
-	statePending  = "pending"
-	stateApproved = "approved"
-	stateDenied   = "denied"
-	stateExpired  = "expired"
-	stateConsumed = "consumed"
-	stateAll      = "all"
-)
 
 // errAnonymousApprovals refuses approvals to the anonymous caller: an
 // approval names who gave it, and "anonymous" names nobody.
@@ -112,97 +104,53 @@ func (g *Gateway) DecideApprovalAs(ctx context.Context, caller string, identity 
 	if caller == AnonymousCaller || caller == "" {
 		return nil, errAnonymousApprovals
 	}
-	if decision != decideApprove && decision != decideDeny {
-		return nil, status.Errorf(codes.InvalidArgument, "decision %q: want %q or %q", truncateForMessage(decision), decideApprove, decideDeny)
+	if decision != approval.Approve && decision != approval.Deny {
+		return nil, status.Errorf(codes.InvalidArgument, "decision %q: want %q or %q", truncateForMessage(decision), approval.Approve, approval.Deny)
 	}
 	if err := ident.ValidatePrintable(reason, maxDecisionReason); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "reason: %v", err)
 	}
 	// The decision is evidence: it is completed even if the caller leaves.
 	ctx = context.WithoutCancel(ctx)
-	v, err := g.approvalByID(ctx, id)
-	if err != nil {
+	may := func(ctx context.Context, v *approval.View) policy.Decision {
+		return g.mayDecide(ctx, caller, identity, v)
+	}
+	v, outcome, err := g.approvals().Decide(ctx, caller, id, decision, reason, may)
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	d := g.mayDecide(ctx, caller, identity, v)
-	if !d.Allow {
-		return nil, status.Errorf(codes.PermissionDenied, "%s may not decide approval %s: %s: %s", caller, id, d.RuleID, d.Reason)
-	}
-	if v.h.verdict != nil || v.finished() {
-		return g.decidedAlready(v, caller, decision)
-	}
-	now := g.now()
-	if !now.Before(v.h.request.ExpiresAt) {
-		if _, err := g.expire(ctx, v.h, now); err != nil {
-			return nil, decideFailure(id, err)
-		}
+	case outcome == approval.Expired:
 		g.afterDecision(ctx, v)
-		return g.decidedAlready(v, caller, decision)
+		fallthrough
+	case outcome == approval.Unchanged:
+		return approval.Already(v, caller, decision)
 	}
-	word := evidence.ApprovalApprove
-	if decision == decideDeny {
-		word = evidence.ApprovalDeny
-	}
-	written, err := g.decideHeld(ctx, v.h, evidence.ApprovalRecord{
-		Decision: word, Approver: caller, Reason: reason, DecidedAt: now.UTC(),
-		Authorization: &evidence.ApproverDecision{PolicyRef: d.PolicyRef, PolicySetDigest: d.PolicySetDigest, RuleID: d.RuleID, Reason: d.Reason},
-	})
-	if err != nil {
-		return nil, decideFailure(id, err)
-	}
-	if !written {
-		return g.decidedAlready(v, caller, decision)
-	}
-	g.recovery.approvalDecided(v.h.request.RequestID)
-	g.log.Info("approval decided", "approval_id", id, "request_id", v.h.request.RequestID, "approver", caller, "decision", word)
-	return g.afterDecision(ctx, v).proto(), nil
+	g.recovery.ApprovalDecided(v.Held.Request.RequestID)
+	g.log.Info("approval decided", "approval_id", id, "request_id", v.Held.Request.RequestID, "approver", caller,
+		"decision", v.Held.Verdict.Decision)
+	return g.afterDecision(ctx, v).Proto(), nil
 }
 
 // afterDecision ends the request of a denied or expired approval, tells
 // the Notifier, and returns the approval as it now stands.
-func (g *Gateway) afterDecision(ctx context.Context, v *approvalView) *approvalView {
-	id := v.h.request.RequestID
-	if v.h.final() && !g.finaliseHeld(ctx, id) {
-		g.recovery.watchApproval(id, v.h.request.RequestedAt, time.Time{}) // the sweep ends it
+func (g *Gateway) afterDecision(ctx context.Context, v *approval.View) *approval.View {
+	id := v.Held.Request.RequestID
+	if v.Held.Final() && !g.finaliseHeld(ctx, id) {
+		g.recovery.WatchApproval(id, v.Held.Request.RequestedAt, time.Time{}) // the sweep ends it
 	}
-	g.notify(ctx, EventApprovalDecided, id)
-	if now, err := g.loadApproval(ctx, id); err == nil {
+	book := g.approvals()
+	book.Notify(ctx, approval.EventDecided, id)
+	if now, err := book.Load(ctx, id); err == nil {
 		return now
 	}
 	return v
 }
 
-// decidedAlready answers a decision on an approval that was decided or
-// whose request finished: the stored approval when caller decided it so
-// already, FAILED_PRECONDITION otherwise.
-func (g *Gateway) decidedAlready(v *approvalView, caller, decision string) (*toolgatev1.Approval, error) {
-	a := v.proto()
-	word := evidence.ApprovalApprove
-	if decision == decideDeny {
-		word = evidence.ApprovalDeny
-	}
-	if vd := v.h.verdict; vd != nil && vd.Decision == word && vd.Approver == caller {
-		return a, nil
-	}
-	msg := fmt.Sprintf("approval %s is %s", a.GetApprovalId(), a.GetState())
-	switch {
-	case v.h.verdict != nil && v.h.verdict.Decision != evidence.ApprovalExpired:
-		msg += fmt.Sprintf(" (decided %s by %s)", v.h.verdict.Decision, v.h.verdict.Approver)
-	case v.finished():
-		msg += " (its request has finished)"
-	}
-	st := status.New(codes.FailedPrecondition, msg)
-	if withDetails, err := st.WithDetails(a); err == nil {
-		st = withDetails
-	}
-	return nil, st.Err()
-}
-
 // mayDecide asks policy whether caller, with identity's attributes, may
 // decide the approval v.
-func (g *Gateway) mayDecide(ctx context.Context, caller string, identity *Identity, v *approvalView) policy.Decision {
-	a := v.h.request
-	args, err := decodeArgs(v.req.Args)
+func (g *Gateway) mayDecide(ctx context.Context, caller string, identity *Identity, v *approval.View) policy.Decision {
+	a := v.Held.Request
+	args, err := decodeArgs(v.Call.Args)
 	if err != nil {
 		return policy.Decision{RuleID: policy.RulePolicyError, Reason: "the held call's arguments are unreadable: " + err.Error()}
 	}
@@ -212,128 +160,6 @@ func (g *Gateway) mayDecide(ctx context.Context, caller string, identity *Identi
 		ToolID: a.ToolID, Driver: a.Driver, Tool: tool.attributes(),
 		Requester: a.Caller, RequestID: a.RequestID, PolicyRef: a.PolicyRef, Group: a.Approvers, Args: args,
 	})
-}
-
-// approvalByID finds approval id through the index and checks it against
-// the request's own approval_request.json, the truth once authenticated:
-// an index entry naming a request held under another approval id names
-// nothing, and one naming a record that fails authentication is
-// DATA_LOSS.
-func (g *Gateway) approvalByID(ctx context.Context, id string) (*approvalView, error) {
-	notFound := status.Errorf(codes.NotFound, "no approval %q", truncateForMessage(id))
-	if evidence.ValidApprovalID(id) != nil {
-		return nil, notFound
-	}
-	raw, err := g.store.Get(ctx, approvalIndexKey(id))
-	switch {
-	case errors.Is(err, evidence.ErrNotExist):
-		return nil, notFound
-	case err != nil:
-		return nil, status.Errorf(codes.Unavailable, "evidence store unavailable: %v", err)
-	case !requestIDPattern.Match(raw):
-		return nil, notFound
-	}
-	v, err := g.loadApproval(ctx, string(raw))
-	switch {
-	case errors.Is(err, evidence.ErrNotExist) || (err == nil && v.h.request.ApprovalID != id):
-		return nil, notFound
-	case errors.Is(err, trust.ErrTampered):
-		return nil, decideFailure(id, err)
-	case err != nil:
-		return nil, status.Errorf(codes.Unavailable, "approval %s cannot be read: %v", id, err)
-	}
-	return v, nil
-}
-
-// approvalView is an approval as the store holds it, with its request.
-type approvalView struct {
-	h    *heldApproval
-	req  evidence.RequestRecord
-	keys []string
-	// consumed: an attempt after the approval was dispatched.
-	consumed bool
-	now      time.Time
-}
-
-// loadApproval reads the approval of request id. An error wraps
-// evidence.ErrNotExist when the request holds no approval.
-func (g *Gateway) loadApproval(ctx context.Context, id string) (*approvalView, error) {
-	keys, err := g.store.List(ctx, evidence.RequestPrefix(id))
-	if err != nil {
-		return nil, err
-	}
-	if !slices.Contains(keys, evidence.Key(id, evidence.ArtifactApprovalRequest)) {
-		return nil, fmt.Errorf("request %s holds no approval: %w", id, evidence.ErrNotExist)
-	}
-	v := &approvalView{keys: keys, now: g.now()}
-	if v.h, err = g.readHeld(ctx, id, keys); err != nil {
-		return nil, err
-	}
-	raw, err := g.store.Get(ctx, evidence.Key(id, evidence.ArtifactRequest))
-	if err != nil {
-		return nil, err
-	}
-	if v.req, err = parseRequestRecord(raw); err != nil {
-		return nil, fmt.Errorf("request.json of %s is unreadable: %w", id, err)
-	}
-	attempts, err := evidence.ReadAttempts(ctx, g.store, id, keys)
-	if err != nil {
-		return nil, err
-	}
-	for _, at := range attempts {
-		v.consumed = v.consumed || (at.Number > v.h.request.Attempt && at.State == evidence.Dispatched)
-	}
-	return v, nil
-}
-
-// finished reports whether the approval's request has its final answer.
-func (v *approvalView) finished() bool {
-	id := v.h.request.RequestID
-	return slices.Contains(v.keys, evidence.Key(id, evidence.ArtifactManifest)) ||
-		slices.Contains(v.keys, evidence.Key(id, evidence.ArtifactResponse))
-}
-
-// state is the approval's state as ListApprovals shows it. An approval
-// past its expiry counts as expired before V says so, and an approval
-// whose request finished after it was granted as consumed.
-func (v *approvalView) state() string {
-	vd := v.h.verdict
-	switch {
-	case vd == nil && v.now.Before(v.h.request.ExpiresAt):
-		return statePending
-	case vd == nil || vd.Decision == evidence.ApprovalExpired:
-		return stateExpired
-	case vd.Decision == evidence.ApprovalDeny:
-		return stateDenied
-	case v.consumed || v.finished() || v.h.use != nil:
-		return stateConsumed
-	case !v.now.Before(v.h.request.ExpiresAt):
-		return stateExpired
-	}
-	return stateApproved
-}
-
-// proto is v on the wire. The arguments are request.json's, redacted as
-// the evidence records them.
-func (v *approvalView) proto() *toolgatev1.Approval {
-	a := v.h.request
-	out := &toolgatev1.Approval{
-		ApprovalId: a.ApprovalID, RequestId: a.RequestID, ToolId: a.ToolID, Requester: a.Caller,
-		RuleId: a.RuleID, Reason: a.Reason, Approvers: a.Approvers, State: v.state(),
-		RequestedAt: timestamppb.New(a.RequestedAt), ExpiresAt: timestamppb.New(a.ExpiresAt),
-		RequestHash: a.CanonicalRequestHash, PolicySetDigest: a.PolicySetDigest, PolicyRef: a.PolicyRef,
-		EvidenceRefs: slices.Clone(v.keys),
-	}
-	var args map[string]any
-	if json.Unmarshal(v.req.Args, &args) == nil {
-		if s, err := structpb.NewStruct(args); err == nil {
-			out.Args = s
-		}
-	}
-	if vd := v.h.verdict; vd != nil {
-		out.DecidedBy, out.DecisionReason, out.DecidedAt = vd.Approver, vd.Reason, timestamppb.New(vd.DecidedAt)
-	}
-	return out
 }
 
 // ListApprovalsAs lists, as caller (with identity's attributes, as in
@@ -351,57 +177,9 @@ func (g *Gateway) ListApprovalsAs(ctx context.Context, caller string, identity *
 	if err != nil {
 		return nil, err
 	}
-	resp := &toolgatev1.ListApprovalsResponse{}
-	ids, err := g.listedRequests(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	for i, e := range ids {
-		if len(resp.Approvals) == limit {
-			resp.NextPageToken = ids[i-1].key
-			break
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, status.FromContextError(err).Err()
-		}
-		v, err := g.listedApproval(ctx, e)
-		switch {
-		case errors.Is(err, evidence.ErrNotExist):
-			continue // an index entry whose approval request was never written
-		case errors.Is(err, trust.ErrTampered) && req.GetRequestId() == "":
-			continue // reported as tampering; the others are still listed
-		case err != nil:
-			return nil, status.Errorf(approvalCode(err), "approvals cannot be read: %v", err)
-		}
-		a := v.h.request
-		if (e.approvalID != "" && a.ApprovalID != e.approvalID) || (req.GetApprovalId() != "" && a.ApprovalID != req.GetApprovalId()) ||
-			(req.GetToolId() != "" && a.ToolID != req.GetToolId()) || (want != stateAll && v.state() != want) {
-			continue
-		}
-		if a.Caller != caller && !g.mayDecide(ctx, caller, identity, v).Allow {
-			continue
-		}
-		resp.Approvals = append(resp.Approvals, v.proto())
-	}
-	slices.SortStableFunc(resp.Approvals, func(x, y *toolgatev1.Approval) int {
-		return x.GetRequestedAt().AsTime().Compare(y.GetRequestedAt().AsTime())
+	return g.approvals().List(ctx, req, want, limit, func(ctx context.Context, v *approval.View) bool {
+		return v.Held.Request.Caller == caller || g.mayDecide(ctx, caller, identity, v).Allow
 	})
-	return resp, nil
-}
-
-// listedApproval reads the approval of one listed entry.
-func (g *Gateway) listedApproval(ctx context.Context, e listedEntry) (*approvalView, error) {
-	if e.requestID == "" {
-		raw, err := g.store.Get(ctx, e.key)
-		if err != nil {
-			return nil, err
-		}
-		if !requestIDPattern.Match(raw) {
-			return nil, fmt.Errorf("index entry %s names no request: %w", e.key, evidence.ErrNotExist)
-		}
-		e.requestID = string(raw)
-	}
-	return g.loadApproval(ctx, e.requestID)
 }
 
 // listFilter validates what a ListApprovals request asks for.
@@ -409,8 +187,9 @@ func listFilter(req *toolgatev1.ListApprovalsRequest) (state string, limit int, 
 	state = req.GetState()
 	switch state {
 	case "":
-		state = statePending
-	case statePending, stateApproved, stateDenied, stateExpired, stateConsumed, stateAll:
+		state = approval.StatePending
+	case approval.StatePending, approval.StateApproved, approval.StateDenied, approval.StateExpired,
+		approval.StateConsumed, approval.StateAll:
 	default:
 		return "", 0, status.Errorf(codes.InvalidArgument, "state %q: want pending, approved, denied, expired, consumed or all",
 			truncateForMessage(state))
@@ -424,7 +203,7 @@ func listFilter(req *toolgatev1.ListApprovalsRequest) (state string, limit int, 
 	case limit > maxListLimit:
 		limit = maxListLimit
 	}
-	if t := req.GetPageToken(); t != "" && evidence.ValidApprovalID(strings.TrimPrefix(t, approvalsRoot)) != nil {
+	if t := req.GetPageToken(); t != "" && !approval.ValidPageToken(t) {
 		return "", 0, status.Error(codes.InvalidArgument, "page_token: not a token ListApprovals returned")
 	}
 	if err := ident.ValidatePrintable(req.GetToolId(), maxToolIDBytes); err != nil {
@@ -433,46 +212,76 @@ func listFilter(req *toolgatev1.ListApprovalsRequest) (state string, limit int, 
 	return state, limit, nil
 }
 
-// listedEntry is one approval ListApprovals may show: its index key, the
-// approval id the index names (when known) and its request (when known;
-// else read from the index entry when it comes to be shown).
-type listedEntry struct {
-	key        string
-	approvalID string
-	requestID  string
+// storedPrepared rebuilds what a retry of request id would prepare, from
+// its request.json, so that the gateway can end a request denied when no
+// caller is there: a deny runs nothing, so no secret is needed.
+func (g *Gateway) storedPrepared(ctx context.Context, req evidence.RequestRecord) (*prepared, error) {
+	c := call{
+		RequestID: req.RequestID, ToolID: req.ToolID, RunID: req.Ctx.RunID, StepID: req.Ctx.StepID,
+		PolicyRef: req.Ctx.PolicyRef, ParentRequestID: req.ParentRequestID, Args: req.Args, FrontDoor: req.FrontDoor,
+		TraceID: req.TraceID,
+	}
+	p := &prepared{caller: req.Caller, c: c, hash: req.CanonicalRequestHash, request: req, callerCtx: ctx, engineRef: g.engineBase}
+	p.tool, p.known = g.lookupTool(c.ToolID)
+	if p.known {
+		p.engineRef += "/" + g.drivers[p.tool.Driver].Engine()
+	}
+	args, err := decodeArgs(c.Args)
+	if err != nil {
+		return nil, err
+	}
+	p.args = args
+	return p, nil
 }
 
-// listedRequests returns the approvals a ListApprovals request can show,
-// in index key order after its page token. A request_id or approval_id
-// filter names at most one, found without walking the index.
-func (g *Gateway) listedRequests(ctx context.Context, req *toolgatev1.ListApprovalsRequest) ([]listedEntry, error) {
-	if rid := req.GetRequestId(); rid != "" {
-		if !requestIDPattern.MatchString(rid) {
-			return nil, status.Errorf(codes.InvalidArgument, "request_id %q: must match %s", truncateForMessage(rid), requestIDPattern)
-		}
-		return []listedEntry{{requestID: rid}}, nil
-	}
-	if id := req.GetApprovalId(); id != "" {
-		v, err := g.approvalByID(ctx, id)
-		if status.Code(err) == codes.NotFound {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		return []listedEntry{{key: approvalIndexKey(id), approvalID: id, requestID: v.h.request.RequestID}}, nil
-	}
-	keys, err := g.store.List(ctx, approvalsRoot)
+// finaliseHeld ends request id denied, as a retry would, when its approval
+// was denied or has expired: the gateway does it without waiting for the
+// caller to come back. It is best effort; a retry or the sweep finishes
+// what it cannot. It reports whether the request is final (or no longer
+// held, or its approval failed authentication: nothing acts on it).
+func (g *Gateway) finaliseHeld(ctx context.Context, id string) bool {
+	keys, err := g.store.List(ctx, evidence.RequestPrefix(id))
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "evidence store unavailable: %v", err)
+		return false
 	}
-	var out []listedEntry
-	for _, key := range keys {
-		id := strings.TrimPrefix(key, approvalsRoot)
-		if key <= req.GetPageToken() || evidence.ValidApprovalID(id) != nil {
-			continue
+	if slices.Contains(keys, evidence.Key(id, evidence.ArtifactManifest)) {
+		return true
+	}
+	h, err := g.approvals().Read(ctx, id, keys)
+	if errors.Is(err, evidence.ErrNotExist) {
+		return true
+	}
+	switch {
+	case errors.Is(err, trust.ErrTampered):
+		// Left as it is, for the operator it was reported to; the sweep
+		// would only report it again.
+		return true
+	case err != nil || (!h.Final() && g.now().Before(h.Request.ExpiresAt)):
+		return false // unreadable for now, or still open to approval
+	case h.Request.NestedRequestID != "":
+		// A parent waits on its guest's call, whose own request holds the
+		// approval and ends by it; the parent is never run from here.
+		return true
+	}
+	var p *prepared
+	raw, err := g.store.Get(ctx, evidence.Key(id, evidence.ArtifactRequest))
+	if err == nil {
+		var req evidence.RequestRecord
+		if req, err = parseRequestRecord(raw); err == nil {
+			p, err = g.storedPrepared(ctx, req)
 		}
-		out = append(out, listedEntry{key: key, approvalID: id})
 	}
-	return out, nil
+	if err != nil {
+		g.log.Warn("a denied or expired approval's request is left for a retry to end", "request_id", id, "err", err)
+		return false
+	}
+	g.recovery.Enter(id)
+	defer g.recovery.Leave(id)
+	resp, err := g.resume(ctx, p, p.newRecorder(g))
+	if err != nil {
+		g.log.Info("a denied or expired approval's request is left for a retry to end", "request_id", id,
+			"err", strings.TrimSpace(err.Error()))
+		return false
+	}
+	return resp.GetPendingApproval() == nil
 }

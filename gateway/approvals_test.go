@@ -21,6 +21,7 @@ import (
 	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/approval"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -67,10 +68,10 @@ func (c *fakeClock) advance(d time.Duration) {
 // recordingNotifier keeps the events it is told of.
 type recordingNotifier struct {
 	mu     sync.Mutex
-	events []ApprovalEvent
+	events []approval.Event
 }
 
-func (n *recordingNotifier) Notify(ev ApprovalEvent) {
+func (n *recordingNotifier) Notify(ev approval.Event) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.events = append(n.events, ev)
@@ -727,7 +728,7 @@ func TestApprovalAttacks(t *testing.T) {
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		e.pendingID("alice", "atk-2", args)
 		forged := "apr_" + strings.Repeat("b", 26)
-		if err := e.store.Put(context.Background(), approvalIndexKey(forged), []byte("atk-2")); err != nil {
+		if err := e.store.Put(context.Background(), approval.IndexKey(forged), []byte("atk-2")); err != nil {
 			t.Fatal(err)
 		}
 		_, err := e.decide(0, "bob", forged, "approve", "")

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/toolgate/toolgate/evidence/trust"
 	"github.com/toolgate/toolgate/gateway/telemetry"
@@ -72,24 +71,4 @@ func expiryFailure(rec *recorder, id, approvalID string, err error) error {
 		return approvalUnreadable(rec, id, err)
 	}
 	return rec.failure(codes.Unavailable, "the expiry of approval %s cannot be recorded, nothing was executed: %v", approvalID, err)
-}
-
-// decideFailure is the error of a decision on approval id that could not
-// be recorded: the stored approval failed authentication (DATA_LOSS), or
-// the store failed. Nothing was decided.
-func decideFailure(id string, err error) error {
-	if errors.Is(err, trust.ErrTampered) {
-		return status.Errorf(codes.DataLoss, "approval %s: its record failed authentication (evidence tampering); "+
-			"nothing was decided or executed: %v", id, err)
-	}
-	return status.Errorf(codes.Unavailable, "evidence store unavailable, the approval was not decided: %v", err)
-}
-
-// approvalCode is the code of an approval read or write that failed:
-// DATA_LOSS for tampering, UNAVAILABLE for a store that failed.
-func approvalCode(err error) codes.Code {
-	if errors.Is(err, trust.ErrTampered) {
-		return codes.DataLoss
-	}
-	return codes.Unavailable
 }

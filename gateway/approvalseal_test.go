@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/trust"
+	"github.com/toolgate/toolgate/gateway/approval"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -206,7 +207,7 @@ func TestApprovalIndexNamesOnlyAuthenticRequests(t *testing.T) {
 	e.pendingID("alice", "decoy", otherCall)
 	// The index of the real approval now points at a request held under
 	// another approval id: it names nothing.
-	e.plant(approvalIndexKey(apr), []byte("decoy"))
+	e.plant(approval.IndexKey(apr), []byte("decoy"))
 	_, err := e.decide(0, "bob", apr, "approve", "")
 	wantCode(t, err, codes.NotFound, "no approval")
 	// Pointing at a request whose record fails authentication decides

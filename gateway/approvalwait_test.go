@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/trust"
+	"github.com/toolgate/toolgate/gateway/approval"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -51,7 +52,7 @@ func TestRetriesWhilePendingWaitOnOneApproval(t *testing.T) {
 	if n := e.driver.runs.Load(); n != 0 {
 		t.Fatalf("the held call ran %d times while pending", n)
 	}
-	listed, err := e.clients[1].ListApprovals(as("bob"), &toolgatev1.ListApprovalsRequest{State: statePending})
+	listed, err := e.clients[1].ListApprovals(as("bob"), &toolgatev1.ListApprovalsRequest{State: approval.StatePending})
 	if err != nil || len(listed.GetApprovals()) != 1 || listed.GetApprovals()[0].GetApprovalId() != apr {
 		t.Fatalf("approvers see %v (%v), want only %s", listed.GetApprovals(), err, apr)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/approval"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
@@ -44,7 +45,7 @@ type prepared struct {
 	hasDeadline bool
 	// held, set by a retry of a request held for approval once it is
 	// decided, is the approval the next attempt uses or ends by.
-	held *heldApproval
+	held *approval.Held
 	// guestCall, set by a retry of a parent whose guest's call was
 	// approved, is that call: the next run's guest may make it once.
 	guestCall *approvedGuestCall
@@ -102,16 +103,16 @@ func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int
 	var decision policy.Decision
 	var shadow *evidence.ShadowDecision
 	var hist *evidence.DecisionHistory
-	if p.held == nil || !p.held.final() {
+	if p.held == nil || !p.held.Final() {
 		dctx, stage := g.telemetry.StartStage(ctx, telemetry.StageDecide)
 		decision, shadow, hist = g.decide(dctx, p.caller, p.c, p.tool, p.known, p.args, g.runsUnder(p))
 		stage.End()
 	}
 	if p.guestCall != nil {
-		decision = guestRerunDecision(decision, p.guestCall)
+		decision = approval.GuestRerun(decision, p.guestCall.requestID)
 	}
 	if decision.ApprovalRequired && p.held == nil {
-		var wait *heldApproval
+		var wait *approval.Held
 		switch p.held, wait = g.borrowApproval(pre, p, decision, log); {
 		case p.held == nil && wait != nil:
 			return g.waitApproval(ctx, pre, p, rec, n, decision, shadow, wait, log)
@@ -129,14 +130,14 @@ func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int
 	record.History = hist
 	if p.held != nil {
 		asked := decision
-		decision, record.Approval = judgeHeld(p.held, decision, record.DecidedAt)
+		decision, record.Approval = approval.Judge(p.held, decision, record.DecidedAt)
 		if decision.Allow {
 			if err := g.useHeld(pre, p); err != nil {
 				log.Error("could not record the approval's use; nothing ran", "err", err)
 				rec.closeAttempt(ctx, "the approval's use could not be recorded: "+err.Error())
 				return nil, approvalUseFailure(rec, p, g.now(), err)
 			}
-			decision, record.Approval = judgeHeld(p.held, asked, record.DecidedAt)
+			decision, record.Approval = approval.Judge(p.held, asked, record.DecidedAt)
 		}
 		noteUse(rec, p)
 		record.Decision, record.RuleID, record.Reason = decision.Word(), decision.RuleID, decision.Reason
@@ -167,7 +168,7 @@ func (g *Gateway) attempt(ctx context.Context, p *prepared, rec *recorder, n int
 	if err := g.dispatch(ctx, pre, p, rec); err != nil {
 		return nil, err
 	}
-	return g.runDispatched(ctx, p, rec, resp, decision, log)
+	return g.execute(ctx, p, rec, resp, decision, log)
 }
 
 // decisionRecord is policy_decision.json of attempt n.
@@ -235,9 +236,9 @@ func (g *Gateway) dispatch(ctx, pre context.Context, p *prepared, rec *recorder)
 	return nil
 }
 
-// runDispatched calls the driver of a dispatched attempt and records what
+// execute calls the driver of a dispatched attempt and records what
 // it returned.
-func (g *Gateway) runDispatched(ctx context.Context, p *prepared, rec *recorder, resp *toolgatev1.RunToolResponse, decision policy.Decision, log *slog.Logger) (*toolgatev1.RunToolResponse, error) {
+func (g *Gateway) execute(ctx context.Context, p *prepared, rec *recorder, resp *toolgatev1.RunToolResponse, decision policy.Decision, log *slog.Logger) (*toolgatev1.RunToolResponse, error) {
 	// The driver gets the caller's deadline but not its cancellation, for
 	// the same reason the evidence writes do; a nested call, though, ends
 	// with the sandbox session that made it. A driver whose tool goes on
@@ -263,7 +264,7 @@ func (g *Gateway) runDispatched(ctx context.Context, p *prepared, rec *recorder,
 	}
 	ranAt := g.now()
 	dctx, stage := g.telemetry.StartStage(dctx, telemetry.StageDriver)
-	result, err := runDriver(dctx, g.drivers[p.tool.Driver], drivers.Call{
+	result, err := callDriver(dctx, g.drivers[p.tool.Driver], drivers.Call{
 		RequestID: p.c.RequestID, ToolID: p.c.ToolID, Target: p.tool.Target,
 		Package: p.tool.Package, Version: p.tool.Version,
 		Args: p.params, Env: p.env, Tools: nested,

@@ -413,20 +413,6 @@ func TestAFailedClaimDoesNotMakeTheRequestOurs(t *testing.T) {
 	wantVerified(t, shared, "shared-1", 1)
 }
 
-// TestRecoveryNotesAddUp: a second note of one request (a retry's failed
-// claim beside the owner's proof) never erases what the first one said.
-func TestRecoveryNotesAddUp(t *testing.T) {
-	r := newRecovery()
-	r.leftUnfinished("r1", unfinished{notDispatched: 2, reason: "refused"})
-	r.leftUnfinished("r1", unfinished{})
-	r.leftUnfinished("r1", unfinished{told: "ran, but"})
-	r.leftUnfinished("r1", unfinished{aged: true})
-	got, _ := r.lookup("r1")
-	if want := (unfinished{told: "ran, but", notDispatched: 2, reason: "refused"}); got != want {
-		t.Errorf("note = %+v, want %+v", got, want)
-	}
-}
-
 // TestUnrecordedFailureIsRecordedLater: a driver that broke after dispatch
 // fails the call; when its failure manifest cannot be written either,
 // recovery writes it, saying what the caller was told.

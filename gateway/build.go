@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/storeurl"
+	"github.com/toolgate/toolgate/gateway/approval"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/redact"
@@ -162,8 +163,8 @@ func Build(ctx context.Context, cfg config.Config, getenv func(string) string, l
 
 	approvals := ApprovalOptions{TTL: cfg.Approvals.EffectiveTTL()}
 	if wh := cfg.Approvals.Webhook; wh != nil {
-		notifier, err := NewWebhookNotifier(WebhookOptions{
-			URL: wh.URL, Secret: webhookSecret, Redactor: redactor, Logger: log, Gateway: instance,
+		notifier, err := approval.NewWebhookNotifier(approval.WebhookOptions{
+			URL: wh.URL, Secret: webhookSecret, Redactor: redactor, Logger: log, Gateway: instance, UserAgent: "toolgate/" + Version,
 			Timeout: wh.Timeout, Retries: wh.Retries,
 		})
 		if err != nil {

@@ -48,7 +48,7 @@ func (g *Gateway) canonicalise(c call, tool Tool, args map[string]any) (call, ma
 	return c, canon, nil
 }
 
-// normalize turns a normaliser's panic into an error, as runDriver does for
+// normalize turns a normaliser's panic into an error, as callDriver does for
 // Run: a bug in one driver must not take the gateway down.
 func normalize(n drivers.Normalizer, target string, args map[string]any) (canon map[string]any, changed bool, err error) {
 	defer func() {

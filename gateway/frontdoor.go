@@ -6,7 +6,6 @@ import (
 	"path"
 	"slices"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/toolgate/toolgate/drivers"
@@ -19,78 +18,6 @@ import (
 // request.json and may name log fields and folders, so it is kept to a
 // plain identifier: no quote, slash, dot or space can get through.
 const frontDoorPattern = ident.Word
-
-// Call is one tool call as a front door hands it to the gateway: the
-// RunTool request it translated its own protocol into, and the door's name.
-type Call struct {
-	// FrontDoor names the door ("tpmjs", "agent_spaces"). It must match
-	// ^[a-z][a-z0-9_]{0,31}$, or be empty for a plain RunTool call. It is
-	// recorded as request.json's front_door and is not part of the
-	// canonical request hash, so a retry through another door, or over
-	// gRPC, is the same request.
-	FrontDoor string
-	// Request is the call itself, validated exactly as RunTool validates
-	// it.
-	Request *toolgatev1.RunToolRequest
-	// Identity, when set, is how the door authenticated the caller other
-	// than by an API key; see Identity. The caller name must then match
-	// the pattern of auth.keys' callers. Its groups and roles reach Cedar;
-	// request.json records its method, issuer, subject and token id as
-	// auth, outside the canonical request hash.
-	Identity *Identity
-	// TraceParent is the W3C traceparent the client sent with the call
-	// ("00-<32 hex>-<16 hex>-<2 hex>", ids not all zero), or "". It is
-	// the parent of the call's span unless ctx holds a span of this
-	// process already (see telemetry.Incoming); request.json's trace_id,
-	// never hashed, is the call span's trace id, so that evidence leads to
-	// the trace and back (with tracing off, this trace's). A malformed one
-	// is INVALID_ARGUMENT: a door drops what it cannot vouch for.
-	TraceParent string
-}
-
-// Run runs c for caller, who is already authenticated (RunTool by its
-// key, a front door by its own protocol's), through RunTool's pipeline:
-// admission against limits.max_concurrent_calls, validation, the claim of
-// the request id, the decision, the driver and the evidence. Its answers
-// and errors are RunTool's, gRPC statuses included, so every door maps
-// one set of outcomes onto its protocol.
-func (g *Gateway) Run(ctx context.Context, caller string, c Call) (resp *toolgatev1.RunToolResponse, err error) {
-	// The call's span continues the caller's trace (telemetry.Incoming).
-	ctx = telemetry.Incoming(ctx, c.TraceParent)
-	ctx, span := g.telemetry.StartCall(ctx, g.telemetryCall(c))
-	defer func() { span.End(callResult(resp, err)) }()
-	if c.FrontDoor != "" && !frontDoorPattern.MatchString(c.FrontDoor) {
-		return nil, status.Errorf(codes.InvalidArgument, "front door %q: must match %s",
-			truncateForMessage(c.FrontDoor), frontDoorPattern)
-	}
-	if caller == "" {
-		// Authentication always names someone (AnonymousCaller when it is
-		// off): an empty caller is a door that skipped it.
-		return nil, status.Error(codes.Unauthenticated, "caller: missing; authenticate before Run")
-	}
-	if c.Request == nil {
-		return nil, status.Error(codes.InvalidArgument, "request: missing")
-	}
-	if err := validateIdentity(caller, c.Identity); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	if _, err := traceID(c.TraceParent); err != nil {
-		// It is written into the evidence: a door passes only a valid one.
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	if err := g.admitCall(); err != nil {
-		return nil, err
-	}
-	defer g.releaseCall()
-	parsed, err := parseRequest(c.Request)
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	// request.json's trace_id is the call span's trace, so that evidence
-	// and trace lead to each other; with tracing off, the caller's.
-	parsed.FrontDoor, parsed.Identity, parsed.TraceID = c.FrontDoor, c.Identity, telemetry.TraceID(ctx)
-	return g.run(ctx, caller, parsed)
-}
 
 // CatalogEntry is one catalog tool as a front door may show it: what a
 // registry listing needs, and never the values of the tool's environment

@@ -24,9 +24,10 @@ import (
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/lease"
 	"github.com/toolgate/toolgate/evidence/trust"
+	"github.com/toolgate/toolgate/gateway/approval"
+	"github.com/toolgate/toolgate/gateway/recovery"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/internal/connlimit"
-	"github.com/toolgate/toolgate/internal/ownedid"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -145,14 +146,14 @@ type Gateway struct {
 	claimant string
 	// recovery knows which requests this process runs and which it left
 	// unfinished; recoveryLimits say when others count as abandoned.
-	recovery       *recovery
-	recoveryLimits recoveryLimits
+	recovery       *recovery.Notes
+	recoveryLimits recovery.Limits
 	log            *slog.Logger
 	now            func() time.Time
 	// approvalTTL is how long an approval may be decided and used;
 	// notifier, if set, is told of approvals asked for and decided.
 	approvalTTL time.Duration
-	notifier    Notifier
+	notifier    approval.Notifier
 	// changes are told of every policy swap (SubscribePolicyChanges).
 	changes policyChanges
 	// telemetry is nil when nothing is recorded.
@@ -208,8 +209,8 @@ func New(opts Options) (*Gateway, error) {
 		engineBase:     fmt.Sprintf("toolgate/%s@%s", Version, opts.Instance),
 		instance:       opts.Instance,
 		lease:          opts.Lease,
-		recovery:       newRecovery(),
-		recoveryLimits: opts.Recovery.limits(opts.Drivers),
+		recovery:       recovery.NewNotes(),
+		recoveryLimits: opts.Recovery.Limits(opts.Drivers),
 		log:            redactingLogger(opts.Logger, opts.Redactor),
 		now:            opts.Now,
 		approvalTTL:    opts.Approvals.TTL,
@@ -233,74 +234,6 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g.observeState()
 	return g, nil
-}
-
-// RunTool implements the ToolGateway service. At most
-// limits.max_concurrent_calls run at once; the tool calls a running call's
-// sandboxed code makes go through run directly and are not counted, so a
-// call holding a slot never waits for a slot of its own.
-func (g *Gateway) RunTool(ctx context.Context, req *toolgatev1.RunToolRequest) (*toolgatev1.RunToolResponse, error) {
-	caller, err := g.authenticate(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return g.Run(ctx, caller, Call{Request: req})
-}
-
-// run is the pipeline for one validated call.
-func (g *Gateway) run(ctx context.Context, caller string, c call) (*toolgatev1.RunToolResponse, error) {
-	// Another caller's owned id is refused before it is claimed: a claim
-	// would make the owner's call fail.
-	if err := ownedid.Check(caller, c.RequestID); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	p, err := g.prepare(ctx, caller, c)
-	if err != nil {
-		return nil, err
-	}
-	if err := g.holdsInstance(ctx); err != nil {
-		return nil, err
-	}
-	// Evidence must be completed even when the caller goes away: a claimed
-	// request with half its evidence is worse than a late answer.
-	ctx = detach(ctx)
-	g.recovery.enter(c.RequestID)
-	defer g.recovery.leave(c.RequestID)
-	rec := p.newRecorder(g)
-	defer func() { g.telemetry.AnnotateCall(ctx, rec.stageTimes) }()
-	if p.deadlinePassed(g.now()) {
-		return nil, status.Errorf(codes.DeadlineExceeded,
-			"the deadline passed before request_id %q was claimed; nothing was executed", c.RequestID)
-	}
-
-	// 1. Claim the request id: a create-only write of request.json.
-	pre, cancel := p.beforeDispatch(ctx)
-	pre, claim := g.telemetry.StartStage(pre, telemetry.StageClaim)
-	err = rec.putSealed(pre, evidence.ArtifactRequest, p.request)
-	claim.End()
-	cancel()
-	if errors.Is(err, evidence.ErrExist) {
-		return g.resume(ctx, p, rec)
-	}
-	if err != nil {
-		// The claim may exist all the same: a write whose outcome is
-		// unknown, or a store that can no longer write (a full disk) but
-		// still reads. Then the request is answered as a retry is.
-		if _, getErr := g.store.Get(ctx, evidence.Key(c.RequestID, evidence.ArtifactRequest)); getErr == nil {
-			return g.resume(ctx, p, rec)
-		}
-		if resp, ok, err := g.replaySpooled(ctx, p.c, p.hash); ok {
-			return resp, err
-		}
-		// The write may have landed all the same: recovery closes the
-		// attempt it would have opened, so that a retry can run.
-		g.recovery.leftUnfinished(c.RequestID, unfinished{claimUnsure: g.now()})
-		g.log.Error("evidence store unavailable; nothing ran", "request_id", c.RequestID, "err", err)
-		return nil, rec.failure(p.notRunCode(g.now()),
-			"evidence store unavailable, nothing was executed (retry with the same request_id): %v", err)
-	}
-	// 2. Decide, make the decision durable, dispatch, run, record.
-	return g.attempt(ctx, p, rec, 1)
 }
 
 // prepare canonicalises a call's arguments that name resources (from here
@@ -443,17 +376,6 @@ func (g *Gateway) Signer() *evidence.Signer { return g.signer }
 // gateway started.
 func (g *Gateway) ShadowFlips() int64 { return g.shadowFlips.Load() }
 
-// runDriver turns a driver panic into an error: a bug in one driver must not
-// take the gateway, and every other call in flight, down with it.
-func runDriver(ctx context.Context, d drivers.Driver, c drivers.Call) (res drivers.Result, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("driver panicked: %v", p)
-		}
-	}()
-	return d.Run(ctx, c)
-}
-
 // resume answers a request whose id is already claimed: the stored
 // answer when there is one, the next attempt when every earlier one
 // provably ran nothing, and ABORTED while the request may be running or
@@ -506,8 +428,8 @@ func (g *Gateway) resume(ctx context.Context, p *prepared, rec *recorder) (*tool
 		}
 		return g.nextAttempt(ctx, p, rec, keys, last.Number+1)
 	case evidence.Dispatched:
-		if left, ok := g.recovery.lookup(id); ok && left.told != "" {
-			return nil, rec.failure(codes.Aborted, "%s", left.told)
+		if left, ok := g.recovery.Lookup(id); ok && left.Told != "" {
+			return nil, rec.failure(codes.Aborted, "%s", left.Told)
 		}
 		return nil, rec.failure(codes.Aborted,
 			"request_id %q is in flight, or was interrupted, after dispatch; it is never executed twice", id)
@@ -524,8 +446,8 @@ func (g *Gateway) storedAnswer(ctx context.Context, p *prepared, rec *recorder, 
 	responseKey := evidence.Key(id, evidence.ArtifactResponse)
 	manifestKey := evidence.Key(id, evidence.ArtifactManifest)
 	if slices.Contains(keys, responseKey) && !slices.Contains(keys, manifestKey) && g.abandoned(ctx, id, keys) {
-		if s, err := g.readStored(ctx, id, keys); err == nil && g.rollForward(ctx, s) == nil {
-			g.recovery.settled(id)
+		if s, err := g.storedRequests().Read(ctx, id, keys); err == nil && g.rollForward(ctx, s) == nil {
+			g.recovery.Settled(id)
 		}
 	}
 	resp, answered, err := g.answerFromResponse(ctx, p, rec)
@@ -595,12 +517,12 @@ func (g *Gateway) answerFromResponse(ctx context.Context, p *prepared, rec *reco
 // working on any more, or one this process proved not dispatched but
 // could not close. It reports whether the attempt is now closed.
 func (g *Gateway) closeAbandoned(ctx context.Context, id string, keys []string, last evidence.Attempt) bool {
-	left, noted := g.recovery.lookup(id)
+	left, noted := g.recovery.Lookup(id)
 	var marked bool
 	var reason string
 	switch {
-	case last.State == evidence.Dispatched && noted && left.notDispatched == last.Number && !left.aged:
-		marked, reason = true, left.reason
+	case last.State == evidence.Dispatched && noted && left.NotDispatched == last.Number && !left.Aged:
+		marked, reason = true, left.Reason
 	case last.State == evidence.AttemptOpen && g.abandoned(ctx, id, keys):
 		reason = "abandoned before dispatch: found open by a retry after its gateway had stopped working on it"
 	default:
@@ -609,7 +531,7 @@ func (g *Gateway) closeAbandoned(ctx context.Context, id string, keys []string, 
 	if _, err := g.closeAttempt(ctx, id, last.Number, marked, g.encodeRecord, reason); err != nil {
 		return false
 	}
-	g.recovery.settled(id)
+	g.recovery.Settled(id)
 	return true
 }
 
@@ -621,7 +543,7 @@ func (g *Gateway) closeAbandoned(ctx context.Context, id string, keys []string, 
 // record may wait in that gateway's spool; before a decision, only once it
 // is older than an open attempt can be.
 func (g *Gateway) abandoned(ctx context.Context, id string, keys []string) bool {
-	if g.recovery.othersRunning(id, 1) {
+	if g.recovery.OthersRunning(id, 1) {
 		return false
 	}
 	if g.spool != nil {
@@ -629,16 +551,16 @@ func (g *Gateway) abandoned(ctx context.Context, id string, keys []string) bool 
 			return false
 		}
 	}
-	s, err := g.readStored(ctx, id, keys)
+	s, err := g.storedRequests().Read(ctx, id, keys)
 	switch {
 	case err != nil:
 		return false
-	case g.owns(s.owner()):
+	case g.owns(s.Owner()):
 		return true
-	case s.decision != nil:
+	case s.Decision != nil:
 		return false
 	}
-	return g.now().Sub(s.lastActivity) >= g.recoveryLimits.openAfter
+	return g.now().Sub(s.LastActivity) >= g.recoveryLimits.OpenAfter
 }
 
 // nextAttempt opens attempt n of a request whose earlier attempts ran

@@ -11,7 +11,7 @@ import (
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/trust"
-	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/gateway/approval"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -147,31 +147,31 @@ func (g *Gateway) whyCannotWait(p *prepared) string {
 // without it would, on a retry, run its guest again with nothing to match
 // the approved call to.
 func (g *Gateway) pauseForGuest(ctx context.Context, p *prepared, rec *recorder, w *guestWait, log *slog.Logger) (*toolgatev1.RunToolResponse, error) {
-	id, approval := p.c.RequestID, w.approval.GetApprovalId()
-	log = log.With("nested_request_id", w.requestID, "approval_id", approval)
-	nested, err := g.readHeld(ctx, w.requestID, nil)
-	if err == nil && nested.request.ApprovalID != approval {
-		err = fmt.Errorf("%s of %s names approval %s", evidence.ArtifactApprovalRequest, w.requestID, nested.request.ApprovalID)
+	id, approvalID := p.c.RequestID, w.approval.GetApprovalId()
+	log = log.With("nested_request_id", w.requestID, "approval_id", approvalID)
+	nested, err := g.approvals().Read(ctx, w.requestID, nil)
+	if err == nil && nested.Request.ApprovalID != approvalID {
+		err = fmt.Errorf("%s of %s names approval %s", evidence.ArtifactApprovalRequest, w.requestID, nested.Request.ApprovalID)
 	}
 	var stored evidence.ApprovalRequestRecord
 	if err == nil {
-		stored, err = g.storeApprovalRequest(ctx, rec, parentApprovalRequest(p, rec.attempt, nested.request, g.engineBase))
+		stored, err = g.storeApprovalRequest(ctx, rec, parentApprovalRequest(p, rec.attempt, nested.Request, g.engineBase))
 	}
 	if err != nil {
 		// Nothing the run did had an effect, so it may run again.
 		log.Error("could not record the wait for a guest's approval; the run is discarded", "err", err)
 		rec.closeAttempt(ctx, fmt.Sprintf("rerun allowed: guest call %s awaits approval %s, which could not be recorded: %v",
-			w.requestID, approval, err))
-		return nil, rec.failure(approvalCode(err), "guest call %s of request_id %q needs approval %s, which could not be recorded; "+
-			"nothing the guest asked for ran (retry with the same request_id): %v", w.requestID, id, approval, err)
+			w.requestID, approvalID, err))
+		return nil, rec.failure(approval.Code(err), "guest call %s of request_id %q needs approval %s, which could not be recorded; "+
+			"nothing the guest asked for ran (retry with the same request_id): %v", w.requestID, id, approvalID, err)
 	}
-	reason := fmt.Sprintf("rerun allowed: guest call %s awaits approval %s; no nested call was dispatched", w.requestID, approval)
+	reason := fmt.Sprintf("rerun allowed: guest call %s awaits approval %s; no nested call was dispatched", w.requestID, approvalID)
 	if err := rec.closeAttempt(ctx, reason); err != nil {
 		return nil, rec.failure(codes.Unavailable, "request_id %q waits for approval %s of its guest call %s, but its record "+
-			"could not be completed; nothing the guest asked for ran (retry with the same request_id): %v", id, approval, w.requestID, err)
+			"could not be completed; nothing the guest asked for ran (retry with the same request_id): %v", id, approvalID, w.requestID, err)
 	}
 	log.Info("paused until a guest's call is approved", "rule_id", stored.RuleID)
-	return guestPendingReply(p, stored, nested.request.CanonicalRequestHash, rec.refs), nil
+	return guestPendingReply(p, stored, nested.Request.CanonicalRequestHash, rec.refs), nil
 }
 
 // parentApprovalRequest is the approval_request.json of a parent, attempt
@@ -204,31 +204,31 @@ func guestPendingReply(p *prepared, a evidence.ApprovalRequestRecord, nestedHash
 // guest may make the approved call once; once it is denied or has expired,
 // the next attempt ends the parent denied by the approval's rule, for the
 // approver's reason.
-func (g *Gateway) guestApprovalGate(ctx context.Context, p *prepared, rec *recorder, h *heldApproval, keys []string, next int) (*toolgatev1.RunToolResponse, error) {
-	nid := h.request.NestedRequestID
+func (g *Gateway) guestApprovalGate(ctx context.Context, p *prepared, rec *recorder, h *approval.Held, keys []string, next int) (*toolgatev1.RunToolResponse, error) {
+	nid := h.Request.NestedRequestID
 	nested, err := g.readGuestApproval(ctx, p.c.RequestID, h)
 	if err != nil {
 		return nil, guestApprovalUnreadable(rec, p.c.RequestID, nid, err)
 	}
 	now := g.now()
-	if nested.verdict == nil {
-		if now.Before(nested.request.ExpiresAt) {
-			return guestPendingReply(p, h.request, nested.request.CanonicalRequestHash, keys), nil
+	if nested.Verdict == nil {
+		if now.Before(nested.Request.ExpiresAt) {
+			return guestPendingReply(p, h.Request, nested.Request.CanonicalRequestHash, keys), nil
 		}
-		written, err := g.expire(ctx, nested, now)
+		written, err := g.approvals().Expire(ctx, nested, now)
 		if err != nil {
-			return nil, expiryFailure(rec, nid, nested.request.ApprovalID, err)
+			return nil, expiryFailure(rec, nid, nested.Request.ApprovalID, err)
 		}
 		if written {
-			g.notify(ctx, EventApprovalDecided, nid)
+			g.approvals().Notify(ctx, approval.EventDecided, nid)
 		}
 	}
-	if nested.final() || !now.Before(nested.request.ExpiresAt) {
+	if nested.Final() || !now.Before(nested.Request.ExpiresAt) {
 		// The guest's call will never run: its request is ended too.
 		p.held = nested
 		g.finaliseHeld(ctx, nid)
 	} else {
-		p.guestCall = &approvedGuestCall{hash: nested.request.CanonicalRequestHash, requestID: nid}
+		p.guestCall = &approvedGuestCall{hash: nested.Request.CanonicalRequestHash, requestID: nid}
 	}
 	return g.nextAttempt(ctx, p, rec, keys, next)
 }
@@ -248,34 +248,19 @@ func guestApprovalUnreadable(rec *recorder, parent, nid string, err error) error
 // readGuestApproval reads the approval of the nested request that parent
 // waits for, as h names it, and checks that it is that approval, asked for
 // by a guest of parent.
-func (g *Gateway) readGuestApproval(ctx context.Context, parent string, h *heldApproval) (*heldApproval, error) {
-	nid := h.request.NestedRequestID
+func (g *Gateway) readGuestApproval(ctx context.Context, parent string, h *approval.Held) (*approval.Held, error) {
+	nid := h.Request.NestedRequestID
 	keys, err := g.store.List(ctx, evidence.RequestPrefix(nid))
 	if err != nil {
 		return nil, err
 	}
-	nested, err := g.readHeld(ctx, nid, keys)
+	nested, err := g.approvals().Read(ctx, nid, keys)
 	if err != nil {
 		return nil, err
 	}
-	if nested.request.ApprovalID != h.request.ApprovalID || nested.request.ParentRequestID != parent {
+	if nested.Request.ApprovalID != h.Request.ApprovalID || nested.Request.ParentRequestID != parent {
 		return nil, fmt.Errorf("%s of %s asks for approval %s for parent %q, not for approval %s of %s",
-			evidence.ArtifactApprovalRequest, nid, nested.request.ApprovalID, nested.request.ParentRequestID, h.request.ApprovalID, parent)
+			evidence.ArtifactApprovalRequest, nid, nested.Request.ApprovalID, nested.Request.ParentRequestID, h.Request.ApprovalID, parent)
 	}
 	return nested, nil
-}
-
-// guestRerunDecision is the decision of a parent run again after its
-// guest's call was approved: d, unless policy now holds the parent itself
-// for approval. A request waits for one approval at most, so that parent
-// ends denied, as an approved call whose rule changed does.
-func guestRerunDecision(d policy.Decision, approved *approvedGuestCall) policy.Decision {
-	if !d.ApprovalRequired {
-		return d
-	}
-	return policy.Decision{
-		RuleID: RuleApprovalStale, PolicyRef: d.PolicyRef, PolicySetDigest: d.PolicySetDigest,
-		Reason: fmt.Sprintf("the guest's call %s was approved, but policy now requires the approval of rule %s for the call "+
-			"that runs the guest; use a new request_id", approved.requestID, d.RuleID),
-	}
 }

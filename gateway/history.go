@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/approval"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/policy/history"
 )
@@ -96,7 +97,7 @@ func (g *Gateway) decideWithHistory(ctx context.Context, req policy.Request, run
 }
 
 // runsUnder returns whether a decision lets p run: an allow, or a call
-// held for approval that p's approval grants now (judgeHeld, as attempt
+// held for approval that p's approval grants now (approval.Judge, as attempt
 // applies it). An approved call is judged on its history at its use, as
 // every call is: a history rule that forbids it now (the session moved
 // past a limit, or acquired a label, while it waited) denies it, and the
@@ -104,12 +105,12 @@ func (g *Gateway) decideWithHistory(ctx context.Context, req policy.Request, run
 func (g *Gateway) runsUnder(p *prepared) func(policy.Decision) bool {
 	return func(d policy.Decision) bool {
 		if p.guestCall != nil {
-			d = guestRerunDecision(d, p.guestCall)
+			d = approval.GuestRerun(d, p.guestCall.requestID)
 		}
-		if d.Allow || !d.ApprovalRequired || p.held == nil || p.held.final() {
+		if d.Allow || !d.ApprovalRequired || p.held == nil || p.held.Final() {
 			return d.Allow
 		}
-		granted, _ := judgeHeld(p.held, d, g.now().UTC())
+		granted, _ := approval.Judge(p.held, d, g.now().UTC())
 		return granted.Allow
 	}
 }

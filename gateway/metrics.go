@@ -19,7 +19,7 @@ func (g *Gateway) observeState() {
 	g.telemetry.SetGauges(telemetry.Gauges{
 		CallsInFlight: func() int { return int(g.running.Load()) },
 		Spool:         g.spoolState,
-		Approvals:     func() (int, time.Duration) { return g.recovery.pendingApprovals(g.now()) },
+		Approvals:     func() (int, time.Duration) { return g.recovery.PendingApprovals(g.now()) },
 	})
 }
 

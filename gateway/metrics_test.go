@@ -298,7 +298,7 @@ func TestApprovalsPendingCountsOnlyThoseWaitingForAPerson(t *testing.T) {
 	g := e.gws[0]
 	check := func(when string, wantN int, wantAge time.Duration) {
 		t.Helper()
-		if n, age := g.recovery.pendingApprovals(e.clock.Now()); n != wantN || age != wantAge {
+		if n, age := g.recovery.PendingApprovals(e.clock.Now()); n != wantN || age != wantAge {
 			t.Fatalf("%s: %d pending, oldest %v; want %d, %v", when, n, age, wantN, wantAge)
 		}
 	}
@@ -324,7 +324,7 @@ func TestApprovalAgeSurvivesARestart(t *testing.T) {
 	if _, err := e.gws[1].Recover(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if n, age := e.gws[1].recovery.pendingApprovals(e.clock.Now()); n != 1 || age != 40*time.Minute {
+	if n, age := e.gws[1].recovery.PendingApprovals(e.clock.Now()); n != 1 || age != 40*time.Minute {
 		t.Fatalf("the replica that found it reports %d pending, oldest %v; want 1, 40m0s", n, age)
 	}
 }

@@ -317,5 +317,5 @@ func (n *nestedCaller) runTraced(ctx context.Context, c call) (resp *toolgatev1.
 	tc := telemetry.Call{Tool: c.ToolID, RequestID: c.RequestID, Nested: true}
 	ctx, span := n.g.telemetry.StartCall(ctx, tc)
 	defer func() { span.End(callResult(resp, err)) }()
-	return n.g.run(ctx, n.caller, c)
+	return n.g.runValidated(ctx, n.caller, c)
 }

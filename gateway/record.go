@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/trust"
+	"github.com/toolgate/toolgate/gateway/recovery"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -442,7 +443,7 @@ func (r *recorder) finish(ctx context.Context, resp *toolgatev1.RunToolResponse,
 	if manifestErr != nil {
 		r.g.log.Warn("the manifest could not be written; recovery writes it from the stored artifacts",
 			"request_id", r.requestID, "err", manifestErr)
-		r.g.recovery.leftUnfinished(r.requestID, unfinished{})
+		r.g.recovery.LeftUnfinished(r.requestID, recovery.Unfinished{})
 	}
 	return reply, nil
 }
@@ -595,7 +596,7 @@ func (r *recorder) unrecorded(ctx context.Context, cause error) error {
 	told := fmt.Sprintf("request_id %q ran, but the evidence store and the spool refused its response (%s); "+
 		"its outcome is not on record, and it is never run again", r.requestID, msg)
 	r.g.log.Error("the response of a call that ran could not be stored", "request_id", r.requestID, "err", msg)
-	r.g.recovery.leftUnfinished(r.requestID, unfinished{told: told})
+	r.g.recovery.LeftUnfinished(r.requestID, recovery.Unfinished{Told: told})
 	return r.failure(codes.Aborted, "%s", told)
 }
 
@@ -668,11 +669,11 @@ func (r *recorder) closeAttempt(ctx context.Context, reason string) error {
 	if err != nil {
 		r.g.log.Error("could not close an attempt that was not dispatched; recovery will",
 			"request_id", r.requestID, "attempt", r.attempt, "err", err)
-		left := unfinished{}
+		left := recovery.Unfinished{}
 		if r.dispatched {
-			left = unfinished{notDispatched: r.attempt, reason: reason}
+			left = recovery.Unfinished{NotDispatched: r.attempt, Reason: reason}
 		}
-		r.g.recovery.leftUnfinished(r.requestID, left)
+		r.g.recovery.LeftUnfinished(r.requestID, left)
 		return err
 	}
 	if key != "" {
@@ -721,7 +722,7 @@ func (r *recorder) fail(ctx context.Context, code codes.Code, cause error) error
 		}
 		if err != nil {
 			r.g.log.Error("could not write the failure manifest; recovery will", "request_id", r.requestID, "err", err)
-			r.g.recovery.leftUnfinished(r.requestID, unfinished{told: msg})
+			r.g.recovery.LeftUnfinished(r.requestID, recovery.Unfinished{Told: msg})
 		}
 	}
 	return r.failure(code, "%s", msg)

@@ -39,7 +39,7 @@ func BenchmarkRecover(b *testing.B) {
 				store.failNext(evidence.ArtifactManifest, 1)
 			}
 			c := call{RequestID: fmt.Sprintf("r-%d", i), ToolID: "noop.run", PolicyRef: defaultPolicy, Args: []byte(`{}`)}
-			if _, err := g.run(context.Background(), "bench", c); err != nil {
+			if _, err := g.runValidated(context.Background(), "bench", c); err != nil {
 				b.Fatal(err)
 			}
 		}

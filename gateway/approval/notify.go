@@ -1,4 +1,4 @@
-package gateway
+package approval
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
 )
 
@@ -47,6 +48,29 @@ const (
 	HeaderWebhookDelivery = "X-Toolgate-Delivery"
 )
 
+// Notifier is told of approvals as they are asked for and decided, so that
+// people can be shown them. Notify must not block: it is called on the
+// call's path, after the evidence is stored.
+type Notifier interface {
+	Notify(ev Event)
+}
+
+// Event types, in Event.Type.
+const (
+	EventPending = "approval.pending"
+	EventDecided = "approval.decided"
+)
+
+// Event is what a Notifier is told: the approval as ListApprovals would
+// show it, and whether it was asked for or decided.
+type Event struct {
+	// Type is EventPending or EventDecided.
+	Type string
+	// Approval is the approval, its arguments redacted as its evidence
+	// records them.
+	Approval *toolgatev1.Approval
+}
+
 // WebhookOptions configure a WebhookNotifier.
 type WebhookOptions struct {
 	// URL receives the POSTs. Build has validated it (https, or http to a
@@ -61,6 +85,8 @@ type WebhookOptions struct {
 	Logger *slog.Logger
 	// Gateway names this gateway instance in every body.
 	Gateway string
+	// UserAgent is every request's User-Agent; "" means "toolgate".
+	UserAgent string
 	// Timeout bounds one delivery attempt; 0 means 5s.
 	Timeout time.Duration
 	// Retries is how many times a failed delivery is tried again; 0 means
@@ -88,7 +114,7 @@ type WebhookOptions struct {
 type WebhookNotifier struct {
 	opts    WebhookOptions
 	log     *slog.Logger
-	queue   chan ApprovalEvent
+	queue   chan Event
 	closing atomic.Bool
 	stop    chan struct{} // closed by Close: drain the queue and return
 	done    chan struct{} // closed by the worker when it returns
@@ -101,13 +127,16 @@ type WebhookNotifier struct {
 // NewWebhookNotifier starts a notifier's worker; Close stops it.
 func NewWebhookNotifier(opts WebhookOptions) (*WebhookNotifier, error) {
 	if opts.URL == "" {
-		return nil, errors.New("gateway: webhook: no URL")
+		return nil, errors.New("approval: webhook: no URL")
 	}
 	if len(opts.Secret) == 0 {
-		return nil, errors.New("gateway: webhook: no secret")
+		return nil, errors.New("approval: webhook: no secret")
 	}
 	if opts.Redactor == nil {
-		return nil, errors.New("gateway: webhook: no redactor")
+		return nil, errors.New("approval: webhook: no redactor")
+	}
+	if opts.UserAgent == "" {
+		opts.UserAgent = "toolgate"
 	}
 	if opts.Timeout == 0 {
 		opts.Timeout = defaultWebhookTimeout
@@ -137,7 +166,7 @@ func NewWebhookNotifier(opts WebhookOptions) (*WebhookNotifier, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &WebhookNotifier{
 		opts: opts, log: log,
-		queue: make(chan ApprovalEvent, opts.QueueSize),
+		queue: make(chan Event, opts.QueueSize),
 		stop:  make(chan struct{}), done: make(chan struct{}),
 		ctx: ctx, cancel: cancel,
 	}
@@ -157,7 +186,7 @@ func exponentialBackoff(retry int) time.Duration {
 // Notify queues ev for delivery and returns at once. When the queue is
 // full, or the notifier is closed, ev is dropped and the drop logged: a
 // slow receiver must never hold up a call.
-func (n *WebhookNotifier) Notify(ev ApprovalEvent) {
+func (n *WebhookNotifier) Notify(ev Event) {
 	if n.closing.Load() {
 		n.dropped(ev, "the notifier is closed")
 		return
@@ -169,7 +198,7 @@ func (n *WebhookNotifier) Notify(ev ApprovalEvent) {
 	}
 }
 
-func (n *WebhookNotifier) dropped(ev ApprovalEvent, why string) {
+func (n *WebhookNotifier) dropped(ev Event, why string) {
 	n.log.Warn("approval webhook: notification dropped: "+why,
 		"approval_id", ev.Approval.GetApprovalId(), "type", ev.Type)
 }
@@ -217,7 +246,7 @@ func (n *WebhookNotifier) work() {
 // handle delivers ev, or drops it once Close has given up draining: the
 // worker's select may take a queued event before it sees the stop, so the
 // check belongs here rather than in the drain loop alone.
-func (n *WebhookNotifier) handle(ev ApprovalEvent) {
+func (n *WebhookNotifier) handle(ev Event) {
 	if n.ctx.Err() != nil {
 		n.dropped(ev, "the gateway is stopping")
 		return
@@ -226,7 +255,7 @@ func (n *WebhookNotifier) handle(ev ApprovalEvent) {
 }
 
 // deliver sends one event, retrying transport errors, 5xx and 429.
-func (n *WebhookNotifier) deliver(ev ApprovalEvent) {
+func (n *WebhookNotifier) deliver(ev Event) {
 	id := ev.Approval.GetApprovalId()
 	body, err := n.body(ev)
 	if err != nil {
@@ -271,32 +300,32 @@ func (e *finalError) Unwrap() error { return e.err }
 // body is the JSON an event is sent as: the approval's fields as
 // ListApprovals shows them, with the event type, the gateway and the time,
 // all redacted once more since the body leaves the gateway.
-func (n *WebhookNotifier) body(ev ApprovalEvent) ([]byte, error) {
+func (n *WebhookNotifier) body(ev Event) ([]byte, error) {
 	if ev.Approval == nil {
-		return nil, errors.New("gateway: webhook: event without an approval")
+		return nil, errors.New("approval: webhook: event without an approval")
 	}
 	fields := map[string]json.RawMessage{}
 	approval, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(ev.Approval)
 	if err != nil {
-		return nil, fmt.Errorf("gateway: webhook: %w", err)
+		return nil, fmt.Errorf("approval: webhook: %w", err)
 	}
 	if err := json.Unmarshal(approval, &fields); err != nil {
-		return nil, fmt.Errorf("gateway: webhook: %w", err)
+		return nil, fmt.Errorf("approval: webhook: %w", err)
 	}
 	for k, v := range map[string]string{
 		"type": ev.Type, "gateway": n.opts.Gateway, "sent_at": time.Now().UTC().Format(time.RFC3339Nano),
 	} {
 		if fields[k], err = json.Marshal(v); err != nil {
-			return nil, fmt.Errorf("gateway: webhook: %w", err)
+			return nil, fmt.Errorf("approval: webhook: %w", err)
 		}
 	}
 	raw, err := json.Marshal(fields)
 	if err != nil {
-		return nil, fmt.Errorf("gateway: webhook: %w", err)
+		return nil, fmt.Errorf("approval: webhook: %w", err)
 	}
 	redacted, _, err := n.opts.Redactor.JSON("approval_webhook.json", raw)
 	if err != nil {
-		return nil, fmt.Errorf("gateway: webhook: %w", err)
+		return nil, fmt.Errorf("approval: webhook: %w", err)
 	}
 	return redacted, nil
 }
@@ -318,11 +347,11 @@ func (n *WebhookNotifier) post(body []byte, delivery string) (time.Duration, err
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.opts.URL, bytes.NewReader(body))
 	if err != nil {
-		return 0, &finalError{fmt.Errorf("gateway: webhook: %w", err)}
+		return 0, &finalError{fmt.Errorf("approval: webhook: %w", err)}
 	}
 	ts := strconv.FormatInt(time.Now().Unix(), 10)
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "toolgate/"+Version)
+	req.Header.Set("User-Agent", n.opts.UserAgent)
 	req.Header.Set(HeaderWebhookTimestamp, ts)
 	req.Header.Set(HeaderWebhookSignature, signWebhook(n.opts.Secret, ts, body))
 	req.Header.Set(HeaderWebhookDelivery, delivery)
@@ -334,7 +363,7 @@ func (n *WebhookNotifier) post(body []byte, delivery string) (time.Duration, err
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
-		return 0, fmt.Errorf("gateway: webhook: %w", err)
+		return 0, fmt.Errorf("approval: webhook: %w", err)
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, maxWebhookResponseBytes))
 	resp.Body.Close()
@@ -342,9 +371,9 @@ func (n *WebhookNotifier) post(body []byte, delivery string) (time.Duration, err
 	case code >= 200 && code < 300:
 		return 0, nil
 	case code == http.StatusTooManyRequests || code >= 500:
-		return retryAfter(resp.Header.Get("Retry-After")), fmt.Errorf("gateway: webhook: receiver answered %d %s", code, http.StatusText(code))
+		return retryAfter(resp.Header.Get("Retry-After")), fmt.Errorf("approval: webhook: receiver answered %d %s", code, http.StatusText(code))
 	default:
-		return 0, &finalError{fmt.Errorf("gateway: webhook: receiver answered %d %s", code, http.StatusText(code))}
+		return 0, &finalError{fmt.Errorf("approval: webhook: receiver answered %d %s", code, http.StatusText(code))}
 	}
 }
 

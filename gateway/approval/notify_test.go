@@ -1,4 +1,4 @@
-package gateway
+package approval
 
 import (
 	"bytes"
@@ -160,8 +160,8 @@ func testApproval(t *testing.T, id string, args map[string]any) *toolgatev1.Appr
 	}
 }
 
-func pendingEvent(t *testing.T, id string, args map[string]any) ApprovalEvent {
-	return ApprovalEvent{Type: EventApprovalPending, Approval: testApproval(t, id, args)}
+func pendingEvent(t *testing.T, id string, args map[string]any) Event {
+	return Event{Type: EventPending, Approval: testApproval(t, id, args)}
 }
 
 func TestWebhookRetriesServerErrorsUnderOneDeliveryID(t *testing.T) {
