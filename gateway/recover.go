@@ -162,6 +162,14 @@ func (g *Gateway) recoverRequest(ctx context.Context, id string, keys []string) 
 		if err != nil || len(spooled) > 0 {
 			return recovery.Wait, err
 		}
+		// What the flusher moved after keys were listed (a close, the
+		// manifest) is in the store now: judge the request by it.
+		if keys, err = g.store.List(ctx, evidence.RequestPrefix(id)); err != nil {
+			return recovery.Wait, err
+		}
+		if slices.Contains(keys, evidence.Key(id, evidence.ArtifactManifest)) {
+			return recovery.None, nil
+		}
 	}
 	if !slices.Contains(keys, evidence.Key(id, evidence.ArtifactRequest)) {
 		if left, noted := g.recovery.Lookup(id); noted && !left.ClaimUnsure.IsZero() &&

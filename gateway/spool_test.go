@@ -4,11 +4,13 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/recovery"
 )
 
 // TestStoreFailingAfterTheToolRanSpools: the store goes down while the tool
@@ -59,4 +61,41 @@ func TestStoreFailingAfterTheToolRanSpools(t *testing.T) {
 		t.Fatalf("FlushSpool = %d, %v; want tool_result, response and manifest moved", n, err)
 	}
 	e.checkReplyIsStored("spool-1", resp)
+}
+
+// TestRecoveryJudgesWhatTheFlusherMovedMeanwhile: recovery lists a
+// request's files, then the flusher moves the rest of its record (the
+// response, the manifest) from the spool into the store. Recovery must
+// judge the request by the store as it is once the spool is empty, not by
+// its earlier listing, which shows a dispatched call without an answer:
+// it would record a call that completed as interrupted.
+func TestRecoveryJudgesWhatTheFlusherMovedMeanwhile(t *testing.T) {
+	store := &flakyStore{Store: evidence.NewMemoryStore()}
+	tool := &hookDriver{run: func() { store.down.Store(true) }, out: drivers.Result{Stdout: "did it\n"}}
+	e := newEnv(t, envOptions{
+		store:    store,
+		spoolDir: filepath.Join(t.TempDir(), "spool"),
+		extra:    map[string]drivers.Driver{"hook": tool},
+		policies: map[string]string{"policy.default.cedar": `permit (principal, action, resource);`},
+	})
+	ctx := context.Background()
+	e.mustCall("moved-1", "hook.run", nil)
+	store.down.Store(false)
+	stale, err := store.List(ctx, evidence.RequestPrefix("moved-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.gw.FlushSpool(ctx); err != nil || n != 3 {
+		t.Fatalf("FlushSpool = %d, %v; want the rest of the record moved", n, err)
+	}
+	// Long after the call, as a sweep finds it.
+	e.gw.now = func() time.Time { return time.Now().Add(2 * time.Hour) }
+	did, err := e.gw.recoverRequest(ctx, "moved-1", stale)
+	if err != nil || did != recovery.None {
+		t.Fatalf("recovery on a stale listing did %v, %v; want nothing done", did, err)
+	}
+	m, err := evidence.ParseManifest(e.artifact("moved-1", evidence.ArtifactManifest))
+	if err != nil || m.Outcome != evidence.OutcomeCompleted {
+		t.Fatalf("manifest = %+v, %v; want the call's own, completed", m, err)
+	}
 }
