@@ -804,7 +804,8 @@ func (v *verifier) verifyCopies(ctx context.Context, id string, present, inSpool
 // requestCopies.completeView for the one exception).
 func (v *verifier) verify(ctx context.Context, id string, present, inSpool []string) (VerifyReport, *requestCopies, error) {
 	rep := VerifyReport{RequestID: id}
-	r := &requestCopies{v: v, inStore: present, inSpool: inSpool, cached: map[string][]storedCopy{}}
+	r := &requestCopies{v: v, id: id, inStore: present, inSpool: inSpool, cached: map[string][]storedCopy{}}
+	defer r.closeFolder()
 	fail := func(err error) (VerifyReport, *requestCopies, error) { return VerifyReport{}, nil, err }
 	if err := validRequestID(id); err != nil {
 		// Only a store holding keys Put would refuse can get here.
@@ -948,6 +949,12 @@ func (r *requestCopies) checkArtifacts(ctx context.Context, m Manifest, present 
 // requestCopies reads one request's artifacts from the store and the spool.
 type requestCopies struct {
 	v       *verifier
+	id      string
+	// folder reads the artifacts directly in the request's folder of a
+	// FileStore while the request is verified (see fileFolder); nil
+	// before the first read, and once folderDone, after.
+	folder     *fileFolder
+	folderDone bool
 	inStore []string // the request's keys in the store, sorted
 	inSpool []string // the request's keys in the spool
 	// cached holds the dispatch records read to derive the attempts, so
@@ -1057,7 +1064,7 @@ func (r *requestCopies) read(ctx context.Context, key string) (copies []storedCo
 
 // getStore appends the store's copy of key, if it has one, to copies.
 func (r *requestCopies) getStore(ctx context.Context, key string, copies []storedCopy) ([]storedCopy, error) {
-	data, err := r.v.store.Get(ctx, key)
+	data, err := r.storeGet(ctx, key)
 	switch {
 	case err == nil:
 		return append(copies, storedCopy{data: data}), nil
@@ -1065,6 +1072,36 @@ func (r *requestCopies) getStore(ctx context.Context, key string, copies []store
 		return copies, nil
 	}
 	return nil, err
+}
+
+// storeGet is the store's Get, through the request's open folder when
+// the store is a FileStore and key lies directly in the folder.
+func (r *requestCopies) storeGet(ctx context.Context, key string) ([]byte, error) {
+	name, ok := strings.CutPrefix(key, RequestPrefix(r.id))
+	if !ok || strings.Contains(name, "/") || r.folderDone {
+		return r.v.store.Get(ctx, key)
+	}
+	if r.folder == nil {
+		fs, isFile := r.v.store.(*FileStore)
+		if !isFile {
+			r.folderDone = true
+			return r.v.store.Get(ctx, key)
+		}
+		if r.folder, ok = fs.openFolder(strings.TrimSuffix(RequestPrefix(r.id), "/")); !ok {
+			r.folderDone = true
+			return r.v.store.Get(ctx, key)
+		}
+	}
+	return r.folder.get(ctx, key, name)
+}
+
+// closeFolder closes the request's folder; later reads go through Get.
+func (r *requestCopies) closeFolder() {
+	if r.folder != nil {
+		r.folder.close()
+		r.folder = nil
+	}
+	r.folderDone = true
 }
 
 // completeView adds to the request's keys in the store those its listed
