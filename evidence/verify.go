@@ -948,15 +948,15 @@ func (r *requestCopies) checkArtifacts(ctx context.Context, m Manifest, present 
 
 // requestCopies reads one request's artifacts from the store and the spool.
 type requestCopies struct {
-	v       *verifier
-	id      string
+	v  *verifier
+	id string
 	// folder reads the artifacts directly in the request's folder of a
 	// FileStore while the request is verified (see fileFolder); nil
 	// before the first read, and once folderDone, after.
 	folder     *fileFolder
 	folderDone bool
-	inStore []string // the request's keys in the store, sorted
-	inSpool []string // the request's keys in the spool
+	inStore    []string // the request's keys in the store, sorted
+	inSpool    []string // the request's keys in the spool
 	// cached holds the dispatch records read to derive the attempts, so
 	// that checking them against the manifest reads them no second time.
 	cached map[string][]storedCopy
