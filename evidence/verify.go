@@ -586,6 +586,7 @@ func (p *verifyPipeline) report(ctx context.Context, job *verifyJob) error {
 		if err != nil {
 			return err
 		}
+		p.v.settleSignature(&job.rep, job.r, recs)
 		if err := p.j.judge(ctx, &job.rep, job.r, recs, job.infos); err != nil {
 			return fmt.Errorf("evidence: verify %q: %w", job.id, err)
 		}
@@ -646,6 +647,9 @@ func (v *verifier) verifyEachLog(ctx context.Context, logs []*logObjects, j *log
 	}
 	for _, rep := range reps {
 		seen[rep.Origin] = true
+		if rep.Status == LogOK && rep.Signature == SignatureValid {
+			v.attest(rep.Origin, rep.KeyID)
+		}
 		if err := report(rep); err != nil {
 			return err
 		}
@@ -746,6 +750,10 @@ type verifier struct {
 	ring *trust.Keyring
 	// history checks the history decisions saw; nil checks nothing.
 	history HistoryChecker
+	// attested holds, by origin, the key id of each log VerifyAll found
+	// consistent under a checkpoint a trusted key signed (see
+	// verify_attested.go); set before any request is verified.
+	attested map[string]string
 }
 
 // required marks a report with the requirements it is judged under.
@@ -869,7 +877,9 @@ func (v *verifier) verify(ctx context.Context, id string, present, inSpool []str
 		return rep, r, nil
 	}
 	rep.Outcome = m.Outcome
-	v.checkSignature(m, manifestKey, &rep)
+	if !r.deferSignature(m, copies[0].data, &rep) {
+		v.checkSignature(m, manifestKey, &rep)
+	}
 	if m.RequestID != id {
 		// Its artifacts lie under another prefix, so checking them would
 		// say nothing about this request.
@@ -955,6 +965,8 @@ type requestCopies struct {
 	// before the first read, and once folderDone, after.
 	folder     *fileFolder
 	folderDone bool
+	// pendingSig is the manifest signature left to the join, if any.
+	pendingSig *pendingSignature
 	inStore    []string // the request's keys in the store, sorted
 	inSpool    []string // the request's keys in the spool
 	// cached holds the dispatch records read to derive the attempts, so
