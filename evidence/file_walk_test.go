@@ -36,12 +36,16 @@ func TestWalkFoldersMatchesRootWalk(t *testing.T) {
 		t.Fatal(err)
 	}
 	salt := []func() error{
-		func() error { return os.Symlink(filepath.Join(outside, "secret"), filepath.Join(dir, "requests/a/evil.json")) },
+		func() error {
+			return os.Symlink(filepath.Join(outside, "secret"), filepath.Join(dir, "requests/a/evil.json"))
+		},
 		func() error { return os.Symlink("request.json", filepath.Join(dir, "requests/a/inside.json")) },
 		func() error { return os.Symlink(outside, filepath.Join(dir, "requests/c")) },
 		func() error { return os.Symlink("a", filepath.Join(dir, "requests/d")) },
 		func() error { return syscall.Mkfifo(filepath.Join(dir, "requests/b/fifo.json"), 0o600) },
-		func() error { return os.WriteFile(filepath.Join(dir, "requests/b/"+tempPrefix+"x"), []byte("t"), 0o600) },
+		func() error {
+			return os.WriteFile(filepath.Join(dir, "requests/b/"+tempPrefix+"x"), []byte("t"), 0o600)
+		},
 		func() error { return os.WriteFile(filepath.Join(dir, "requests/b/back\\slash"), []byte("t"), 0o600) },
 		func() error { return os.MkdirAll(filepath.Join(dir, "requests/e/empty"), 0o700) },
 	}
