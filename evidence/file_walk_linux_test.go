@@ -2,6 +2,7 @@ package evidence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -100,4 +101,57 @@ func keysOf(infos []KeyInfo) []string {
 		out = append(out, fmt.Sprintf("%s:%d@%s", ki.Key, ki.Size, ki.ModTime.Format(time.RFC3339Nano)))
 	}
 	return out
+}
+
+// TestFolderReadsMatchGet: reading an artifact through its request's
+// open folder gives what Get gives, data or error, for every kind of
+// entry an attacker can leave under an artifact's name, and a FIFO, on
+// which Get would block, is no artifact.
+func TestFolderReadsMatchGet(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	outside := t.TempDir()
+	s, err := NewFileStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Put(ctx, "requests/r/request.json", []byte(`{"a":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	folder := filepath.Join(dir, "requests", "r")
+	for i, f := range []func() error{
+		func() error {
+			return os.Symlink(filepath.Join(outside, "secret"), filepath.Join(folder, "outside.json"))
+		},
+		func() error { return os.Symlink("request.json", filepath.Join(folder, "inside.json")) },
+		func() error { return os.Mkdir(filepath.Join(folder, "folder.json"), 0o700) },
+		func() error { return syscall.Mkfifo(filepath.Join(folder, "fifo.json"), 0o600) },
+	} {
+		if err := f(); err != nil {
+			t.Fatalf("salt %d: %v", i, err)
+		}
+	}
+	d, ok := s.openFolder("requests/r")
+	if !ok {
+		t.Fatal("the request's folder does not open")
+	}
+	defer d.close()
+	for _, name := range []string{"request.json", "outside.json", "inside.json", "folder.json", "absent.json"} {
+		t.Run(name, func(t *testing.T) {
+			key := "requests/r/" + name
+			got, gotErr := d.get(ctx, key, name)
+			want, wantErr := s.Get(ctx, key)
+			if string(got) != string(want) || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+				t.Fatalf("through the folder: %q, %v; Get: %q, %v", got, gotErr, want, wantErr)
+			}
+		})
+	}
+	if _, err := d.get(ctx, "requests/r/fifo.json", "fifo.json"); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("a FIFO read through the folder: %v, want ErrNotExist", err)
+	}
 }
