@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -66,22 +67,55 @@ func (s *FileStore) writeUnnamed(dir, key string, data []byte) (done bool, linkE
 // the key, and the runtime's poller set-up for each file).
 type fileFolder struct {
 	s  *FileStore
-	f  *os.File
 	fd int
 }
 
-// openFolder opens dir through the store's root, which refuses to leave
-// it. ok is false, with nothing opened, when the folder cannot be opened
-// so: the caller then reads through Get, whatever the reason.
-func (s *FileStore) openFolder(dir string) (*fileFolder, bool) {
-	f, err := s.root.Open(dir)
-	if err != nil {
-		return nil, false
-	}
-	return &fileFolder{s: s, f: f, fd: int(f.Fd())}, true
+func (d *fileFolder) close() { unix.Close(d.fd) }
+
+// storeFolders opens the folders of a FileStore's requests, for one
+// verification: the "requests" folder is opened through the root once,
+// when first needed, and each request's folder by name relative to it,
+// one system call instead of a walk of the path through the root. It is
+// safe for concurrent use; close releases the "requests" folder.
+type storeFolders struct {
+	s    *FileStore
+	once sync.Once
+	f    *os.File // nil when "requests" did not open
+	fd   int
 }
 
-func (d *fileFolder) close() { d.f.Close() }
+func (s *FileStore) requestFolders() *storeFolders { return &storeFolders{s: s} }
+
+// open opens request id's folder. ok is false, with nothing opened, when
+// it cannot be opened so (gone, not a folder, a symbolic link the root
+// would follow): the caller then reads through Get.
+func (sf *storeFolders) open(id string) (*fileFolder, bool) {
+	sf.once.Do(func() {
+		if f, err := sf.s.root.Open(strings.TrimSuffix(requestsRoot, "/")); err == nil {
+			sf.f, sf.fd = f, int(f.Fd())
+		}
+	})
+	if sf.f == nil || id == "" || id == "." || id == ".." || strings.Contains(id, "/") {
+		return nil, false
+	}
+	for {
+		fd, err := unix.Openat(sf.fd, id, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return nil, false
+		}
+		return &fileFolder{s: sf.s, fd: fd}, true
+	}
+}
+
+func (sf *storeFolders) close() {
+	sf.once.Do(func() {}) // no folder opens after close
+	if sf.f != nil {
+		sf.f.Close()
+	}
+}
 
 // get returns the artifact key, whose last element, name, lies directly in
 // the folder, as Get returns it. The name comes from a key ValidKey

@@ -16,8 +16,6 @@ func (s *FileStore) writeUnnamed(string, string, []byte) (bool, error, error) {
 // Get.
 type fileFolder struct{}
 
-func (s *FileStore) openFolder(string) (*fileFolder, bool) { return nil, false }
-
 func (*fileFolder) close() {}
 
 func (*fileFolder) get(context.Context, string, string) ([]byte, error) {
@@ -29,3 +27,13 @@ func (*fileFolder) get(context.Context, string, string) ([]byte, error) {
 func (s *FileStore) walkFolders(context.Context, string, string, func(KeyInfo) error) (bool, error) {
 	return false, nil
 }
+
+// storeFolders is Linux's; elsewhere a request's artifacts are read
+// through Get.
+type storeFolders struct{}
+
+func (s *FileStore) requestFolders() *storeFolders { return nil }
+
+func (*storeFolders) open(string) (*fileFolder, bool) { return nil, false }
+
+func (*storeFolders) close() {}

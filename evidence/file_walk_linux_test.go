@@ -106,7 +106,9 @@ func keysOf(infos []KeyInfo) []string {
 // TestFolderReadsMatchGet: reading an artifact through its request's
 // open folder gives what Get gives, data or error, for every kind of
 // entry an attacker can leave under an artifact's name, and a FIFO, on
-// which Get would block, is no artifact.
+// which Get would block, is no artifact. A request folder opens only by
+// a plain name, never through a symbolic link (a read then goes through
+// Get, as before).
 func TestFolderReadsMatchGet(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -136,7 +138,20 @@ func TestFolderReadsMatchGet(t *testing.T) {
 			t.Fatalf("salt %d: %v", i, err)
 		}
 	}
-	d, ok := s.openFolder("requests/r")
+	folders := s.requestFolders()
+	defer folders.close()
+	for _, id := range []string{"absent", "..", ".", "r/x", ""} {
+		if _, ok := folders.open(id); ok {
+			t.Fatalf("request folder %q opened", id)
+		}
+	}
+	if err := os.Symlink("r", filepath.Join(dir, "requests", "link")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := folders.open("link"); ok {
+		t.Fatal("a symbolic link opened as a request's folder")
+	}
+	d, ok := folders.open("r")
 	if !ok {
 		t.Fatal("the request's folder does not open")
 	}

@@ -299,6 +299,7 @@ func Verify(ctx context.Context, s Reader, requestID string, opts ...VerifyOptio
 	if err != nil {
 		return VerifyReport{}, err
 	}
+	defer v.close()
 	// The spool first: an artifact uploaded meanwhile is then in one
 	// listing or the other (see view).
 	var inSpool []string
@@ -424,6 +425,7 @@ func verifyAllRead(ctx context.Context, s Reader, opts VerifyOptions, prepare fu
 	if err != nil {
 		return err
 	}
+	defer v.close()
 	vw, err := v.takeView(ctx, opts)
 	if err != nil {
 		return err
@@ -750,10 +752,20 @@ type verifier struct {
 	ring *trust.Keyring
 	// history checks the history decisions saw; nil checks nothing.
 	history HistoryChecker
+	// folders opens the request folders of a FileStore (see
+	// fileFolder); nil for any other store. close releases it.
+	folders *storeFolders
 	// attested holds, by origin, the key id of each log VerifyAll found
 	// consistent under a checkpoint a trusted key signed (see
 	// verify_attested.go); set before any request is verified.
 	attested map[string]string
+}
+
+// close releases what the verifier holds open.
+func (v *verifier) close() {
+	if v.folders != nil {
+		v.folders.close()
+	}
 }
 
 // required marks a report with the requirements it is judged under.
@@ -781,6 +793,9 @@ func newVerifier(s Reader, opts VerifyOptions) (*verifier, error) {
 	v := &verifier{store: s, spool: opts.Spool, trusted: make(map[string]ed25519.PublicKey, len(opts.TrustedKeys)),
 		witnesses: opts.Witnesses, threshold: opts.WitnessThreshold,
 		requireSignature: opts.RequireSignature, requireLog: opts.RequireLog, history: opts.History}
+	if fs, ok := s.(*FileStore); ok {
+		v.folders = fs.requestFolders()
+	}
 	for i, k := range opts.TrustedKeys {
 		if len(k) != ed25519.PublicKeySize {
 			return nil, fmt.Errorf("evidence: verify: TrustedKeys[%d] is %d bytes, want %d", i, len(k), ed25519.PublicKeySize)
@@ -1094,12 +1109,11 @@ func (r *requestCopies) storeGet(ctx context.Context, key string) ([]byte, error
 		return r.v.store.Get(ctx, key)
 	}
 	if r.folder == nil {
-		fs, isFile := r.v.store.(*FileStore)
-		if !isFile {
+		if r.v.folders == nil {
 			r.folderDone = true
 			return r.v.store.Get(ctx, key)
 		}
-		if r.folder, ok = fs.openFolder(strings.TrimSuffix(RequestPrefix(r.id), "/")); !ok {
+		if r.folder, ok = r.v.folders.open(r.id); !ok {
 			r.folderDone = true
 			return r.v.store.Get(ctx, key)
 		}
