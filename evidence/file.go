@@ -431,6 +431,9 @@ func (s *FileStore) WalkInfo(ctx context.Context, prefix string, fn func(KeyInfo
 			return nil
 		}
 	}
+	if done, err := s.walkFolders(ctx, start, prefix, fn); done {
+		return err
+	}
 	w := fileWalk{s: s, prefix: prefix, fn: fn}
 	return w.dir(ctx, start)
 }

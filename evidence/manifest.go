@@ -105,6 +105,25 @@ func (m Manifest) MarshalJSON() ([]byte, error) {
 // must be well-formed (whether it verifies is Verify's business).
 // Artifacts and Redactions are never nil in the result.
 func ParseManifest(data []byte) (Manifest, error) {
+	if m, ok := decodeManifestFast(data); ok {
+		return checkedManifest(m)
+	}
+	return parseManifestStrict(data)
+}
+
+// parseManifestStrict is ParseManifest by encoding/json's strict decode,
+// for every manifest decodeManifestFast declines.
+func parseManifestStrict(data []byte) (Manifest, error) {
+	m, err := decodeManifestStrict(data)
+	if err != nil {
+		return Manifest{}, err
+	}
+	return checkedManifest(m)
+}
+
+// decodeManifestStrict is the strict decode of parseManifestStrict, before
+// the checks on content both paths share.
+func decodeManifestStrict(data []byte) (Manifest, error) {
 	// The version is read first so that a newer manifest is reported as
 	// such rather than as one with unknown fields. Unmarshal also checks
 	// the whole input is one JSON value, so the Decoder below need not.
@@ -129,6 +148,12 @@ func ParseManifest(data []byte) (Manifest, error) {
 	if err := rejectDuplicateNames(data); err != nil {
 		return Manifest{}, fmt.Errorf("evidence: manifest: %w", err)
 	}
+	return m, nil
+}
+
+// checkedManifest completes a decoded manifest as ParseManifest returns
+// it, or says why it is refused.
+func checkedManifest(m Manifest) (Manifest, error) {
 	if m.Artifacts == nil {
 		m.Artifacts = []ArtifactDigest{}
 	}

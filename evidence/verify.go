@@ -299,6 +299,7 @@ func Verify(ctx context.Context, s Reader, requestID string, opts ...VerifyOptio
 	if err != nil {
 		return VerifyReport{}, err
 	}
+	defer v.close()
 	// The spool first: an artifact uploaded meanwhile is then in one
 	// listing or the other (see view).
 	var inSpool []string
@@ -424,6 +425,7 @@ func verifyAllRead(ctx context.Context, s Reader, opts VerifyOptions, prepare fu
 	if err != nil {
 		return err
 	}
+	defer v.close()
 	vw, err := v.takeView(ctx, opts)
 	if err != nil {
 		return err
@@ -586,6 +588,7 @@ func (p *verifyPipeline) report(ctx context.Context, job *verifyJob) error {
 		if err != nil {
 			return err
 		}
+		p.v.settleSignature(&job.rep, job.r, recs)
 		if err := p.j.judge(ctx, &job.rep, job.r, recs, job.infos); err != nil {
 			return fmt.Errorf("evidence: verify %q: %w", job.id, err)
 		}
@@ -646,6 +649,9 @@ func (v *verifier) verifyEachLog(ctx context.Context, logs []*logObjects, j *log
 	}
 	for _, rep := range reps {
 		seen[rep.Origin] = true
+		if rep.Status == LogOK && rep.Signature == SignatureValid {
+			v.attest(rep.Origin, rep.KeyID)
+		}
 		if err := report(rep); err != nil {
 			return err
 		}
@@ -746,6 +752,20 @@ type verifier struct {
 	ring *trust.Keyring
 	// history checks the history decisions saw; nil checks nothing.
 	history HistoryChecker
+	// folders opens the request folders of a FileStore (see
+	// fileFolder); nil for any other store. close releases it.
+	folders *storeFolders
+	// attested holds, by origin, the key id of each log VerifyAll found
+	// consistent under a checkpoint a trusted key signed (see
+	// verify_attested.go); set before any request is verified.
+	attested map[string]string
+}
+
+// close releases what the verifier holds open.
+func (v *verifier) close() {
+	if v.folders != nil {
+		v.folders.close()
+	}
 }
 
 // required marks a report with the requirements it is judged under.
@@ -773,6 +793,9 @@ func newVerifier(s Reader, opts VerifyOptions) (*verifier, error) {
 	v := &verifier{store: s, spool: opts.Spool, trusted: make(map[string]ed25519.PublicKey, len(opts.TrustedKeys)),
 		witnesses: opts.Witnesses, threshold: opts.WitnessThreshold,
 		requireSignature: opts.RequireSignature, requireLog: opts.RequireLog, history: opts.History}
+	if fs, ok := s.(*FileStore); ok {
+		v.folders = fs.requestFolders()
+	}
 	for i, k := range opts.TrustedKeys {
 		if len(k) != ed25519.PublicKeySize {
 			return nil, fmt.Errorf("evidence: verify: TrustedKeys[%d] is %d bytes, want %d", i, len(k), ed25519.PublicKeySize)
@@ -804,7 +827,8 @@ func (v *verifier) verifyCopies(ctx context.Context, id string, present, inSpool
 // requestCopies.completeView for the one exception).
 func (v *verifier) verify(ctx context.Context, id string, present, inSpool []string) (VerifyReport, *requestCopies, error) {
 	rep := VerifyReport{RequestID: id}
-	r := &requestCopies{v: v, inStore: present, inSpool: inSpool, cached: map[string][]storedCopy{}}
+	r := &requestCopies{v: v, id: id, inStore: present, inSpool: inSpool, cached: map[string][]storedCopy{}}
+	defer r.closeFolder()
 	fail := func(err error) (VerifyReport, *requestCopies, error) { return VerifyReport{}, nil, err }
 	if err := validRequestID(id); err != nil {
 		// Only a store holding keys Put would refuse can get here.
@@ -868,7 +892,9 @@ func (v *verifier) verify(ctx context.Context, id string, present, inSpool []str
 		return rep, r, nil
 	}
 	rep.Outcome = m.Outcome
-	v.checkSignature(m, manifestKey, &rep)
+	if !r.deferSignature(m, copies[0].data, &rep) {
+		v.checkSignature(m, manifestKey, &rep)
+	}
 	if m.RequestID != id {
 		// Its artifacts lie under another prefix, so checking them would
 		// say nothing about this request.
@@ -947,9 +973,17 @@ func (r *requestCopies) checkArtifacts(ctx context.Context, m Manifest, present 
 
 // requestCopies reads one request's artifacts from the store and the spool.
 type requestCopies struct {
-	v       *verifier
-	inStore []string // the request's keys in the store, sorted
-	inSpool []string // the request's keys in the spool
+	v  *verifier
+	id string
+	// folder reads the artifacts directly in the request's folder of a
+	// FileStore while the request is verified (see fileFolder); nil
+	// before the first read, and once folderDone, after.
+	folder     *fileFolder
+	folderDone bool
+	// pendingSig is the manifest signature left to the join, if any.
+	pendingSig *pendingSignature
+	inStore    []string // the request's keys in the store, sorted
+	inSpool    []string // the request's keys in the spool
 	// cached holds the dispatch records read to derive the attempts, so
 	// that checking them against the manifest reads them no second time.
 	cached map[string][]storedCopy
@@ -1057,7 +1091,7 @@ func (r *requestCopies) read(ctx context.Context, key string) (copies []storedCo
 
 // getStore appends the store's copy of key, if it has one, to copies.
 func (r *requestCopies) getStore(ctx context.Context, key string, copies []storedCopy) ([]storedCopy, error) {
-	data, err := r.v.store.Get(ctx, key)
+	data, err := r.storeGet(ctx, key)
 	switch {
 	case err == nil:
 		return append(copies, storedCopy{data: data}), nil
@@ -1065,6 +1099,35 @@ func (r *requestCopies) getStore(ctx context.Context, key string, copies []store
 		return copies, nil
 	}
 	return nil, err
+}
+
+// storeGet is the store's Get, through the request's open folder when
+// the store is a FileStore and key lies directly in the folder.
+func (r *requestCopies) storeGet(ctx context.Context, key string) ([]byte, error) {
+	name, ok := strings.CutPrefix(key, RequestPrefix(r.id))
+	if !ok || strings.Contains(name, "/") || r.folderDone {
+		return r.v.store.Get(ctx, key)
+	}
+	if r.folder == nil {
+		if r.v.folders == nil {
+			r.folderDone = true
+			return r.v.store.Get(ctx, key)
+		}
+		if r.folder, ok = r.v.folders.open(r.id); !ok {
+			r.folderDone = true
+			return r.v.store.Get(ctx, key)
+		}
+	}
+	return r.folder.get(ctx, key, name)
+}
+
+// closeFolder closes the request's folder; later reads go through Get.
+func (r *requestCopies) closeFolder() {
+	if r.folder != nil {
+		r.folder.close()
+		r.folder = nil
+	}
+	r.folderDone = true
 }
 
 // completeView adds to the request's keys in the store those its listed

@@ -86,6 +86,30 @@ func BenchmarkReplay(b *testing.B) {
 		}
 		perSecond(b)
 	})
+	// The same calls written through two instances' transparency logs,
+	// as a gateway with a signing key writes them, replayed in log order.
+	ls, lopts := loggedStoreOf(b, benchCalls)
+	lopts.TempDir = b.TempDir()
+	b.Run("listing-logged", func(b *testing.B) {
+		cpuStart = cpuTime(b)
+		for b.Loop() {
+			n := 0
+			if err := evidence.WalkRequests(ctx, ls, func(string, []string) error { n++; return nil }); err != nil || n != benchCalls {
+				b.Fatalf("%d requests listed: %v", n, err)
+			}
+		}
+		perSecond(b)
+	})
+	b.Run("replay-logged", func(b *testing.B) {
+		cpuStart = cpuTime(b)
+		for b.Loop() {
+			rep, err := Replay(ctx, ls, lopts, Filter{}, r)
+			if err != nil || rep.Replayed != benchCalls {
+				b.Fatalf("replayed %d of %d: %v", rep.Replayed, benchCalls, err)
+			}
+		}
+		perSecond(b)
+	})
 }
 
 // BenchmarkReplayHeap reports how far the live heap grew while replaying
