@@ -11,6 +11,7 @@ import (
 )
 
 func TestApprovalsConfigValidate(t *testing.T) {
+	t.Parallel()
 	hook := func(fields string) string { return "approvals: {webhook: {" + fields + "}}" }
 	const env = "secret: {env: HOOK_KEY}"
 	tests := []struct {
@@ -49,12 +50,14 @@ func TestApprovalsConfigValidate(t *testing.T) {
 }
 
 func TestApprovalsTTLDefault(t *testing.T) {
+	t.Parallel()
 	if got := (ApprovalsConfig{}).ttl(); got != 24*time.Hour {
 		t.Fatalf("default approvals.ttl = %v, want 24h", got)
 	}
 }
 
 func TestReadWebhookSecret(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "hook.key")
 	if err := os.WriteFile(file, []byte("0123456789abcdef-from-file\n"), 0o600); err != nil {

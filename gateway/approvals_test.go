@@ -295,6 +295,7 @@ func (e *approvalEnv) wantVerifiedOK(id string) {
 // retry, nothing new stored), an ops member approves it, the next retry
 // runs it once, and later retries replay that answer.
 func TestApprovalRequiredCallWaitsThenRunsOnceAfterApproval(t *testing.T) {
+	t.Parallel()
 	e := newApprovalEnv(t, approvalEnvOptions{})
 	args := map[string]any{"n": 1}
 	first := e.mustPend("alice", "held-1", args)
@@ -379,6 +380,7 @@ func (e *approvalEnv) wantFinalDeny(resp *toolgatev1.RunToolResponse, ruleID, re
 // request at once with a final deny by the approval rule, in the
 // approver's words; every retry replays it and nothing runs.
 func TestDeniedApprovalEndsTheRequestDenied(t *testing.T) {
+	t.Parallel()
 	e := newApprovalEnv(t, approvalEnvOptions{})
 	apr := e.pendingID("alice", "deny-1", map[string]any{"n": 2})
 	denied := e.mustDecide("carol", apr, "deny", "not during the freeze")
@@ -405,6 +407,7 @@ func TestDeniedApprovalEndsTheRequestDenied(t *testing.T) {
 // denied, whether it was never decided, or approved but not used in time;
 // a decision that comes too late is refused.
 func TestExpiredApprovalEndsTheRequestDenied(t *testing.T) {
+	t.Parallel()
 	t.Run("never decided, then retried", func(t *testing.T) {
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		apr := e.pendingID("alice", "exp-1", nil)
@@ -454,6 +457,7 @@ func (e *approvalEnv) sweep(i int) {
 // sweep ends the expired request denied, on the replica that held it and
 // on one that only found it in its start-up walk, and not a moment before.
 func TestExpirySweepEndsHeldRequestsOnItsOwn(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name             string
 		holder, sweeper  int
@@ -498,6 +502,7 @@ when { principal.groups.contains(context.group) && principal.groups.contains("de
 // permit says so explicitly. A refused decision writes nothing: the call
 // stays pending.
 func TestWhoMayDecideAnApproval(t *testing.T) {
+	t.Parallel()
 	e := newApprovalEnv(t, approvalEnvOptions{})
 	apr := e.pendingID("carol", "who-1", nil)
 	stored := e.keys("who-1")
@@ -542,6 +547,7 @@ func TestWhoMayDecideAnApproval(t *testing.T) {
 // call is held all the same, but nobody can approve it: an approval must
 // name who gave it.
 func TestAnonymousCallersCannotDecideApprovals(t *testing.T) {
+	t.Parallel()
 	e := newApprovalEnv(t, approvalEnvOptions{noAuth: true})
 	apr := e.pendingID("", "anon-1", nil)
 	_, err := e.decide(0, "", apr, "approve", "")
@@ -555,6 +561,7 @@ func TestAnonymousCallersCannotDecideApprovals(t *testing.T) {
 // one approval; the tool runs exactly once and everyone else gets ABORTED
 // or the stored answer.
 func TestTwoReplicasConsumeOneApprovalOnce(t *testing.T) {
+	t.Parallel()
 	for _, retries := range []int{2, 32} {
 		t.Run(fmt.Sprintf("%d concurrent retries", retries), func(t *testing.T) {
 			e := newApprovalEnv(t, approvalEnvOptions{replicas: 2})
@@ -601,6 +608,7 @@ func TestTwoReplicasConsumeOneApprovalOnce(t *testing.T) {
 // the policy in force, and the approval counts only where that policy
 // still asks for it by the same rule.
 func TestPolicyChangeBetweenApprovalAndRetry(t *testing.T) {
+	t.Parallel()
 	approvers := `
 @id("ops_may_approve")
 permit (principal, action == Action::"Approve", resource == Tool::"counting.run")
@@ -651,6 +659,7 @@ forbid (principal, action, resource == Tool::"counting.run");
 // approval's story the store refuses, the call is left pending or
 // retryable, never run; once the store is back it runs exactly once.
 func TestStoreFailuresAroundAnApprovalNeverRunTheCall(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		fail    string // the artifact whose next writes fail
@@ -710,6 +719,7 @@ func TestStoreFailuresAroundAnApprovalNeverRunTheCall(t *testing.T) {
 // TestApprovalAttacks: an approval is bound to its request, its hash and
 // one decision; none of these gets a call run without it.
 func TestApprovalAttacks(t *testing.T) {
+	t.Parallel()
 	args := map[string]any{"path": "/srv/data", "recursive": true}
 	t.Run("an unknown or forged approval id is not found", func(t *testing.T) {
 		e := newApprovalEnv(t, approvalEnvOptions{})
@@ -803,6 +813,7 @@ func TestApprovalAttacks(t *testing.T) {
 // TestListApprovals: approvers see what they may decide, requesters what
 // they asked for, nobody else anything; filters and pages work.
 func TestListApprovals(t *testing.T) {
+	t.Parallel()
 	e := newApprovalEnv(t, approvalEnvOptions{})
 	first := e.pendingID("alice", "list-1", map[string]any{"n": 1})
 	e.clock.advance(time.Second)
@@ -877,6 +888,7 @@ func TestListApprovals(t *testing.T) {
 // TestListToolsShowsToolsThatNeedApproval: a tool a caller could run once
 // approved is listed.
 func TestListToolsShowsToolsThatNeedApproval(t *testing.T) {
+	t.Parallel()
 	e := newApprovalEnv(t, approvalEnvOptions{})
 	resp, err := e.clients[0].ListTools(as("alice"), &toolgatev1.ListToolsRequest{})
 	if err != nil {
@@ -891,6 +903,7 @@ func TestListToolsShowsToolsThatNeedApproval(t *testing.T) {
 // hold for approval what the enforcing set allows decides otherwise, and
 // is recorded and counted so; only the enforcing set decides.
 func TestShadowThatWouldHoldACallCountsAsAFlip(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{
 		policies: map[string]string{
 			"policy.default.cedar": permitWorkspace,
@@ -943,6 +956,7 @@ func BenchmarkApprovalPending(b *testing.B) {
 // front door's token (an OAuth groups claim) lists and decides as a
 // member; the same caller without that identity is outside the group.
 func TestTokenGroupsMayDecideApprovals(t *testing.T) {
+	t.Parallel()
 	e := newApprovalEnv(t, approvalEnvOptions{})
 	apr := e.pendingID("alice", "token-1", nil)
 	ctx := context.Background()

@@ -121,6 +121,7 @@ var otherCall = map[string]any{"n": 2}
 // gets DATA_LOSS and runs nothing, an approver's decision on it is refused
 // and writes nothing, and the tampering is counted.
 func TestForgedApprovalRecordsAreRefused(t *testing.T) {
+	t.Parallel()
 	approvalKey := evidence.Key("held", evidence.ArtifactApproval)
 	askKey := evidence.Key("held", evidence.ArtifactApprovalRequest)
 	for _, tc := range []struct {
@@ -201,6 +202,7 @@ func TestForgedApprovalRecordsAreRefused(t *testing.T) {
 // pointer; what it points to must be an authenticated
 // approval_request.json carrying that approval id.
 func TestApprovalIndexNamesOnlyAuthenticRequests(t *testing.T) {
+	t.Parallel()
 	e := newSealedApprovalEnv(t, 1)
 	apr := e.pendingID("alice", "held", nil)
 	e.pendingID("alice", "decoy", otherCall)
@@ -272,6 +274,7 @@ func TestSignedApprovalRunsOnceAcrossReplicas(t *testing.T) {
 // held for approval is used once under signing, and a forged approval of
 // the nested request does not get the parent's guest run.
 func TestSignedGuestApprovalRunsOnceAndForgedOneIsRefused(t *testing.T) {
+	t.Parallel()
 	t.Run("genuine", func(t *testing.T) {
 		guestWaitsThenRunsOnce(t, newGuestEnvWith(t, guestOptions{script: gatedScript, signer: testSigner(t, 1)}))
 	})

@@ -8,6 +8,7 @@ import (
 )
 
 func TestInputSchemaConfigIsChecked(t *testing.T) {
+	t.Parallel()
 	const ws = "drivers: {w: {type: workspace, root: w}}\n"
 	for _, tc := range []struct{ name, yaml, wantErr string }{
 		{"an object schema is accepted", ws + "tools: {t.x: {driver: w, target: readFile, input_schema: {type: object, properties: {path: {type: string}}, required: [path]}}}", ""},
@@ -21,6 +22,7 @@ func TestInputSchemaConfigIsChecked(t *testing.T) {
 }
 
 func TestConfiguredInputSchemaReachesTheCatalogAsJSON(t *testing.T) {
+	t.Parallel()
 	cfg, err := ParseConfig([]byte("drivers: {w: {type: workspace, root: w}}\n" +
 		"tools: {t.x: {driver: w, target: readFile, input_schema: {type: object, properties: {n: {type: integer, maximum: 3}}}}}"))
 	if err != nil {
@@ -50,6 +52,7 @@ func (d *describingDriver) Describe(target string) drivers.Target {
 }
 
 func TestCatalogSchemaIsConfigThenDriverThenAnyObject(t *testing.T) {
+	t.Parallel()
 	drv := map[string]drivers.Driver{
 		"desc":   &describingDriver{schema: `{"type":"object","properties":{"d":{"type":"string"}},"additionalProperties":false}`},
 		"broken": &describingDriver{schema: `{"type":"array"}`},
@@ -85,6 +88,7 @@ func TestCatalogSchemaIsConfigThenDriverThenAnyObject(t *testing.T) {
 }
 
 func TestToolHintsComeFromTheDriverThenTags(t *testing.T) {
+	t.Parallel()
 	drv := map[string]drivers.Driver{
 		"ro":  &describingDriver{hints: drivers.Hints{ReadOnly: true}},
 		"del": &describingDriver{hints: drivers.Hints{Destructive: true}},

@@ -7,6 +7,7 @@ import (
 )
 
 func TestDefaultConfigIsValid(t *testing.T) {
+	t.Parallel()
 	cfg, err := DefaultConfig()
 	if err != nil {
 		t.Fatal(err)
@@ -23,6 +24,7 @@ func TestDefaultConfigIsValid(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	digest := strings.Repeat("ab", 32)
 	tests := []struct {
 		name    string
@@ -91,6 +93,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestParseConfigRejectsUnknownKeys(t *testing.T) {
+	t.Parallel()
 	_, err := ParseConfig([]byte("listen: 127.0.0.1:1\npolicies:\n  dirr: x\n"))
 	if err == nil || !strings.Contains(err.Error(), "line 3") || !strings.Contains(err.Error(), "dirr") {
 		t.Fatalf("error = %v, want the unknown key and its line", err)
@@ -98,6 +101,7 @@ func TestParseConfigRejectsUnknownKeys(t *testing.T) {
 }
 
 func TestObjectLockReachesTheStoreURL(t *testing.T) {
+	t.Parallel()
 	e := EvidenceConfig{URL: "s3://bucket/pre?region=auto&endpoint=https://x.r2.cloudflarestorage.com", ObjectLock: &ObjectLockConfig{Mode: "COMPLIANCE", Days: 30}}
 	got, err := e.storeURL()
 	if err != nil {
@@ -111,6 +115,7 @@ func TestObjectLockReachesTheStoreURL(t *testing.T) {
 }
 
 func TestGatewayPathsHideEveryFileOfTheGateway(t *testing.T) {
+	t.Parallel()
 	cfg, err := ParseConfig([]byte(`
 policies: {dir: /srv/tg/policies}
 tls: {cert_file: /etc/tg/cert.pem, key_file: /etc/tg/key.pem}

@@ -125,6 +125,7 @@ func (e *sandboxEnv) toolResults() map[string]execboxtest.Message {
 }
 
 func TestSandboxGuestCallsAreGated(t *testing.T) {
+	t.Parallel()
 	for _, transport := range []string{"ws", "stdio"} {
 		t.Run(transport, func(t *testing.T) {
 			// The guest reads a file, is denied the shell, catches that
@@ -190,6 +191,7 @@ func TestSandboxGuestCallsAreGated(t *testing.T) {
 }
 
 func TestSandboxFailures(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		script     execboxtest.Script
@@ -240,6 +242,7 @@ func TestSandboxFailures(t *testing.T) {
 }
 
 func TestSandboxArgsCannotRaiseLimits(t *testing.T) {
+	t.Parallel()
 	e := newSandboxEnv(t, "ws", execboxtest.Script{execboxtest.Started(), execboxtest.Done(nil)})
 	resp := e.mustCall("sba-1", "code.run", map[string]any{"code": "1", "timeoutMs": 3600000.0})
 	if resp.GetToolResult().GetExitCode() != 2 {
@@ -251,6 +254,7 @@ func TestSandboxArgsCannotRaiseLimits(t *testing.T) {
 }
 
 func TestSandboxCancelAndInputlessCalls(t *testing.T) {
+	t.Parallel()
 	t.Run("cancel while waiting on a tool", func(t *testing.T) {
 		e := newSandboxEnv(t, "ws", execboxtest.Script{
 			execboxtest.Started(),
@@ -304,6 +308,7 @@ func TestSandboxCancelAndInputlessCalls(t *testing.T) {
 // validation_error, and a tool that ran and failed hands the guest its exit
 // code, stdout, stderr and data, as a successful one does.
 func TestSandboxNestedFailuresReachTheGuest(t *testing.T) {
+	t.Parallel()
 	for _, transport := range []string{"ws", "stdio"} {
 		t.Run(transport, func(t *testing.T) {
 			e := newSandboxEnv(t, transport, execboxtest.Script{
@@ -366,6 +371,7 @@ func TestSandboxNestedFailuresReachTheGuest(t *testing.T) {
 // tool_result.json lists them with their outcomes, the failure manifest
 // covers it, and the status points to each nested call's evidence.
 func TestSandboxBrokenRunKeepsItsNestedCalls(t *testing.T) {
+	t.Parallel()
 	// Call ids as real runners make them: UUIDs.
 	const (
 		create = "0f8e3c52-6a1b-4c7e-9d2a-5b4f1e7a9c01"
@@ -455,6 +461,7 @@ func TestSandboxBrokenRunKeepsItsNestedCalls(t *testing.T) {
 // the runner message limit, is the tool failing (exit 4, the limit named),
 // with its tool_result on record, not an outage.
 func TestSandboxOversizedResultIsAToolFailure(t *testing.T) {
+	t.Parallel()
 	for _, transport := range []string{"ws", "stdio"} {
 		t.Run(transport, func(t *testing.T) {
 			e := newSandboxEnvKeys(t, transport, execboxtest.Script{

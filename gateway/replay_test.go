@@ -18,6 +18,7 @@ import (
 // to; an answer rewritten on disk (a deny turned into an allow, ok flipped)
 // is refused with DATA_LOSS instead of being handed back.
 func TestReplayRefusesAStoredResponseThatDoesNotMatchItsManifest(t *testing.T) {
+	t.Parallel()
 	signer := newTestSigner(t)
 	flip := func(t *testing.T, body []byte) []byte {
 		t.Helper()

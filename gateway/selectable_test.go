@@ -25,6 +25,7 @@ var selectionPolicies = map[string]string{
 // decide, and with policies.selectable only the callers and groups it names
 // select a set. A refused selection is a recorded deny; nothing runs.
 func TestPolicyRefSelection(t *testing.T) {
+	t.Parallel()
 	keys := []KeyConfig{
 		{Caller: "alice", Env: "KEY_ALICE"},
 		{Caller: "ops-bot", Env: "KEY_OPS", Groups: []string{"ops"}},
@@ -97,6 +98,7 @@ func bearer(key string) context.Context {
 // TestNestedCallsInheritTheParentsPolicySet: guest code cannot choose a
 // policy set; its calls are judged by the set its parent was judged by.
 func TestNestedCallsInheritTheParentsPolicySet(t *testing.T) {
+	t.Parallel()
 	sb := &sandboxDriver{calls: []nestedStep{{"call-1", "workspace.shell", map[string]any{"command": "touch pwned"}}}}
 	e := newEnv(t, envOptions{
 		policies: map[string]string{

@@ -21,6 +21,7 @@ import (
 )
 
 func TestSigningKeyConfig(t *testing.T) {
+	t.Parallel()
 	const seed = "ERS3l6UZojNnSwiN+GBHKOEipvPm7Q8fJFgyF5PM/YM="
 	tests := []struct {
 		name    string
@@ -75,6 +76,7 @@ func TestSigningKeyConfig(t *testing.T) {
 }
 
 func TestEmbeddedDefaultSigns(t *testing.T) {
+	t.Parallel()
 	cfg, err := DefaultConfig()
 	if err != nil {
 		t.Fatal(err)

@@ -138,6 +138,7 @@ func mapsValues(m map[string]string) func(func(string) bool) {
 }
 
 func TestTPMJSBothProtocolsEndToEnd(t *testing.T) {
+	t.Parallel()
 	for _, p := range []tpmjstest.Personality{tpmjstest.NodeV10, tpmjstest.DenoV11, tpmjstest.DenoVercel} {
 		t.Run(p.String(), func(t *testing.T) {
 			e := newTPMJSEnv(t, p, "")
@@ -189,6 +190,7 @@ func TestTPMJSBothProtocolsEndToEnd(t *testing.T) {
 }
 
 func TestTPMJSFailureClasses(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		p          tpmjstest.Personality
@@ -233,6 +235,7 @@ func TestTPMJSFailureClasses(t *testing.T) {
 }
 
 func TestTPMJSUnauthorized(t *testing.T) {
+	t.Parallel()
 	for _, p := range []tpmjstest.Personality{tpmjstest.NodeV10, tpmjstest.DenoV11} {
 		t.Run(p.String(), func(t *testing.T) {
 			// The executor wants a key the gateway does not have.
@@ -254,6 +257,7 @@ func TestTPMJSUnauthorized(t *testing.T) {
 }
 
 func TestTPMJSUnreachableIsUnavailable(t *testing.T) {
+	t.Parallel()
 	e := newTPMJSEnv(t, tpmjstest.NodeV10, "")
 	e.exec.SetFlaky(1)
 	_, err := e.call(context.Background(), "reset-1", "fake.echo", nil)
@@ -279,6 +283,7 @@ func TestTPMJSUnreachableIsUnavailable(t *testing.T) {
 }
 
 func TestTPMJSRegistryIDs(t *testing.T) {
+	t.Parallel()
 	e := newTPMJSEnv(t, tpmjstest.NodeV10, "    allow_registry_ids: true\n    registry_version: \"1.0.0\"\n")
 	resp := e.mustCall("reg-1", "@toolgate/fake-tools::echoTool", map[string]any{"x": 1.0})
 	if !resp.GetOk() {
@@ -303,6 +308,7 @@ func TestTPMJSRegistryIDs(t *testing.T) {
 }
 
 func TestTPMJSCallerEnvRules(t *testing.T) {
+	t.Parallel()
 	e := newTPMJSEnv(t, tpmjstest.NodeV10, "")
 	tests := []struct {
 		name, tool string
@@ -331,6 +337,7 @@ func TestTPMJSCallerEnvRules(t *testing.T) {
 }
 
 func TestTPMJSTraceIsLocalAndRedacted(t *testing.T) {
+	t.Parallel()
 	e := newTPMJSEnv(t, tpmjstest.NodeV10, "    api_key_env: EXEC_KEY\n", tpmjstest.WithAPIKey(tpmjsTestEnv["EXEC_KEY"]))
 	resp := e.mustCall("trace-1", "fake.echo", map[string]any{"q": 1.0})
 	want := filepath.Join(e.traceDir, "trace-1.jsonl")
@@ -359,6 +366,7 @@ func TestTPMJSTraceIsLocalAndRedacted(t *testing.T) {
 }
 
 func TestListToolsIsFilteredByPolicy(t *testing.T) {
+	t.Parallel()
 	e := newTPMJSEnv(t, tpmjstest.NodeV10, "")
 	list := func(query string, limit int32) []string {
 		t.Helper()
@@ -395,6 +403,7 @@ func TestListToolsIsFilteredByPolicy(t *testing.T) {
 }
 
 func TestTPMJSBadVersionNeverLeavesTheGateway(t *testing.T) {
+	t.Parallel()
 	cfg, err := ParseConfig([]byte(`
 drivers:
   tpmjs: {type: tpmjs, url: "http://127.0.0.1:1"}
@@ -423,6 +432,7 @@ func executions(exec *tpmjstest.Executor) int {
 }
 
 func TestTPMJSExecutorTimeLimitIsATimeout(t *testing.T) {
+	t.Parallel()
 	// The executor kills tools at 1.2s and reports the kill as
 	// TOOL_EXECUTION_ERROR "Script exited with code null". Whether the
 	// driver has read that limit from /info (and ends the call first) or
@@ -446,6 +456,7 @@ func TestTPMJSExecutorTimeLimitIsATimeout(t *testing.T) {
 }
 
 func TestTPMJSEvidenceRecordsWhatWasSent(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, driverYAML, wantVersion string
 	}{
@@ -490,6 +501,7 @@ func TestTPMJSEvidenceRecordsWhatWasSent(t *testing.T) {
 }
 
 func TestTPMJSEngineRefNamesEveryExecutor(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		p    tpmjstest.Personality
 		want string
@@ -516,6 +528,7 @@ func TestTPMJSEngineRefNamesEveryExecutor(t *testing.T) {
 // connection ran nothing, so the same request_id, retried once the executor
 // is up, runs the tool exactly once.
 func TestTPMJSRefusedConnectionIsRetried(t *testing.T) {
+	t.Parallel()
 	exec := tpmjstest.New(t, tpmjstest.NodeV10)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -103,6 +103,7 @@ func leafCommands() []leafCommand {
 }
 
 func TestEveryCommandAnswersHelpWithItsUsageAndExitZero(t *testing.T) {
+	t.Parallel()
 	for _, c := range leafCommands() {
 		for _, help := range []string{"-h", "--help"} {
 			t.Run(strings.Join(c.args, " ")+" "+help, func(t *testing.T) {
@@ -122,6 +123,7 @@ func TestEveryCommandAnswersHelpWithItsUsageAndExitZero(t *testing.T) {
 }
 
 func TestEveryCommandRefusesAnUnknownFlagWithItsUsageAndExitTwo(t *testing.T) {
+	t.Parallel()
 	for _, c := range leafCommands() {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			out, stderr, code := runInProcess(t, "", nil, append(c.args, "--no-such-flag")...)
@@ -139,6 +141,7 @@ func TestEveryCommandRefusesAnUnknownFlagWithItsUsageAndExitTwo(t *testing.T) {
 }
 
 func TestACommandThatTakesNoArgumentsRefusesOneWithItsUsage(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"version", "extra"}, {"policy", "schema", "extra"}, {"policy", "validate", "a", "b"}, {"check", "config"}} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			out, stderr, code := runInProcess(t, "", nil, args...)
@@ -153,6 +156,7 @@ func TestACommandThatTakesNoArgumentsRefusesOneWithItsUsage(t *testing.T) {
 // its list of subcommands on stderr with exit 2 when none or an unknown
 // one is given, and on stdout with exit 0 when help is asked for.
 func TestEveryGroupAnswersTheSameWay(t *testing.T) {
+	t.Parallel()
 	groups := []struct {
 		name  []string
 		usage string
@@ -191,6 +195,7 @@ func TestEveryGroupAnswersTheSameWay(t *testing.T) {
 // TestServeAnswersHelpAndBadFlagsAsEveryCommand runs serve as a process:
 // in-process it would make the test process non-dumpable first.
 func TestServeAnswersHelpAndBadFlagsAsEveryCommand(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	out, stderr, code := runTool(t, dir, "serve", "-h")
 	if code != exitOK || !strings.Contains(stderr, "toolgate serve") || !strings.Contains(stderr, "-config") || out != "" {
@@ -209,6 +214,7 @@ func TestServeAnswersHelpAndBadFlagsAsEveryCommand(t *testing.T) {
 // TestRedactReadsTheStandardInputItIsGiven: redact without a FILE
 // redacts stdio.In, not the process's standard input.
 func TestRedactReadsTheStandardInputItIsGiven(t *testing.T) {
+	t.Parallel()
 	token := "ghp_" + "R7kQ2mX9vL4pT8wZ1nB6cY3dF5gH0jK2sA4e"
 	out, stderr, code := runInProcess(t, "cloning with "+token+"\n", nil, "redact")
 	if code != exitFailure || out != "cloning with [REDACTED:github-pat]\n" || !strings.Contains(stderr, `"github-pat"`) {
@@ -232,6 +238,7 @@ func (toolsFake) ListTools(context.Context, *toolgatev1.ListToolsRequest) (*tool
 // TestEveryCommandFamilyRunsInProcess runs one ordinary command of each
 // family in this process, through stdio alone.
 func TestEveryCommandFamilyRunsInProcess(t *testing.T) {
+	t.Parallel()
 	_, addr := newFake(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

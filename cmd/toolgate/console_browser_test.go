@@ -96,6 +96,7 @@ type browserResult struct {
 // verification. Screenshots land in the test's temp folder, and in
 // docs/images when TOOLGATE_CONSOLE_SCREENSHOTS names that folder.
 func TestConsoleInABrowser(t *testing.T) {
+	t.Parallel()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatalf("node is not on PATH: %v", err)

@@ -75,6 +75,7 @@ func checkDir(t *testing.T, cfg string) string {
 // most 4 MiB of it (gateway.MaxConfigBytes), so a huge or endless file is
 // refused instead of exhausting memory; before, both read it whole.
 func TestHostileCheckConfigSize(t *testing.T) {
+	t.Parallel()
 	t.Run("a 100 MB configuration is refused after 4 MiB", func(t *testing.T) {
 		dir := t.TempDir()
 		f, err := os.Create(filepath.Join(dir, "cfg.yaml"))
@@ -147,6 +148,7 @@ func aliasBomb(indent string) string {
 // a part decoded with the file or a section a driver or a door decodes
 // later, is refused or reported in bounded time and memory.
 func TestHostileCheckConfigAliasBombs(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, cfg, want string
 	}{
@@ -174,6 +176,7 @@ func TestHostileCheckConfigAliasBombs(t *testing.T) {
 // TestHostileCheckConfigPaths: files and folders the configuration names
 // that would block, loop or mislead the check.
 func TestHostileCheckConfigPaths(t *testing.T) {
+	t.Parallel()
 	t.Run("a folder given as FILE is a problem at line 1", func(t *testing.T) {
 		dir := t.TempDir()
 		r := checkBin(t, dir, dir)
@@ -264,6 +267,7 @@ func TestHostileCheckConfigPaths(t *testing.T) {
 // TestHostileCheckConfigEncoding: bytes that are not YAML text are a
 // problem at a line, never a crash.
 func TestHostileCheckConfigEncoding(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, cfg, want string
 	}{
@@ -288,6 +292,7 @@ func TestHostileCheckConfigEncoding(t *testing.T) {
 // checks fine, and nothing connects to that address, nothing listens on
 // it, and no file appears.
 func TestHostileCheckConfigStartsNothing(t *testing.T) {
+	t.Parallel()
 	lis := listenCounting(t)
 	addr := lis.Addr().String()
 	cfg := fmt.Sprintf(`listen: %[1]s

@@ -71,6 +71,7 @@ func shortLease(t *testing.T, dir, file string) string {
 // so no request of the second gets an interrupted manifest and `verify
 // --all --pubkey` stays clean. On the file store and on a real MinIO.
 func TestHostileSameInstanceName(t *testing.T) {
+	t.Parallel()
 	m := evidencetest.StartMinIO(t)
 	for _, st := range []struct {
 		name string

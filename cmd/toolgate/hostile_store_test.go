@@ -58,6 +58,7 @@ var hostileStores = []struct {
 // signed for what the gateway never wrote, /metrics counts every refusal,
 // and verify names the forged close.
 func TestHostileStoreAttemptsAndClaims(t *testing.T) {
+	t.Parallel()
 	for _, kind := range hostileStores {
 		t.Run(kind.name, func(t *testing.T) {
 			dir := t.TempDir()
