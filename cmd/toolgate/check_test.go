@@ -336,6 +336,7 @@ func TestCheckConfigReportsEveryProblemAtItsLine(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			got, dir := runCheck(t, c.files, c.env, c.noPolicies, "cfg.yaml")
 			if got.code != c.code {
 				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", got.code, c.code, got.stdout, got.stderr)
@@ -569,6 +570,7 @@ func TestReadmeConfigurationsCheck(t *testing.T) {
 			continue
 		}
 		t.Run(strings.TrimLeft(b.heading, "# "), func(t *testing.T) {
+			t.Parallel()
 			cfg := strings.ReplaceAll(b.text, "/etc/toolgate/", "./")
 			got, dir := runCheck(t, map[string]string{"cfg.yaml": cfg, "rules.toml": rules,
 				"cert.pem": string(cert), "key.pem": string(tlsKey),
