@@ -158,6 +158,7 @@ func TestOneOfManyIdenticalCallsUsesAnApproval(t *testing.T) {
 	t.Parallel()
 	for _, n := range []int{2, 16} {
 		t.Run(fmt.Sprintf("%d calls", n), func(t *testing.T) {
+			t.Parallel()
 			e := newApprovalEnv(t, approvalEnvOptions{replicas: 2, signer: func(int) *evidence.Signer { return testSigner(t, 1) }})
 			e.driver.delay = 20 * time.Millisecond
 			apr := e.pendingID("alice", "held-1", nil)
@@ -248,6 +249,7 @@ func TestForgedApprovalRecordsAreNotUsedUnderANewRequestID(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newSealedApprovalEnv(t, 1)
 			apr := e.pendingID("alice", "held-1", nil)
 			tc.plant(e, apr)

@@ -409,6 +409,7 @@ func TestDeniedApprovalEndsTheRequestDenied(t *testing.T) {
 func TestExpiredApprovalEndsTheRequestDenied(t *testing.T) {
 	t.Parallel()
 	t.Run("never decided, then retried", func(t *testing.T) {
+		t.Parallel()
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		apr := e.pendingID("alice", "exp-1", nil)
 		e.clock.advance(time.Hour)
@@ -423,6 +424,7 @@ func TestExpiredApprovalEndsTheRequestDenied(t *testing.T) {
 		e.wantVerifiedOK("exp-1")
 	})
 	t.Run("a decision after expiry is refused and ends the request", func(t *testing.T) {
+		t.Parallel()
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		apr := e.pendingID("alice", "exp-2", nil)
 		e.clock.advance(time.Hour + time.Second)
@@ -432,6 +434,7 @@ func TestExpiredApprovalEndsTheRequestDenied(t *testing.T) {
 		e.wantVerifiedOK("exp-2")
 	})
 	t.Run("approved but not used in time", func(t *testing.T) {
+		t.Parallel()
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		apr := e.pendingID("alice", "exp-3", nil)
 		e.mustDecide("bob", apr, "approve", "")
@@ -467,6 +470,7 @@ func TestExpirySweepEndsHeldRequestsOnItsOwn(t *testing.T) {
 		{"by a replica that found it in its start-up walk", 0, 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newApprovalEnv(t, approvalEnvOptions{replicas: 2, interval: 5 * time.Millisecond})
 			if tc.startBeforeAsked {
 				e.sweep(tc.sweeper)
@@ -564,6 +568,7 @@ func TestTwoReplicasConsumeOneApprovalOnce(t *testing.T) {
 	t.Parallel()
 	for _, retries := range []int{2, 32} {
 		t.Run(fmt.Sprintf("%d concurrent retries", retries), func(t *testing.T) {
+			t.Parallel()
 			e := newApprovalEnv(t, approvalEnvOptions{replicas: 2})
 			e.driver.delay = 50 * time.Millisecond
 			apr := e.pendingID("alice", "race-1", nil)
@@ -633,6 +638,7 @@ forbid (principal, action, resource == Tool::"counting.run");
 `, false, "counter_frozen", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newApprovalEnv(t, approvalEnvOptions{})
 			apr := e.pendingID("alice", "change-1", nil)
 			e.mustDecide("bob", apr, "approve", "")
@@ -722,6 +728,7 @@ func TestApprovalAttacks(t *testing.T) {
 	t.Parallel()
 	args := map[string]any{"path": "/srv/data", "recursive": true}
 	t.Run("an unknown or forged approval id is not found", func(t *testing.T) {
+		t.Parallel()
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		e.pendingID("alice", "atk-1", args)
 		for _, id := range []string{
@@ -733,6 +740,7 @@ func TestApprovalAttacks(t *testing.T) {
 		e.mustPend("alice", "atk-1", args)
 	})
 	t.Run("an index entry pointing at another request's approval is not that approval", func(t *testing.T) {
+		t.Parallel()
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		e.pendingID("alice", "atk-2", args)
 		forged := "apr_" + strings.Repeat("b", 26)
@@ -744,6 +752,7 @@ func TestApprovalAttacks(t *testing.T) {
 		e.mustPend("alice", "atk-2", args)
 	})
 	t.Run("an approval carries over to one other request_id with the same call, once", func(t *testing.T) {
+		t.Parallel()
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		apr := e.pendingID("alice", "atk-3", args)
 		e.mustDecide("bob", apr, "approve", "")
@@ -762,6 +771,7 @@ func TestApprovalAttacks(t *testing.T) {
 		}
 	})
 	t.Run("changed args under the approved request_id are refused", func(t *testing.T) {
+		t.Parallel()
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		apr := e.pendingID("alice", "atk-4", args)
 		e.mustDecide("bob", apr, "approve", "")
@@ -772,6 +782,7 @@ func TestApprovalAttacks(t *testing.T) {
 		}
 	})
 	t.Run("a finished request's approval cannot be decided again", func(t *testing.T) {
+		t.Parallel()
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		apr := e.pendingID("alice", "atk-5", args)
 		e.mustDecide("bob", apr, "approve", "ok")
@@ -789,6 +800,7 @@ func TestApprovalAttacks(t *testing.T) {
 		}
 	})
 	t.Run("a second decision never replaces the first", func(t *testing.T) {
+		t.Parallel()
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		apr := e.pendingID("alice", "atk-6", args)
 		e.mustDecide("bob", apr, "deny", "no")
@@ -797,6 +809,7 @@ func TestApprovalAttacks(t *testing.T) {
 		e.wantFinalDeny(e.mustRun("alice", "atk-6", args), "counter_needs_ops", "no")
 	})
 	t.Run("malformed decisions are refused", func(t *testing.T) {
+		t.Parallel()
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		apr := e.pendingID("alice", "atk-7", args)
 		for _, d := range []struct{ decision, reason, want string }{

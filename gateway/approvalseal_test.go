@@ -279,6 +279,7 @@ func TestSignedGuestApprovalRunsOnceAndForgedOneIsRefused(t *testing.T) {
 		guestWaitsThenRunsOnce(t, newGuestEnvWith(t, guestOptions{script: gatedScript, signer: testSigner(t, 1)}))
 	})
 	t.Run("forged", func(t *testing.T) {
+		t.Parallel()
 		e := newGuestEnvWith(t, guestOptions{script: gatedScript, signer: testSigner(t, 1)})
 		wantPending(t, e.run("par-1"))
 		nid := nestedRequestID("par-1", e.toolCalls()[0][0])

@@ -128,6 +128,7 @@ func TestSandboxGuestCallsAreGated(t *testing.T) {
 	t.Parallel()
 	for _, transport := range []string{"ws", "stdio"} {
 		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
 			// The guest reads a file, is denied the shell, catches that
 			// and carries on, and finishes with the file's content.
 			e := newSandboxEnv(t, transport, execboxtest.Script{
@@ -209,6 +210,7 @@ func TestSandboxFailures(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newSandboxEnvKeys(t, "ws", tc.script, "timeout: 10s")
 			// The timer cases want the host's timer to fire; the others must
 			// not race it, however slowly a loaded machine moves 8 MiB.
@@ -256,6 +258,7 @@ func TestSandboxArgsCannotRaiseLimits(t *testing.T) {
 func TestSandboxCancelAndInputlessCalls(t *testing.T) {
 	t.Parallel()
 	t.Run("cancel while waiting on a tool", func(t *testing.T) {
+		t.Parallel()
 		e := newSandboxEnv(t, "ws", execboxtest.Script{
 			execboxtest.Started(),
 			execboxtest.CallTool("c1", "workspace", "shell", map[string]any{"command": "sleep 3"}),
@@ -283,6 +286,7 @@ func TestSandboxCancelAndInputlessCalls(t *testing.T) {
 		})
 	})
 	t.Run("tool call without input", func(t *testing.T) {
+		t.Parallel()
 		e := newSandboxEnv(t, "stdio", execboxtest.Script{
 			execboxtest.Started(),
 			execboxtest.CallToolWithoutInput("c1", "workspace", "readFile"),
@@ -311,6 +315,7 @@ func TestSandboxNestedFailuresReachTheGuest(t *testing.T) {
 	t.Parallel()
 	for _, transport := range []string{"ws", "stdio"} {
 		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
 			e := newSandboxEnv(t, transport, execboxtest.Script{
 				execboxtest.Started(),
 				execboxtest.CallTool("bad-path", "workspace", "readFile", map[string]any{"path": "conf/../etc/passwd"}),
@@ -380,6 +385,7 @@ func TestSandboxBrokenRunKeepsItsNestedCalls(t *testing.T) {
 	)
 	for _, transport := range []string{"ws", "stdio"} {
 		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
 			e := newSandboxEnv(t, transport, execboxtest.Script{
 				execboxtest.Started(),
 				execboxtest.CallTool(create, "workspace", "createFile", map[string]any{"path": "made-by-guest.txt", "content": "side effect\n"}),
@@ -464,6 +470,7 @@ func TestSandboxOversizedResultIsAToolFailure(t *testing.T) {
 	t.Parallel()
 	for _, transport := range []string{"ws", "stdio"} {
 		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
 			e := newSandboxEnvKeys(t, transport, execboxtest.Script{
 				execboxtest.Started(), execboxtest.Done(strings.Repeat("x", 5<<20)),
 			}, "timeout: 10s")

@@ -156,6 +156,7 @@ func TestRunRefusesABadFrontDoorName(t *testing.T) {
 		{"33 characters are too many", "a" + strings.Repeat("b", 32)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := doorEnv(t)
 			id := "bad-door-1"
 			_, err := e.gw.Run(context.Background(), AnonymousCaller, Call{FrontDoor: tc.door, Request: doorRequest(t, id)})
@@ -166,6 +167,7 @@ func TestRunRefusesABadFrontDoorName(t *testing.T) {
 		})
 	}
 	t.Run("32 characters are enough", func(t *testing.T) {
+		t.Parallel()
 		e := doorEnv(t)
 		door := "a" + strings.Repeat("b", 31)
 		if _, err := e.gw.Run(context.Background(), AnonymousCaller, Call{FrontDoor: door, Request: doorRequest(t, "ok-door-1")}); err != nil {

@@ -405,6 +405,7 @@ func TestGuestApprovalDeniedOrExpiredEndsTheParent(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newGuestEnv(t, gatedScript)
 			pa := wantPending(t, e.run("par-d"))
 			tc.end(e, pa.GetApprovalId())
@@ -483,6 +484,7 @@ func TestGuestCallThatCannotWait(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newGuestEnv(t, tc.script)
 			e.free.delay = tc.freeFor
 			first := e.run("par-n")
@@ -594,6 +596,7 @@ func TestGuestWaitThatCannotBeRecorded(t *testing.T) {
 	t.Parallel()
 	for _, artifact := range []string{evidence.ArtifactApprovalRequest, evidence.ArtifactNotDispatched} {
 		t.Run("the store refuses "+artifact, func(t *testing.T) {
+			t.Parallel()
 			e := newGuestEnvWith(t, guestOptions{script: gatedScript, wrap: func(s evidence.Store) evidence.Store {
 				return &failOnce{Store: s, key: evidence.Key("par-f", artifact)}
 			}})

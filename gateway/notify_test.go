@@ -226,6 +226,7 @@ func TestWebhookRetriesOnlyWhatARetryCanFix(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			rcv := newReceiver(t, tc.statuses...)
 			n, log := newTestNotifier(t, rcv.URL, func(o *WebhookOptions) { o.Retries = tc.retries })
 			n.Notify(pendingEvent(t, "apr_x", nil))
@@ -406,6 +407,7 @@ func TestWebhookFullQueueDropsAndLogs(t *testing.T) {
 func TestWebhookCloseDrainsWithADeadline(t *testing.T) {
 	t.Parallel()
 	t.Run("queued events are delivered before Close returns", func(t *testing.T) {
+		t.Parallel()
 		rcv := newReceiver(t, http.StatusNoContent)
 		n, _ := newTestNotifier(t, rcv.URL, nil)
 		for i := range 5 {

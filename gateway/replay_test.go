@@ -81,6 +81,7 @@ func TestReplayRefusesAStoredResponseThatDoesNotMatchItsManifest(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t, envOptions{policies: map[string]string{"policy.default.cedar": readOnlyPolicy}, signer: tc.signer})
 			args := map[string]any{"command": "touch pwned"}
 			first := e.mustCall("replay-1", "workspace.shell", args)

@@ -50,6 +50,7 @@ func TestPolicyRefSelection(t *testing.T) {
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t, envOptions{policies: selectionPolicies, keys: keys, getenv: getenv, shadows: shadows, selectable: tc.selectable})
 			id := "sel-" + string(rune('a'+i))
 			ctx := bearer(tc.key)

@@ -141,6 +141,7 @@ func TestTPMJSBothProtocolsEndToEnd(t *testing.T) {
 	t.Parallel()
 	for _, p := range []tpmjstest.Personality{tpmjstest.NodeV10, tpmjstest.DenoV11, tpmjstest.DenoVercel} {
 		t.Run(p.String(), func(t *testing.T) {
+			t.Parallel()
 			e := newTPMJSEnv(t, p, "")
 			resp := e.mustCall("echo-1", "fake.echo", map[string]any{
 				"query": "weather", "_env": map[string]any{"LOCALE": "caller-locale-secret-42"},
@@ -220,6 +221,7 @@ func TestTPMJSFailureClasses(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newTPMJSEnv(t, tc.p, "    max_response_bytes: 4096\n    call_timeout: 1s\n")
 			if tc.setup != nil {
 				tc.setup(e)
@@ -238,6 +240,7 @@ func TestTPMJSUnauthorized(t *testing.T) {
 	t.Parallel()
 	for _, p := range []tpmjstest.Personality{tpmjstest.NodeV10, tpmjstest.DenoV11} {
 		t.Run(p.String(), func(t *testing.T) {
+			t.Parallel()
 			// The executor wants a key the gateway does not have.
 			e := newTPMJSEnv(t, p, "", tpmjstest.WithAPIKey("another-key"))
 			resp := e.mustCall("auth-1", "fake.echo", nil)
@@ -247,6 +250,7 @@ func TestTPMJSUnauthorized(t *testing.T) {
 		})
 	}
 	t.Run("key sent", func(t *testing.T) {
+		t.Parallel()
 		e := newTPMJSEnv(t, tpmjstest.NodeV10, "    api_key_env: EXEC_KEY\n", tpmjstest.WithAPIKey(tpmjsTestEnv["EXEC_KEY"]))
 		resp := e.mustCall("auth-2", "fake.echo", nil)
 		if !resp.GetOk() {
@@ -465,6 +469,7 @@ func TestTPMJSEvidenceRecordsWhatWasSent(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newTPMJSEnv(t, tpmjstest.NodeV10, tc.driverYAML)
 			resp := e.mustCall("sent-1", "@toolgate/fake-tools::echoTool", map[string]any{"x": 1.0})
 			if !resp.GetOk() {
@@ -511,6 +516,7 @@ func TestTPMJSEngineRefNamesEveryExecutor(t *testing.T) {
 		{tpmjstest.DenoVercel, "/tpmjs:deno-executor/1.0.0"},
 	} {
 		t.Run(tc.p.String(), func(t *testing.T) {
+			t.Parallel()
 			e := newTPMJSEnv(t, tc.p, "")
 			deadline := time.Now().Add(5 * time.Second)
 			for !strings.HasSuffix(e.gw.drivers["tpmjs"].Engine(), tc.want[len("/"):]) && time.Now().Before(deadline) {

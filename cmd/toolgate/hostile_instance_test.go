@@ -81,6 +81,7 @@ func TestHostileSameInstanceName(t *testing.T) {
 		{"minio", func(t *testing.T) *loggedBucket { return minioLoggedBucket(t, m, "samename") }},
 	} {
 		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
 			sameNameAttack(t, st.open(t))
 		})
 	}

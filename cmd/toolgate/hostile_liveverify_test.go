@@ -47,6 +47,7 @@ func TestVerifyALiveBucket(t *testing.T) {
 		{"minio", func(t *testing.T) *loggedBucket { return minioLoggedBucket(t, m, "live") }},
 	} {
 		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
 			b := st.open(t)
 			cfg := signingGateway(t, b.dir, b.url)
 			useDefaultCheckpointInterval(t, filepath.Join(b.dir, cfg))

@@ -140,6 +140,7 @@ func TestHostileInjectedLogBatch(t *testing.T) {
 	t.Parallel()
 	for _, st := range logTrustStores(t) {
 		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
 			b := st.open(t)
 			cfg := signingGateway(t, b.dir, b.url)
 			s := startServerEnv(t, b.dir, b.env, "--config", cfg)
@@ -204,6 +205,7 @@ func TestHostileLogRollback(t *testing.T) {
 	t.Parallel()
 	for _, st := range logTrustStores(t) {
 		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
 			b := st.open(t)
 			cfg := signingGateway(t, b.dir, b.url)
 			s := startServerEnv(t, b.dir, b.env, "--config", cfg)
@@ -250,6 +252,7 @@ func TestHostileLogFork(t *testing.T) {
 	t.Parallel()
 	for _, st := range logTrustStores(t) {
 		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
 			b := st.open(t)
 			cfg := signingGateway(t, b.dir, b.url)
 			s := startServerEnv(t, b.dir, b.env, "--config", cfg)

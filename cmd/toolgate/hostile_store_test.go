@@ -61,6 +61,7 @@ func TestHostileStoreAttemptsAndClaims(t *testing.T) {
 	t.Parallel()
 	for _, kind := range hostileStores {
 		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			writePolicy(t, dir, faultPolicy)
 			hs := kind.open(t, dir)

@@ -480,6 +480,7 @@ func TestLogHonestStatesPassVerify(t *testing.T) {
 		{"minio", func(t *testing.T) *loggedBucket { return minioLoggedBucket(t, m, "honest") }},
 	} {
 		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
 			b := st.open(t)
 			cfg := signingGateway(t, b.dir, b.url)
 			text, _ := os.ReadFile(filepath.Join(b.dir, cfg))
