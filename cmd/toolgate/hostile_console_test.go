@@ -78,7 +78,7 @@ func TestHostileConsolePeople(t *testing.T) {
 	if code != exitPending || approvalID == nil {
 		t.Fatalf("held call: exit %d\n%s", code, out)
 	}
-	waitIndexed(t, base)
+	waitIndexed(t, base, "k-alice-0123456789", "held-2")
 
 	mallory := &consoleClient{t: t, base: base}
 	for _, key := range []string{"", "k-nobody", "k-alice-012345678", "anonymous", strings.Repeat("k", 20000)} {
