@@ -29,7 +29,6 @@ import (
 // stored (a caller following that advice runs the tool again), and each
 // tool runs once.
 func TestFaultRetriesRacingCompletions(t *testing.T) {
-	t.Parallel()
 	const finding = "class 7a (a retry racing a completion)"
 	r := startReplicas(t)
 	const ids, callersPerID = 24, 4
@@ -116,7 +115,6 @@ func retryLater(err error) bool {
 // durable close, the marker alone says the tool may have run: recovery
 // records the request interrupted and every retry is refused.
 func TestFaultNotDispatchedSurvivesKill(t *testing.T) {
-	t.Parallel()
 	const finding = "class 7b (not dispatched, then killed)"
 	m, direct, dir, bucket := faultBucket(t, "audit", "")
 	proxy := newFaultProxy(t, m.Endpoint)
