@@ -19,7 +19,9 @@ import (
 // for its streams and env for its environment, and fails the test if the
 // command touched the process's own standard streams: every command must
 // read and write through the stdio it is given. The process's stdin is a
-// file a command would read "os.Stdin was read" from.
+// file a command would read "os.Stdin was read" from. It swaps the
+// process's os.Stdin, os.Stdout and os.Stderr, so the tests that call it
+// do not run in parallel.
 func runInProcess(t *testing.T, stdin string, env map[string]string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	dir := t.TempDir()
@@ -103,7 +105,6 @@ func leafCommands() []leafCommand {
 }
 
 func TestEveryCommandAnswersHelpWithItsUsageAndExitZero(t *testing.T) {
-	t.Parallel()
 	for _, c := range leafCommands() {
 		for _, help := range []string{"-h", "--help"} {
 			t.Run(strings.Join(c.args, " ")+" "+help, func(t *testing.T) {
@@ -123,7 +124,6 @@ func TestEveryCommandAnswersHelpWithItsUsageAndExitZero(t *testing.T) {
 }
 
 func TestEveryCommandRefusesAnUnknownFlagWithItsUsageAndExitTwo(t *testing.T) {
-	t.Parallel()
 	for _, c := range leafCommands() {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			out, stderr, code := runInProcess(t, "", nil, append(c.args, "--no-such-flag")...)
@@ -141,7 +141,6 @@ func TestEveryCommandRefusesAnUnknownFlagWithItsUsageAndExitTwo(t *testing.T) {
 }
 
 func TestACommandThatTakesNoArgumentsRefusesOneWithItsUsage(t *testing.T) {
-	t.Parallel()
 	for _, args := range [][]string{{"version", "extra"}, {"policy", "schema", "extra"}, {"policy", "validate", "a", "b"}, {"check", "config"}} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			out, stderr, code := runInProcess(t, "", nil, args...)
@@ -156,7 +155,6 @@ func TestACommandThatTakesNoArgumentsRefusesOneWithItsUsage(t *testing.T) {
 // its list of subcommands on stderr with exit 2 when none or an unknown
 // one is given, and on stdout with exit 0 when help is asked for.
 func TestEveryGroupAnswersTheSameWay(t *testing.T) {
-	t.Parallel()
 	groups := []struct {
 		name  []string
 		usage string
@@ -214,7 +212,6 @@ func TestServeAnswersHelpAndBadFlagsAsEveryCommand(t *testing.T) {
 // TestRedactReadsTheStandardInputItIsGiven: redact without a FILE
 // redacts stdio.In, not the process's standard input.
 func TestRedactReadsTheStandardInputItIsGiven(t *testing.T) {
-	t.Parallel()
 	token := "ghp_" + "R7kQ2mX9vL4pT8wZ1nB6cY3dF5gH0jK2sA4e"
 	out, stderr, code := runInProcess(t, "cloning with "+token+"\n", nil, "redact")
 	if code != exitFailure || out != "cloning with [REDACTED:github-pat]\n" || !strings.Contains(stderr, `"github-pat"`) {
@@ -238,7 +235,6 @@ func (toolsFake) ListTools(context.Context, *toolgatev1.ListToolsRequest) (*tool
 // TestEveryCommandFamilyRunsInProcess runs one ordinary command of each
 // family in this process, through stdio alone.
 func TestEveryCommandFamilyRunsInProcess(t *testing.T) {
-	t.Parallel()
 	_, addr := newFake(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

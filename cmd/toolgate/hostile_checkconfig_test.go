@@ -149,9 +149,9 @@ func aliasBomb(indent string) string {
 
 // TestHostileCheckConfigAliasBombs: an alias bomb anywhere in the file, in
 // a part decoded with the file or a section a driver or a door decodes
-// later, is refused or reported in bounded time and memory.
+// later, is refused or reported in bounded time and memory. Not parallel,
+// for the reason TestHostileCheckConfigSize gives.
 func TestHostileCheckConfigAliasBombs(t *testing.T) {
-	t.Parallel()
 	cases := []struct {
 		name, cfg, want string
 	}{

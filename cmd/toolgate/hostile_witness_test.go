@@ -336,7 +336,6 @@ func TestHostileRollbackAgainstAnExternalWitness(t *testing.T) {
 // verify --help tells an auditor what to keep to catch what, and what
 // nothing catches without it, as the README's auditor section does.
 func TestEvidenceVerifyHelpSaysWhatToKeep(t *testing.T) {
-	t.Parallel()
 	_, stderr, code := runInProcess(t, "", nil, "evidence", "verify", "--help")
 	if code != exitOK {
 		t.Fatalf("exit %d:\n%s", code, stderr)
