@@ -8,6 +8,7 @@ import (
 )
 
 func TestLoadConfigReadsAtMostMaxConfigBytes(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	big := filepath.Join(dir, "big.yaml")
 	f, err := os.Create(big)
@@ -48,6 +49,7 @@ func TestLoadConfigReadsAtMostMaxConfigBytes(t *testing.T) {
 }
 
 func TestCheckPolicyRefsNamesTheSetTheFolderLacks(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Policies: PolicyConfig{Dir: "p",
 		Shadow:     map[string]string{"policy.default": "policy.next"},
 		Selectable: []PolicySelection{{Refs: []string{"policy.other"}, Callers: []string{"a"}}}}}

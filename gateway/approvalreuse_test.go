@@ -23,6 +23,7 @@ import (
 // the approval and the request it was granted for, and the approval's
 // request records the use and ends denied naming the user.
 func TestApprovedCallRunsOnceUnderANewRequestID(t *testing.T) {
+	t.Parallel()
 	e := newApprovalEnv(t, approvalEnvOptions{signer: func(int) *evidence.Signer { return testSigner(t, 1) }})
 	args := map[string]any{"n": 7}
 	apr := e.pendingID("alice", "held-1", args)
@@ -82,6 +83,7 @@ func (e *approvalEnv) wantFinalDenyAfterRun(resp *toolgatev1.RunToolResponse, ru
 // runs. (While it is pending, the identical call waits on it: see
 // TestRetriesWhilePendingWaitOnOneApproval.)
 func TestAnApprovalIsNotUsedByAnotherCall(t *testing.T) {
+	t.Parallel()
 	args := map[string]any{"n": 1}
 	for _, tc := range []struct {
 		name string
@@ -154,8 +156,10 @@ func (e *approvalEnv) has(key string) bool {
 // approval's own request retried among them: the approval is used once,
 // the tool runs once, and the evidence says by whom.
 func TestOneOfManyIdenticalCallsUsesAnApproval(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{2, 16} {
 		t.Run(fmt.Sprintf("%d calls", n), func(t *testing.T) {
+			t.Parallel()
 			e := newApprovalEnv(t, approvalEnvOptions{replicas: 2, signer: func(int) *evidence.Signer { return testSigner(t, 1) }})
 			e.driver.delay = 20 * time.Millisecond
 			apr := e.pendingID("alice", "held-1", nil)
@@ -219,6 +223,7 @@ func TestOneOfManyIdenticalCallsUsesAnApproval(t *testing.T) {
 // pending call, or a use record: the identical call under a new request
 // id does not run on it.
 func TestForgedApprovalRecordsAreNotUsedUnderANewRequestID(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		plant func(e *sealedApprovalEnv, apr string)
@@ -245,6 +250,7 @@ func TestForgedApprovalRecordsAreNotUsedUnderANewRequestID(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newSealedApprovalEnv(t, 1)
 			apr := e.pendingID("alice", "held-1", nil)
 			tc.plant(e, apr)

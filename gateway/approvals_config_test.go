@@ -12,6 +12,7 @@ import (
 )
 
 func TestReadWebhookSecret(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "hook.key")
 	if err := os.WriteFile(file, []byte("0123456789abcdef-from-file\n"), 0o600); err != nil {

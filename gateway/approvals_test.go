@@ -297,6 +297,7 @@ func (e *approvalEnv) wantVerifiedOK(id string) {
 // retry, nothing new stored), an ops member approves it, the next retry
 // runs it once, and later retries replay that answer.
 func TestApprovalRequiredCallWaitsThenRunsOnceAfterApproval(t *testing.T) {
+	t.Parallel()
 	e := newApprovalEnv(t, approvalEnvOptions{})
 	args := map[string]any{"n": 1}
 	first := e.mustPend("alice", "held-1", args)
@@ -381,6 +382,7 @@ func (e *approvalEnv) wantFinalDeny(resp *toolgatev1.RunToolResponse, ruleID, re
 // request at once with a final deny by the approval rule, in the
 // approver's words; every retry replays it and nothing runs.
 func TestDeniedApprovalEndsTheRequestDenied(t *testing.T) {
+	t.Parallel()
 	e := newApprovalEnv(t, approvalEnvOptions{})
 	apr := e.pendingID("alice", "deny-1", map[string]any{"n": 2})
 	denied := e.mustDecide("carol", apr, "deny", "not during the freeze")
@@ -407,7 +409,9 @@ func TestDeniedApprovalEndsTheRequestDenied(t *testing.T) {
 // denied, whether it was never decided, or approved but not used in time;
 // a decision that comes too late is refused.
 func TestExpiredApprovalEndsTheRequestDenied(t *testing.T) {
+	t.Parallel()
 	t.Run("never decided, then retried", func(t *testing.T) {
+		t.Parallel()
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		apr := e.pendingID("alice", "exp-1", nil)
 		e.clock.advance(time.Hour)
@@ -422,6 +426,7 @@ func TestExpiredApprovalEndsTheRequestDenied(t *testing.T) {
 		e.wantVerifiedOK("exp-1")
 	})
 	t.Run("a decision after expiry is refused and ends the request", func(t *testing.T) {
+		t.Parallel()
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		apr := e.pendingID("alice", "exp-2", nil)
 		e.clock.advance(time.Hour + time.Second)
@@ -431,6 +436,7 @@ func TestExpiredApprovalEndsTheRequestDenied(t *testing.T) {
 		e.wantVerifiedOK("exp-2")
 	})
 	t.Run("approved but not used in time", func(t *testing.T) {
+		t.Parallel()
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		apr := e.pendingID("alice", "exp-3", nil)
 		e.mustDecide("bob", apr, "approve", "")
@@ -456,6 +462,7 @@ func (e *approvalEnv) sweep(i int) {
 // sweep ends the expired request denied, on the replica that held it and
 // on one that only found it in its start-up walk, and not a moment before.
 func TestExpirySweepEndsHeldRequestsOnItsOwn(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name             string
 		holder, sweeper  int
@@ -465,6 +472,7 @@ func TestExpirySweepEndsHeldRequestsOnItsOwn(t *testing.T) {
 		{"by a replica that found it in its start-up walk", 0, 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newApprovalEnv(t, approvalEnvOptions{replicas: 2, interval: 5 * time.Millisecond})
 			if tc.startBeforeAsked {
 				e.sweep(tc.sweeper)
@@ -500,6 +508,7 @@ when { principal.groups.contains(context.group) && principal.groups.contains("de
 // permit says so explicitly. A refused decision writes nothing: the call
 // stays pending.
 func TestWhoMayDecideAnApproval(t *testing.T) {
+	t.Parallel()
 	e := newApprovalEnv(t, approvalEnvOptions{})
 	apr := e.pendingID("carol", "who-1", nil)
 	stored := e.keys("who-1")
@@ -544,6 +553,7 @@ func TestWhoMayDecideAnApproval(t *testing.T) {
 // call is held all the same, but nobody can approve it: an approval must
 // name who gave it.
 func TestAnonymousCallersCannotDecideApprovals(t *testing.T) {
+	t.Parallel()
 	e := newApprovalEnv(t, approvalEnvOptions{noAuth: true})
 	apr := e.pendingID("", "anon-1", nil)
 	_, err := e.decide(0, "", apr, "approve", "")
@@ -557,8 +567,10 @@ func TestAnonymousCallersCannotDecideApprovals(t *testing.T) {
 // one approval; the tool runs exactly once and everyone else gets ABORTED
 // or the stored answer.
 func TestTwoReplicasConsumeOneApprovalOnce(t *testing.T) {
+	t.Parallel()
 	for _, retries := range []int{2, 32} {
 		t.Run(fmt.Sprintf("%d concurrent retries", retries), func(t *testing.T) {
+			t.Parallel()
 			e := newApprovalEnv(t, approvalEnvOptions{replicas: 2})
 			e.driver.delay = 50 * time.Millisecond
 			apr := e.pendingID("alice", "race-1", nil)
@@ -603,6 +615,7 @@ func TestTwoReplicasConsumeOneApprovalOnce(t *testing.T) {
 // the policy in force, and the approval counts only where that policy
 // still asks for it by the same rule.
 func TestPolicyChangeBetweenApprovalAndRetry(t *testing.T) {
+	t.Parallel()
 	approvers := `
 @id("ops_may_approve")
 permit (principal, action == Action::"Approve", resource == Tool::"counting.run")
@@ -627,6 +640,7 @@ forbid (principal, action, resource == Tool::"counting.run");
 `, false, "counter_frozen", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newApprovalEnv(t, approvalEnvOptions{})
 			apr := e.pendingID("alice", "change-1", nil)
 			e.mustDecide("bob", apr, "approve", "")
@@ -653,6 +667,7 @@ forbid (principal, action, resource == Tool::"counting.run");
 // approval's story the store refuses, the call is left pending or
 // retryable, never run; once the store is back it runs exactly once.
 func TestStoreFailuresAroundAnApprovalNeverRunTheCall(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		fail    string // the artifact whose next writes fail
@@ -712,8 +727,10 @@ func TestStoreFailuresAroundAnApprovalNeverRunTheCall(t *testing.T) {
 // TestApprovalAttacks: an approval is bound to its request, its hash and
 // one decision; none of these gets a call run without it.
 func TestApprovalAttacks(t *testing.T) {
+	t.Parallel()
 	args := map[string]any{"path": "/srv/data", "recursive": true}
 	t.Run("an unknown or forged approval id is not found", func(t *testing.T) {
+		t.Parallel()
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		e.pendingID("alice", "atk-1", args)
 		for _, id := range []string{
@@ -725,6 +742,7 @@ func TestApprovalAttacks(t *testing.T) {
 		e.mustPend("alice", "atk-1", args)
 	})
 	t.Run("an index entry pointing at another request's approval is not that approval", func(t *testing.T) {
+		t.Parallel()
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		e.pendingID("alice", "atk-2", args)
 		forged := "apr_" + strings.Repeat("b", 26)
@@ -736,6 +754,7 @@ func TestApprovalAttacks(t *testing.T) {
 		e.mustPend("alice", "atk-2", args)
 	})
 	t.Run("an approval carries over to one other request_id with the same call, once", func(t *testing.T) {
+		t.Parallel()
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		apr := e.pendingID("alice", "atk-3", args)
 		e.mustDecide("bob", apr, "approve", "")
@@ -754,6 +773,7 @@ func TestApprovalAttacks(t *testing.T) {
 		}
 	})
 	t.Run("changed args under the approved request_id are refused", func(t *testing.T) {
+		t.Parallel()
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		apr := e.pendingID("alice", "atk-4", args)
 		e.mustDecide("bob", apr, "approve", "")
@@ -764,6 +784,7 @@ func TestApprovalAttacks(t *testing.T) {
 		}
 	})
 	t.Run("a finished request's approval cannot be decided again", func(t *testing.T) {
+		t.Parallel()
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		apr := e.pendingID("alice", "atk-5", args)
 		e.mustDecide("bob", apr, "approve", "ok")
@@ -781,6 +802,7 @@ func TestApprovalAttacks(t *testing.T) {
 		}
 	})
 	t.Run("a second decision never replaces the first", func(t *testing.T) {
+		t.Parallel()
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		apr := e.pendingID("alice", "atk-6", args)
 		e.mustDecide("bob", apr, "deny", "no")
@@ -789,6 +811,7 @@ func TestApprovalAttacks(t *testing.T) {
 		e.wantFinalDeny(e.mustRun("alice", "atk-6", args), "counter_needs_ops", "no")
 	})
 	t.Run("malformed decisions are refused", func(t *testing.T) {
+		t.Parallel()
 		e := newApprovalEnv(t, approvalEnvOptions{})
 		apr := e.pendingID("alice", "atk-7", args)
 		for _, d := range []struct{ decision, reason, want string }{
@@ -805,6 +828,7 @@ func TestApprovalAttacks(t *testing.T) {
 // TestListApprovals: approvers see what they may decide, requesters what
 // they asked for, nobody else anything; filters and pages work.
 func TestListApprovals(t *testing.T) {
+	t.Parallel()
 	e := newApprovalEnv(t, approvalEnvOptions{})
 	first := e.pendingID("alice", "list-1", map[string]any{"n": 1})
 	e.clock.advance(time.Second)
@@ -879,6 +903,7 @@ func TestListApprovals(t *testing.T) {
 // TestListToolsShowsToolsThatNeedApproval: a tool a caller could run once
 // approved is listed.
 func TestListToolsShowsToolsThatNeedApproval(t *testing.T) {
+	t.Parallel()
 	e := newApprovalEnv(t, approvalEnvOptions{})
 	resp, err := e.clients[0].ListTools(as("alice"), &toolgatev1.ListToolsRequest{})
 	if err != nil {
@@ -893,6 +918,7 @@ func TestListToolsShowsToolsThatNeedApproval(t *testing.T) {
 // hold for approval what the enforcing set allows decides otherwise, and
 // is recorded and counted so; only the enforcing set decides.
 func TestShadowThatWouldHoldACallCountsAsAFlip(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{
 		policies: map[string]string{
 			"policy.default.cedar": permitWorkspace,
@@ -945,6 +971,7 @@ func BenchmarkApprovalPending(b *testing.B) {
 // front door's token (an OAuth groups claim) lists and decides as a
 // member; the same caller without that identity is outside the group.
 func TestTokenGroupsMayDecideApprovals(t *testing.T) {
+	t.Parallel()
 	e := newApprovalEnv(t, approvalEnvOptions{})
 	apr := e.pendingID("alice", "token-1", nil)
 	ctx := context.Background()

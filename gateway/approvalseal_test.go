@@ -122,6 +122,7 @@ var otherCall = map[string]any{"n": 2}
 // gets DATA_LOSS and runs nothing, an approver's decision on it is refused
 // and writes nothing, and the tampering is counted.
 func TestForgedApprovalRecordsAreRefused(t *testing.T) {
+	t.Parallel()
 	approvalKey := evidence.Key("held", evidence.ArtifactApproval)
 	askKey := evidence.Key("held", evidence.ArtifactApprovalRequest)
 	for _, tc := range []struct {
@@ -202,6 +203,7 @@ func TestForgedApprovalRecordsAreRefused(t *testing.T) {
 // pointer; what it points to must be an authenticated
 // approval_request.json carrying that approval id.
 func TestApprovalIndexNamesOnlyAuthenticRequests(t *testing.T) {
+	t.Parallel()
 	e := newSealedApprovalEnv(t, 1)
 	apr := e.pendingID("alice", "held", nil)
 	e.pendingID("alice", "decoy", otherCall)
@@ -273,10 +275,12 @@ func TestSignedApprovalRunsOnceAcrossReplicas(t *testing.T) {
 // held for approval is used once under signing, and a forged approval of
 // the nested request does not get the parent's guest run.
 func TestSignedGuestApprovalRunsOnceAndForgedOneIsRefused(t *testing.T) {
+	t.Parallel()
 	t.Run("genuine", func(t *testing.T) {
 		guestWaitsThenRunsOnce(t, newGuestEnvWith(t, guestOptions{script: gatedScript, signer: testSigner(t, 1)}))
 	})
 	t.Run("forged", func(t *testing.T) {
+		t.Parallel()
 		e := newGuestEnvWith(t, guestOptions{script: gatedScript, signer: testSigner(t, 1)})
 		wantPending(t, e.run("par-1"))
 		nid := nestedRequestID("par-1", e.toolCalls()[0][0])

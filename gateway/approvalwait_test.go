@@ -24,6 +24,7 @@ import (
 // approval and the request that asked for it. Once approved, the next
 // retry runs the call once.
 func TestRetriesWhilePendingWaitOnOneApproval(t *testing.T) {
+	t.Parallel()
 	const retries = 5
 	e := newApprovalEnv(t, approvalEnvOptions{replicas: 2, signer: func(int) *evidence.Signer { return testSigner(t, 1) }})
 	args := map[string]any{"n": 7}
@@ -87,6 +88,7 @@ func TestRetriesWhilePendingWaitOnOneApproval(t *testing.T) {
 // under the same policy set and rule, and is still open: otherwise it asks
 // for its own.
 func TestAWaitNeedsTheSameCallStillPending(t *testing.T) {
+	t.Parallel()
 	args := map[string]any{"n": 1}
 	for _, tc := range []struct {
 		name    string
@@ -129,6 +131,7 @@ func TestAWaitNeedsTheSameCallStillPending(t *testing.T) {
 // approval_request.json fails authentication is not waited on: the call
 // asks for its own, and nothing runs.
 func TestAForgedPendingApprovalIsNotWaitedOn(t *testing.T) {
+	t.Parallel()
 	e := newSealedApprovalEnv(t, 1)
 	apr := e.pendingID("alice", "held-1", nil)
 	askKey := evidence.Key("held-1", evidence.ArtifactApprovalRequest)
@@ -147,6 +150,7 @@ func TestAForgedPendingApprovalIsNotWaitedOn(t *testing.T) {
 // request's approval verifies only while that approval's signed
 // approval_request.json asks for the same call.
 func TestVerifyChecksTheApprovalAWaitNames(t *testing.T) {
+	t.Parallel()
 	askKey := evidence.Key("held-1", evidence.ArtifactApprovalRequest)
 	for _, tc := range []struct {
 		name   string

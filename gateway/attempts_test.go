@@ -114,6 +114,7 @@ func permitAllEnv(t *testing.T, store evidence.Store, d drivers.Driver) *env {
 // retryable, and the retry with the same request id runs the tool once,
 // with every attempt on record and the whole record verifying.
 func TestPreDispatchFailuresAreRetried(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name      string
 		fail      func(s *faultStore, d *flipDriver)
@@ -176,6 +177,7 @@ func wantVerified(t *testing.T, s evidence.Store, id string, attempts int) {
 // TestConcurrentRetriesOfANotDispatchedRequestRunItOnce: 64 callers retry
 // one request id whose first attempt was not dispatched; the tool runs once.
 func TestConcurrentRetriesOfANotDispatchedRequestRunItOnce(t *testing.T) {
+	t.Parallel()
 	d := &flipDriver{fails: 1}
 	e := permitAllEnv(t, newFaultStore(), d)
 	_, err := e.call(context.Background(), "r64", "flip.run", nil)
@@ -203,6 +205,7 @@ func TestConcurrentRetriesOfANotDispatchedRequestRunItOnce(t *testing.T) {
 // decision past the caller's deadline closes the attempt; the tool never
 // starts and is never recorded as timed out, and a retry runs it once.
 func TestCallerDeadlinePassedBeforeDispatchRunsNothing(t *testing.T) {
+	t.Parallel()
 	store, d := newFaultStore(), &flipDriver{}
 	store.hold[evidence.ArtifactPolicyDecision] = 300 * time.Millisecond
 	e := permitAllEnv(t, store, d)
@@ -230,6 +233,7 @@ func TestCallerDeadlinePassedBeforeDispatchRunsNothing(t *testing.T) {
 // durable the caller gets it even if the manifest fails; the retry rolls
 // the record forward and replays the same response.
 func TestManifestFailureStillAnswersAndIsRolledForward(t *testing.T) {
+	t.Parallel()
 	store, d := newFaultStore(), &flipDriver{}
 	store.failNext(evidence.ArtifactManifest, 1)
 	e := permitAllEnv(t, store, d)
@@ -252,6 +256,7 @@ func TestManifestFailureStillAnswersAndIsRolledForward(t *testing.T) {
 // the response of a tool that ran, the caller is told so (ABORTED), a
 // retry is told the same, and recovery then records the request as failed.
 func TestLostResponseIsTheSameStoryOnRetry(t *testing.T) {
+	t.Parallel()
 	store, d := newFaultStore(), &flipDriver{}
 	store.failNext(evidence.ArtifactResponse, 1)
 	e := permitAllEnv(t, store, d)
@@ -278,6 +283,7 @@ func TestLostResponseIsTheSameStoryOnRetry(t *testing.T) {
 // start finalises this instance's, leaves another instance's alone, and
 // afterwards nothing is incomplete.
 func TestRecoverySweepFinalisesAbandonedRequests(t *testing.T) {
+	t.Parallel()
 	store := newFaultStore()
 	d := &flipDriver{}
 	e := permitAllEnv(t, store, d)
@@ -331,6 +337,7 @@ func TestRecoverySweepFinalisesAbandonedRequests(t *testing.T) {
 // attempt ran nothing stays bound to its request: another request under it
 // is ALREADY_EXISTS, and never opens an attempt.
 func TestANotDispatchedIDCannotBeTakenByAnotherRequest(t *testing.T) {
+	t.Parallel()
 	d := &flipDriver{fails: 1}
 	e := permitAllEnv(t, newFaultStore(), d)
 	_, err := e.call(context.Background(), "bound-1", "flip.run", map[string]any{"n": 1.0})
@@ -347,6 +354,7 @@ func TestANotDispatchedIDCannotBeTakenByAnotherRequest(t *testing.T) {
 // unfinished but too young to judge is revisited, and finalised once its
 // age says it is abandoned.
 func TestSweepRevisitsWhatItFoundTooYoung(t *testing.T) {
+	t.Parallel()
 	store, d := newFaultStore(), &flipDriver{}
 	e := permitAllEnv(t, store, d)
 	store.failNext(evidence.ArtifactManifest, 1)
@@ -368,6 +376,7 @@ func TestSweepRevisitsWhatItFoundTooYoung(t *testing.T) {
 // failed (another replica had it, running) notes the id for recovery, but
 // must not finalise the other replica's request.
 func TestAFailedClaimDoesNotMakeTheRequestOurs(t *testing.T) {
+	t.Parallel()
 	shared := evidence.NewMemoryStore()
 	release := make(chan struct{})
 	running := &hookDriver{run: func() { <-release }, out: drivers.Result{Stdout: "done\n"}}
@@ -417,6 +426,7 @@ func TestAFailedClaimDoesNotMakeTheRequestOurs(t *testing.T) {
 // fails the call; when its failure manifest cannot be written either,
 // recovery writes it, saying what the caller was told.
 func TestUnrecordedFailureIsRecordedLater(t *testing.T) {
+	t.Parallel()
 	store := newFaultStore()
 	broken := &countingDriver{err: errors.New("connection reset by peer")}
 	e := newEnv(t, envOptions{
@@ -445,6 +455,7 @@ func TestUnrecordedFailureIsRecordedLater(t *testing.T) {
 // Recovery must not forget the request on that first look, or its attempt
 // stays open until the next start.
 func TestAClaimThatLandsAfterTheSweepLookedIsStillClosed(t *testing.T) {
+	t.Parallel()
 	mem := evidence.NewMemoryStore()
 	faulty := wrapFaults(mem)
 	e := permitAllEnv(t, faulty, &flipDriver{})
@@ -490,6 +501,7 @@ func mustList(t *testing.T, s evidence.Store, prefix string) []string {
 // the call (a restart: nothing in memory) runs the retry once; without
 // one, the caller is told that a restart would refuse the retry.
 func TestANotDispatchedCloseOutlivesTheProcess(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name      string
 		spool     bool

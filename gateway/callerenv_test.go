@@ -15,6 +15,7 @@ import (
 // name, the request id) or too short to be a secret is refused before the
 // request is claimed, and the error names the variable, not the value.
 func TestCallerEnvThatWouldBlindTheEvidenceIsRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	cases := []struct{ name, value string }{
 		{"the tool id", "workspace.shell"},
@@ -51,6 +52,7 @@ func TestCallerEnvThatWouldBlindTheEvidenceIsRefused(t *testing.T) {
 // replaced in request.json and in the output where it stands alone, but
 // the decision, the rule id and the command stay on record.
 func TestCallerEnvIsHiddenOnlyInToolOutput(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	const value = "allow_workspace"
 	resp := e.mustCall("blind-rule", "workspace.shell", map[string]any{

@@ -117,6 +117,7 @@ var respellings = []struct{ name, path, want string }{
 // form, or refused by the driver for going through a link. No forbidden
 // content reaches the caller and no forbidden file changes.
 func TestForbiddenPathsCannotBeRespelled(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{policies: map[string]string{"policy.default.cedar": canonicalPolicy}})
 	plantForbidden(t, e.workspace)
 	edits := []any{map[string]any{"oldContent": "SECRET", "newContent": "pwned"}}
@@ -146,6 +147,7 @@ func TestForbiddenPathsCannotBeRespelled(t *testing.T) {
 // TestShellCwdCannotBeRespelled does the same for the shell's cwd: a
 // command never starts in etc, however the caller spells it.
 func TestShellCwdCannotBeRespelled(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{policies: map[string]string{"policy.default.cedar": canonicalPolicy}})
 	plantForbidden(t, e.workspace)
 	for i, sp := range []struct{ name, cwd, want string }{
@@ -210,6 +212,7 @@ func checkRespelled(t *testing.T, e *env, id, want string, resp *toolgatev1.RunT
 // canonical arguments, so a retry that spells the path differently is a
 // replay of the first call, and request.json records the canonical path.
 func TestRespelledCallIsTheSameRequest(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	first := e.mustCall("same-1", "workspace.createFile", map[string]any{"path": "./notes//new.txt", "content": "x"})
 	if !first.GetOk() {
@@ -230,6 +233,7 @@ func TestRespelledCallIsTheSameRequest(t *testing.T) {
 // TestNestedCallsAreCanonicalisedToo: guest code's tool calls go through the
 // same pipeline, so a respelled path is denied or refused there as well.
 func TestNestedCallsAreCanonicalisedToo(t *testing.T) {
+	t.Parallel()
 	sb := &sandboxDriver{calls: []nestedStep{
 		{"c1", "workspace.readFile", map[string]any{"path": "./etc/passwd"}},
 		{"c2", "workspace.readFile", map[string]any{"path": "conf/../etc/passwd"}},
@@ -371,6 +375,7 @@ func snapshot(t *testing.T, root string) map[string]string {
 // spellings of random paths, the path policy saw is the file the driver
 // created (the one file on disk that changed) and the file it read.
 func TestPolicyViewAndOpenedFileAgree(t *testing.T) {
+	t.Parallel()
 	client, rec, root := newRecordingGateway(t, permitWorkspace)
 	r := rand.New(rand.NewPCG(11, 2))
 	dirs := []string{"a", "docs", "caf\u00e9", "\u00c5ngstr\u00f6m", "\u1e9b\u0323"}
@@ -423,6 +428,7 @@ func TestPolicyViewAndOpenedFileAgree(t *testing.T) {
 // then (between the decision and the driver) d is replaced by a link to
 // etc. The operation fails on the link; it never acts on etc/passwd.
 func TestLinkSwappedInAfterTheDecisionFailsTheCall(t *testing.T) {
+	t.Parallel()
 	client, rec, root := newRecordingGateway(t, canonicalPolicy)
 	plantForbidden(t, root)
 	edits := []any{map[string]any{"oldContent": "SECRET", "newContent": "pwned"}}

@@ -9,6 +9,7 @@ import (
 )
 
 func TestConfiguredInputSchemaReachesTheCatalogAsJSON(t *testing.T) {
+	t.Parallel()
 	cfg, err := config.ParseConfig([]byte("drivers: {w: {type: workspace, root: w}}\n" +
 		"tools: {t.x: {driver: w, target: readFile, input_schema: {type: object, properties: {n: {type: integer, maximum: 3}}}}}"))
 	if err != nil {
@@ -38,6 +39,7 @@ func (d *describingDriver) Describe(target string) drivers.Target {
 }
 
 func TestCatalogSchemaIsConfigThenDriverThenAnyObject(t *testing.T) {
+	t.Parallel()
 	drv := map[string]drivers.Driver{
 		"desc":   &describingDriver{schema: `{"type":"object","properties":{"d":{"type":"string"}},"additionalProperties":false}`},
 		"broken": &describingDriver{schema: `{"type":"array"}`},
@@ -73,6 +75,7 @@ func TestCatalogSchemaIsConfigThenDriverThenAnyObject(t *testing.T) {
 }
 
 func TestToolHintsComeFromTheDriverThenTags(t *testing.T) {
+	t.Parallel()
 	drv := map[string]drivers.Driver{
 		"ro":  &describingDriver{hints: drivers.Hints{ReadOnly: true}},
 		"del": &describingDriver{hints: drivers.Hints{Destructive: true}},

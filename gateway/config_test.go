@@ -9,6 +9,7 @@ import (
 )
 
 func TestGatewayPathsHideEveryFileOfTheGateway(t *testing.T) {
+	t.Parallel()
 	cfg, err := config.ParseConfig([]byte(`
 policies: {dir: /srv/tg/policies}
 tls: {cert_file: /etc/tg/cert.pem, key_file: /etc/tg/key.pem}

@@ -10,6 +10,7 @@ import (
 type detachTestKey struct{}
 
 func TestDetachIsWithoutCancel(t *testing.T) {
+	t.Parallel()
 	parent, cancel := context.WithCancelCause(context.WithValue(context.Background(), detachTestKey{}, "v"))
 	parent, stop := context.WithDeadline(parent, time.Now().Add(time.Hour))
 	defer stop()

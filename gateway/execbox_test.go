@@ -126,8 +126,10 @@ func (e *sandboxEnv) toolResults() map[string]execboxtest.Message {
 }
 
 func TestSandboxGuestCallsAreGated(t *testing.T) {
+	t.Parallel()
 	for _, transport := range []string{"ws", "stdio"} {
 		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
 			// The guest reads a file, is denied the shell, catches that
 			// and carries on, and finishes with the file's content.
 			e := newSandboxEnv(t, transport, execboxtest.Script{
@@ -191,6 +193,7 @@ func TestSandboxGuestCallsAreGated(t *testing.T) {
 }
 
 func TestSandboxFailures(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		script     execboxtest.Script
@@ -208,6 +211,7 @@ func TestSandboxFailures(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newSandboxEnvKeys(t, "ws", tc.script, "timeout: 10s")
 			// The timer cases want the host's timer to fire; the others must
 			// not race it, however slowly a loaded machine moves 8 MiB.
@@ -241,6 +245,7 @@ func TestSandboxFailures(t *testing.T) {
 }
 
 func TestSandboxArgsCannotRaiseLimits(t *testing.T) {
+	t.Parallel()
 	e := newSandboxEnv(t, "ws", execboxtest.Script{execboxtest.Started(), execboxtest.Done(nil)})
 	resp := e.mustCall("sba-1", "code.run", map[string]any{"code": "1", "timeoutMs": 3600000.0})
 	if resp.GetToolResult().GetExitCode() != 2 {
@@ -252,7 +257,9 @@ func TestSandboxArgsCannotRaiseLimits(t *testing.T) {
 }
 
 func TestSandboxCancelAndInputlessCalls(t *testing.T) {
+	t.Parallel()
 	t.Run("cancel while waiting on a tool", func(t *testing.T) {
+		t.Parallel()
 		e := newSandboxEnv(t, "ws", execboxtest.Script{
 			execboxtest.Started(),
 			execboxtest.CallTool("c1", "workspace", "shell", map[string]any{"command": "sleep 3"}),
@@ -280,6 +287,7 @@ func TestSandboxCancelAndInputlessCalls(t *testing.T) {
 		})
 	})
 	t.Run("tool call without input", func(t *testing.T) {
+		t.Parallel()
 		e := newSandboxEnv(t, "stdio", execboxtest.Script{
 			execboxtest.Started(),
 			execboxtest.CallToolWithoutInput("c1", "workspace", "readFile"),
@@ -305,8 +313,10 @@ func TestSandboxCancelAndInputlessCalls(t *testing.T) {
 // validation_error, and a tool that ran and failed hands the guest its exit
 // code, stdout, stderr and data, as a successful one does.
 func TestSandboxNestedFailuresReachTheGuest(t *testing.T) {
+	t.Parallel()
 	for _, transport := range []string{"ws", "stdio"} {
 		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
 			e := newSandboxEnv(t, transport, execboxtest.Script{
 				execboxtest.Started(),
 				execboxtest.CallTool("bad-path", "workspace", "readFile", map[string]any{"path": "conf/../etc/passwd"}),
@@ -367,6 +377,7 @@ func TestSandboxNestedFailuresReachTheGuest(t *testing.T) {
 // tool_result.json lists them with their outcomes, the failure manifest
 // covers it, and the status points to each nested call's evidence.
 func TestSandboxBrokenRunKeepsItsNestedCalls(t *testing.T) {
+	t.Parallel()
 	// Call ids as real runners make them: UUIDs.
 	const (
 		create = "0f8e3c52-6a1b-4c7e-9d2a-5b4f1e7a9c01"
@@ -375,6 +386,7 @@ func TestSandboxBrokenRunKeepsItsNestedCalls(t *testing.T) {
 	)
 	for _, transport := range []string{"ws", "stdio"} {
 		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
 			e := newSandboxEnv(t, transport, execboxtest.Script{
 				execboxtest.Started(),
 				execboxtest.CallTool(create, "workspace", "createFile", map[string]any{"path": "made-by-guest.txt", "content": "side effect\n"}),
@@ -456,8 +468,10 @@ func TestSandboxBrokenRunKeepsItsNestedCalls(t *testing.T) {
 // the runner message limit, is the tool failing (exit 4, the limit named),
 // with its tool_result on record, not an outage.
 func TestSandboxOversizedResultIsAToolFailure(t *testing.T) {
+	t.Parallel()
 	for _, transport := range []string{"ws", "stdio"} {
 		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
 			e := newSandboxEnvKeys(t, transport, execboxtest.Script{
 				execboxtest.Started(), execboxtest.Done(strings.Repeat("x", 5<<20)),
 			}, "timeout: 10s")

@@ -73,6 +73,7 @@ forbid (principal, action, resource) when { resource has package && resource.pac
 `
 
 func TestListToolsAsFindsATPMJSToolByExportName(t *testing.T) {
+	t.Parallel()
 	g := catalogGateway(t, map[string]drivers.Driver{"fake": &countingDriver{}}, helloCatalog(), forbidOther)
 	resp, err := g.ListToolsAs(context.Background(), AnonymousCaller, nil, &toolgatev1.ListToolsRequest{Query: "helloWorldTool"})
 	if err != nil {
@@ -90,6 +91,7 @@ func TestListToolsAsFindsATPMJSToolByExportName(t *testing.T) {
 }
 
 func TestListToolsIsListToolsAsForTheAuthenticatedCaller(t *testing.T) {
+	t.Parallel()
 	g := catalogGateway(t, map[string]drivers.Driver{"fake": &countingDriver{}}, helloCatalog(), forbidOther)
 	viaGRPC, err := g.ListTools(context.Background(), &toolgatev1.ListToolsRequest{Query: "hello"})
 	if err != nil {
@@ -105,6 +107,7 @@ func TestListToolsIsListToolsAsForTheAuthenticatedCaller(t *testing.T) {
 }
 
 func TestCatalogListsNamesButNeverEnvironmentValues(t *testing.T) {
+	t.Parallel()
 	g := catalogGateway(t, map[string]drivers.Driver{"fake": &countingDriver{}}, helloCatalog(), forbidOther)
 	cat := g.Catalog()
 	if len(cat) != 2 || cat[0].ID != "hello" || cat[1].ID != "helloForbidden" {
@@ -127,6 +130,7 @@ func TestCatalogListsNamesButNeverEnvironmentValues(t *testing.T) {
 }
 
 func TestCallerForKeyMatchesAuthenticate(t *testing.T) {
+	t.Parallel()
 	const aliceKey, bobKey = "alice-key-0123456789abcdef", "bob-key-9876543210fedcba"
 	keys := []config.KeyConfig{{Caller: "alice", Env: "ALICE_KEY"}, {Caller: "bob", SHA256: sha256Hex(bobKey)}}
 	auth, err := NewAuthenticator(keys, func(name string) string {
@@ -192,6 +196,7 @@ func TestCallerForKeyMatchesAuthenticate(t *testing.T) {
 // key, and looks for the keys everywhere a key could leak: the logs, the
 // status messages and every byte of evidence.
 func TestACallersKeyIsNeverLoggedNorRecorded(t *testing.T) {
+	t.Parallel()
 	const key, wrong = "door-caller-key-5f1e2d3c4b5a", "wrong-caller-key-a5b4c3d2e1f0"
 	var logs bytes.Buffer
 	e := newEnv(t, envOptions{
@@ -249,6 +254,9 @@ func TestACallersKeyIsNeverLoggedNorRecorded(t *testing.T) {
 }
 
 func TestDriverHealthNeverBlocks(t *testing.T) {
+	t.Parallel()
+	// The first probe's /health hangs until the driver closes at the
+	// test's end, however slowly a loaded machine gets to DriverHealth.
 	exec := tpmjstest.New(t, tpmjstest.NodeV10)
 	// The first probe hangs for the whole test, however slow the machine:
 	// closing the driver and the executor ends it.

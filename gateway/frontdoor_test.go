@@ -63,6 +63,7 @@ func withoutFrontDoor(t *testing.T, b []byte) []byte {
 }
 
 func TestRunRecordsTheFrontDoorAndNothingElse(t *testing.T) {
+	t.Parallel()
 	grpcEnv, doorGW := doorEnv(t), doorEnv(t)
 	const id = "same-call-1"
 	viaGRPC, err := grpcEnv.client.RunTool(context.Background(), doorRequest(t, id))
@@ -122,6 +123,7 @@ func parseRequestJSON(t *testing.T, b []byte) evidence.RequestRecord {
 // request.json: adding front doors must not change what every existing
 // verifier and reader of the evidence sees.
 func TestRequestJSONUnchangedWithoutFrontDoor(t *testing.T) {
+	t.Parallel()
 	e := doorEnv(t)
 	if _, err := e.client.RunTool(context.Background(), doorRequest(t, "golden-1")); err != nil {
 		t.Fatal(err)
@@ -140,6 +142,7 @@ func TestRequestJSONUnchangedWithoutFrontDoor(t *testing.T) {
 }
 
 func TestRunRefusesABadFrontDoorName(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, door string }{
 		{"a capital letter is refused", "TPMJS"},
 		{"a leading digit is refused", "1door"},
@@ -153,6 +156,7 @@ func TestRunRefusesABadFrontDoorName(t *testing.T) {
 		{"33 characters are too many", "a" + strings.Repeat("b", 32)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := doorEnv(t)
 			id := "bad-door-1"
 			_, err := e.gw.Run(context.Background(), AnonymousCaller, Call{FrontDoor: tc.door, Request: doorRequest(t, id)})
@@ -163,6 +167,7 @@ func TestRunRefusesABadFrontDoorName(t *testing.T) {
 		})
 	}
 	t.Run("32 characters are enough", func(t *testing.T) {
+		t.Parallel()
 		e := doorEnv(t)
 		door := "a" + strings.Repeat("b", 31)
 		if _, err := e.gw.Run(context.Background(), AnonymousCaller, Call{FrontDoor: door, Request: doorRequest(t, "ok-door-1")}); err != nil {
@@ -175,6 +180,7 @@ func TestRunRefusesABadFrontDoorName(t *testing.T) {
 }
 
 func TestRunRefusesAMissingRequestOrCaller(t *testing.T) {
+	t.Parallel()
 	e := doorEnv(t)
 	_, err := e.gw.Run(context.Background(), AnonymousCaller, Call{FrontDoor: "tpmjs"})
 	wantCode(t, err, codes.InvalidArgument, "request")
@@ -194,6 +200,7 @@ when { context.args has command && context.args.command like "curl*" };
 `
 
 func TestSuggestionIsRecorded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{policies: map[string]string{"policy.default.cedar": suggestionPolicy}})
 	resp := e.mustCall("curl-1", "workspace.shell", map[string]any{"command": "curl https://example.com"})
 	if pc := resp.GetPolicyCheck(); pc.GetDecision() != "deny" || pc.GetRuleId() != "no_curl" || pc.GetSuggestion() != "use the fetch tool instead" {

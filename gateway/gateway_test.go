@@ -31,6 +31,7 @@ permit (principal, action == Action::"RunTool", resource == Tool::"workspace.rea
 `
 
 func TestDeniedCallRunsNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{policies: map[string]string{"policy.default.cedar": readOnlyPolicy}})
 	marker := filepath.Join(e.workspace, "ran")
 	resp := e.mustCall("deny-1", "workspace.shell", map[string]any{"command": "touch " + marker})
@@ -62,6 +63,7 @@ func TestDeniedCallRunsNothing(t *testing.T) {
 }
 
 func TestAllowedCallRunsAndRecords(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{policies: map[string]string{"policy.default.cedar": readOnlyPolicy}})
 	if err := os.WriteFile(filepath.Join(e.workspace, "notes.txt"), []byte("hello\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -103,6 +105,7 @@ func TestAllowedCallRunsAndRecords(t *testing.T) {
 }
 
 func TestToolFailureIsNotOK(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	resp := e.mustCall("fail-1", "workspace.shell", map[string]any{"command": "echo oops >&2; exit 3"})
 	if resp.GetOk() || resp.GetToolResult().GetExitCode() != 3 || resp.GetToolResult().GetStderr() != "oops\n" {
@@ -112,6 +115,7 @@ func TestToolFailureIsNotOK(t *testing.T) {
 }
 
 func TestUnknownToolIsDeniedWhateverThePolicy(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{policies: map[string]string{
 		"policy.default.cedar": `@id("everything") permit (principal, action, resource);`,
 	}})
@@ -126,6 +130,7 @@ func TestUnknownToolIsDeniedWhateverThePolicy(t *testing.T) {
 }
 
 func TestPolicyDecisions(t *testing.T) {
+	t.Parallel()
 	policies := map[string]string{
 		"policy.default.cedar": permitWorkspace + `
 @id("no_evil_urls")
@@ -168,6 +173,7 @@ when { context.args has path && context.args.path > 3 };
 // TestArgsReachPolicy sends floats, nulls and huge integers through gRPC and
 // checks the Cedar mapping the README documents, end to end.
 func TestArgsReachPolicy(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{policies: map[string]string{"policy.default.cedar": `
 @id("typed_args")
 permit (principal, action, resource == Tool::"workspace.readFile")
@@ -190,6 +196,7 @@ when {
 }
 
 func TestRequestValidation(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	deep := map[string]any{"leaf": 1.0}
 	for i := 0; i < 100; i++ {
@@ -239,6 +246,7 @@ func TestRequestValidation(t *testing.T) {
 }
 
 func TestIdempotencyUnderConcurrentRetries(t *testing.T) {
+	t.Parallel()
 	d := &countingDriver{delay: 50 * time.Millisecond, out: drivers.Result{Stdout: "done"}}
 	e := newEnv(t, envOptions{
 		extra:    map[string]drivers.Driver{"count": d},
@@ -290,6 +298,7 @@ func TestIdempotencyUnderConcurrentRetries(t *testing.T) {
 }
 
 func TestRequestIDReuse(t *testing.T) {
+	t.Parallel()
 	d := &countingDriver{out: drivers.Result{Stdout: "x"}}
 	e := newEnv(t, envOptions{
 		extra:    map[string]drivers.Driver{"count": d},
@@ -306,6 +315,7 @@ func TestRequestIDReuse(t *testing.T) {
 }
 
 func TestExecutorFailureIsUnavailableAndNeverRetried(t *testing.T) {
+	t.Parallel()
 	d := &countingDriver{err: errors.New("connection refused")}
 	e := newEnv(t, envOptions{
 		extra:    map[string]drivers.Driver{"down": d},
@@ -335,6 +345,7 @@ func TestExecutorFailureIsUnavailableAndNeverRetried(t *testing.T) {
 }
 
 func TestReadOnlyEvidenceRunsNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	makeReadOnly(t, e.evidenceDir)
 	marker := filepath.Join(e.workspace, "ran")
@@ -346,6 +357,7 @@ func TestReadOnlyEvidenceRunsNothing(t *testing.T) {
 }
 
 func TestAuthentication(t *testing.T) {
+	t.Parallel()
 	const key = "tg_live_5ecretKeyForTests"
 	keys := []config.KeyConfig{
 		{Caller: "alice", SHA256: sha256Hex(key)},
@@ -392,6 +404,7 @@ func TestAuthentication(t *testing.T) {
 }
 
 func TestRedactionInEveryArtifact(t *testing.T) {
+	t.Parallel()
 	const ghToken = "ghp_0123456789abcdefghijABCDEFGHIJ012345"
 	const known = "known-secret-value-42"
 	e := newEnv(t, envOptions{secrets: []string{known}})
@@ -434,6 +447,7 @@ func TestRedactionInEveryArtifact(t *testing.T) {
 }
 
 func TestWorkspaceFaultsThroughGateway(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	outside := t.TempDir()
 	if err := os.WriteFile(filepath.Join(outside, "secret.txt"), []byte("outside"), 0o600); err != nil {
@@ -472,6 +486,7 @@ func TestWorkspaceFaultsThroughGateway(t *testing.T) {
 }
 
 func TestEngineRef(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	resp := e.mustCall("eng-1", "workspace.readFile", map[string]any{"path": "none"})
 	if want := "toolgate/" + Version + "@test-host/workspace"; resp.GetEngineRef() != want {
@@ -482,6 +497,7 @@ func TestEngineRef(t *testing.T) {
 // TestCallerGroupsReachPolicy: groups and roles from the auth
 // configuration are principal attributes, so role-based rules work.
 func TestCallerGroupsReachPolicy(t *testing.T) {
+	t.Parallel()
 	keys := []config.KeyConfig{
 		{Caller: "alice", Env: "ALICE_KEY", Groups: []string{"ops"}},
 		{Caller: "alice", Env: "ALICE_KEY2", Roles: []string{"oncall"}},
@@ -529,6 +545,7 @@ func (s *missedResponseStore) Get(ctx context.Context, key string) ([]byte, erro
 // A retry that misses response.json and then finds the manifest, which is
 // written after it, gets the stored answer, not "already completed".
 func TestRetryBetweenResponseAndManifestGetsTheAnswer(t *testing.T) {
+	t.Parallel()
 	store := &missedResponseStore{Store: evidence.NewMemoryStore()}
 	d := &countingDriver{out: drivers.Result{Stdout: "done"}}
 	e := newEnv(t, envOptions{store: store, extra: map[string]drivers.Driver{"count": d},

@@ -242,6 +242,7 @@ var gatedScript = execboxtest.Script{
 // again (the runner gives the call a new id) and the call runs once; a
 // further retry replays.
 func TestGuestCallWaitsForApprovalThenRunsOnce(t *testing.T) {
+	t.Parallel()
 	for _, transport := range []string{"ws", "stdio"} {
 		t.Run(transport, func(t *testing.T) {
 			guestWaitsThenRunsOnce(t, newGuestEnvWith(t, guestOptions{script: gatedScript, stdio: transport == "stdio"}))
@@ -357,6 +358,7 @@ func (e *guestEnv) record(key string, v any) {
 // writes files, a TPMJS executor runs a package's code with the network:
 // neither may ever be.
 func TestOnlySandboxesAreSealed(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		driver any
@@ -389,6 +391,7 @@ func TestOnlySandboxesAreSealed(t *testing.T) {
 // parent denied by the approval's rule; its guest is not run again, and a
 // further retry replays.
 func TestGuestApprovalDeniedOrExpiredEndsTheParent(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name        string
 		end         func(e *guestEnv, approvalID string)
@@ -402,6 +405,7 @@ func TestGuestApprovalDeniedOrExpiredEndsTheParent(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newGuestEnv(t, gatedScript)
 			pa := wantPending(t, e.run("par-d"))
 			tc.end(e, pa.GetApprovalId())
@@ -435,6 +439,7 @@ func TestGuestApprovalDeniedOrExpiredEndsTheParent(t *testing.T) {
 // are refused without being claimed, so the paused run still had no
 // effect. Its re-run after the approval makes both calls.
 func TestGuestCallsStopWhileOneWaits(t *testing.T) {
+	t.Parallel()
 	e := newGuestEnv(t, execboxtest.Script{
 		execboxtest.FreshCallIDs(), execboxtest.Started(),
 		execboxtest.CallTool("c1", "gated", "run", map[string]any{"n": 1}), execboxtest.AwaitResult("c1"),
@@ -459,6 +464,7 @@ func TestGuestCallsStopWhileOneWaits(t *testing.T) {
 // parent completes with what the guest made of it; approving the call
 // afterwards changes nothing, and every retry replays.
 func TestGuestCallThatCannotWait(t *testing.T) {
+	t.Parallel()
 	free := execboxtest.CallTool("c0", "free", "run", nil)
 	tests := []struct {
 		name    string
@@ -478,6 +484,7 @@ func TestGuestCallThatCannotWait(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newGuestEnv(t, tc.script)
 			e.free.delay = tc.freeFor
 			first := e.run("par-n")
@@ -515,6 +522,7 @@ func (d *countedSandbox) Run(ctx context.Context, c drivers.Call) (drivers.Resul
 // could have written files or reached the network) completes as usual
 // when its guest's call needs approval, and is never run again.
 func TestUnsealedParentIsNeverRunAgain(t *testing.T) {
+	t.Parallel()
 	sb := &countedSandbox{sandboxDriver: &sandboxDriver{calls: []nestedStep{{"c1", "gated.run", map[string]any{"n": 1}}}}}
 	e := newGuestEnvWith(t, guestOptions{sandbox: sb})
 	first := e.run("par-u")
@@ -538,6 +546,7 @@ func TestUnsealedParentIsNeverRunAgain(t *testing.T) {
 // that needs its own approval, which the parent, already running on an
 // approval, cannot wait for.
 func TestApprovedGuestCallIsUsedOnce(t *testing.T) {
+	t.Parallel()
 	twice := execboxtest.Script{
 		execboxtest.FreshCallIDs(), execboxtest.Started(),
 		execboxtest.CallTool("c1", "gated", "run", map[string]any{"n": 1}), execboxtest.AwaitResult("c1"),
@@ -584,8 +593,10 @@ func (f *failOnce) WalkInfo(ctx context.Context, prefix string, fn func(evidence
 // retry; the retry waits for the guest's approval, and the approved call
 // still runs once.
 func TestGuestWaitThatCannotBeRecorded(t *testing.T) {
+	t.Parallel()
 	for _, artifact := range []string{evidence.ArtifactApprovalRequest, evidence.ArtifactNotDispatched} {
 		t.Run("the store refuses "+artifact, func(t *testing.T) {
+			t.Parallel()
 			e := newGuestEnvWith(t, guestOptions{script: gatedScript, wrap: func(s evidence.Store) evidence.Store {
 				return &failOnce{Store: s, key: evidence.Key("par-f", artifact)}
 			}})
@@ -611,6 +622,7 @@ func TestGuestWaitThatCannotBeRecorded(t *testing.T) {
 // parent itself needs approval, the parent ends denied (approval_stale)
 // rather than asking a second time; its guest is not run again.
 func TestGuestRerunThatNowNeedsItsOwnApproval(t *testing.T) {
+	t.Parallel()
 	e := newGuestEnv(t, gatedScript)
 	pa := wantPending(t, e.run("par-p"))
 	e.decide(pa.GetApprovalId(), "approve", "go")
@@ -639,6 +651,7 @@ func TestGuestRerunThatNowNeedsItsOwnApproval(t *testing.T) {
 // the approval run its guest's call once: one opens the next attempt, any
 // other is told the request is being retried, or replays.
 func TestRacingRetriesOfAnApprovedParent(t *testing.T) {
+	t.Parallel()
 	e := newGuestEnv(t, gatedScript)
 	pa := wantPending(t, e.run("par-r"))
 	e.decide(pa.GetApprovalId(), "approve", "go")

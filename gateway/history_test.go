@@ -47,6 +47,7 @@ func (e *env) runIn(run, id, tool string, args map[string]any) *toolgatev1.RunTo
 }
 
 func TestHistoryDecides(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{policies: map[string]string{"policy.default.cedar": historyPolicies}})
 	if err := os.MkdirAll(filepath.Join(e.workspace, "secret"), 0o700); err != nil {
 		t.Fatal(err)
@@ -106,6 +107,7 @@ func TestHistoryDecides(t *testing.T) {
 // TestNoHistoryWithoutHistoryRules: policies that never read history
 // leave nothing under sessions/.
 func TestNoHistoryWithoutHistoryRules(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	e.mustCall("plain", "workspace.createFile", map[string]any{"path": "a", "content": "x"})
 	keys, err := e.store.List(context.Background(), "sessions/")
@@ -128,6 +130,7 @@ when { context.session.toolCalls >= 1 };
 // call is judged on its history at its use, so one the session's limit
 // caught up with while it waited is denied by that limit.
 func TestApprovedCallsClaimTheirHistory(t *testing.T) {
+	t.Parallel()
 	labelled := strings.Replace(approvalHistoryPolicy, `@approval("ops")`, `@approval("ops") @label("counted")`, 1)
 	tests := []struct {
 		name string
@@ -183,6 +186,7 @@ func (e *approvalEnv) lastDecisionKey(id string) string {
 // limit and does not run, though finding its retry hint decided it again
 // on later facts, which allow it; the hint is in its reason.
 func TestRateLimitDenyStands(t *testing.T) {
+	t.Parallel()
 	const rate = `
 @id("workspace") permit (principal, action, resource in Driver::"workspace");
 

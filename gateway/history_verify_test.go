@@ -80,6 +80,7 @@ func editDecision(t *testing.T, e *env, id string, edit func(*evidence.DecisionH
 // edited (here behind an unsigned manifest re-digested to match, so only
 // the recomputation can tell); an untouched store verifies ok.
 func TestVerifyRecomputesHistory(t *testing.T) {
+	t.Parallel()
 	signer := testSigner(t, 7)
 	tests := []struct {
 		name   string

@@ -66,6 +66,7 @@ func (d fakeDriver) Run(_ context.Context, c drivers.Call) (drivers.Result, erro
 }
 
 func TestAKindNeedsOneLine(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	pol := filepath.Join(dir, "policies")
 	if err := os.Mkdir(pol, 0o700); err != nil {
@@ -124,6 +125,7 @@ func TestAKindNeedsOneLine(t *testing.T) {
 }
 
 func TestUnknownKeyIsAnErrorInEveryKind(t *testing.T) {
+	t.Parallel()
 	for _, kind := range drivers.KindTypes() {
 		t.Run(kind, func(t *testing.T) {
 			_, err := config.ParseConfig([]byte("listen: 127.0.0.1:1\ndrivers:\n  x:\n    type: " + kind + "\n    roots: /tmp/x\n"))
@@ -147,6 +149,7 @@ func TestUnknownKeyIsAnErrorInEveryKind(t *testing.T) {
 }
 
 func TestDefaultsLiveInTheKind(t *testing.T) {
+	t.Parallel()
 	cfg, err := config.ParseConfig([]byte(`drivers:
   w: {type: workspace, root: w}
   w2: {type: workspace, root: w, output_limit: 10, sandbox: none}
@@ -180,6 +183,7 @@ func TestDefaultsLiveInTheKind(t *testing.T) {
 }
 
 func TestExecboxPoolValidatedOnce(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, yaml, want string }{
 		{"a pool over the driver's bound is a configuration error", "drivers: {x: {type: execbox, command: [r], pool: 100}}",
 			"config: drivers.x.pool: must be between 0 and 64, got 100"},
@@ -211,6 +215,7 @@ func TestExecboxPoolValidatedOnce(t *testing.T) {
 }
 
 func TestDriverTypeErrorsNameTheKinds(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ yaml, want string }{
 		{"drivers: {x: {root: w}}", "config: drivers.x.type: required (execbox, fake, tpmjs or workspace)"},
 		{"drivers: {x: {type: ftp, host: y}}", `config: drivers.x.type "ftp": unknown driver type (this build has: execbox, fake, tpmjs, workspace)`},

@@ -49,6 +49,7 @@ func leaseEnv(t *testing.T, store evidence.Store, d *flipDriver, l *lease.Lease)
 // for its own it no longer holds the name. New calls to it get
 // UNAVAILABLE and run nothing. The newer process finalises both, in time.
 func TestFencedProcessNeverFinalisesAnotherEpochsRequest(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	store, d := newFaultStore(), &flipDriver{}
 	older := leaseEnv(t, store, d, takeLease(t, store))
@@ -95,6 +96,7 @@ func TestFencedProcessNeverFinalisesAnotherEpochsRequest(t *testing.T) {
 // and earlier ones, and those written before epochs existed; never a newer
 // epoch's, nor another instance's.
 func TestOwnsByEpoch(t *testing.T) {
+	t.Parallel()
 	store := newFaultStore()
 	takeLease(t, store)
 	l := takeLease(t, store) // epoch 2

@@ -140,6 +140,7 @@ func propertyCatalog() map[string]Tool {
 // the page that ListToolsAs lists, in the page's order, and drops ids
 // outside the catalog (registry ids, unknown ids) whatever policy says.
 func TestToolsAllowedAsMatchesListToolsAs(t *testing.T) {
+	t.Parallel()
 	keys := []config.KeyConfig{
 		{Caller: "alice", Env: "K1", Groups: []string{"dev"}},
 		{Caller: "bob", Env: "K2", Roles: []string{"admin"}},
@@ -238,6 +239,7 @@ permit (principal, action, resource) when { principal.roles.contains("admin") };
 // principal.groups, for a call, a listing and a page filter; the same
 // caller without the identity, or with other groups, is denied.
 func TestIdentityGroupsReachCedar(t *testing.T) {
+	t.Parallel()
 	lg := newLiveGateway(t, liveOptions{
 		keys:     []config.KeyConfig{{Caller: "oauth:erin", Env: "K", Groups: []string{"staff"}}},
 		policies: map[string]string{"policy.default.cedar": groupPolicy},

@@ -17,6 +17,7 @@ import (
 // With, groups, errors and values that print as text. None reaches the
 // log, in text or JSON form, and everything else does.
 func TestLogsGoThroughTheRedactor(t *testing.T) {
+	t.Parallel()
 	const configured = "configured-secret-5d1f09"
 	const token = "ghp_0123456789abcdefghijABCDEFGHIJ012345"
 	r, err := redact.New(redact.Config{KnownSecrets: []string{configured}})

@@ -14,6 +14,7 @@ import (
 // SetIndent writes, as every artifact already stored was written, so
 // digests and diffs of old and new evidence compare like with like.
 func TestMarshalJSONKeepsTheStoredLayout(t *testing.T) {
+	t.Parallel()
 	for name, v := range map[string]any{
 		"a request with HTML characters and raw arguments": evidence.RequestRecord{
 			RequestID: "r1", Caller: "alice<&>", ToolID: "fs.read",

@@ -39,6 +39,7 @@ func metricValue(t *testing.T, tel *telemetry.Telemetry, name string, labels ...
 // TestMetricsOfCallsReadAsAUserExpects: an allowed call, a denied one and
 // one for a tool the catalog does not know each land in their series.
 func TestMetricsOfCallsReadAsAUserExpects(t *testing.T) {
+	t.Parallel()
 	tel := newTelemetry(t)
 	e := newEnv(t, envOptions{telemetry: tel, policies: map[string]string{"policy.default.cedar": `
 @id("read_ok") permit (principal, action, resource == Tool::"workspace.readFile");
@@ -79,6 +80,7 @@ func TestMetricsOfCallsReadAsAUserExpects(t *testing.T) {
 // the failures are counted, the spool gauges show what waits, and the
 // flusher's writes count as retries.
 func TestMetricsOfAStoreThatGoesDown(t *testing.T) {
+	t.Parallel()
 	tel := newTelemetry(t)
 	store := &flakyStore{Store: evidence.NewMemoryStore()}
 	tool := &hookDriver{run: func() { store.down.Store(true) }, out: drivers.Result{Stdout: "did it\n"}}
@@ -114,6 +116,7 @@ func TestMetricsOfAStoreThatGoesDown(t *testing.T) {
 // TestSpoolOldestAgeReadsTheOldestSpooledArtifact: the age gauge follows
 // the gateway's clock from the oldest file's time.
 func TestSpoolOldestAgeReadsTheOldestSpooledArtifact(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "spool")
 	spool, err := evidence.OpenSpool(dir)
 	if err != nil {
@@ -142,6 +145,7 @@ func TestSpoolOldestAgeReadsTheOldestSpooledArtifact(t *testing.T) {
 // connection beyond max_connections each count a hit of their limit, and
 // the calls in flight gauge shows the call holding the slot.
 func TestLimitHitsAreCounted(t *testing.T) {
+	t.Parallel()
 	tel := newTelemetry(t)
 	release := make(chan struct{})
 	running := make(chan struct{})
@@ -235,6 +239,7 @@ func eventuallyTrue(t *testing.T, what string, cond func() bool) {
 // arguments is counted under its rule, and the metrics hold no trace of
 // the secret itself.
 func TestRedactionFindingsAreCountedByRule(t *testing.T) {
+	t.Parallel()
 	const secret = "s3cr3t-value-for-metrics-0123456789"
 	tel := newTelemetry(t)
 	tool := &hookDriver{run: func() {}}
@@ -261,6 +266,7 @@ func TestRedactionFindingsAreCountedByRule(t *testing.T) {
 // folder counts ok, of a broken one rejected, and the watcher's reports
 // count the same way.
 func TestPolicyReloadsAreCountedOKOrRejected(t *testing.T) {
+	t.Parallel()
 	e := newApprovalEnv(t, approvalEnvOptions{})
 	tel := newTelemetry(t)
 	g := e.gws[0]
@@ -294,6 +300,7 @@ func TestPolicyReloadsAreCountedOKOrRejected(t *testing.T) {
 // for is pending until a person decides it or it expires, and the age
 // reported is that of the one waiting longest.
 func TestApprovalsPendingCountsOnlyThoseWaitingForAPerson(t *testing.T) {
+	t.Parallel()
 	e := newApprovalEnv(t, approvalEnvOptions{})
 	g := e.gws[0]
 	check := func(when string, wantN int, wantAge time.Duration) {
@@ -318,6 +325,7 @@ func TestApprovalsPendingCountsOnlyThoseWaitingForAPerson(t *testing.T) {
 // start-up reports how long it has waited since it was asked for, not
 // since the gateway started.
 func TestApprovalAgeSurvivesARestart(t *testing.T) {
+	t.Parallel()
 	e := newApprovalEnv(t, approvalEnvOptions{replicas: 2})
 	e.pendingID("alice", "ap-old", nil)
 	e.clock.advance(40 * time.Minute)
@@ -332,6 +340,7 @@ func TestApprovalAgeSurvivesARestart(t *testing.T) {
 // TestShadowFlipsAreCounted: a shadow set that decides otherwise counts a
 // flip.
 func TestShadowFlipsAreCounted(t *testing.T) {
+	t.Parallel()
 	tel := newTelemetry(t)
 	e := newEnv(t, envOptions{
 		telemetry: tel,
@@ -354,6 +363,7 @@ func TestShadowFlipsAreCounted(t *testing.T) {
 // authentication, so only loopback unless allowed, and never on the gRPC
 // listener's port.
 func TestAdminListenIsValidated(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, yaml, want string
 		addr             string

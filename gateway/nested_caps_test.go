@@ -116,6 +116,7 @@ func TestSandboxNestedFloodIsCapped(t *testing.T) {
 }
 
 func TestSandboxNestedCallsEndAtTheParentsTimeout(t *testing.T) {
+	t.Parallel()
 	// The guest keeps starting 3-second shell calls, ignoring cancel, far
 	// past its 500 ms. None starts after the deadline, those in flight are
 	// cancelled with their evidence complete, and the parent returns within
@@ -176,6 +177,7 @@ func TestSandboxNestedCallsEndAtTheParentsTimeout(t *testing.T) {
 }
 
 func TestConfigNestedCallLimits(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		keys    string

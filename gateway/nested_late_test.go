@@ -32,6 +32,7 @@ func (s slowDecisionStore) Put(ctx context.Context, key string, data []byte) err
 // by a retried parent). This is what a loaded machine does to nested calls
 // near the deadline; no wait for a manifest can succeed for such a call.
 func TestSandboxNestedCallClaimedBeforeItsDeadlineAndLateToDispatch(t *testing.T) {
+	t.Parallel()
 	e := newSandboxEnvKeys(t, "ws", execboxtest.Script{
 		execboxtest.Started(),
 		execboxtest.CallTool("c", "workspace", "readFile", map[string]any{"path": "notes.txt"}),

@@ -51,6 +51,7 @@ permit (principal, action == Action::"CallTool", resource == Tool::"workspace.sh
 `
 
 func TestNestedCallsAreGatedAndRecorded(t *testing.T) {
+	t.Parallel()
 	sb := &sandboxDriver{calls: []nestedStep{
 		{"call-1", "workspace.readFile", map[string]any{"path": "notes.txt"}},
 		{"call-2", "workspace.shell", map[string]any{"command": "touch pwned"}},
@@ -128,6 +129,7 @@ func TestNestedCallsAreGatedAndRecorded(t *testing.T) {
 }
 
 func TestNestedRequestIDs(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("p", 120)
 	tests := []struct{ parent, callID string }{
 		{"r1", "call-1"}, {"r1", "call 1"}, {"r1", "../../x"}, {long, "call-1"}, {"r1", strings.Repeat("c", 40)},
@@ -177,6 +179,7 @@ func (toolsProbe) Run(_ context.Context, c drivers.Call) (drivers.Result, error)
 // TestNestingStopsAtOneLevel: a tool reached from guest code cannot call
 // tools itself, so sandboxes cannot start each other without end.
 func TestNestingStopsAtOneLevel(t *testing.T) {
+	t.Parallel()
 	sb := &sandboxDriver{calls: []nestedStep{{"c1", "probe.run", nil}}}
 	e := newEnv(t, envOptions{
 		policies: map[string]string{"policy.default.cedar": `permit (principal, action, resource);`},

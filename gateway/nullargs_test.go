@@ -15,6 +15,7 @@ import (
 // spelled either way replays it), while a null for a required argument is
 // refused as a missing one.
 func TestNullArgumentIsAnAbsentOne(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{policies: map[string]string{"policy.default.cedar": `permit (principal, action, resource);`}})
 	if err := os.WriteFile(filepath.Join(e.workspace, "notes.txt"), []byte("hello\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -42,6 +42,7 @@ func (s *frozenStore) Get(ctx context.Context, key string) ([]byte, error) {
 // deadline of its own ends at evidence.op_timeout with UNAVAILABLE and
 // nothing runs, where it used to wait as long as the store did.
 func TestAFrozenStoreDoesNotHoldTheCall(t *testing.T) {
+	t.Parallel()
 	const opTimeout = 200 * time.Millisecond
 	frozen := &frozenStore{StoreCloser: evidence.NewMemoryStore(), frozen: make(chan struct{})}
 	d := &countingDriver{out: drivers.Result{Stdout: "ran"}}

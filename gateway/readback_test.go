@@ -39,6 +39,7 @@ func checkReadBack(t *testing.T, resp *toolgatev1.RunToolResponse) bool {
 }
 
 func TestReadBackIsWhatDecodingGives(t *testing.T) {
+	t.Parallel()
 	data, _ := structpb.NewValue(map[string]any{
 		"done": true, "n": 1e21, "small": 1e-7, "neg": -0.0, "s": "<tag> & \u2028 \x00 é",
 		"list": []any{nil, 1.5, "x", map[string]any{}}, "empty": []any{},

@@ -24,6 +24,7 @@ import (
 // token redacted, the disabled rule's token kept, and one fingerprint for one secret across
 // calls and artifacts.
 func TestRedactConfigReachesEveryArtifact(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "policies"), 0o700); err != nil {
 		t.Fatal(err)
@@ -110,6 +111,7 @@ drivers:
 }
 
 func TestRedactFingerprintKey(t *testing.T) {
+	t.Parallel()
 	getenv := func(name string) string {
 		return map[string]string{"LONG": "0123456789abcdef0123", "SHORT": "tiny"}[name]
 	}
@@ -148,6 +150,7 @@ func TestRedactFingerprintKey(t *testing.T) {
 // text in the encodings it would leak in: as is, the key file's PEM text
 // and its body, the seed as base64 and hex.
 func TestConfiguredSecretsAreKnownEverywhere(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "policies"), 0o700); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 // to; an answer rewritten on disk (a deny turned into an allow, ok flipped)
 // is refused with DATA_LOSS instead of being handed back.
 func TestReplayRefusesAStoredResponseThatDoesNotMatchItsManifest(t *testing.T) {
+	t.Parallel()
 	signer := newTestSigner(t)
 	flip := func(t *testing.T, body []byte) []byte {
 		t.Helper()
@@ -80,6 +81,7 @@ func TestReplayRefusesAStoredResponseThatDoesNotMatchItsManifest(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t, envOptions{policies: map[string]string{"policy.default.cedar": readOnlyPolicy}, signer: tc.signer})
 			args := map[string]any{"command": "touch pwned"}
 			first := e.mustCall("replay-1", "workspace.shell", args)

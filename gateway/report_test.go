@@ -15,6 +15,7 @@ import (
 // complete with a manifest under evidence.MaxManifestSize that accounts for
 // every secret, listed or counted.
 func TestRedactionReportIsBounded(t *testing.T) {
+	t.Parallel()
 	const known = "known-secret-value-42"
 	e := newEnv(t, envOptions{secrets: []string{known}})
 	line := "export TOKEN=" + known + " ghp_0123456789abcdefghijABCDEFGHIJ012345\n"

@@ -50,6 +50,7 @@ func withoutKeys(t *testing.T, b []byte, keys ...string) []byte {
 // second run, the token's groups are not written, and the evidence
 // verifies.
 func TestRequestJSONRecordsAuthAndTraceOutsideTheHash(t *testing.T) {
+	t.Parallel()
 	permit := map[string]string{"policy.default.cedar": permitAll}
 	withID, plain := newLiveGateway(t, liveOptions{policies: permit}), newLiveGateway(t, liveOptions{policies: permit})
 	ctx := context.Background()
@@ -101,6 +102,7 @@ func TestRequestJSONRecordsAuthAndTraceOutsideTheHash(t *testing.T) {
 // malformed would be written into evidence as given: the call is
 // INVALID_ARGUMENT before anything is claimed or run.
 func TestRunRefusesWhatItCannotRecord(t *testing.T) {
+	t.Parallel()
 	lg := newLiveGateway(t, liveOptions{policies: map[string]string{"policy.default.cedar": permitAll}})
 	ok := &Identity{Method: "oauth", Subject: "erin"}
 	for i, tc := range []struct {

@@ -26,6 +26,7 @@ var selectionPolicies = map[string]string{
 // decide, and with policies.selectable only the callers and groups it names
 // select a set. A refused selection is a recorded deny; nothing runs.
 func TestPolicyRefSelection(t *testing.T) {
+	t.Parallel()
 	keys := []config.KeyConfig{
 		{Caller: "alice", Env: "KEY_ALICE"},
 		{Caller: "ops-bot", Env: "KEY_OPS", Groups: []string{"ops"}},
@@ -50,6 +51,7 @@ func TestPolicyRefSelection(t *testing.T) {
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t, envOptions{policies: selectionPolicies, keys: keys, getenv: getenv, shadows: shadows, selectable: tc.selectable})
 			id := "sel-" + string(rune('a'+i))
 			ctx := bearer(tc.key)
@@ -98,6 +100,7 @@ func bearer(key string) context.Context {
 // TestNestedCallsInheritTheParentsPolicySet: guest code cannot choose a
 // policy set; its calls are judged by the set its parent was judged by.
 func TestNestedCallsInheritTheParentsPolicySet(t *testing.T) {
+	t.Parallel()
 	sb := &sandboxDriver{calls: []nestedStep{{"call-1", "workspace.shell", map[string]any{"command": "touch pwned"}}}}
 	e := newEnv(t, envOptions{
 		policies: map[string]string{

@@ -32,6 +32,7 @@ func (bytesCodec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 func TestUndecodableRequestsAreInvalidArgument(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	str := func(num protowire.Number, s string) []byte {
 		b := protowire.AppendTag(nil, num, protowire.BytesType)
@@ -68,6 +69,7 @@ func TestUndecodableRequestsAreInvalidArgument(t *testing.T) {
 }
 
 func TestHealthAndReflection(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	h, err := healthpb.NewHealthClient(e.conn).Check(context.Background(), &healthpb.HealthCheckRequest{
 		Service: toolgatev1.ToolGateway_ServiceDesc.ServiceName,
@@ -98,6 +100,7 @@ func TestHealthAndReflection(t *testing.T) {
 // TestClientCancelStillCompletesEvidence: a caller that gives up mid-call
 // must not leave a request half recorded.
 func TestClientCancelStillCompletesEvidence(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

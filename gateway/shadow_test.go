@@ -10,6 +10,7 @@ import (
 // beside the enforcing one; its decision is on record, and a difference is
 // counted, but only the enforcing set decides.
 func TestShadowPolicyIsRecordedNeverEnforced(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{
 		policies: map[string]string{
 			"policy.default.cedar":   readOnlyPolicy,

@@ -9,6 +9,7 @@ import (
 )
 
 func TestManifestsAreSigned(t *testing.T) {
+	t.Parallel()
 	signer := newTestSigner(t)
 	e := newEnv(t, envOptions{signer: signer})
 	e.mustCall("signed-1", "workspace.readFile", map[string]any{"path": "none.txt"})

@@ -18,6 +18,7 @@ import (
 // the parent's driver stage, in the parent's trace, which both
 // request.json files name.
 func TestNestedCallSpansAreChildrenOfTheDriverStage(t *testing.T) {
+	t.Parallel()
 	rec := tracetest.NewSpanRecorder()
 	tel, err := telemetry.New(telemetry.Options{TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))})
 	if err != nil {

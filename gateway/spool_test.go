@@ -17,6 +17,7 @@ import (
 // runs. The caller still gets its answer, nothing is lost, and the spooled
 // artifacts reach the store once it is back.
 func TestStoreFailingAfterTheToolRanSpools(t *testing.T) {
+	t.Parallel()
 	store := &flakyStore{Store: evidence.NewMemoryStore()}
 	tool := &hookDriver{run: func() { store.down.Store(true) }, out: drivers.Result{Stdout: "did it\n"}}
 	spoolDir := filepath.Join(t.TempDir(), "spool")

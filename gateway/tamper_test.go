@@ -115,6 +115,7 @@ func notDispatchedRecord(t *testing.T, id string, n int) []byte {
 // not trust, is never run again: the retry gets DATA_LOSS naming
 // tampering, and the operator's metric counts it.
 func TestForgedNotDispatchedRunsNothingAgain(t *testing.T) {
+	t.Parallel()
 	attacker := newTestSigner(t)
 	attackerSealer, err := attacker.Sealer()
 	if err != nil {

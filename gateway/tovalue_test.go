@@ -28,6 +28,7 @@ func checkDirectValue(t *testing.T, v any) bool {
 }
 
 func TestToValueConvertsPlainJSONDirectly(t *testing.T) {
+	t.Parallel()
 	deep := any("leaf")
 	for range maxDirectDepth {
 		deep = []any{deep}

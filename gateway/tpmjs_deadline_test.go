@@ -21,6 +21,7 @@ import (
 // 124) that never happened and replay it to every retry: the record, and
 // what a retry gets once the tool ended, is what the tool really did.
 func TestTPMJSCallerDeadlineIsNotTheToolsEnd(t *testing.T) {
+	t.Parallel()
 	for _, p := range []tpmjstest.Personality{tpmjstest.NodeV10, tpmjstest.DenoV11} {
 		t.Run(p.String(), func(t *testing.T) {
 			t.Parallel()

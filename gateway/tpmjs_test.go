@@ -139,8 +139,10 @@ func mapsValues(m map[string]string) func(func(string) bool) {
 }
 
 func TestTPMJSBothProtocolsEndToEnd(t *testing.T) {
+	t.Parallel()
 	for _, p := range []tpmjstest.Personality{tpmjstest.NodeV10, tpmjstest.DenoV11, tpmjstest.DenoVercel} {
 		t.Run(p.String(), func(t *testing.T) {
+			t.Parallel()
 			e := newTPMJSEnv(t, p, "")
 			resp := e.mustCall("echo-1", "fake.echo", map[string]any{
 				"query": "weather", "_env": map[string]any{"LOCALE": "caller-locale-secret-42"},
@@ -190,6 +192,7 @@ func TestTPMJSBothProtocolsEndToEnd(t *testing.T) {
 }
 
 func TestTPMJSFailureClasses(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		p          tpmjstest.Personality
@@ -219,6 +222,7 @@ func TestTPMJSFailureClasses(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newTPMJSEnv(t, tc.p, "    max_response_bytes: 4096\n    call_timeout: 1s\n")
 			if tc.setup != nil {
 				tc.setup(e)
@@ -234,8 +238,10 @@ func TestTPMJSFailureClasses(t *testing.T) {
 }
 
 func TestTPMJSUnauthorized(t *testing.T) {
+	t.Parallel()
 	for _, p := range []tpmjstest.Personality{tpmjstest.NodeV10, tpmjstest.DenoV11} {
 		t.Run(p.String(), func(t *testing.T) {
+			t.Parallel()
 			// The executor wants a key the gateway does not have.
 			e := newTPMJSEnv(t, p, "", tpmjstest.WithAPIKey("another-key"))
 			resp := e.mustCall("auth-1", "fake.echo", nil)
@@ -245,6 +251,7 @@ func TestTPMJSUnauthorized(t *testing.T) {
 		})
 	}
 	t.Run("key sent", func(t *testing.T) {
+		t.Parallel()
 		e := newTPMJSEnv(t, tpmjstest.NodeV10, "    api_key_env: EXEC_KEY\n", tpmjstest.WithAPIKey(tpmjsTestEnv["EXEC_KEY"]))
 		resp := e.mustCall("auth-2", "fake.echo", nil)
 		if !resp.GetOk() {
@@ -255,6 +262,7 @@ func TestTPMJSUnauthorized(t *testing.T) {
 }
 
 func TestTPMJSUnreachableIsUnavailable(t *testing.T) {
+	t.Parallel()
 	e := newTPMJSEnv(t, tpmjstest.NodeV10, "")
 	e.exec.SetFlaky(1)
 	_, err := e.call(context.Background(), "reset-1", "fake.echo", nil)
@@ -280,6 +288,7 @@ func TestTPMJSUnreachableIsUnavailable(t *testing.T) {
 }
 
 func TestTPMJSRegistryIDs(t *testing.T) {
+	t.Parallel()
 	e := newTPMJSEnv(t, tpmjstest.NodeV10, "    allow_registry_ids: true\n    registry_version: \"1.0.0\"\n")
 	resp := e.mustCall("reg-1", "@toolgate/fake-tools::echoTool", map[string]any{"x": 1.0})
 	if !resp.GetOk() {
@@ -304,6 +313,7 @@ func TestTPMJSRegistryIDs(t *testing.T) {
 }
 
 func TestTPMJSCallerEnvRules(t *testing.T) {
+	t.Parallel()
 	e := newTPMJSEnv(t, tpmjstest.NodeV10, "")
 	tests := []struct {
 		name, tool string
@@ -332,6 +342,7 @@ func TestTPMJSCallerEnvRules(t *testing.T) {
 }
 
 func TestTPMJSTraceIsLocalAndRedacted(t *testing.T) {
+	t.Parallel()
 	e := newTPMJSEnv(t, tpmjstest.NodeV10, "    api_key_env: EXEC_KEY\n", tpmjstest.WithAPIKey(tpmjsTestEnv["EXEC_KEY"]))
 	resp := e.mustCall("trace-1", "fake.echo", map[string]any{"q": 1.0})
 	want := filepath.Join(e.traceDir, "trace-1.jsonl")
@@ -360,6 +371,7 @@ func TestTPMJSTraceIsLocalAndRedacted(t *testing.T) {
 }
 
 func TestListToolsIsFilteredByPolicy(t *testing.T) {
+	t.Parallel()
 	e := newTPMJSEnv(t, tpmjstest.NodeV10, "")
 	list := func(query string, limit int32) []string {
 		t.Helper()
@@ -396,6 +408,7 @@ func TestListToolsIsFilteredByPolicy(t *testing.T) {
 }
 
 func TestTPMJSBadVersionNeverLeavesTheGateway(t *testing.T) {
+	t.Parallel()
 	cfg, err := config.ParseConfig([]byte(`
 drivers:
   tpmjs: {type: tpmjs, url: "http://127.0.0.1:1"}
@@ -424,6 +437,7 @@ func executions(exec *tpmjstest.Executor) int {
 }
 
 func TestTPMJSExecutorTimeLimitIsATimeout(t *testing.T) {
+	t.Parallel()
 	// The executor kills tools at 1.2s and reports the kill as
 	// TOOL_EXECUTION_ERROR "Script exited with code null". Whether the
 	// driver has read that limit from /info (and ends the call first) or
@@ -447,6 +461,7 @@ func TestTPMJSExecutorTimeLimitIsATimeout(t *testing.T) {
 }
 
 func TestTPMJSEvidenceRecordsWhatWasSent(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, driverYAML, wantVersion string
 	}{
@@ -455,6 +470,7 @@ func TestTPMJSEvidenceRecordsWhatWasSent(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newTPMJSEnv(t, tpmjstest.NodeV10, tc.driverYAML)
 			resp := e.mustCall("sent-1", "@toolgate/fake-tools::echoTool", map[string]any{"x": 1.0})
 			if !resp.GetOk() {
@@ -491,6 +507,7 @@ func TestTPMJSEvidenceRecordsWhatWasSent(t *testing.T) {
 }
 
 func TestTPMJSEngineRefNamesEveryExecutor(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		p    tpmjstest.Personality
 		want string
@@ -500,6 +517,7 @@ func TestTPMJSEngineRefNamesEveryExecutor(t *testing.T) {
 		{tpmjstest.DenoVercel, "/tpmjs:deno-executor/1.0.0"},
 	} {
 		t.Run(tc.p.String(), func(t *testing.T) {
+			t.Parallel()
 			e := newTPMJSEnv(t, tc.p, "")
 			deadline := time.Now().Add(5 * time.Second)
 			for !strings.HasSuffix(e.gw.drivers["tpmjs"].Engine(), tc.want[len("/"):]) && time.Now().Before(deadline) {
@@ -517,6 +535,7 @@ func TestTPMJSEngineRefNamesEveryExecutor(t *testing.T) {
 // connection ran nothing, so the same request_id, retried once the executor
 // is up, runs the tool exactly once.
 func TestTPMJSRefusedConnectionIsRetried(t *testing.T) {
+	t.Parallel()
 	exec := tpmjstest.New(t, tpmjstest.NodeV10)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -162,6 +162,7 @@ func TestKeylessRequestCostsNoMoreThanItsSize(t *testing.T) {
 // TestOnlyHealthIsOpenWithoutAKey: ListTools and reflection need a key like
 // RunTool; load balancers probe health without one.
 func TestOnlyHealthIsOpenWithoutAKey(t *testing.T) {
+	t.Parallel()
 	e := authEnv(t, envOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -193,6 +194,7 @@ func TestOnlyHealthIsOpenWithoutAKey(t *testing.T) {
 // cannot make the gateway decode an unbounded message. Each case names the
 // limit it breaks.
 func TestAuthenticatedRequestsAreBoundedOnTheWire(t *testing.T) {
+	t.Parallel()
 	e := authEnv(t, envOptions{})
 	within := structWith(emptyStructsValue(maxArgsNodes - 1)) // the list and its items: exactly the budget
 	tests := []struct {
@@ -297,6 +299,7 @@ func (d *blockingDriver) Run(ctx context.Context, c drivers.Call) (drivers.Resul
 // RESOURCE_EXHAUSTED at once, leaves nothing in the evidence store, and
 // succeeds when retried under the same request_id after a slot frees.
 func TestCallsBeyondTheLimitAreRefusedAndLeaveNoEvidence(t *testing.T) {
+	t.Parallel()
 	const limit = 3
 	slow := &blockingDriver{started: make(chan string, limit), release: make(chan struct{})}
 	e := newEnv(t, envOptions{
@@ -347,6 +350,7 @@ func TestCallsBeyondTheLimitAreRefusedAndLeaveNoEvidence(t *testing.T) {
 // sandbox that makes a hundred nested calls finishes; its nested calls are
 // not counted against the limit the parent holds.
 func TestNestedCallsDoNotWaitForTheirParentsSlot(t *testing.T) {
+	t.Parallel()
 	sb := &sandboxDriver{}
 	for i := range 40 {
 		sb.calls = append(sb.calls, nestedStep{fmt.Sprintf("call-%d", i), "workspace.readFile", map[string]any{"path": "notes.txt"}})
@@ -377,6 +381,7 @@ func TestNestedCallsDoNotWaitForTheirParentsSlot(t *testing.T) {
 }
 
 func TestLimitsConfigIsValidated(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, yaml, want string
 	}{
@@ -473,6 +478,7 @@ func BenchmarkKeylessRequest(b *testing.B) {
 // over the first (which carried a call, so is shed after silent ones);
 // the third, silent too, is dropped at the handshake timeout.
 func TestAtTheCapSilentConnectionsMakeRoomAndAreDropped(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{limits: config.LimitsConfig{MaxConnections: 2, HandshakeTimeout: time.Second}})
 	e.mustCall("conn-1", "workspace.readFile", map[string]any{"path": "none.txt"})
 	addr := e.conn.Target()

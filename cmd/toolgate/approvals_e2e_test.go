@@ -143,6 +143,7 @@ func (d *approvalDeployment) create(t *testing.T, id, path string) (pendingID st
 }
 
 func TestApprovalsEndToEnd(t *testing.T) {
+	t.Parallel()
 	d := startApprovalDeployment(t)
 	target := filepath.Join(d.dir, "ws", "approved.txt")
 
@@ -223,6 +224,7 @@ func TestApprovalsEndToEnd(t *testing.T) {
 }
 
 func TestApprovalsDenyEndToEnd(t *testing.T) {
+	t.Parallel()
 	d := startApprovalDeployment(t)
 	id, out, _, code := d.create(t, "e2e-deny", "denied.txt")
 	if code != exitPending {

@@ -169,6 +169,7 @@ func newFake(t *testing.T) (*fakeGateway, string) {
 }
 
 func TestApprovalsUsageErrorsExitTwo(t *testing.T) {
+	t.Parallel()
 	_, addr := newFake(t)
 	tests := []struct {
 		name string
@@ -212,6 +213,7 @@ func TestApprovalsUsageErrorsExitTwo(t *testing.T) {
 }
 
 func TestApprovalsExitCodesFollowTheGatewaysAnswer(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		code codes.Code
 		exit int
@@ -252,6 +254,7 @@ func TestApprovalsExitCodesFollowTheGatewaysAnswer(t *testing.T) {
 }
 
 func TestApprovalsLsPrintsATable(t *testing.T) {
+	t.Parallel()
 	f, addr := newFake(t)
 	out, stderr, code := runCLI(t, nil, "approvals", "ls", "--addr", addr)
 	if code != exitOK {
@@ -293,6 +296,7 @@ func TestApprovalsLsPrintsATable(t *testing.T) {
 }
 
 func TestApprovalsLsFollowsPages(t *testing.T) {
+	t.Parallel()
 	f, addr := newFake(t)
 	f.pageSize = 1
 	out, _, code := runCLI(t, nil, "approvals", "ls", "--state", "all", "--json", "--addr", addr)
@@ -318,6 +322,7 @@ func TestApprovalsLsFollowsPages(t *testing.T) {
 }
 
 func TestApprovalsShowPrintsEveryField(t *testing.T) {
+	t.Parallel()
 	f, addr := newFake(t)
 	out, stderr, code := runCLI(t, nil, "approvals", "show", aprOne, "--addr", addr)
 	if code != exitOK {
@@ -354,6 +359,7 @@ func TestApprovalsShowPrintsEveryField(t *testing.T) {
 }
 
 func TestApprovalsApproveAndDeny(t *testing.T) {
+	t.Parallel()
 	f, addr := newFake(t)
 	env := map[string]string{"BOB_KEY": "k-bob-0123456789"}
 	out, stderr, code := runCLI(t, env, "approvals", "approve", "--key-env", "BOB_KEY", "--addr", addr, aprOne, "--reason", "checked the build folder")
@@ -383,6 +389,7 @@ func TestApprovalsApproveAndDeny(t *testing.T) {
 }
 
 func TestCallExitsThreeWhenTheCallAwaitsApproval(t *testing.T) {
+	t.Parallel()
 	f, addr := newFake(t)
 	expires := time.Date(2026, 11, 25, 7, 0, 0, 0, time.UTC)
 	f.runReply = &toolgatev1.RunToolResponse{
@@ -429,6 +436,7 @@ func TestCallExitsThreeWhenTheCallAwaitsApproval(t *testing.T) {
 }
 
 func TestServeWarnsWhenApprovalsHaveNoApprovers(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writePolicy(t, dir, `@id("shell_needs_ops") @approval("ops") @reason("runs arbitrary commands")
 permit (principal, action == Action::"RunTool", resource == Tool::"workspace.shell");
@@ -440,6 +448,7 @@ permit (principal, action == Action::"RunTool", resource == Tool::"workspace.she
 }
 
 func TestApprovalExpiryReadsAsTimeLeft(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 11, 24, 7, 0, 0, 0, time.UTC)
 	tests := []struct {
 		state string

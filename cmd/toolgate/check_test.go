@@ -6,7 +6,9 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,14 +28,15 @@ type checkResult struct {
 	stdout, stderr string
 }
 
-// runCheck runs `toolgate check config ARGS...` in process, in a fresh
-// folder holding files (mode 0600, or 0644 for a name ending in "#0644"),
-// and returns what it printed and the folder. Unless noPolicies, the folder
-// also holds the default policies folder with one valid policy set.
+// runCheck runs `toolgate check config ARGS...` in a fresh folder holding
+// files (mode 0600, or 0644 for a name ending in "#0644"), with env as its
+// whole environment, and returns what it printed and the folder. Unless
+// noPolicies, the folder also holds the default policies folder with one
+// valid policy set. It runs the binary, not the command in process, so
+// that tests need not share the process's working directory.
 func runCheck(t *testing.T, files map[string]string, env map[string]string, noPolicies bool, args ...string) (checkResult, string) {
 	t.Helper()
 	dir := t.TempDir()
-	t.Chdir(dir)
 	all := map[string]string{}
 	if !noPolicies {
 		all["policies/policy.default.cedar"] = checkPolicy
@@ -49,6 +52,7 @@ func runCheck(t *testing.T, files map[string]string, env map[string]string, noPo
 				mode = 0o644
 			}
 		}
+		name = filepath.Join(dir, name)
 		if err := os.MkdirAll(filepath.Dir(name), 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -59,9 +63,23 @@ func runCheck(t *testing.T, files map[string]string, env map[string]string, noPo
 			t.Fatal(err)
 		}
 	}
+	cmd := exec.Command(toolgateBin, append([]string{"check", "config"}, args...)...)
+	cmd.Dir = dir
+	// The race detector's exit pause off, as for every run of the binary.
+	cmd.Env = []string{"GORACE=atexit_sleep_ms=0"}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
 	var out, errb bytes.Buffer
-	getenv := func(k string) string { return env[k] }
-	code := run(context.Background(), append([]string{"check", "config"}, args...), stdio{Out: &out, Err: &errb, Getenv: getenv})
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	code := 0
+	var exit *exec.ExitError
+	switch err := cmd.Run(); {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
 	return checkResult{code, out.String(), errb.String()}, dir
 }
 
@@ -80,6 +98,7 @@ func newKeyPEM(t *testing.T) string {
 }
 
 func TestCheckConfigReportsEveryProblemAtItsLine(t *testing.T) {
+	t.Parallel()
 	key := newKeyPEM(t)
 	cases := []struct {
 		name       string
@@ -317,6 +336,7 @@ func TestCheckConfigReportsEveryProblemAtItsLine(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			got, dir := runCheck(t, c.files, c.env, c.noPolicies, "cfg.yaml")
 			if got.code != c.code {
 				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", got.code, c.code, got.stdout, got.stderr)
@@ -345,6 +365,7 @@ func TestCheckConfigReportsEveryProblemAtItsLine(t *testing.T) {
 }
 
 func TestCheckConfigPlacesAKeyPathAtTheLineOfItsKey(t *testing.T) {
+	t.Parallel()
 	const doc = `listen: 127.0.0.1:1
 tools:
   files:
@@ -395,6 +416,7 @@ alias: *base
 }
 
 func TestCheckCommandUsageErrorsExitTwo(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		args []string
@@ -519,6 +541,7 @@ var readmeEnv = map[string]string{
 // those blocks name, a TLS pair and the README's rules.toml, where paths
 // under /etc/toolgate/ are taken to lie.
 func TestReadmeConfigurationsCheck(t *testing.T) {
+	t.Parallel()
 	var yamls []readmeBlock
 	rules := ""
 	for _, b := range readmeBlocks(t) {
@@ -547,6 +570,7 @@ func TestReadmeConfigurationsCheck(t *testing.T) {
 			continue
 		}
 		t.Run(strings.TrimLeft(b.heading, "# "), func(t *testing.T) {
+			t.Parallel()
 			cfg := strings.ReplaceAll(b.text, "/etc/toolgate/", "./")
 			got, dir := runCheck(t, map[string]string{"cfg.yaml": cfg, "rules.toml": rules,
 				"cert.pem": string(cert), "key.pem": string(tlsKey),

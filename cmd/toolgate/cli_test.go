@@ -19,7 +19,9 @@ import (
 // for its streams and env for its environment, and fails the test if the
 // command touched the process's own standard streams: every command must
 // read and write through the stdio it is given. The process's stdin is a
-// file a command would read "os.Stdin was read" from.
+// file a command would read "os.Stdin was read" from. It swaps the
+// process's os.Stdin, os.Stdout and os.Stderr, so the tests that call it
+// do not run in parallel.
 func runInProcess(t *testing.T, stdin string, env map[string]string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	dir := t.TempDir()
@@ -191,6 +193,7 @@ func TestEveryGroupAnswersTheSameWay(t *testing.T) {
 // TestServeAnswersHelpAndBadFlagsAsEveryCommand runs serve as a process:
 // in-process it would make the test process non-dumpable first.
 func TestServeAnswersHelpAndBadFlagsAsEveryCommand(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	out, stderr, code := runTool(t, dir, "serve", "-h")
 	if code != exitOK || !strings.Contains(stderr, "toolgate serve") || !strings.Contains(stderr, "-config") || out != "" {

@@ -26,6 +26,7 @@ import (
 // then the requests page as the ID token's caller. The client secret
 // comes from the environment.
 func TestConsoleOIDCSignIn(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writePolicy(t, dir, consolePolicy)
 	cert, key := writeSelfSigned(t, dir)
@@ -88,6 +89,7 @@ func TestConsoleOIDCSignIn(t *testing.T) {
 // comes back with the provider's redirect, and the SameSite=Strict
 // session cookie is sent on the way on from the console's own page.
 func TestConsoleOIDCInABrowser(t *testing.T) {
+	t.Parallel()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatalf("node is not on PATH: %v", err)

@@ -133,7 +133,7 @@ func lsRows(t *testing.T, dir string, args ...string) []string {
 // TestEvidenceApprovals reads hand-built evidence of calls held for
 // approval with ls, show and verify, as an auditor would.
 func TestEvidenceApprovals(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
 	dir := t.TempDir()
 	ids := writeApprovalStates(t, dir)
 
@@ -276,7 +276,7 @@ func TestEvidenceApprovals(t *testing.T) {
 // An approval forged or removed behind the gateway's back fails verify,
 // and ls marks an unreadable one rather than guess.
 func TestEvidenceApprovalTampering(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
 	dir := t.TempDir()
 	l := approvalLayout{w: newLayoutWriter(t, dir), hash: "sha256:" + strings.Repeat("ab", 32)}
 	t0 := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)

@@ -22,13 +22,6 @@ import (
 	"github.com/toolgate/toolgate/evidence"
 )
 
-// quickExit makes the race-enabled binary exit at once: by default the
-// race detector sleeps a second before a successful exit, which adds up
-// over the many invocations below.
-func quickExit(t *testing.T) {
-	t.Setenv("GORACE", "atexit_sleep_ms=0")
-}
-
 // recordTour runs the real gateway in a fresh tour folder and makes two
 // calls: "ev-deny" (a denied shell command, run id "run-a") and "ev-allow"
 // (an allowed read, run id "run-b"). It returns the folder; the evidence
@@ -124,7 +117,7 @@ func dataLines(t *testing.T, out string) []string {
 // TestEvidenceTour records evidence with the real gateway and reads it
 // back with ls, show and verify, as an auditor would.
 func TestEvidenceTour(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
 	dir := recordTour(t)
 
 	t.Run("ls", func(t *testing.T) {
@@ -266,7 +259,7 @@ func copyTour(t *testing.T, dir string) string {
 // keygen, then tampers with copies of it in every way an attacker with
 // write access to the bucket could.
 func TestEvidenceVerifyTampering(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
 	dir := recordTour(t)
 	keys := t.TempDir()
 	gatewayKey, attackerKey := filepath.Join(keys, "gateway.pem"), filepath.Join(keys, "attacker.pem")
@@ -572,7 +565,7 @@ func moveToSpool(id string, artifacts ...string) func(t *testing.T, dir string) 
 // never overwritten, and pubkey prints what keygen printed, in a form
 // verify --pubkey reads back.
 func TestEvidenceKeys(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
 	dir := t.TempDir()
 	out, stderr, code := runTool(t, dir, "evidence", "keygen", "--out", "signing.pem")
 	if code != exitOK || !strings.Contains(stderr, "wrote the private key to signing.pem") {
@@ -610,8 +603,7 @@ func TestEvidenceKeys(t *testing.T) {
 		"PEM":  string(mustRead(t, filepath.Join(dir, "signing.pem"))),
 	} {
 		t.Run("key-env "+name, func(t *testing.T) {
-			t.Setenv("TOOLGATE_TEST_SIGNING_KEY", value) // inherited by the process
-			got, stderr, code := runTool(t, dir, "evidence", "pubkey", "--key-env", "TOOLGATE_TEST_SIGNING_KEY")
+			got, stderr, code := runToolEnv(t, dir, []string{"TOOLGATE_TEST_SIGNING_KEY=" + value}, "evidence", "pubkey", "--key-env", "TOOLGATE_TEST_SIGNING_KEY")
 			if code != exitOK || got != out {
 				t.Fatalf("pubkey --key-env: exit %d\n%s%s\nwant\n%s", code, got, stderr, out)
 			}
@@ -641,7 +633,7 @@ func mustRead(t *testing.T, file string) []byte {
 
 // TestEvidenceConfig reads the store named by a configuration file.
 func TestEvidenceConfig(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
 	dir := recordTour(t)
 	if err := os.Rename(filepath.Join(dir, "toolgate-evidence"), filepath.Join(dir, "audit")); err != nil {
 		t.Fatal(err)
@@ -660,7 +652,7 @@ func TestEvidenceConfig(t *testing.T) {
 }
 
 func TestEvidenceUsageErrors(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "toolgate-evidence"), 0o750); err != nil {
 		t.Fatal(err)
@@ -705,6 +697,7 @@ func TestEvidenceUsageErrors(t *testing.T) {
 }
 
 func TestParseArgs(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		args     []string
@@ -736,6 +729,7 @@ func TestParseArgs(t *testing.T) {
 }
 
 func TestParseSince(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	tests := []struct {
 		in      string
@@ -760,6 +754,7 @@ func TestParseSince(t *testing.T) {
 }
 
 func TestCell(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ in, want string }{
 		{"", "-"},
 		{"workspace.readFile", "workspace.readFile"},
@@ -777,6 +772,7 @@ func TestCell(t *testing.T) {
 }
 
 func TestIsTerminal(t *testing.T) {
+	t.Parallel()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -902,7 +898,7 @@ func (w *layoutWriter) finish(id string) {
 // TestEvidenceAttempts reads evidence of retried, never-dispatched,
 // interrupted and forged requests with ls, show and verify.
 func TestEvidenceAttempts(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
 	dir := t.TempDir()
 	w := newLayoutWriter(t, dir)
 	// Refused by an unreachable executor, then run by a retry under a
@@ -1072,7 +1068,7 @@ note: 1 request(s) have unsigned manifests: their artifacts match, but nothing s
 // retries with the same request id: verify first says the request never
 // ran, then lists both attempts of the request that ran once.
 func TestEvidenceVerifyAfterARetry(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
 	dir := t.TempDir()
 	writePolicy(t, dir, `permit (principal, action, resource);`)
 	executor := tpmjstest.New(t, tpmjstest.NodeV10)

@@ -40,6 +40,13 @@ import (
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
+// The suite's tests run one at a time, not in parallel: a store operation
+// that outlasts faultOpTimeout is itself a fault (the artifact is
+// spooled), and tests running beside them slow MinIO past it, adding
+// faults a test did not plan. Those reach a race of the gateway's own: an
+// artifact spooled for a request that recovery then finalises is flushed
+// after its manifest and makes verify report the request tampered.
+//
 // Timings of the suite. Every tool of the suite runs well under
 // faultCallTimeout, the cap of every driver; interrupted_after is above
 // that cap, as the gateway requires, and short enough for the sweep to

@@ -130,6 +130,7 @@ func verifyClean(t *testing.T, b *loggedBucket, n int, keys ...string) {
 // and a per-caller rate limit with a retry hint; verify recomputes every
 // decision's history from the signed records and finds it clean.
 func TestHistoryEndToEnd(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		steps []historyStep
@@ -205,6 +206,7 @@ func TestHistoryEndToEnd(t *testing.T) {
 // other. Verify with both public keys finds every decision's history
 // clean.
 func TestHistoryReplicasOnMinIO(t *testing.T) {
+	t.Parallel()
 	const concurrent, atMost = 32, 5
 	m := evidencetest.StartMinIO(t)
 	b := minioLoggedBucket(t, m, "history")

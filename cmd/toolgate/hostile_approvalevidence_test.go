@@ -26,7 +26,6 @@ type hostileApprovalCase struct {
 
 func runHostileApprovalCases(t *testing.T, tests []hostileApprovalCase) {
 	t.Helper()
-	quickExit(t)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -43,6 +42,7 @@ func runHostileApprovalCases(t *testing.T, tests []hostileApprovalCase) {
 // TestHostileApprovalRecords: a forged approval.json is refused, whatever
 // it claims.
 func TestHostileApprovalRecords(t *testing.T) {
+	t.Parallel()
 	runHostileApprovalCases(t, []hostileApprovalCase{
 		{"an approval of another ask, reused for this one", func(l approvalLayout, t0 time.Time) {
 			a, _ := l.ask("r1", t0)
@@ -77,6 +77,7 @@ func TestHostileApprovalRecords(t *testing.T) {
 
 // TestHostileApprovalRuns: a run the approval does not cover is refused.
 func TestHostileApprovalRuns(t *testing.T) {
+	t.Parallel()
 	runHostileApprovalCases(t, []hostileApprovalCase{
 		{"a run whose approval was deleted before the manifest", func(l approvalLayout, t0 time.Time) {
 			a, aData := l.ask("r1", t0)

@@ -11,6 +11,7 @@ import (
 // approval must never let the call run at once, and a malformed approval
 // rule must stop the gateway rather than be read some other way.
 func TestHostileApprovalRules(t *testing.T) {
+	t.Parallel()
 	t.Run("a call only an approval rule permits does not run", func(t *testing.T) {
 		dir := t.TempDir()
 		writePolicy(t, dir, `@id("shell_needs_ops") @approval("ops") @reason("runs commands")

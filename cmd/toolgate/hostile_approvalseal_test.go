@@ -80,6 +80,7 @@ func forgeApproval(t *testing.T, s evidence.Store, id string) {
 // it, and verify with the gateway's public key fails naming approval.json.
 // A genuine approval next to it still runs its call exactly once.
 func TestHostileForgedApprovalRunsNothing(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []string{"file", "minio"} {
 		t.Run(kind, func(t *testing.T) {
 			dir := t.TempDir()

@@ -29,6 +29,7 @@ const authProbeKey = "k-probe-0123456789abcdef"
 // borrowed credential a caller might try. Each must be UNAUTHENTICATED and
 // leave no trace in the evidence; the real key still works.
 func TestHostileAuthProbes(t *testing.T) {
+	t.Parallel()
 	dir := tourDir(t)
 	cfg := "auth: {keys: [{caller: alice, env: TOOLGATE_PROBE_KEY}]}\n" +
 		"evidence: {url: file://./audit}\n" +
@@ -102,6 +103,7 @@ func probeContext(t *testing.T, header []string) context.Context {
 // TestHostileListenRefusals starts the gateway where it would hand its API
 // keys, or unauthenticated access, to the network: serve must refuse.
 func TestHostileListenRefusals(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, config, want string
 	}{

@@ -118,6 +118,7 @@ func postChunked(t *testing.T, url string, header map[string]string, body string
 // full (Agent Spaces 16 MiB: +745 MiB; MCP 4 MiB: +286 MiB, two at once
 // +400 MiB; TPMJS 2 MiB: +148 MiB).
 func TestHostileDoorBodies(t *testing.T) {
+	t.Parallel()
 	urls, srv := doorsGateway(t, "  max_concurrent_calls: 4\n")
 	pid := srv.cmd.Process.Pid
 	before := memoryKiB(t, pid, "VmHWM")

@@ -78,6 +78,7 @@ func sameEdits(n int, old, repl string) []any {
 }
 
 func TestHostileEditFile(t *testing.T) {
+	t.Parallel()
 	srv, dir := capsServer(t, "", "")
 	c := dial(t, srv.addr)
 	big := strings.Repeat("a", 10<<20-1) + "M"
@@ -174,6 +175,7 @@ func nestedFolders(t *testing.T, dir, parent string) []string {
 }
 
 func TestHostileNestedCalls(t *testing.T) {
+	t.Parallel()
 	// The gateway-level test (gateway/nested_caps_test.go) sends the full
 	// 40,000; through the race-built binary a quarter of that shows the same
 	// cap in a quarter of the time.

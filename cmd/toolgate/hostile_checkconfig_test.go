@@ -74,6 +74,10 @@ func checkDir(t *testing.T, cfg string) string {
 // TestHostileCheckConfigSize: whatever FILE names, check and serve read at
 // most 4 MiB of it (gateway.MaxConfigBytes), so a huge or endless file is
 // refused instead of exhausting memory; before, both read it whole.
+//
+// It is not parallel: os/exec starts a child with vfork, so the child's
+// maximum RSS starts at this test process's peak, which tests running
+// beside it would raise past the bound.
 func TestHostileCheckConfigSize(t *testing.T) {
 	t.Run("a 100 MB configuration is refused after 4 MiB", func(t *testing.T) {
 		dir := t.TempDir()
@@ -145,7 +149,8 @@ func aliasBomb(indent string) string {
 
 // TestHostileCheckConfigAliasBombs: an alias bomb anywhere in the file, in
 // a part decoded with the file or a section a driver or a door decodes
-// later, is refused or reported in bounded time and memory.
+// later, is refused or reported in bounded time and memory. Not parallel,
+// for the reason TestHostileCheckConfigSize gives.
 func TestHostileCheckConfigAliasBombs(t *testing.T) {
 	cases := []struct {
 		name, cfg, want string
@@ -174,6 +179,7 @@ func TestHostileCheckConfigAliasBombs(t *testing.T) {
 // TestHostileCheckConfigPaths: files and folders the configuration names
 // that would block, loop or mislead the check.
 func TestHostileCheckConfigPaths(t *testing.T) {
+	t.Parallel()
 	t.Run("a folder given as FILE is a problem at line 1", func(t *testing.T) {
 		dir := t.TempDir()
 		r := checkBin(t, dir, dir)
@@ -264,6 +270,7 @@ func TestHostileCheckConfigPaths(t *testing.T) {
 // TestHostileCheckConfigEncoding: bytes that are not YAML text are a
 // problem at a line, never a crash.
 func TestHostileCheckConfigEncoding(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, cfg, want string
 	}{
@@ -288,6 +295,7 @@ func TestHostileCheckConfigEncoding(t *testing.T) {
 // checks fine, and nothing connects to that address, nothing listens on
 // it, and no file appears.
 func TestHostileCheckConfigStartsNothing(t *testing.T) {
+	t.Parallel()
 	lis := listenCounting(t)
 	addr := lis.Addr().String()
 	cfg := fmt.Sprintf(`listen: %[1]s

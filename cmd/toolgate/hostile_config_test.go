@@ -16,10 +16,17 @@ import (
 // stderr, failing the test if the server starts instead of refusing.
 func serveMustRefuse(t *testing.T, dir string, args ...string) string {
 	t.Helper()
+	return serveMustRefuseEnv(t, dir, nil, args...)
+}
+
+// serveMustRefuseEnv is serveMustRefuse with extra environment variables.
+func serveMustRefuseEnv(t *testing.T, dir string, env []string, args ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, toolgateBin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
 	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	err := cmd.Run()
@@ -38,6 +45,7 @@ func serveMustRefuse(t *testing.T, dir string, args ...string) string {
 // gateway's own files within a workspace is refused at start, and a stored
 // answer rewritten on disk is not replayed.
 func TestHostileDangerousConfiguration(t *testing.T) {
+	t.Parallel()
 	t.Run("a createFile caller cannot rewrite policy through --workspace .", func(t *testing.T) {
 		// Before, this started: a caller allowed only to create files wrote
 		// policies/policy.default.cedar, hot reload took it, and the shell

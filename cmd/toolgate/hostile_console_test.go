@@ -66,6 +66,7 @@ func (c *consoleClient) do(method, path string, form url.Values) (int, string) {
 // approval without the session's CSRF token nor their own held call, and
 // a wrong key signs nobody in.
 func TestHostileConsolePeople(t *testing.T) {
+	t.Parallel()
 	d, base := startConsoleDeployment(t)
 	for _, c := range []struct{ caller, id string }{{"alice", "alice-read"}, {"bob", "bob-read"}} {
 		if out, _, code := d.as(t, c.caller, "call", "--request-id", c.id, "--tool", "workspace.readFile", "--args", `{"path":"evil.html"}`); code != exitOK {
@@ -77,7 +78,7 @@ func TestHostileConsolePeople(t *testing.T) {
 	if code != exitPending || approvalID == nil {
 		t.Fatalf("held call: exit %d\n%s", code, out)
 	}
-	waitIndexed(t, base)
+	waitIndexed(t, base, "k-alice-0123456789", "held-2")
 
 	mallory := &consoleClient{t: t, base: base}
 	for _, key := range []string{"", "k-nobody", "k-alice-012345678", "anonymous", strings.Repeat("k", 20000)} {
@@ -126,6 +127,7 @@ var readOnlyConsolePattern = regexp.MustCompile(`serving (http://\S+)/`)
 // without a gateway, on loopback only unless told otherwise, with no
 // approvals inbox and every page under the console's headers.
 func TestHostileReadOnlyConsole(t *testing.T) {
+	t.Parallel()
 	d, _ := startConsoleDeployment(t)
 	if out, _, code := d.as(t, "alice", "call", "--request-id", "ro-1", "--tool", "workspace.readFile", "--args", `{"path":"evil.html"}`); code != exitOK {
 		t.Fatalf("call: exit %d\n%s", code, out)
@@ -179,6 +181,7 @@ func TestHostileReadOnlyConsole(t *testing.T) {
 // TestConsoleServesTLSWhenTheGatewayDoes: with tls configured the console
 // speaks only TLS, with the gateway's certificate, and signs in over it.
 func TestConsoleServesTLSWhenTheGatewayDoes(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writePolicy(t, dir, consolePolicy)
 	cert, key := writeSelfSigned(t, dir)

@@ -140,6 +140,7 @@ func (d *mcpDoorDeployment) approve(t *testing.T, held *mcp.CallToolResult) {
 }
 
 func TestHostileMCPDoorApprovalBypass(t *testing.T) {
+	t.Parallel()
 	d := startMCPDoor(t)
 	t.Run("an elicitation answered accept does not approve the held call", func(t *testing.T) {
 		cs := d.session(t, mcpAgentKey, true, false)
@@ -187,6 +188,7 @@ func TestHostileMCPDoorApprovalBypass(t *testing.T) {
 }
 
 func TestHostileMCPDoorIdempotencyKeys(t *testing.T) {
+	t.Parallel()
 	d := startMCPDoor(t)
 	agent := d.session(t, mcpAgentKey, false, false)
 	t.Run("a key that climbs out of the evidence prefix records nothing", func(t *testing.T) {
@@ -221,6 +223,7 @@ func TestHostileMCPDoorIdempotencyKeys(t *testing.T) {
 }
 
 func TestHostileMCPDoorListenFlood(t *testing.T) {
+	t.Parallel()
 	d := startMCPDoor(t)
 	listen := func(ctx context.Context) (*http.Response, error) {
 		body := `{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},` +

@@ -30,6 +30,7 @@ var maxConnsPattern = regexp.MustCompile(`msg="toolgate serving".* max_connectio
 // timeout). Before the cap was derived, accept failed with EMFILE and the
 // calls waited for the idle connections to go.
 func TestHostileIdleConnectionFlood(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writePolicy(t, dir, `@id("all_workspace") permit (principal, action, resource in Driver::"workspace");`)
 	port := freePort(t)

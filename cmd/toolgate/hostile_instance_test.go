@@ -71,6 +71,7 @@ func shortLease(t *testing.T, dir, file string) string {
 // so no request of the second gets an interrupted manifest and `verify
 // --all --pubkey` stays clean. On the file store and on a real MinIO.
 func TestHostileSameInstanceName(t *testing.T) {
+	t.Parallel()
 	m := evidencetest.StartMinIO(t)
 	for _, st := range []struct {
 		name string
@@ -80,6 +81,7 @@ func TestHostileSameInstanceName(t *testing.T) {
 		{"minio", func(t *testing.T) *loggedBucket { return minioLoggedBucket(t, m, "samename") }},
 	} {
 		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
 			sameNameAttack(t, st.open(t))
 		})
 	}

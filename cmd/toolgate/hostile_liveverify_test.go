@@ -37,6 +37,7 @@ const (
 // unlogged; once the load stops and the log catches up, a last run finds
 // every request ok and logged.
 func TestVerifyALiveBucket(t *testing.T) {
+	t.Parallel()
 	m := evidencetest.StartMinIO(t)
 	for _, st := range []struct {
 		name string
@@ -46,6 +47,7 @@ func TestVerifyALiveBucket(t *testing.T) {
 		{"minio", func(t *testing.T) *loggedBucket { return minioLoggedBucket(t, m, "live") }},
 	} {
 		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
 			b := st.open(t)
 			cfg := signingGateway(t, b.dir, b.url)
 			useDefaultCheckpointInterval(t, filepath.Join(b.dir, cfg))
@@ -149,7 +151,7 @@ func serveLoad(t *testing.T, c toolgatev1.ToolGatewayClient) {
 // records once it is older than the log grace, which --log-grace sets and
 // otherwise the configuration's gateway implies.
 func TestEvidenceVerifyLogGrace(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
 	dir := t.TempDir()
 	w := newLayoutWriter(t, dir)
 	for _, id := range []string{"old-call", "fresh-call"} {

@@ -137,8 +137,10 @@ func (b *loggedBucket) serveRefused(t *testing.T, cfg string) (string, int) {
 // again until the batch is removed; then every call that ran is logged
 // and the forged entry never is.
 func TestHostileInjectedLogBatch(t *testing.T) {
+	t.Parallel()
 	for _, st := range logTrustStores(t) {
 		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
 			b := st.open(t)
 			cfg := signingGateway(t, b.dir, b.url)
 			s := startServerEnv(t, b.dir, b.env, "--config", cfg)
@@ -200,8 +202,10 @@ func TestHostileInjectedLogBatch(t *testing.T) {
 // file, as the README says for a store restored on purpose, lets it
 // start again.
 func TestHostileLogRollback(t *testing.T) {
+	t.Parallel()
 	for _, st := range logTrustStores(t) {
 		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
 			b := st.open(t)
 			cfg := signingGateway(t, b.dir, b.url)
 			s := startServerEnv(t, b.dir, b.env, "--config", cfg)
@@ -245,8 +249,10 @@ func TestHostileLogRollback(t *testing.T) {
 // file and the closed lease refuse the store first, as rolled back; an
 // operator who removes both still gets a refusal, for the batch.
 func TestHostileLogFork(t *testing.T) {
+	t.Parallel()
 	for _, st := range logTrustStores(t) {
 		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
 			b := st.open(t)
 			cfg := signingGateway(t, b.dir, b.url)
 			s := startServerEnv(t, b.dir, b.env, "--config", cfg)

@@ -230,6 +230,7 @@ func mcpMust(t *testing.T, err error) {
 // TestHostileMCPDoorKeys: without a valid key the door answers 401 before
 // anything is decoded, nothing runs and nothing is recorded.
 func TestHostileMCPDoorKeys(t *testing.T) {
+	t.Parallel()
 	d := mcpDoorServer(t)
 	body := mcpCallBody("workspace.readFile", map[string]any{"path": "notes.txt"}, nil)
 	for _, tc := range []struct {
@@ -265,6 +266,7 @@ func TestHostileMCPDoorKeys(t *testing.T) {
 // TestHostileMCPDoorOrigins: a web page on an origin the door does not
 // list cannot call it with the browser's help, even with a valid key.
 func TestHostileMCPDoorOrigins(t *testing.T) {
+	t.Parallel()
 	d := mcpDoorServer(t)
 	for _, origin := range []string{"https://evil.example", "null", "https://app.example.evil.example", "http://app.example"} {
 		t.Run("origin "+origin, func(t *testing.T) {
@@ -290,6 +292,7 @@ func TestHostileMCPDoorOrigins(t *testing.T) {
 // TestHostileMCPDoorSizes: what is too big is refused before it is
 // decoded, and what is big but allowed is not copied into the evidence.
 func TestHostileMCPDoorSizes(t *testing.T) {
+	t.Parallel()
 	d := mcpDoorServer(t)
 	t.Run("a 5 MiB body is 413 before it is decoded", func(t *testing.T) {
 		// Not JSON at all: a door that decoded before checking the size
@@ -368,6 +371,7 @@ func manyKeys(n int) map[string]any {
 // TestHostileMCPDoorProtocol: requests that do not follow the transport's
 // rules, or name a tool no catalog has, are refused and nothing runs.
 func TestHostileMCPDoorProtocol(t *testing.T) {
+	t.Parallel()
 	d := mcpDoorServer(t)
 	call := mcpCallBody("workspace.readFile", map[string]any{"path": "notes.txt"}, nil)
 	secret := mcpCallBody("workspace.readFile", map[string]any{"path": "secrets/key.txt"}, nil)
@@ -426,6 +430,7 @@ func legacyHeader(key, version string) map[string]string {
 // error before anything is recorded, and another caller's key never
 // replays that caller's result.
 func TestHostileMCPDoorRequestIDs(t *testing.T) {
+	t.Parallel()
 	d := mcpDoorServer(t)
 	for _, tc := range []struct {
 		name string
@@ -477,6 +482,7 @@ func mcpRetry(tool string, args map[string]any, state string, responses map[stri
 // and bound to its caller, tool and arguments, and answering the
 // elicitation is never an approval: none of these runs the delete.
 func TestHostileMCPDoorApprovalState(t *testing.T) {
+	t.Parallel()
 	d := mcpDoorServer(t)
 	del := map[string]any{"path": "notes.txt"}
 	elicit := map[string]any{"elicitation": map[string]any{"form": map[string]any{}}}

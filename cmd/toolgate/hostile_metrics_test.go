@@ -125,6 +125,10 @@ drivers:
 // metricsKey is the API key of the suite's caller alice.
 const metricsKey = "tg-metrics-key-5f0c2b7e9a1d4c36"
 
+// metricsEnv hands metricsKey to the processes that read it from
+// $TOOLGATE_METRICS_KEY.
+var metricsEnv = []string{"TOOLGATE_METRICS_KEY=" + metricsKey}
+
 // asAlice is a context carrying alice's key.
 func asAlice() context.Context {
 	return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+metricsKey)
@@ -145,7 +149,7 @@ func runCall(t *testing.T, c toolgatev1.ToolGatewayClient, id, tool string, args
 // other hosts can reach is refused unless the operator says so, and it
 // may not share a port with the gRPC listener.
 func TestHostileAdminListenerAddress(t *testing.T) {
-	t.Setenv("TOOLGATE_METRICS_KEY", metricsKey)
+	t.Parallel()
 	for _, tc := range []struct {
 		name, extra string
 		args        []string
@@ -164,7 +168,7 @@ func TestHostileAdminListenerAddress(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := tourDir(t)
 			writeMetricsConfig(t, dir, tc.extra)
-			stderr := serveMustRefuse(t, dir, append([]string{"--config", "toolgate.yaml"}, tc.args...)...)
+			stderr := serveMustRefuseEnv(t, dir, metricsEnv, append([]string{"--config", "toolgate.yaml"}, tc.args...)...)
 			if !strings.Contains(stderr, tc.want) {
 				t.Fatalf("refused, but stderr does not say %q:\n%s", tc.want, stderr)
 			}
@@ -178,7 +182,7 @@ func TestHostileAdminListenerAddress(t *testing.T) {
 		defer held.Close()
 		dir := tourDir(t)
 		writeMetricsConfig(t, dir, "")
-		stderr := serveMustRefuse(t, dir, "--config", "toolgate.yaml", "--admin-listen", held.Addr().String())
+		stderr := serveMustRefuseEnv(t, dir, metricsEnv, "--config", "toolgate.yaml", "--admin-listen", held.Addr().String())
 		for _, want := range []string{"address already in use", "admin.listen", "--admin-listen ADDR|off"} {
 			if !strings.Contains(stderr, want) {
 				t.Errorf("refused, but stderr does not say %q:\n%s", want, stderr)
@@ -188,7 +192,7 @@ func TestHostileAdminListenerAddress(t *testing.T) {
 	t.Run("check config points at the admin.listen line", func(t *testing.T) {
 		dir := tourDir(t)
 		writeMetricsConfig(t, dir, "admin:\n  listen: 0.0.0.0:9464\n")
-		_, stderr, code := runTool(t, dir, "check", "config", "toolgate.yaml")
+		_, stderr, code := runToolEnv(t, dir, metricsEnv, "check", "config", "toolgate.yaml")
 		if code != exitFailure || !regexp.MustCompile(`toolgate\.yaml:15: admin\.listen "0\.0\.0\.0:9464" is not a loopback`).MatchString(stderr) {
 			t.Fatalf("check config: exit %d, want 1 and the problem on admin.listen's line (15):\n%s", code, stderr)
 		}
@@ -196,7 +200,7 @@ func TestHostileAdminListenerAddress(t *testing.T) {
 	t.Run("allow_non_loopback lets the operator serve it on every interface", func(t *testing.T) {
 		dir := tourDir(t)
 		writeMetricsConfig(t, dir, "admin: {allow_non_loopback: true}\n")
-		srv := startServer(t, dir, "--config", "toolgate.yaml", "--admin-listen", "0.0.0.0:0")
+		srv := startServerEnv(t, dir, metricsEnv, "--config", "toolgate.yaml", "--admin-listen", "0.0.0.0:0")
 		if !strings.Contains(srv.log.String(), `msg="admin serving" addr=[::]:`) {
 			t.Fatalf("the admin listener is not on every interface:\n%s", srv.log.String())
 		}
@@ -204,7 +208,7 @@ func TestHostileAdminListenerAddress(t *testing.T) {
 	t.Run("off turns the admin listener off", func(t *testing.T) {
 		dir := tourDir(t)
 		writeMetricsConfig(t, dir, "admin: {listen: off}\n")
-		srv := startServer(t, dir, "--config", "toolgate.yaml", "--admin-listen", "")
+		srv := startServerEnv(t, dir, metricsEnv, "--config", "toolgate.yaml", "--admin-listen", "")
 		if strings.Contains(srv.log.String(), "admin serving") {
 			t.Fatalf("admin.listen: off, and an admin listener started:\n%s", srv.log.String())
 		}
@@ -215,6 +219,7 @@ func TestHostileAdminListenerAddress(t *testing.T) {
 // three paths and nothing else, and only to loopback host names, so that a
 // web page cannot read it through a DNS name rebound to 127.0.0.1.
 func TestHostileAdminRequests(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writePolicy(t, dir, `@id("all") permit (principal, action, resource);`)
 	srv := startServer(t, dir)
@@ -253,7 +258,7 @@ func TestHostileAdminRequests(t *testing.T) {
 // the key nor the request ids anywhere in /metrics; an unknown tool id is
 // collapsed to "other".
 func TestHostileMetricsLeakNothing(t *testing.T) {
-	t.Setenv("TOOLGATE_METRICS_KEY", metricsKey)
+	t.Parallel()
 	const (
 		marker   = "zq-metrics-marker-7d41"
 		secret   = "AKIAZ7Q3EXAMPLE9KEYZ"
@@ -263,7 +268,7 @@ func TestHostileMetricsLeakNothing(t *testing.T) {
 	dir := t.TempDir()
 	writePolicy(t, dir, `@id("reads") permit (principal, action, resource == Tool::"workspace.readFile");`)
 	writeMetricsConfig(t, dir, "")
-	srv := startServer(t, dir, "--config", "toolgate.yaml")
+	srv := startServerEnv(t, dir, metricsEnv, "--config", "toolgate.yaml")
 	c := dial(t, srv.addr)
 	for i, call := range []struct{ tool, path string }{
 		{"workspace.readFile", marker + ".txt"},
@@ -290,6 +295,7 @@ func TestHostileMetricsLeakNothing(t *testing.T) {
 // tool ids and random request ids, as a caller probing the gateway sends,
 // does not grow toolgate_calls_total: every unknown id is one series.
 func TestHostileMetricsCardinality(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writePolicy(t, dir, `@id("all") permit (principal, action, resource in Driver::"workspace");`)
 	// The evidence of 5,000 calls stays in memory: the flood is about
@@ -333,6 +339,7 @@ func TestHostileMetricsCardinality(t *testing.T) {
 // drains, and /readyz says 503 so that a load balancer sends no new
 // calls, while the call in flight finishes.
 func TestHostileReadinessDuringShutdown(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writePolicy(t, dir, `@id("all_workspace") permit (principal, action, resource in Driver::"workspace");`)
 	srv := startServer(t, dir)
@@ -380,7 +387,7 @@ func TestHostileReadinessDuringShutdown(t *testing.T) {
 // dashboard sees after an allowed call, a denied one, a rejected policy
 // change and calls beyond max_concurrent_calls.
 func TestHostileMetricsMoveAsAUserExpects(t *testing.T) {
-	t.Setenv("TOOLGATE_METRICS_KEY", metricsKey)
+	t.Parallel()
 	dir := t.TempDir()
 	writePolicy(t, dir, `
 @id("reads") permit (principal, action, resource == Tool::"workspace.readFile");
@@ -388,7 +395,7 @@ func TestHostileMetricsMoveAsAUserExpects(t *testing.T) {
 @id("no_deletes") forbid (principal, action, resource == Tool::"workspace.deleteFile");
 `)
 	writeMetricsConfig(t, dir, "policies: {reload_interval: 100ms}\nlimits: {max_concurrent_calls: 1}\n")
-	srv := startServer(t, dir, "--config", "toolgate.yaml")
+	srv := startServerEnv(t, dir, metricsEnv, "--config", "toolgate.yaml")
 	c := dial(t, srv.addr)
 	if err := os.MkdirAll(filepath.Join(dir, "ws"), 0o700); err != nil {
 		t.Fatal(err)
@@ -461,6 +468,7 @@ func TestHostileMetricsMoveAsAUserExpects(t *testing.T) {
 // probing random paths adds no series: the label is the door, never the
 // path.
 func TestHostileFrontDoorRequestsCountedByDoor(t *testing.T) {
+	t.Parallel()
 	base, _, srv := tpmjsDoorGateway(t)
 	count := func() int {
 		var n int

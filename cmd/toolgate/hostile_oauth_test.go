@@ -104,6 +104,7 @@ func (d *oauthDoor) requestFolders(t *testing.T) int {
 }
 
 func TestHostileOAuthForgedTokens(t *testing.T) {
+	t.Parallel()
 	d := startOAuthDoor(t)
 	if resp, body := d.list(t, "/mcp", d.iss.Sign(t, d.claims())); resp.StatusCode != http.StatusOK {
 		t.Fatalf("the control: a valid token got %d %s", resp.StatusCode, body)
@@ -152,6 +153,7 @@ func TestHostileOAuthForgedTokens(t *testing.T) {
 }
 
 func TestHostileOAuthKidFloodIsRateLimited(t *testing.T) {
+	t.Parallel()
 	d := startOAuthDoor(t)
 	before := d.iss.Fetches()
 	start := time.Now()
@@ -171,6 +173,7 @@ func TestHostileOAuthKidFloodIsRateLimited(t *testing.T) {
 }
 
 func TestHostileOAuthMetadataNeedsNoCredentialButLeaksNothing(t *testing.T) {
+	t.Parallel()
 	d := startOAuthDoor(t)
 	resp, err := http.Get(d.base + "/.well-known/oauth-protected-resource/mcp")
 	if err != nil {

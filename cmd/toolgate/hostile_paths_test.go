@@ -149,6 +149,7 @@ func checkHostileFilesUntouched(t *testing.T, ws string) {
 // in a folder policy forbids. The protected files are neither read nor
 // changed.
 func TestHostilePaths(t *testing.T) {
+	t.Parallel()
 	srv, ws := startHostilePathServer(t)
 	edits := []any{map[string]any{"oldContent": "SECRET", "newContent": "pwned"}}
 	ops := []struct {
@@ -203,6 +204,7 @@ func TestHostilePaths(t *testing.T) {
 // gateway would, so a policy author who tries a respelled path sees the
 // deny the gateway would give, not an allow it never would.
 func TestPolicyAuthorizeDecidesOnTheCanonicalPath(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writePolicy(t, dir, hostilePathPolicy)
 	tests := []struct {

@@ -27,6 +27,7 @@ import (
 // gateway's messages); a terminal escape in any of it reaches the
 // approver's terminal only quoted, through the real binary.
 func TestHostileApprovalTextOnTheApproversTerminal(t *testing.T) {
+	t.Parallel()
 	const esc = "\x1b]0;owned\x07\x1b[2J"
 	args, err := structpb.NewStruct(map[string]any{"cmd": "ls" + esc, esc: "key"})
 	if err != nil {
@@ -102,6 +103,7 @@ func webhookDir(t *testing.T, hook string) string {
 // call in clear text across the network, carry credentials in its URL, or
 // sign with no key is refused at start, naming the key.
 func TestHostileWebhookConfiguration(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		hook string
@@ -134,6 +136,7 @@ func TestHostileWebhookConfiguration(t *testing.T) {
 // from the evidence and the reply, like every configured secret: the
 // evidence must not teach readers how to forge notifications.
 func TestHostileWebhookSecretInTheEvidence(t *testing.T) {
+	t.Parallel()
 	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.WriteHeader(http.StatusNoContent)
@@ -193,6 +196,7 @@ func stuckHook(t *testing.T) (url string, got func() int) {
 // up a held call's reply, an approver's decision, nor the gateway's
 // shutdown.
 func TestHostileWebhookReceiver(t *testing.T) {
+	t.Parallel()
 	url, got := stuckHook(t)
 	dir := t.TempDir()
 	writePolicy(t, dir, heldCreatePolicy)

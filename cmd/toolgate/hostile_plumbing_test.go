@@ -120,6 +120,7 @@ func probe(t *testing.T, base, path string, header http.Header, body string) (in
 // in the URL path or a header never reaches a door, a log or a redirect,
 // and two keys disagreeing get nobody in.
 func TestHostileFrontDoorKeys(t *testing.T) {
+	t.Parallel()
 	base, logs := probeServer(t, true)
 	t.Run("a path key authenticates and the door sees neither it nor the header", func(t *testing.T) {
 		status, got := probe(t, base, "/k/"+probeKey+"//run", http.Header{"Authorization": {"Bearer " + probeKey}}, "{}")
@@ -155,6 +156,7 @@ func TestHostileFrontDoorKeys(t *testing.T) {
 // auth.keys a web page open in the operator's browser cannot drive the
 // gateway, by Origin or by a rebound DNS name.
 func TestHostileFrontDoorBrowser(t *testing.T) {
+	t.Parallel()
 	base, _ := probeServer(t, false)
 	t.Run("a page's cross-origin POST is refused before the door", func(t *testing.T) {
 		status, got := probe(t, base, "/run", http.Header{"Origin": {"https://evil.example"}, "Content-Type": {"text/plain"}}, "{}")
@@ -185,6 +187,7 @@ func TestHostileFrontDoorBrowser(t *testing.T) {
 // without a key is answered before it sends its body, of which nothing is
 // read; a keyed caller's body is capped.
 func TestHostileFrontDoorBody(t *testing.T) {
+	t.Parallel()
 	base, _ := probeServer(t, true)
 	host := strings.TrimPrefix(base, "http://")
 	conn, err := net.Dial("tcp", host)
@@ -214,6 +217,7 @@ func TestHostileFrontDoorBody(t *testing.T) {
 // misspelt key of a driver section; every door it has refuses a misspelt
 // key rather than ignoring it.
 func TestHostileFrontDoorConfiguration(t *testing.T) {
+	t.Parallel()
 	for _, kind := range frontdoor.Kinds() {
 		t.Run("a misspelt key of the "+kind+" door", func(t *testing.T) {
 			cfg, err := config.ParseConfig([]byte("listen: 127.0.0.1:50051\nfront_doors:\n  " + kind + ":\n    listen: 127.0.0.1:8787\n    cors_origin: ['*']\n"))

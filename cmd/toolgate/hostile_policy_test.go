@@ -47,6 +47,7 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 // its ops group; the attacker names the permissive sets in ctx.policy_ref
 // and asks for the shell.
 func TestHostilePolicySelection(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{
 		"policies/policy.default.cedar":   `@id("reads") permit (principal, action, resource == Tool::"workspace.readFile");`,
@@ -143,6 +144,7 @@ func idOf(out string) string {
 // implement, and a folder schema that weakens the model are all refused,
 // by serve at start and by `toolgate policy validate`, with file:line:col.
 func TestHostilePolicyValidation(t *testing.T) {
+	t.Parallel()
 	const permitShell = `@id("shell") permit (principal, action, resource == Tool::"workspace.shell");` + "\n"
 	tests := []struct {
 		name  string

@@ -117,6 +117,7 @@ func verifyProof(t *testing.T, proof []byte, args ...string) (string, int) {
 // TestHostileProofTampering: a proof written by prove verifies offline
 // with the gateway's public key alone, and no alteration of it does.
 func TestHostileProofTampering(t *testing.T) {
+	t.Parallel()
 	d := startProvingDeployment(t)
 	first := d.call(t)
 	id := d.call(t)
@@ -191,6 +192,7 @@ func TestHostileProofTampering(t *testing.T) {
 }
 
 func TestEvidenceProofUsageErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "toolgate-evidence"), 0o750); err != nil {
 		t.Fatal(err)
@@ -244,6 +246,7 @@ func flipBit(data []byte, i int) []byte {
 // bucket owner who rewrites the log under the same origin and key is
 // refused by the witness: cosign exits 1.
 func TestHostileForkedLogRefusedByWitness(t *testing.T) {
+	t.Parallel()
 	d := startProvingDeployment(t)
 	id := d.call(t)
 	d.prove(t, id)

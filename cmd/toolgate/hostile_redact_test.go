@@ -120,6 +120,7 @@ func collectJSONStrings(v any, b *strings.Builder) {
 // before anything is recorded; the others are hidden only in the tool's
 // output, where they stand alone.
 func TestHostileBlinding(t *testing.T) {
+	t.Parallel()
 	srv, requests := hostileRedactServer(t)
 	refused := []struct{ name, value string }{
 		{"the tool id", "workspace.shell"},
@@ -180,6 +181,7 @@ func TestHostileBlinding(t *testing.T) {
 // both complete, each with a manifest under 256 KiB. Time and memory per
 // input byte are measured by redact's BenchmarkHostile.
 func TestHostileRedactionCost(t *testing.T) {
+	t.Parallel()
 	srv, requests := hostileRedactServer(t)
 	line := "mirror=" + redactSecret + " copy=" + redactSecret + "\n"
 	dense := strings.Repeat(line, 10_000_000/len(line))
@@ -227,6 +229,7 @@ func TestHostileRedactionCost(t *testing.T) {
 // at 64 columns, `xxd -p`, lower-case percent-encoding, hex, JSON with
 // escaped slashes — and none of them reaches the evidence.
 func TestHostileSecretEncodings(t *testing.T) {
+	t.Parallel()
 	srv, requests := hostileRedactServer(t)
 	// The secret reaches the command through a file, so that the request
 	// itself does not hold it.
@@ -292,6 +295,7 @@ func splitPairs(s string) []string {
 // rules detect into the tool_id and the arguments of calls that fail;
 // neither reaches serve's log.
 func TestHostileLogLeak(t *testing.T) {
+	t.Parallel()
 	srv, _ := hostileRedactServer(t)
 	token := "ghp_" + "R7kQ2mX9vL4pT8wZ1nB6cY3dF5gH0jK2sA4e"
 	redactCall(t, srv.addr, "log-a", "tool-"+redactSecret, map[string]any{})
@@ -317,6 +321,7 @@ func TestHostileLogLeak(t *testing.T) {
 // recognise it, so a cut that kept its first characters would put them in
 // the evidence unredacted; the cut must take the token's run with it.
 func TestHostileOutputCapCut(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writePolicy(t, dir, `@id("shell") permit (principal, action, resource == Tool::"workspace.shell");`)
 	cfg := "evidence: {url: file://./toolgate-evidence, spool_dir: none}\n" +

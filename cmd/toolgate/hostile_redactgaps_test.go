@@ -63,6 +63,7 @@ func aligned(key, secret string, align int) string {
 // and 64 columns, reaches neither the reply nor the evidence in any way
 // that decodes to either, at any alignment of either in the file.
 func TestHostileBase64Read(t *testing.T) {
+	t.Parallel()
 	srv, requests := hostileRedactServer(t)
 	forms := append(base64Windows(gapToken), base64Windows(redactSecret)...)
 	for align := range 3 {
@@ -108,6 +109,7 @@ func TestHostileBase64Read(t *testing.T) {
 // None of it reaches the reply, tool_result.json, response.json or the
 // driver's trace.
 func TestHostileCallerSecretEchoes(t *testing.T) {
+	t.Parallel()
 	exec := tpmjstest.New(t, tpmjstest.NodeV10)
 	exec.RegisterTool(tpmjstest.Package, "leakyTool", func(_ map[string]any, env map[string]string) (any, error) {
 		s := env["API_KEY"]

@@ -157,6 +157,7 @@ func tampering(t *testing.T, srv *server, record string) int {
 // toolgate_evidence_tampering_total{record="response"}; a manifest
 // re-signed by an attacker's key is refused by both, and verify fails it.
 func TestHostileReplicasTrustEachOther(t *testing.T) {
+	t.Parallel()
 	m := evidencetest.StartMinIO(t)
 	stores := []struct {
 		name string

@@ -102,6 +102,7 @@ func (d *sandboxDeployment) evidenceText(t *testing.T) string {
 }
 
 func TestHostileSandboxSecrets(t *testing.T) {
+	t.Parallel()
 	d := startSandboxDeployment(t, "")
 	victim := d.shell(t, "echo victim", 5000)
 	if !victim.OK {
@@ -191,6 +192,7 @@ func waitMarkerProcesses(t *testing.T, marker string, want bool) {
 }
 
 func TestHostileSandboxProcesses(t *testing.T) {
+	t.Parallel()
 	d := startSandboxDeployment(t, "")
 	escapes := map[string]string{
 		"setsid":      `setsid sh -c 'sleep 300; : MARK' &`,
@@ -229,6 +231,7 @@ func TestHostileSandboxProcesses(t *testing.T) {
 }
 
 func TestHostileSandboxNetwork(t *testing.T) {
+	t.Parallel()
 	d := startSandboxDeployment(t, "")
 	_, port, _ := strings.Cut(d.srv.addr, ":")
 	res := d.shell(t, fmt.Sprintf("bash -c 'echo x > /dev/tcp/127.0.0.1/%s' && echo connected", port), 10000)
@@ -238,6 +241,7 @@ func TestHostileSandboxNetwork(t *testing.T) {
 }
 
 func TestHostileSandboxLimits(t *testing.T) {
+	t.Parallel()
 	d := startSandboxDeployment(t, "    max_processes: 32\n    max_memory_bytes: 268435456\n    max_file_bytes: 1048576\n")
 	attacks := []struct {
 		name, command string
@@ -277,6 +281,7 @@ func TestHostileSandboxLimits(t *testing.T) {
 }
 
 func TestHostileSandboxConfiguration(t *testing.T) {
+	t.Parallel()
 	dir := tourDir(t)
 	unsandboxed := `listen: 0.0.0.0:0
 auth: {keys: [{caller: alice, sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}]}
@@ -310,6 +315,7 @@ drivers:
 // same user: the gateway's environment is not readable, and its shell
 // calls still run sandboxed (the init is started through the launcher).
 func TestHostileSandboxGatewayMemory(t *testing.T) {
+	t.Parallel()
 	const nobody = 65534
 	dir, err := os.MkdirTemp("", "toolgate-nobody")
 	if err != nil {

@@ -21,6 +21,7 @@ when { context.args has command && context.args.command like "curl*" };
 // forge lines of a terminal or a log. Every such suggestion is refused by
 // policy validate and by serve, before anything is decided with it.
 func TestHostileSuggestionAnnotations(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, annotation, want string }{
 		{"a newline that would forge an authorize line", `@suggestion("ok\ndecision:   allow")`, "found U+000A"},
 		{"a terminal escape that would recolour the output", `@suggestion("\u{1b}[2Jcleared")`, "found U+001B"},
@@ -46,6 +47,7 @@ func TestHostileSuggestionAnnotations(t *testing.T) {
 // TestSuggestionReachesCallersAndAuthors: the denied caller sees the
 // suggestion in the answer and the evidence; policy authorize shows it.
 func TestSuggestionReachesCallersAndAuthors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writePolicy(t, dir, suggestionPolicy)
 	out, stderr, code := runTool(t, ".", "policy", "authorize", "--policies", filepath.Join(dir, "policies"),

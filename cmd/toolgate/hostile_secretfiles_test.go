@@ -32,6 +32,7 @@ func systemSecretDir(t *testing.T) string {
 // MCP door's state key — by path, by a glob of their folder and by a
 // search. None of their contents, nor their digests, comes back.
 func TestHostileShellReadsTheConfiguredSecretFiles(t *testing.T) {
+	t.Parallel()
 	etc := systemSecretDir(t)
 	dir := t.TempDir()
 	writePolicy(t, dir, `@id("shell_for_all") permit (principal, action, resource in Driver::"workspace");`)

@@ -13,6 +13,7 @@ import (
 // once. Before, serve read such files whole: a named pipe without a writer
 // blocked it for ever, and /dev/zero filled its memory.
 func TestHostileServeFilesThatWouldHangIt(t *testing.T) {
+	t.Parallel()
 	fifo := func(t *testing.T, path string) {
 		t.Helper()
 		if err := syscall.Mkfifo(path, 0o600); err != nil {

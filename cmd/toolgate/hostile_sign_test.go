@@ -50,7 +50,7 @@ func manifestKeyID(t *testing.T, dir, id string) string {
 // key; `evidence pubkey` with no flags prints that key, and verify with
 // --require-signature accepts every manifest by it.
 func TestServeSignsByDefault(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
 	dir := tourDir(t)
 	keyFile := filepath.Join(dir, "toolgate-signing.key")
 	first := startServer(t, dir)
@@ -108,7 +108,7 @@ func TestServeSignsByDefault(t *testing.T) {
 // pubkey says why it has nothing to print, and --require-signature fails
 // them.
 func TestServeSigningKeyNone(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
 	dir := tourDir(t)
 	writeFiles(t, dir, map[string]string{"toolgate.yaml": "evidence: {signing_key: none}\n"})
 	srv := startServer(t, dir, "--config", "toolgate.yaml")
@@ -145,7 +145,7 @@ func TestServeSigningKeyNone(t *testing.T) {
 // TestServeFirstStartsAtOnceShareOneKey starts gateways at the same moment
 // in one fresh folder: they sign with one key, and one of them made it.
 func TestServeFirstStartsAtOnceShareOneKey(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
 	for round := range 3 {
 		dir := tourDir(t)
 		const starts = 3
@@ -210,7 +210,7 @@ func serveUntilSigning(dir string) string {
 // with an error naming the problem: never a start without signatures,
 // never a followed link, never evidence written.
 func TestHostileSigningKeyFile(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
 	_, attacker, _ := ed25519.GenerateKey(nil)
 	attackerPEM, err := evidence.EncodePrivateKey(attacker)
 	if err != nil {
@@ -287,7 +287,7 @@ func TestHostileSigningKeyFile(t *testing.T) {
 // and the default key is refused inside a workspace or the evidence folder
 // before it is created there.
 func TestHostileSigningKeyConfig(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
 	const pasted = "ERS3l6UZojNnSwiN+GBHKOEipvPm7Q8fJFgyF5PM/YM="
 	tests := []struct {
 		name, config, want string
@@ -344,7 +344,7 @@ func writeKey(t *testing.T, path string, data []byte, mode os.FileMode) {
 // tool): the key serve creates beside the workspace is hidden from the
 // sandboxed shell like a configured one, whatever the spelling.
 func TestHostileSandboxReadsTheCreatedKey(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
 	dir := t.TempDir()
 	writePolicy(t, dir, `@id("shell_for_all") permit (principal, action, resource in Driver::"workspace");`)
 	d := &sandboxDeployment{dir: dir, srv: startServer(t, dir)}

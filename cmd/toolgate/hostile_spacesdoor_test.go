@@ -129,6 +129,7 @@ func spacesRecorded(t *testing.T, dir, runID string) bool {
 // runId or turn that would leave the request id grammar, or make one
 // run's ids another's, is refused before anything is recorded.
 func TestHostileAgentSpacesIDs(t *testing.T) {
+	t.Parallel()
 	base, dir := spacesServer(t)
 	batch := `{"operations":[{"type":"createFile","path":"x.txt","content":"x"}]}`
 	for _, tc := range []struct{ name, runID, turn string }{
@@ -159,6 +160,7 @@ func TestHostileAgentSpacesIDs(t *testing.T) {
 // flood of operations, an oversized body, a re-sent batch with one
 // operation changed, and a caller without a key.
 func TestHostileAgentSpacesBatches(t *testing.T) {
+	t.Parallel()
 	base, dir := spacesServer(t)
 	t.Run("a batch of 10,000 operations is refused whole", func(t *testing.T) {
 		ops := make([]string, 10000)
@@ -199,6 +201,7 @@ func TestHostileAgentSpacesBatches(t *testing.T) {
 // TestHostileAgentSpacesApprovals (Agent Spaces door, class: approvals):
 // only an approver's decision lets a paused run go on.
 func TestHostileAgentSpacesApprovals(t *testing.T) {
+	t.Parallel()
 	base, dir := spacesServer(t)
 	if err := os.MkdirAll(filepath.Join(dir, "ws", "temp"), 0o755); err != nil {
 		t.Fatal(err)
@@ -253,6 +256,7 @@ const spacesSecret = "s3cr3t-only-the-agent-reads"
 // approvals leak): what an approver, a stranger and a caller who knows
 // another's run id and turn can learn of, or do to, a paused batch.
 func TestHostileAgentSpacesApprovalLeaks(t *testing.T) {
+	t.Parallel()
 	base, dir, addr := spacesServerGRPC(t)
 	seed := func(path, content string) {
 		t.Helper()

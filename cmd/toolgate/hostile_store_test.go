@@ -59,8 +59,10 @@ var hostileStores = []struct {
 // signed for what the gateway never wrote, /metrics counts every refusal,
 // and verify names the forged close.
 func TestHostileStoreAttemptsAndClaims(t *testing.T) {
+	t.Parallel()
 	for _, kind := range hostileStores {
 		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			writePolicy(t, dir, faultPolicy)
 			hs := kind.open(t, dir)

@@ -67,6 +67,7 @@ func (g toolsGateway) ListTools(context.Context, *toolgatev1.ListToolsRequest) (
 // in show and in every --json, through the real binary; the JSON still
 // parses to the very arguments.
 func TestHostileInvisibleTextOnTheApproversTerminal(t *testing.T) {
+	t.Parallel()
 	args, err := structpb.NewStruct(map[string]any{"command": hostileCommand, "note" + invisible: []any{invisible}})
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +162,7 @@ func assertJSONArgs(t *testing.T, out string, list bool) {
 // caller's `toolgate call`, `evidence show`, `evidence ls` and `evidence
 // verify --json` print them only escaped.
 func TestHostileInvisibleTextInTheEvidence(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
 	dir := tourDir(t)
 	srv := startServer(t, dir)
 	argsJSON, err := json.Marshal(map[string]string{"command": hostileCommand})

@@ -173,6 +173,7 @@ func doorBody(export, params, env string) string {
 // is recorded, and a key given in the path never shows up in the logs or
 // the evidence.
 func TestHostileTPMJSDoorKeys(t *testing.T) {
+	t.Parallel()
 	base, exec, srv := tpmjsDoorGateway(t)
 	for _, tc := range []struct {
 		name, url string
@@ -222,6 +223,7 @@ func TestHostileTPMJSDoorKeys(t *testing.T) {
 // the catalog does not serve and a request id that is a path are refused,
 // all before anything is recorded or run.
 func TestHostileTPMJSDoorSmuggling(t *testing.T) {
+	t.Parallel()
 	base, exec, srv := tpmjsDoorGateway(t)
 	url := base + "/execute-tool"
 	auth := map[string]string{"Authorization": "Bearer " + tpmjsDoorKey}
@@ -265,6 +267,7 @@ func TestHostileTPMJSDoorSmuggling(t *testing.T) {
 // the door as over gRPC: POLICY_DENIED, recorded, the executor never
 // called; a retry with the same key does not run it either.
 func TestHostileTPMJSDoorDeny(t *testing.T) {
+	t.Parallel()
 	base, exec, srv := tpmjsDoorGateway(t)
 	h := map[string]string{"Authorization": "Bearer " + tpmjsDoorKey, "Idempotency-Key": "deny-1"}
 	for range 2 {

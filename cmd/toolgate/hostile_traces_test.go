@@ -28,6 +28,7 @@ const (
 // values, outputs, API keys and ids that fail validation never reach a
 // span, whichever way the call comes in and however it ends.
 func TestHostileTraceSecrets(t *testing.T) {
+	t.Parallel()
 	g := startTraceGateway(t)
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+traceKey)
 	run := func(id, tool string, args map[string]any) {
@@ -74,6 +75,7 @@ func TestHostileTraceSecrets(t *testing.T) {
 // the evidence, the executor or the log; request.json's trace_id is the
 // call span's trace all the same.
 func TestHostileTraceContext(t *testing.T) {
+	t.Parallel()
 	g := startTraceGateway(t)
 	huge := strings.Repeat("a", 8<<10)
 	bigState := "rojo=00f067aa0ba902b7" + strings.Repeat(",k"+strings.Repeat("x", 20)+"=v", 25) // valid, but over 512 bytes
@@ -186,6 +188,7 @@ func listenCounting(t *testing.T) *countingListener {
 // built and nothing connects anywhere, whatever other OTLP variables a
 // stale environment holds; request.json keeps the caller's trace id.
 func TestHostileTracingOff(t *testing.T) {
+	t.Parallel()
 	counting := listenCounting(t)
 	stale := "http://" + counting.Addr().String()
 	for _, tc := range []struct {

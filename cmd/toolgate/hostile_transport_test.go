@@ -140,6 +140,7 @@ func memoryKiB(t *testing.T, pid int, field string) int {
 // gateway do before it is authenticated, and what an authenticated caller
 // can make it decode, is bounded by the message size.
 func TestHostileUnauthenticatedWork(t *testing.T) {
+	t.Parallel()
 	srv := startLimitedServer(t, "  max_concurrent_calls: 4\n")
 	conn := hostileConn(t, srv.addr)
 	// Just under 4 MiB, the message cap before it was derived from the
@@ -313,6 +314,7 @@ func isTimeout(err error) bool {
 // TestHostileConnections (class 8): idle, silent and chatty connections
 // cannot exhaust the gateway's file descriptors or its attention.
 func TestHostileConnections(t *testing.T) {
+	t.Parallel()
 	srv := startLimitedServer(t, "  max_connections: 3\n  max_connection_idle: 2s\n  handshake_timeout: 1s\n  keepalive_min_time: 10s\n")
 	call := func(conn *grpc.ClientConn) error {
 		ctx, cancel := context.WithTimeout(keyed(context.Background()), 10*time.Second)
@@ -388,6 +390,7 @@ func TestHostileConnections(t *testing.T) {
 // TestHostileConcurrentCalls: beyond limits.max_concurrent_calls, a call
 // is refused at once and leaves no evidence.
 func TestHostileConcurrentCalls(t *testing.T) {
+	t.Parallel()
 	srv := startLimitedServer(t, "  max_concurrent_calls: 2\n")
 	client := toolgatev1.NewToolGatewayClient(hostileConn(t, srv.addr))
 	ctx, cancel := context.WithTimeout(keyed(context.Background()), 60*time.Second)

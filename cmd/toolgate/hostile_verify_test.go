@@ -50,7 +50,7 @@ func retriedRequest(w *layoutWriter) {
 // TestHostileAttemptKeys: files planted under "attempts/" in a name the
 // gateway never writes must not count as an attempt, nor pass unnoticed.
 func TestHostileAttemptKeys(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
 	tests := []struct{ name, key string }{
 		{"a zero-padded attempt number", "attempts/02/dispatch.json"},
 		{"an attempt numbered 1, which lives in the request's folder", "attempts/1/dispatch.json"},
@@ -79,7 +79,7 @@ func TestHostileAttemptKeys(t *testing.T) {
 // TestHostileDispatchRecords: dispatch records rewritten, copied from
 // elsewhere or added to make a request's runs look other than they were.
 func TestHostileDispatchRecords(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
 	at := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	record := func(id string, attempt int, state string) []byte {
 		data, err := json.Marshal(evidence.DispatchRecord{RequestID: id, Attempt: attempt, State: state, Gateway: "g", At: at})
@@ -146,7 +146,7 @@ func TestHostileDispatchRecords(t *testing.T) {
 // record is printed by verify; escape sequences in it must not reach the
 // terminal.
 func TestHostileAttemptReason(t *testing.T) {
-	quickExit(t)
+	t.Parallel()
 	dir := t.TempDir()
 	w := newLayoutWriter(t, dir)
 	w.claim("r1", 1, "rule_v1")

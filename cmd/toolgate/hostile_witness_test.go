@@ -178,6 +178,7 @@ func (r *witnessedReplicas) awaitWitnessed(t *testing.T, after uint64) uint64 {
 // refuses to cosign gw-a's log again, logs it and counts it in
 // toolgate_evidence_tampering_total{record="log"}.
 func TestHostileRollbackCaughtByPeerWitness(t *testing.T) {
+	t.Parallel()
 	m := evidencetest.StartMinIO(t)
 	for _, st := range []struct {
 		name string
@@ -187,7 +188,8 @@ func TestHostileRollbackCaughtByPeerWitness(t *testing.T) {
 		{"minio", func(t *testing.T) *loggedBucket { return minioLoggedBucket(t, m, "peers") }},
 	} {
 		t.Run(st.name, func(t *testing.T) {
-			b := st.open(t) // MinIO's credentials are set with t.Setenv: not parallel
+			t.Parallel()
+			b := st.open(t)
 			r := startWitnessedReplicas(t, b)
 			runCalls(t, r.srv["gw-a"].addr, "early", 2)
 			runCalls(t, r.srv["gw-b"].addr, "other", 1)
@@ -252,6 +254,7 @@ func grepLines(text, word string) string {
 // before fails, while verify-proof still shows that proof valid: the
 // deleted request was logged and witnessed.
 func TestHostileRollbackAgainstAnExternalWitness(t *testing.T) {
+	t.Parallel()
 	m := evidencetest.StartMinIO(t)
 	for _, st := range []struct {
 		name string
@@ -261,7 +264,8 @@ func TestHostileRollbackAgainstAnExternalWitness(t *testing.T) {
 		{"minio", func(t *testing.T) *loggedBucket { return minioLoggedBucket(t, m, "witnessed") }},
 	} {
 		t.Run(st.name, func(t *testing.T) {
-			b := st.open(t) // MinIO's credentials are set with t.Setenv: not parallel
+			t.Parallel()
+			b := st.open(t)
 			s := startServerEnv(t, b.dir, b.env, "--config", signingGateway(t, b.dir, b.url))
 			run := func(sub string, args ...string) (string, int) {
 				out, stderr, code := runToolEnv(t, b.dir, b.env, append([]string{"evidence", sub, "--evidence", b.url}, args...)...)

@@ -193,6 +193,7 @@ func writePolicy(t *testing.T, dir, text string) {
 // TestReadmeTour follows the README's tour on the embedded default
 // configuration: a denied shell call, an allowed read, the evidence files.
 func TestReadmeTour(t *testing.T) {
+	t.Parallel()
 	dir := tourDir(t)
 	srv := startServer(t, dir)
 
@@ -257,6 +258,7 @@ func TestReadmeTour(t *testing.T) {
 // TestGrpcurl calls the gateway the way an operator without our proto files
 // would: grpcurl with server reflection. The test command installs grpcurl.
 func TestGrpcurl(t *testing.T) {
+	t.Parallel()
 	grpcurl, err := exec.LookPath("grpcurl")
 	if err != nil {
 		t.Fatal("grpcurl is not on PATH: run the tests with `bash .ci/test.sh`, which installs the pinned version")
@@ -289,6 +291,7 @@ func TestGrpcurl(t *testing.T) {
 // TestGracefulShutdown sends SIGTERM while a call runs: the call finishes,
 // its evidence is complete, and the server exits 0.
 func TestGracefulShutdown(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writePolicy(t, dir, `@id("all_workspace") permit (principal, action, resource in Driver::"workspace");`)
 	srv := startServer(t, dir)
@@ -325,6 +328,7 @@ func TestGracefulShutdown(t *testing.T) {
 }
 
 func TestServeRefusals(t *testing.T) {
+	t.Parallel()
 	broken := t.TempDir()
 	writePolicy(t, broken, "permit (principal, action, resource);\n\n@id(\"x\")\npermit (principal action resource);\n")
 	tests := []struct {
@@ -352,6 +356,7 @@ func TestServeRefusals(t *testing.T) {
 }
 
 func TestServeWithConfigAndAuth(t *testing.T) {
+	t.Parallel()
 	dir := tourDir(t)
 	cfg := `
 listen: 127.0.0.1:0
@@ -370,14 +375,14 @@ drivers:
 	if err := os.WriteFile(filepath.Join(dir, "toolgate.yaml"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("TOOLGATE_TEST_KEY", "k-0123456789")
-	srv := startServer(t, dir, "--config", "toolgate.yaml")
+	env := []string{"TOOLGATE_TEST_KEY=k-0123456789"}
+	srv := startServerEnv(t, dir, env, "--config", "toolgate.yaml")
 
-	_, stderr, code := runTool(t, dir, "call", "--addr", srv.addr, "--request-id", "auth-1", "--tool", "workspace.readFile")
+	_, stderr, code := runToolEnv(t, dir, env, "call", "--addr", srv.addr, "--request-id", "auth-1", "--tool", "workspace.readFile")
 	if code != exitError || !strings.Contains(stderr, "Unauthenticated") {
 		t.Fatalf("call without key: exit %d\n%s", code, stderr)
 	}
-	out, stderr, code := runTool(t, dir, "call", "--addr", srv.addr, "--request-id", "auth-2",
+	out, stderr, code := runToolEnv(t, dir, env, "call", "--addr", srv.addr, "--request-id", "auth-2",
 		"--tool", "workspace.readFile", "--args", `{"path":"missing.txt"}`, "--key-env", "TOOLGATE_TEST_KEY")
 	if code != exitFailure || !strings.Contains(out, `"engine_ref": "toolgate/0.1.0@gw-test/workspace"`) {
 		t.Fatalf("call with key: exit %d\n%s%s", code, out, stderr)
@@ -389,6 +394,7 @@ drivers:
 }
 
 func TestPolicyCheck(t *testing.T) {
+	t.Parallel()
 	broken := t.TempDir()
 	writePolicy(t, broken, "@id(\"a\")\npermit (principal, action, resource)\nwhen { context.nope };\n")
 	tests := []struct {
@@ -412,6 +418,7 @@ func TestPolicyCheck(t *testing.T) {
 }
 
 func TestCallUsageErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		args []string
@@ -435,6 +442,7 @@ func TestCallUsageErrors(t *testing.T) {
 // TestToolsCommand lists what policy lets the caller run: on the shipped
 // policies, only the read-only workspace tool.
 func TestToolsCommand(t *testing.T) {
+	t.Parallel()
 	dir := tourDir(t)
 	srv := startServer(t, dir)
 	tests := []struct {
@@ -471,6 +479,7 @@ func TestToolsCommand(t *testing.T) {
 // change takes effect without a restart, an invalid one is rejected and
 // the running policies stay, and SIGHUP reloads at once.
 func TestPolicyHotReload(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writePolicy(t, dir, `@id("reads") permit (principal, action, resource == Tool::"workspace.readFile");`)
 	cfg := "policies: {dir: ./policies, reload_interval: 50ms}\n"

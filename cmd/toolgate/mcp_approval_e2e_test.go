@@ -69,6 +69,7 @@ var heldApprovalID = regexp.MustCompile(`Approval (apr_[a-z0-9]+) is required`)
 // approval and the request it was granted for, and verify finds every
 // request clean and signed.
 func TestMCPApprovalWithoutMetaRunsOnce(t *testing.T) {
+	t.Parallel()
 	for _, client := range noMetaClients {
 		t.Run(client.name, func(t *testing.T) {
 			t.Parallel()

@@ -14,6 +14,7 @@ import (
 // with net/http, as curl does it: the real binary, 2026-07-28 requests
 // with their headers and _meta, and the evidence checked on disk.
 func TestMCPDoorWalkthrough(t *testing.T) {
+	t.Parallel()
 	d := mcpDoorServer(t)
 
 	t.Run("server/discover lists the protocol versions", func(t *testing.T) {

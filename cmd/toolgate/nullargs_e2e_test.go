@@ -10,6 +10,7 @@ import (
 // door, such a call runs as the call without them, and a null for a
 // required argument is still refused.
 func TestMCPNullOptionalArgument(t *testing.T) {
+	t.Parallel()
 	d := mcpDoorServer(t)
 	for _, tc := range []struct {
 		name    string

@@ -22,6 +22,7 @@ when { principal.groups.contains(context.group) };
 `
 
 func TestPolicyAuthorizeApproval(t *testing.T) {
+	t.Parallel()
 	dir := policyFolder(t, map[string]string{"policy.default.cedar": approvalRules})
 	shell := []string{"--tool", "workspace.shell", "--args", `{"command": "ls"}`}
 	approve := append([]string{"--action", "Approve", "--requester", "alice", "--group", "ops"}, shell...)
@@ -57,6 +58,7 @@ func TestPolicyAuthorizeApproval(t *testing.T) {
 }
 
 func TestPolicyAuthorizeApprovalJSON(t *testing.T) {
+	t.Parallel()
 	dir := policyFolder(t, map[string]string{"policy.default.cedar": approvalRules})
 	out, stderr, code := runTool(t, ".", "policy", "authorize", "--json", "--policies", dir,
 		"--caller", "alice", "--tool", "workspace.shell", "--args", `{"command": "ls"}`)
@@ -87,6 +89,7 @@ func TestPolicyAuthorizeApprovalJSON(t *testing.T) {
 }
 
 func TestPolicyTestCommandAssertsApprovals(t *testing.T) {
+	t.Parallel()
 	cases := `{"tests": [
 		{"name": "shell waits for ops", "request": {"caller": "alice", "tool": "workspace.shell"},
 		 "expect": {"decision": "approval_required", "approvers": "ops"}},

@@ -179,6 +179,7 @@ func writePolicyDir(t *testing.T, text string) string {
 // flip; the shadow report of the live shadow set, the same as the looser
 // candidate, must agree with the replay.
 func TestPolicyReplayEndToEnd(t *testing.T) {
+	t.Parallel()
 	d := recordReplayTraffic(t)
 	audit := "file://" + filepath.Join(d.dir, "audit")
 	same := writePolicyDir(t, replayRecorded)
@@ -295,6 +296,7 @@ func TestPolicyReplayEndToEnd(t *testing.T) {
 // TestPolicyReplayTamperedRequest: a recorded decision rewritten after the
 // fact fails verification; replay reports it and decides nothing on it.
 func TestPolicyReplayTamperedRequest(t *testing.T) {
+	t.Parallel()
 	d := recordReplayTraffic(t)
 	key := filepath.Join(d.dir, "audit", "requests", "r-secret", "policy_decision.json")
 	data, err := os.ReadFile(key)

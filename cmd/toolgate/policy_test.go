@@ -22,6 +22,7 @@ func policyFolder(t *testing.T, files map[string]string) string {
 }
 
 func TestPolicyValidate(t *testing.T) {
+	t.Parallel()
 	broken := policyFolder(t, map[string]string{
 		"policy.default.cedar": "@id(\"a\")\npermit (principal, action, resource)\nwhen { context.nope };\n\n" +
 			"@id(\"b\")\npermit (principal == User::\"x\", action, resource);\n",
@@ -90,6 +91,7 @@ when { context.args has size && context.args.size < 10 };
 `
 
 func TestPolicyAuthorize(t *testing.T) {
+	t.Parallel()
 	dir := policyFolder(t, map[string]string{"policy.default.cedar": authorizeRules})
 	tests := []struct {
 		name     string
@@ -136,6 +138,7 @@ func TestPolicyAuthorize(t *testing.T) {
 }
 
 func TestPolicyAuthorizeJSON(t *testing.T) {
+	t.Parallel()
 	dir := policyFolder(t, map[string]string{"policy.default.cedar": authorizeRules})
 	type matched struct {
 		RuleID      string `json:"rule_id"`
@@ -199,6 +202,7 @@ func TestPolicyAuthorizeJSON(t *testing.T) {
 }
 
 func TestPolicyAuthorizeLoadError(t *testing.T) {
+	t.Parallel()
 	dir := policyFolder(t, map[string]string{"policy.default.cedar": "permit (principal action resource);\n"})
 	_, stderr, code := runTool(t, ".", "policy", "authorize", "--policies", dir, "--caller", "a", "--tool", "workspace.readFile")
 	if code != exitError || !strings.Contains(stderr, "policy.default.cedar:1:") {
@@ -209,6 +213,7 @@ func TestPolicyAuthorizeLoadError(t *testing.T) {
 // TestPolicyAuthorizeShipped checks the dry run on the shipped folder, the
 // default for --policies, from a checkout's root.
 func TestPolicyAuthorizeShipped(t *testing.T) {
+	t.Parallel()
 	dir := tourDir(t)
 	out, stderr, code := runTool(t, dir, "policy", "authorize", "--caller", "alice", "--tool", "workspace.readFile", "--action", "CallTool", "--args", `{"path": "a.txt"}`)
 	if code != exitOK || !strings.Contains(out, "rule_id:    workspace_read_only\n") {
@@ -217,6 +222,7 @@ func TestPolicyAuthorizeShipped(t *testing.T) {
 }
 
 func TestPolicyTestCommand(t *testing.T) {
+	t.Parallel()
 	rules := `@id("read") @reason("reads are harmless")
 permit (principal, action, resource == Tool::"workspace.readFile");
 `
@@ -270,6 +276,7 @@ permit (principal, action, resource == Tool::"workspace.readFile");
 // TestPolicyAuthorizeGroups: the dry run takes the caller's groups and
 // roles, as the gateway takes them from its auth configuration.
 func TestPolicyAuthorizeGroups(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writePolicy(t, dir, `@id("ops_shell") permit (principal, action, resource == Tool::"workspace.shell")
 when { principal.groups.contains("ops") && principal.roles.contains("oncall") };`)

@@ -48,6 +48,7 @@ func walkthroughBlocks(t *testing.T, page, heading string) map[string][]string {
 // passes against them, and its dry run with a session file is denied as
 // it says.
 func TestReadmeSecurityTeamWalkthrough(t *testing.T) {
+	t.Parallel()
 	blocks := walkthroughBlocks(t, "docs/security/policy.md", "## A security team's walkthrough")
 	if len(blocks["cedar"]) != 1 || len(blocks["json"]) != 2 {
 		t.Fatalf("the walkthrough has %d cedar and %d json blocks, want 1 and 2 (rules; tests, session)",
@@ -90,6 +91,7 @@ func TestReadmeSecurityTeamWalkthrough(t *testing.T) {
 // TestPolicyAuthorizeSessionJSON: --session-json is read strictly; a
 // misspelt fact or an impossible history is an error, not a zero.
 func TestPolicyAuthorizeSessionJSON(t *testing.T) {
+	t.Parallel()
 	dir := policyFolder(t, map[string]string{"policy.default.cedar": `@id("three") forbid (principal, action, resource)
 when { context.session.toolCalls >= 3 };
 @id("ok") permit (principal, action, resource);`})

@@ -13,6 +13,7 @@ import (
 )
 
 func TestRedactCommand(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	token := "ghp_" + "R7kQ2mX9vL4pT8wZ1nB6cY3dF5gH0jK2sA4e"
 	write := func(name, text string) string {

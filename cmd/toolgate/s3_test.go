@@ -88,13 +88,43 @@ func lines(t *testing.T, path string) int {
 // openBucket opens the bucket from the test process.
 func openBucket(t *testing.T, m *evidencetest.MinIO, url string) evidence.Store {
 	t.Helper()
-	m.SetEnv(t)
-	s, err := storeurl.Open(context.Background(), url)
+	var s evidence.StoreCloser
+	var err error
+	withProcessEnv(m.Env(), func() { s, err = storeurl.Open(context.Background(), url) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// processEnv is held while the test process's environment carries one
+// MinIO's credentials.
+var processEnv sync.Mutex
+
+// withProcessEnv runs fn with env set in the process environment and puts
+// the environment back as it was. The AWS SDK reads its credentials from
+// the environment once, when a store is opened, so parallel tests each
+// open a store with their own MinIO's credentials this way, one at a
+// time, where t.Setenv would hold them for the whole test and forbid
+// t.Parallel. Child processes get theirs explicitly (MinIO.Env), which
+// overrides whatever they inherit.
+func withProcessEnv(env []string, fn func()) {
+	processEnv.Lock()
+	defer processEnv.Unlock()
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		old, had := os.LookupEnv(k)
+		os.Setenv(k, v)
+		defer func() {
+			if had {
+				os.Setenv(k, old)
+			} else {
+				os.Unsetenv(k)
+			}
+		}()
+	}
+	fn()
 }
 
 func waitForKey(t *testing.T, s evidence.Store, key string) {
@@ -115,6 +145,7 @@ func waitForKey(t *testing.T, s evidence.Store, key string) {
 // bucket and one workspace. The same request_id sent to both at once runs
 // the tool exactly once; the other caller gets the replay or ABORTED.
 func TestTwoGatewaysOneBucketRunOnce(t *testing.T) {
+	t.Parallel()
 	m := evidencetest.StartMinIO(t)
 	m.CreateBucket(t, "shared", false)
 	url := m.URL("shared", "toolgate")
@@ -173,6 +204,7 @@ func TestTwoGatewaysOneBucketRunOnce(t *testing.T) {
 // the test stops and restarts: (a) the store is down before a call, (b) it
 // goes down while a tool runs, (c) the gateway is killed mid-call.
 func TestStoreOutages(t *testing.T) {
+	t.Parallel()
 	m := evidencetest.StartMinIO(t)
 	m.CreateBucket(t, "audit", false)
 	url := m.URL("audit", "")
@@ -304,6 +336,7 @@ func TestStoreOutages(t *testing.T) {
 // a folder, signed manifests included, and catch an object overwritten
 // behind the gateway's back.
 func TestEvidenceCLIOnS3(t *testing.T) {
+	t.Parallel()
 	m := evidencetest.StartMinIO(t)
 	m.CreateBucket(t, "audit", false)
 	url := m.URL("audit", "prod")

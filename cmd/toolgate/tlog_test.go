@@ -343,6 +343,7 @@ func otherKey(t *testing.T, dir string) ed25519.PrivateKey {
 // store and on a real MinIO, makes verify --all exit 1 with the word that
 // names it, where the untouched bucket verifies with exit 0.
 func TestLogTampersFailVerify(t *testing.T) {
+	t.Parallel()
 	m := evidencetest.StartMinIO(t)
 	stores := []struct {
 		name  string
@@ -382,6 +383,7 @@ func TestLogTampersFailVerify(t *testing.T) {
 // ids sent to both. The logs verify and record every request exactly once
 // per state: one claim, one completion.
 func TestLogTwoReplicasUnderLoad(t *testing.T) {
+	t.Parallel()
 	m := evidencetest.StartMinIO(t)
 	b := minioLoggedBucket(t, m, "replicas")
 	cfg := signingGateway(t, b.dir, b.url)
@@ -468,6 +470,7 @@ func TestLogTwoReplicasUnderLoad(t *testing.T) {
 // (A request waiting in the spool is covered by the evidence package's
 // tests and, over MinIO, by the fault suite.)
 func TestLogHonestStatesPassVerify(t *testing.T) {
+	t.Parallel()
 	m := evidencetest.StartMinIO(t)
 	for _, st := range []struct {
 		name string
@@ -477,6 +480,7 @@ func TestLogHonestStatesPassVerify(t *testing.T) {
 		{"minio", func(t *testing.T) *loggedBucket { return minioLoggedBucket(t, m, "honest") }},
 	} {
 		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
 			b := st.open(t)
 			cfg := signingGateway(t, b.dir, b.url)
 			text, _ := os.ReadFile(filepath.Join(b.dir, cfg))

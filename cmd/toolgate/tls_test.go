@@ -53,6 +53,7 @@ func writeSelfSigned(t *testing.T, dir string) (certFile, keyFile string) {
 }
 
 func TestServeTLS(t *testing.T) {
+	t.Parallel()
 	dir := tourDir(t)
 	cert, key := writeSelfSigned(t, dir)
 	cfg := "tls:\n  cert_file: " + cert + "\n  key_file: " + key + "\n"

@@ -288,6 +288,7 @@ const (
 // TestTraces follows calls from the wire to the collector: the spans a
 // call produces, their attributes, and the trace id in the evidence.
 func TestTraces(t *testing.T) {
+	t.Parallel()
 	g := startTraceGateway(t)
 
 	t.Run("an allowed call is an execute_tool span with its stages as children", func(t *testing.T) {
@@ -404,6 +405,7 @@ func TestTraces(t *testing.T) {
 // TestTracesAreFlushedOnShutdown: spans still queued when serve is
 // stopped reach the collector before it exits, whatever the batch delay.
 func TestTracesAreFlushedOnShutdown(t *testing.T) {
+	t.Parallel()
 	g := startTraceGateway(t, "OTEL_BSP_SCHEDULE_DELAY=600000")
 	g.call(t, "trace-flush", "workspace.readFile", map[string]any{"path": "notes.txt"})
 	if err := g.srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {

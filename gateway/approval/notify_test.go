@@ -165,6 +165,7 @@ func pendingEvent(t *testing.T, id string, args map[string]any) Event {
 }
 
 func TestWebhookRetriesServerErrorsUnderOneDeliveryID(t *testing.T) {
+	t.Parallel()
 	rcv := newReceiver(t, http.StatusServiceUnavailable, http.StatusServiceUnavailable, http.StatusNoContent)
 	n, _ := newTestNotifier(t, rcv.URL, nil)
 	n.Notify(pendingEvent(t, "apr_one", map[string]any{"cmd": "ls"}))
@@ -208,6 +209,7 @@ func TestWebhookRetriesServerErrorsUnderOneDeliveryID(t *testing.T) {
 }
 
 func TestWebhookRetriesOnlyWhatARetryCanFix(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		statuses []int
@@ -224,6 +226,7 @@ func TestWebhookRetriesOnlyWhatARetryCanFix(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			rcv := newReceiver(t, tc.statuses...)
 			n, log := newTestNotifier(t, rcv.URL, func(o *WebhookOptions) { o.Retries = tc.retries })
 			n.Notify(pendingEvent(t, "apr_x", nil))
@@ -245,6 +248,7 @@ func TestWebhookRetriesOnlyWhatARetryCanFix(t *testing.T) {
 }
 
 func TestWebhookRetriesADroppedConnection(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	calls := 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -276,6 +280,7 @@ func TestWebhookRetriesADroppedConnection(t *testing.T) {
 }
 
 func TestWebhookBodyIsRedacted(t *testing.T) {
+	t.Parallel()
 	rcv := newReceiver(t, http.StatusNoContent)
 	n, _ := newTestNotifier(t, rcv.URL, nil)
 	pat := "ghp_R8xk2Lq9ZtV4mW7nB1cJ5hD3fG6sA0pE2yU8"
@@ -304,6 +309,7 @@ func TestWebhookBodyIsRedacted(t *testing.T) {
 }
 
 func TestWebhookSignatureCoversTheTimestamp(t *testing.T) {
+	t.Parallel()
 	rcv := newReceiver(t, http.StatusNoContent)
 	n, _ := newTestNotifier(t, rcv.URL, nil)
 	n.Notify(pendingEvent(t, "apr_sig", nil))
@@ -355,6 +361,7 @@ func blockingReceiver(t *testing.T) (url string, got chan struct{}, release func
 }
 
 func TestWebhookSlowReceiverDoesNotDelayNotify(t *testing.T) {
+	t.Parallel()
 	url, got, _ := blockingReceiver(t)
 	n, _ := newTestNotifier(t, url, func(o *WebhookOptions) { o.Timeout = time.Minute; o.DrainTimeout = 50 * time.Millisecond })
 	n.Notify(pendingEvent(t, "apr_0", nil))
@@ -369,6 +376,7 @@ func TestWebhookSlowReceiverDoesNotDelayNotify(t *testing.T) {
 }
 
 func TestWebhookFullQueueDropsAndLogs(t *testing.T) {
+	t.Parallel()
 	url, got, release := blockingReceiver(t)
 	n, log := newTestNotifier(t, url, func(o *WebhookOptions) { o.QueueSize = 2; o.Timeout = time.Minute })
 	n.Notify(pendingEvent(t, "apr_first", nil))
@@ -397,7 +405,9 @@ func TestWebhookFullQueueDropsAndLogs(t *testing.T) {
 }
 
 func TestWebhookCloseDrainsWithADeadline(t *testing.T) {
+	t.Parallel()
 	t.Run("queued events are delivered before Close returns", func(t *testing.T) {
+		t.Parallel()
 		rcv := newReceiver(t, http.StatusNoContent)
 		n, _ := newTestNotifier(t, rcv.URL, nil)
 		for i := range 5 {
@@ -430,6 +440,7 @@ func TestWebhookCloseDrainsWithADeadline(t *testing.T) {
 }
 
 func TestWebhookRetryAfter(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		header string
 		want   time.Duration
@@ -454,6 +465,7 @@ func TestWebhookRetryAfter(t *testing.T) {
 }
 
 func TestNewWebhookNotifierRefusesMissingPieces(t *testing.T) {
+	t.Parallel()
 	r, err := webhookTestRedactor()
 	if err != nil {
 		t.Fatal(err)
