@@ -71,6 +71,38 @@ func StartMinIO(t testing.TB) *MinIO {
 		dir:         t.TempDir(),
 		output:      &syncBuffer{},
 	}
+	m.connect()
+	// Registered after TempDir, so it runs before the directory is removed.
+	t.Cleanup(func() {
+		m.stop(t)
+		if t.Failed() {
+			t.Logf("MinIO output:\n%s", m.output.String())
+		}
+	})
+	// The ports were free a moment ago; under parallel tests another
+	// process may take one first. Then the server starts on fresh ones.
+	for attempt := 1; ; attempt++ {
+		err := m.start()
+		if err == nil {
+			return m
+		}
+		m.stop(t)
+		if attempt == maxStartAttempts || !errors.Is(err, errPortTaken) {
+			t.Fatalf("MinIO did not become ready: %v\nMinIO output:\n%s", err, m.output.String())
+		}
+		m.addr, m.consoleAddr = freeAddr(t), freeAddr(t)
+		m.connect()
+	}
+}
+
+// maxStartAttempts bounds the fresh ports StartMinIO tries.
+const maxStartAttempts = 3
+
+// errPortTaken is a start that found one of its ports taken.
+var errPortTaken = errors.New("a port was taken by another process")
+
+// connect points m's endpoint and client at m.addr.
+func (m *MinIO) connect() {
 	m.Endpoint = "http://" + m.addr
 	m.client = s3.New(s3.Options{
 		Region:       Region,
@@ -80,20 +112,11 @@ func StartMinIO(t testing.TB) *MinIO {
 		// Tests read objects written without a checksum on purpose.
 		DisableLogOutputChecksumValidationSkipped: true,
 	})
-	// Registered after TempDir, so it runs before the directory is removed.
-	t.Cleanup(func() {
-		m.stop(t)
-		if t.Failed() {
-			t.Logf("MinIO output:\n%s", m.output.String())
-		}
-	})
-	m.Start(t)
-	return m
 }
 
 // freeAddr returns a 127.0.0.1 address with a port that was free a moment
-// ago. Another process could take it before the server does; on a test
-// machine that is rare enough not to guard against.
+// ago. Another process could take it before the server does: StartMinIO
+// then tries fresh ports.
 func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -111,6 +134,15 @@ func (m *MinIO) Start(t testing.TB) {
 	if m.cmd != nil {
 		t.Fatal("evidencetest: MinIO.Start: the server is already running")
 	}
+	if err := m.start(); err != nil {
+		m.stop(t)
+		t.Fatalf("MinIO did not become ready: %v\nMinIO output:\n%s", err, m.output.String())
+	}
+}
+
+// start starts the server and waits until it serves this server's
+// credentials.
+func (m *MinIO) start() error {
 	cmd := exec.Command("minio", "server", "--quiet",
 		"--address", m.addr, "--console-address", m.consoleAddr, m.dir)
 	cmd.Env = append(os.Environ(),
@@ -123,7 +155,7 @@ func (m *MinIO) Start(t testing.TB) {
 	cmd.Stdout = m.output
 	cmd.Stderr = m.output
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start minio: %v", err)
+		return fmt.Errorf("start minio: %w", err)
 	}
 	exited := make(chan struct{})
 	go func() {
@@ -133,9 +165,19 @@ func (m *MinIO) Start(t testing.TB) {
 	}()
 	m.cmd, m.exited = cmd, exited
 	if err := m.waitReady(); err != nil {
-		m.stop(t)
-		t.Fatalf("MinIO did not become ready: %v\nMinIO output:\n%s", err, m.output.String())
+		if strings.Contains(m.output.String(), "address already in use") {
+			return fmt.Errorf("%w: %w", errPortTaken, err)
+		}
+		return err
 	}
+	// A server that took the port first answers the health check too,
+	// but not this server's credentials.
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if _, err := m.client.ListBuckets(ctx, &s3.ListBucketsInput{}); err != nil {
+		return fmt.Errorf("%w: the server on %s refuses this server's credentials: %w", errPortTaken, m.addr, err)
+	}
+	return nil
 }
 
 // waitReady polls the cluster health endpoint, which, unlike the liveness
