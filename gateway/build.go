@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
 	"errors"
@@ -19,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/storeurl"
 	"github.com/toolgate/toolgate/gateway/approval"
+	"github.com/toolgate/toolgate/gateway/signingkey"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/redact"
@@ -61,7 +61,7 @@ func Build(ctx context.Context, cfg config.Config, getenv func(string) string, l
 	if err != nil {
 		return nil, nil, err
 	}
-	signer, signingKey, err := loadSigner(cfg, getenv, log)
+	signer, signingKey, err := signingkey.Load(cfg, getenv, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -282,13 +282,6 @@ func hiddenPaths(cfg config.Config) []string {
 	return paths
 }
 
-// signingKeyText is the manifest signing key as read from its source, and
-// parsed.
-type signingKeyText struct {
-	file []byte
-	key  ed25519.PrivateKey
-}
-
 // configuredSecrets returns every secret the configuration hands the
 // gateway, to be redacted from all evidence and logs wherever it appears:
 // redact.secrets_env; each tool's env; each TPMJS executor's API key; the
@@ -298,7 +291,7 @@ type signingKeyText struct {
 // fingerprint key; the approval webhook's HMAC key; and the MAC key the
 // replicas share. Values that are unset are skipped: Build reports those
 // that must be set where they are used.
-func configuredSecrets(cfg config.Config, getenv func(string) string, tools map[string]Tool, signingKey signingKeyText, fingerprintKey, webhookSecret, sharedMAC []byte) []string {
+func configuredSecrets(cfg config.Config, getenv func(string) string, tools map[string]Tool, signingKey signingkey.Text, fingerprintKey, webhookSecret, sharedMAC []byte) []string {
 	var secrets []string
 	addEnv := func(name string) {
 		if name == "" {
@@ -322,9 +315,9 @@ func configuredSecrets(cfg config.Config, getenv func(string) string, tools map[
 	for _, k := range cfg.Auth.Keys {
 		addEnv(k.Env)
 	}
-	if signingKey.key != nil {
-		secrets = append(secrets, strings.TrimSpace(string(signingKey.file)), string(signingKey.key.Seed()))
-		if der, err := x509.MarshalPKCS8PrivateKey(signingKey.key); err == nil {
+	if signingKey.Key != nil {
+		secrets = append(secrets, strings.TrimSpace(string(signingKey.File)), string(signingKey.Key.Seed()))
+		if der, err := x509.MarshalPKCS8PrivateKey(signingKey.Key); err == nil {
 			secrets = append(secrets, string(der))
 		}
 	}

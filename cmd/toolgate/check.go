@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console"
+	"github.com/toolgate/toolgate/gateway/signingkey"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/internal/regularfile"
 	"github.com/toolgate/toolgate/policy"
@@ -246,11 +247,11 @@ func checkSigningKey(cfg config.Config, getenv func(string) string) (string, err
 			return "", err
 		}
 	}
-	_, err := gateway.SigningPublicKey(cfg, getenv)
+	_, err := signingkey.PublicKey(cfg, getenv)
 	switch {
-	case errors.Is(err, gateway.ErrUnsigned):
+	case errors.Is(err, signingkey.ErrUnsigned):
 		return "manifests unsigned (evidence.signing_key: none)", nil
-	case errors.Is(err, gateway.ErrNoSigningKeyYet):
+	case errors.Is(err, signingkey.ErrNoKeyYet):
 		dir := filepath.Dir(src.File)
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 			return "", fmt.Errorf("config: evidence.signing_key.file %s: folder %s does not exist, so the key cannot be created there", src.File, dir)
