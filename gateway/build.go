@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/storeurl"
 	"github.com/toolgate/toolgate/gateway/approval"
+	"github.com/toolgate/toolgate/gateway/logredact"
 	"github.com/toolgate/toolgate/gateway/signingkey"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/policy"
@@ -90,7 +91,7 @@ func Build(ctx context.Context, cfg config.Config, getenv func(string) string, l
 		return nil, nil, fmt.Errorf("config: redact: %w", err)
 	}
 	// Drivers log what callers send them too.
-	log = redactingLogger(log, redactor)
+	log = logredact.Logger(log, redactor)
 
 	var closers closeAll
 	fail := func(err error) (*Gateway, io.Closer, error) {

@@ -25,6 +25,7 @@ import (
 	"github.com/toolgate/toolgate/evidence/lease"
 	"github.com/toolgate/toolgate/evidence/trust"
 	"github.com/toolgate/toolgate/gateway/approval"
+	"github.com/toolgate/toolgate/gateway/logredact"
 	"github.com/toolgate/toolgate/gateway/recovery"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/internal/connlimit"
@@ -211,7 +212,7 @@ func New(opts Options) (*Gateway, error) {
 		lease:          opts.Lease,
 		recovery:       recovery.NewNotes(),
 		recoveryLimits: opts.Recovery.Limits(opts.Drivers),
-		log:            redactingLogger(opts.Logger, opts.Redactor),
+		log:            logredact.Logger(opts.Logger, opts.Redactor),
 		now:            opts.Now,
 		approvalTTL:    opts.Approvals.TTL,
 		notifier:       opts.Approvals.Notifier,
