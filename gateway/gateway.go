@@ -28,6 +28,7 @@ import (
 	"github.com/toolgate/toolgate/gateway/logredact"
 	"github.com/toolgate/toolgate/gateway/recovery"
 	"github.com/toolgate/toolgate/gateway/telemetry"
+	"github.com/toolgate/toolgate/gateway/wire"
 	"github.com/toolgate/toolgate/internal/connlimit"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
@@ -506,7 +507,7 @@ func (g *Gateway) answerFromResponse(ctx context.Context, p *prepared, rec *reco
 		}
 		return nil, true, rec.failure(codes.DataLoss, "%v", err)
 	}
-	resp, err := decodeResponse(body)
+	resp, err := wire.DecodeResponse(body)
 	if err != nil {
 		return nil, true, rec.failure(codes.Internal, "stored response.json for %s is unreadable: %v", id, err)
 	}
@@ -610,7 +611,7 @@ func (g *Gateway) replaySpooled(ctx context.Context, c call, hash string) (*tool
 		g.tampered(nil, telemetry.RecordResponse, c.RequestID, err)
 		return nil, true, status.Error(codes.DataLoss, err.Error())
 	}
-	resp, err := decodeResponse(body)
+	resp, err := wire.DecodeResponse(body)
 	if err != nil {
 		return nil, false, nil
 	}
