@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/storeurl"
 	"github.com/toolgate/toolgate/gateway/approval"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/gateway/logredact"
 	"github.com/toolgate/toolgate/gateway/signingkey"
 	"github.com/toolgate/toolgate/gateway/telemetry"
@@ -40,7 +41,7 @@ func Build(ctx context.Context, cfg config.Config, getenv func(string) string, l
 	if err := cfg.CheckLayout(); err != nil {
 		return nil, nil, err
 	}
-	auth, err := NewAuthenticator(cfg.Auth.Keys, getenv)
+	auth, err := callerauth.New(cfg.Auth.Keys, getenv)
 	if err != nil {
 		return nil, nil, fmt.Errorf("config: %w", err)
 	}

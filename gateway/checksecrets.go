@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/toolgate/toolgate/config"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 )
 
 // CheckSecrets reads the secrets the configuration names besides the
@@ -14,7 +15,7 @@ import (
 // that a configuration check and `serve` agree.
 func CheckSecrets(c config.Config, getenv func(string) string) error {
 	var errs []error
-	if _, err := NewAuthenticator(c.Auth.Keys, getenv); err != nil {
+	if _, err := callerauth.New(c.Auth.Keys, getenv); err != nil {
 		errs = append(errs, fmt.Errorf("config: %w", err))
 	}
 	if _, err := readWebhookSecret(c.Approvals.Webhook, getenv); err != nil {

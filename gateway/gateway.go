@@ -25,6 +25,7 @@ import (
 	"github.com/toolgate/toolgate/evidence/lease"
 	"github.com/toolgate/toolgate/evidence/trust"
 	"github.com/toolgate/toolgate/gateway/approval"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/gateway/logredact"
 	"github.com/toolgate/toolgate/gateway/recovery"
 	"github.com/toolgate/toolgate/gateway/telemetry"
@@ -67,7 +68,7 @@ type Options struct {
 	// dispatched) this gateway believes; its own key is always trusted.
 	TrustedKeys []ed25519.PublicKey
 	Redactor    *redact.Redactor
-	Auth        *Authenticator
+	Auth        *callerauth.Authenticator
 	Drivers     map[string]drivers.Driver
 	Tools       map[string]Tool
 	// Shadows maps an enforcing policy_ref to a policy set evaluated beside
@@ -121,7 +122,7 @@ type Gateway struct {
 	// history keeps the session history policies decide on (history.go).
 	history   HistoryKeeper
 	redactor  *redact.Redactor
-	auth      *Authenticator
+	auth      *callerauth.Authenticator
 	drivers   map[string]drivers.Driver
 	tools     map[string]Tool
 	registry  *Registry

@@ -32,6 +32,7 @@ import (
 	"github.com/toolgate/toolgate/drivers/workspace"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/lease"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/gateway/wire"
 	"github.com/toolgate/toolgate/policy"
@@ -139,7 +140,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
-	auth, err := NewAuthenticator(o.keys, getenv)
+	auth, err := callerauth.New(o.keys, getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
