@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/evidence/storeurl"
 	"github.com/toolgate/toolgate/gateway/approval"
 	"github.com/toolgate/toolgate/gateway/callerauth"
+	inst "github.com/toolgate/toolgate/gateway/instance"
 	"github.com/toolgate/toolgate/gateway/logredact"
 	"github.com/toolgate/toolgate/gateway/signingkey"
 	"github.com/toolgate/toolgate/gateway/telemetry"
@@ -127,13 +128,13 @@ func Build(ctx context.Context, cfg config.Config, getenv func(string) string, l
 	}
 	// Before anything of the gateway touches the store: a second process
 	// with this instance name stops here.
-	instanceLease, closeLease, err := acquireLease(ctx, cfg, store, signer, instance, tel, log)
+	instanceLease, closeLease, err := inst.AcquireLease(ctx, cfg, store, signer, instance, tel, log)
 	if err != nil {
 		return fail(err)
 	}
 	closers = append(closers, closeLease)
 	if signer != nil {
-		logged, closeLog, err := openTransparencyLog(ctx, cfg, store, signer, instance, replicaKeys, sharedMAC, tel, log)
+		logged, closeLog, err := inst.OpenLog(ctx, cfg, store, signer, instance, gatewayName(instance), replicaKeys, sharedMAC, tel, log)
 		if err != nil {
 			return fail(err)
 		}

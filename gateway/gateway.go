@@ -26,6 +26,7 @@ import (
 	"github.com/toolgate/toolgate/evidence/trust"
 	"github.com/toolgate/toolgate/gateway/approval"
 	"github.com/toolgate/toolgate/gateway/callerauth"
+	inst "github.com/toolgate/toolgate/gateway/instance"
 	"github.com/toolgate/toolgate/gateway/logredact"
 	"github.com/toolgate/toolgate/gateway/recovery"
 	"github.com/toolgate/toolgate/gateway/telemetry"
@@ -196,7 +197,7 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g := &Gateway{
 		decider:        opts.Decider,
-		store:          meterStore(store, opts.Telemetry),
+		store:          inst.Meter(store, opts.Telemetry),
 		spool:          opts.Spool,
 		spoolKick:      make(chan struct{}, 1),
 		signer:         opts.Signer,
