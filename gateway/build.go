@@ -23,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/gateway/logredact"
 	"github.com/toolgate/toolgate/gateway/signingkey"
 	"github.com/toolgate/toolgate/gateway/telemetry"
+	"github.com/toolgate/toolgate/gateway/tracefiles"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/redact"
 )
@@ -156,7 +157,7 @@ func Build(ctx context.Context, cfg config.Config, getenv func(string) string, l
 		Getenv:     getenv,
 		Logger:     log,
 		Hide:       hiddenPaths(cfg),
-		Trace:      func(dir string) (drivers.TraceWriter, error) { return &traceFiles{dir: dir, redactor: redactor}, nil },
+		Trace:      func(dir string) (drivers.TraceWriter, error) { return tracefiles.New(dir, redactor), nil },
 		Background: probeCtx,
 	}
 	drvs, traceDirs, registry, err := buildDrivers(ctx, cfg, env, tools, &closers)
