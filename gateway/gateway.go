@@ -29,6 +29,7 @@ import (
 	inst "github.com/toolgate/toolgate/gateway/instance"
 	"github.com/toolgate/toolgate/gateway/logredact"
 	"github.com/toolgate/toolgate/gateway/recovery"
+	"github.com/toolgate/toolgate/gateway/servelimits"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/gateway/wire"
 	"github.com/toolgate/toolgate/internal/connlimit"
@@ -221,7 +222,7 @@ func New(opts Options) (*Gateway, error) {
 		notifier:       opts.Approvals.Notifier,
 		telemetry:      opts.Telemetry,
 	}
-	g.conns = connections(g.limits, opts.Telemetry)
+	g.conns = servelimits.Connections(g.limits, opts.Telemetry)
 	g.claimant = g.engineBase
 	if g.lease != nil {
 		g.claimant = evidence.GatewayNameWithEpoch(g.engineBase, g.lease.Epoch())
