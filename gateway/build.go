@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -19,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/evidence/storeurl"
 	"github.com/toolgate/toolgate/gateway/approval"
 	"github.com/toolgate/toolgate/gateway/callerauth"
+	"github.com/toolgate/toolgate/gateway/configsecrets"
 	inst "github.com/toolgate/toolgate/gateway/instance"
 	"github.com/toolgate/toolgate/gateway/logredact"
 	"github.com/toolgate/toolgate/gateway/signingkey"
@@ -61,7 +60,7 @@ func Build(ctx context.Context, cfg config.Config, getenv func(string) string, l
 		log.Warn("approvals need authenticated approvers; calls held for approval will expire",
 			"key", "auth.keys", "policies", cfg.Policies.Dir)
 	}
-	webhookSecret, err := readWebhookSecret(cfg.Approvals.Webhook, getenv)
+	webhookSecret, err := configsecrets.WebhookSecret(cfg.Approvals.Webhook, getenv)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -82,7 +81,7 @@ func Build(ctx context.Context, cfg config.Config, getenv func(string) string, l
 	if err != nil {
 		return nil, nil, err
 	}
-	fingerprintKey, err := redactFingerprintKey(cfg.Redact.FingerprintKey, signer, getenv)
+	fingerprintKey, err := configsecrets.FingerprintKey(cfg.Redact.FingerprintKey, signer, getenv)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -254,27 +253,6 @@ func buildDrivers(ctx context.Context, cfg config.Config, env drivers.BuildEnv, 
 	return drvs, traceDirs, registry, nil
 }
 
-// readWebhookSecret reads approvals.webhook.secret, without the line end a
-// secret file usually has; nil when no webhook is configured. A webhook
-// without its key cannot sign, so a missing or short one stops the start.
-func readWebhookSecret(wh *config.WebhookConfig, getenv func(string) string) ([]byte, error) {
-	if wh == nil {
-		return nil, nil
-	}
-	secret, err := wh.Secret.Read(getenv)
-	if err != nil {
-		return nil, fmt.Errorf("config: approvals.webhook.secret: %w", err)
-	}
-	secret = bytes.TrimRight(secret, "\r\n")
-	if len(secret) < minWebhookSecretLen {
-		return nil, fmt.Errorf("config: approvals.webhook.secret: shorter than %d bytes", minWebhookSecretLen)
-	}
-	return secret, nil
-}
-
-// minWebhookSecretLen is the shortest HMAC key accepted for the webhook.
-const minWebhookSecretLen = 16
-
 // hiddenPaths lists the gateway's own files and folders, which a sandboxed
 // shell command must never reach: the same set CheckLayout keeps apart from
 // every workspace.
@@ -377,32 +355,6 @@ func (c closeAll) Close() error {
 		errs = append(errs, c[i].Close())
 	}
 	return errors.Join(errs...)
-}
-
-// redactFingerprintKey returns the key of redaction fingerprints: the
-// configured one, else one derived from the manifest signing key (so that
-// fingerprints compare across restarts without another secret to manage),
-// else a random one.
-func redactFingerprintKey(src *config.SecretSource, signer *evidence.Signer, getenv func(string) string) ([]byte, error) {
-	switch {
-	case src != nil:
-		key, err := src.Read(getenv)
-		if err != nil {
-			return nil, fmt.Errorf("config: redact.fingerprint_key: %w", err)
-		}
-		if len(key) < 16 {
-			return nil, errors.New("config: redact.fingerprint_key: shorter than 16 bytes")
-		}
-		return key, nil
-	case signer != nil:
-		return signer.DeriveKey("toolgate redaction fingerprint v1"), nil
-	default:
-		key := make([]byte, 32)
-		if _, err := rand.Read(key); err != nil {
-			return nil, fmt.Errorf("redact: fingerprint key: %w", err)
-		}
-		return key, nil
-	}
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/configsecrets"
 	"github.com/toolgate/toolgate/gateway/signingkey"
 )
 
@@ -97,7 +98,7 @@ func TestTrustedKeysConfig(t *testing.T) {
 				at = "read"
 				keys, err = cfg.TrustedPublicKeys(getenv)
 				if err == nil {
-					err = CheckSecrets(cfg, getenv)
+					err = configsecrets.Check(cfg, getenv)
 				}
 			}
 			if tc.wantErr == "" {

@@ -14,7 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/toolgate/toolgate/config"
-	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/configsecrets"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console"
 	"github.com/toolgate/toolgate/gateway/signingkey"
@@ -166,7 +166,7 @@ func checkConfig(path string, getenv func(string) string) checkReport {
 	}
 	if err := secretFilesReadable(cfg); err != nil {
 		add(err)
-	} else if err := gateway.CheckSecrets(cfg, getenv); err != nil {
+	} else if err := configsecrets.Check(cfg, getenv); err != nil {
 		add(err)
 	}
 	if err := checkRedaction(cfg.Redact); err != nil {
