@@ -2,6 +2,7 @@ package evidence
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -42,6 +43,19 @@ type RequestRecord struct {
 	// traceparent the caller sent, leading from the evidence to the
 	// caller's trace. It is not part of the canonical request hash.
 	TraceID string `json:"trace_id,omitempty"`
+}
+
+// ParseRequestRecord decodes request.json, which must bind its call: a
+// record without its canonical request hash binds nothing.
+func ParseRequestRecord(data []byte) (RequestRecord, error) {
+	var r RequestRecord
+	if err := json.Unmarshal(data, &r); err != nil {
+		return RequestRecord{}, err
+	}
+	if r.CanonicalRequestHash == "" {
+		return RequestRecord{}, errors.New("canonical_request_hash is missing")
+	}
+	return r, nil
 }
 
 // RequestAuth is request.json's auth: the method a front door

@@ -267,7 +267,7 @@ func (g *Gateway) finaliseHeld(ctx context.Context, id string) bool {
 	raw, err := g.store.Get(ctx, evidence.Key(id, evidence.ArtifactRequest))
 	if err == nil {
 		var req evidence.RequestRecord
-		if req, err = parseRequestRecord(raw); err == nil {
+		if req, err = evidence.ParseRequestRecord(raw); err == nil {
 			p, err = g.storedPrepared(ctx, req)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/config"
+	"github.com/toolgate/toolgate/gateway/configsecrets"
 )
 
 func TestReadWebhookSecret(t *testing.T) {
@@ -38,7 +39,7 @@ func TestReadWebhookSecret(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := readWebhookSecret(&config.WebhookConfig{URL: "https://hooks.example/x", Secret: tc.src}, getenv)
+			got, err := configsecrets.WebhookSecret(&config.WebhookConfig{URL: "https://hooks.example/x", Secret: tc.src}, getenv)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error = %v, want one mentioning %q", err, tc.wantErr)

@@ -22,6 +22,7 @@ import (
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/gateway/approval"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -148,7 +149,7 @@ func newApprovalEnv(t testing.TB, o approvalEnvOptions) *approvalEnv {
 	if o.noAuth {
 		keys = nil
 	}
-	auth, err := NewAuthenticator(keys, func(name string) string {
+	auth, err := callerauth.New(keys, func(name string) string {
 		return strings.ToLower(strings.TrimPrefix(name, "KEY_")) + "-key"
 	})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/gateway/approval"
 	"github.com/toolgate/toolgate/gateway/telemetry"
+	"github.com/toolgate/toolgate/gateway/wire"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -293,7 +294,7 @@ func (g *Gateway) execute(ctx context.Context, p *prepared, rec *recorder, resp 
 	if err != nil {
 		return nil, rec.fail(ctx, codes.Internal, err)
 	}
-	data, err := toValue(result.Data)
+	data, err := wire.ToValue(result.Data)
 	if err != nil {
 		return nil, rec.fail(ctx, codes.Internal, err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/drivers/execbox/execboxtest"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/lease"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
@@ -97,7 +98,7 @@ func benchClient(b *testing.B, store evidence.Store) (*grpc.ClientConn, toolgate
 func benchClientWith(b *testing.B, store evidence.Store, tel *telemetry.Telemetry, signer *evidence.Signer, l *lease.Lease) (*grpc.ClientConn, toolgatev1.ToolGatewayClient) {
 	b.Helper()
 	engine, red := benchDecider(b)
-	auth, _ := NewAuthenticator(nil, nil)
+	auth, _ := callerauth.New(nil, nil)
 	g, err := New(Options{
 		Decider: engine, Store: store, Redactor: red, Auth: auth, Instance: "bench", Telemetry: tel, Signer: signer, Lease: l,
 		Drivers: map[string]drivers.Driver{"noop": noopDriver{}, "other": noopDriver{}},
@@ -126,7 +127,7 @@ when { context.session.calls < 1000000000 && context.caller.callsLastMinute < 10
 		b.Fatal(err)
 	}
 	_, red := benchDecider(b)
-	auth, _ := NewAuthenticator(nil, nil)
+	auth, _ := callerauth.New(nil, nil)
 	g, err := New(Options{
 		Decider: engine, Store: evidence.NewMemoryStore(), Redactor: red, Auth: auth, Instance: "bench", Telemetry: tel,
 		Drivers: map[string]drivers.Driver{"noop": noopDriver{}},
@@ -368,7 +369,7 @@ permit (principal, action, resource == Tool::"noop.run");
 			b.Fatal(err)
 		}
 		red, _ := redact.New(redact.Config{})
-		auth, _ := NewAuthenticator(nil, nil)
+		auth, _ := callerauth.New(nil, nil)
 		drvs := map[string]drivers.Driver{"noop": noopDriver{}}
 		tools := map[string]Tool{"noop.run": {Driver: "noop", Target: "run"}}
 		if runnerURL != "" {

@@ -1,10 +1,7 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -19,7 +16,13 @@ import (
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/storeurl"
 	"github.com/toolgate/toolgate/gateway/approval"
+	"github.com/toolgate/toolgate/gateway/callerauth"
+	"github.com/toolgate/toolgate/gateway/configsecrets"
+	inst "github.com/toolgate/toolgate/gateway/instance"
+	"github.com/toolgate/toolgate/gateway/logredact"
+	"github.com/toolgate/toolgate/gateway/signingkey"
 	"github.com/toolgate/toolgate/gateway/telemetry"
+	"github.com/toolgate/toolgate/gateway/tracefiles"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/redact"
 )
@@ -39,7 +42,7 @@ func Build(ctx context.Context, cfg config.Config, getenv func(string) string, l
 	if err := cfg.CheckLayout(); err != nil {
 		return nil, nil, err
 	}
-	auth, err := NewAuthenticator(cfg.Auth.Keys, getenv)
+	auth, err := callerauth.New(cfg.Auth.Keys, getenv)
 	if err != nil {
 		return nil, nil, fmt.Errorf("config: %w", err)
 	}
@@ -57,11 +60,11 @@ func Build(ctx context.Context, cfg config.Config, getenv func(string) string, l
 		log.Warn("approvals need authenticated approvers; calls held for approval will expire",
 			"key", "auth.keys", "policies", cfg.Policies.Dir)
 	}
-	webhookSecret, err := readWebhookSecret(cfg.Approvals.Webhook, getenv)
+	webhookSecret, err := configsecrets.WebhookSecret(cfg.Approvals.Webhook, getenv)
 	if err != nil {
 		return nil, nil, err
 	}
-	signer, signingKey, err := loadSigner(cfg, getenv, log)
+	signer, signingKey, err := signingkey.Load(cfg, getenv, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -78,7 +81,7 @@ func Build(ctx context.Context, cfg config.Config, getenv func(string) string, l
 	if err != nil {
 		return nil, nil, err
 	}
-	fingerprintKey, err := redactFingerprintKey(cfg.Redact.FingerprintKey, signer, getenv)
+	fingerprintKey, err := configsecrets.FingerprintKey(cfg.Redact.FingerprintKey, signer, getenv)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -90,7 +93,7 @@ func Build(ctx context.Context, cfg config.Config, getenv func(string) string, l
 		return nil, nil, fmt.Errorf("config: redact: %w", err)
 	}
 	// Drivers log what callers send them too.
-	log = redactingLogger(log, redactor)
+	log = logredact.Logger(log, redactor)
 
 	var closers closeAll
 	fail := func(err error) (*Gateway, io.Closer, error) {
@@ -125,13 +128,13 @@ func Build(ctx context.Context, cfg config.Config, getenv func(string) string, l
 	}
 	// Before anything of the gateway touches the store: a second process
 	// with this instance name stops here.
-	instanceLease, closeLease, err := acquireLease(ctx, cfg, store, signer, instance, tel, log)
+	instanceLease, closeLease, err := inst.AcquireLease(ctx, cfg, store, signer, instance, tel, log)
 	if err != nil {
 		return fail(err)
 	}
 	closers = append(closers, closeLease)
 	if signer != nil {
-		logged, closeLog, err := openTransparencyLog(ctx, cfg, store, signer, instance, replicaKeys, sharedMAC, tel, log)
+		logged, closeLog, err := inst.OpenLog(ctx, cfg, store, signer, instance, gatewayName(instance), replicaKeys, sharedMAC, tel, log)
 		if err != nil {
 			return fail(err)
 		}
@@ -153,7 +156,7 @@ func Build(ctx context.Context, cfg config.Config, getenv func(string) string, l
 		Getenv:     getenv,
 		Logger:     log,
 		Hide:       hiddenPaths(cfg),
-		Trace:      func(dir string) (drivers.TraceWriter, error) { return &traceFiles{dir: dir, redactor: redactor}, nil },
+		Trace:      func(dir string) (drivers.TraceWriter, error) { return tracefiles.New(dir, redactor), nil },
 		Background: probeCtx,
 	}
 	drvs, traceDirs, registry, err := buildDrivers(ctx, cfg, env, tools, &closers)
@@ -250,27 +253,6 @@ func buildDrivers(ctx context.Context, cfg config.Config, env drivers.BuildEnv, 
 	return drvs, traceDirs, registry, nil
 }
 
-// readWebhookSecret reads approvals.webhook.secret, without the line end a
-// secret file usually has; nil when no webhook is configured. A webhook
-// without its key cannot sign, so a missing or short one stops the start.
-func readWebhookSecret(wh *config.WebhookConfig, getenv func(string) string) ([]byte, error) {
-	if wh == nil {
-		return nil, nil
-	}
-	secret, err := wh.Secret.Read(getenv)
-	if err != nil {
-		return nil, fmt.Errorf("config: approvals.webhook.secret: %w", err)
-	}
-	secret = bytes.TrimRight(secret, "\r\n")
-	if len(secret) < minWebhookSecretLen {
-		return nil, fmt.Errorf("config: approvals.webhook.secret: shorter than %d bytes", minWebhookSecretLen)
-	}
-	return secret, nil
-}
-
-// minWebhookSecretLen is the shortest HMAC key accepted for the webhook.
-const minWebhookSecretLen = 16
-
 // hiddenPaths lists the gateway's own files and folders, which a sandboxed
 // shell command must never reach: the same set CheckLayout keeps apart from
 // every workspace.
@@ -282,13 +264,6 @@ func hiddenPaths(cfg config.Config) []string {
 	return paths
 }
 
-// signingKeyText is the manifest signing key as read from its source, and
-// parsed.
-type signingKeyText struct {
-	file []byte
-	key  ed25519.PrivateKey
-}
-
 // configuredSecrets returns every secret the configuration hands the
 // gateway, to be redacted from all evidence and logs wherever it appears:
 // redact.secrets_env; each tool's env; each TPMJS executor's API key; the
@@ -298,7 +273,7 @@ type signingKeyText struct {
 // fingerprint key; the approval webhook's HMAC key; and the MAC key the
 // replicas share. Values that are unset are skipped: Build reports those
 // that must be set where they are used.
-func configuredSecrets(cfg config.Config, getenv func(string) string, tools map[string]Tool, signingKey signingKeyText, fingerprintKey, webhookSecret, sharedMAC []byte) []string {
+func configuredSecrets(cfg config.Config, getenv func(string) string, tools map[string]Tool, signingKey signingkey.Text, fingerprintKey, webhookSecret, sharedMAC []byte) []string {
 	var secrets []string
 	addEnv := func(name string) {
 		if name == "" {
@@ -322,9 +297,9 @@ func configuredSecrets(cfg config.Config, getenv func(string) string, tools map[
 	for _, k := range cfg.Auth.Keys {
 		addEnv(k.Env)
 	}
-	if signingKey.key != nil {
-		secrets = append(secrets, strings.TrimSpace(string(signingKey.file)), string(signingKey.key.Seed()))
-		if der, err := x509.MarshalPKCS8PrivateKey(signingKey.key); err == nil {
+	if signingKey.Key != nil {
+		secrets = append(secrets, strings.TrimSpace(string(signingKey.File)), string(signingKey.Key.Seed()))
+		if der, err := x509.MarshalPKCS8PrivateKey(signingKey.Key); err == nil {
 			secrets = append(secrets, string(der))
 		}
 	}
@@ -380,32 +355,6 @@ func (c closeAll) Close() error {
 		errs = append(errs, c[i].Close())
 	}
 	return errors.Join(errs...)
-}
-
-// redactFingerprintKey returns the key of redaction fingerprints: the
-// configured one, else one derived from the manifest signing key (so that
-// fingerprints compare across restarts without another secret to manage),
-// else a random one.
-func redactFingerprintKey(src *config.SecretSource, signer *evidence.Signer, getenv func(string) string) ([]byte, error) {
-	switch {
-	case src != nil:
-		key, err := src.Read(getenv)
-		if err != nil {
-			return nil, fmt.Errorf("config: redact.fingerprint_key: %w", err)
-		}
-		if len(key) < 16 {
-			return nil, errors.New("config: redact.fingerprint_key: shorter than 16 bytes")
-		}
-		return key, nil
-	case signer != nil:
-		return signer.DeriveKey("toolgate redaction fingerprint v1"), nil
-	default:
-		key := make([]byte, 32)
-		if _, err := rand.Read(key); err != nil {
-			return nil, fmt.Errorf("redact: fingerprint key: %w", err)
-		}
-		return key, nil
-	}
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/drivers/workspace"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -316,7 +317,7 @@ func newRecordingGateway(t *testing.T, policyText string) (toolgatev1.ToolGatewa
 	for _, op := range workspace.Operations() {
 		tools["workspace."+op] = Tool{Driver: "workspace", Target: op}
 	}
-	auth, _ := NewAuthenticator(nil, nil)
+	auth, _ := callerauth.New(nil, nil)
 	red, err := redact.New(redact.Config{})
 	if err != nil {
 		t.Fatal(err)

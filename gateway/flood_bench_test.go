@@ -15,6 +15,7 @@ import (
 	"github.com/toolgate/toolgate/drivers/execbox"
 	"github.com/toolgate/toolgate/drivers/execbox/execboxtest"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -89,7 +90,7 @@ permit (principal, action == Action::"CallTool", resource == Tool::"noop.run");
 	}
 	b.Cleanup(func() { sandbox.Close() })
 	red, _ := redact.New(redact.Config{})
-	auth, _ := NewAuthenticator(nil, nil)
+	auth, _ := callerauth.New(nil, nil)
 	g, err := New(Options{Decider: engine, Store: evidence.NewMemoryStore(), Redactor: red, Auth: auth, Instance: "bench",
 		Drivers: map[string]drivers.Driver{"noop": noopDriver{}, "sandbox": sandbox},
 		Tools:   map[string]Tool{"noop.run": {Driver: "noop", Target: "run"}, "code.run": {Driver: "sandbox"}}})

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/internal/ident"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
@@ -91,7 +92,7 @@ func (g *Gateway) DriverHealth() map[string]drivers.Health {
 // Authenticator returns the gateway's authenticator: a front door checks
 // a key its protocol carries with CallerForKey, and asks Enabled whether
 // callers are anonymous.
-func (g *Gateway) Authenticator() *Authenticator { return g.auth }
+func (g *Gateway) Authenticator() *callerauth.Authenticator { return g.auth }
 
 // Telemetry is the gateway's telemetry (nil when it records nothing): a
 // front door starts its own protocol's span with it, the parent of the

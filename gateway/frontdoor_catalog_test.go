@@ -22,6 +22,7 @@ import (
 	"github.com/toolgate/toolgate/drivers/tpmjs/tpmjstest"
 	"github.com/toolgate/toolgate/drivers/workspace"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -39,7 +40,7 @@ func catalogGateway(t *testing.T, drvs map[string]drivers.Driver, tools map[stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth, err := NewAuthenticator(nil, func(string) string { return "" })
+	auth, err := callerauth.New(nil, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func TestCallerForKeyMatchesAuthenticate(t *testing.T) {
 	t.Parallel()
 	const aliceKey, bobKey = "alice-key-0123456789abcdef", "bob-key-9876543210fedcba"
 	keys := []config.KeyConfig{{Caller: "alice", Env: "ALICE_KEY"}, {Caller: "bob", SHA256: sha256Hex(bobKey)}}
-	auth, err := NewAuthenticator(keys, func(name string) string {
+	auth, err := callerauth.New(keys, func(name string) string {
 		return map[string]string{"ALICE_KEY": aliceKey}[name]
 	})
 	if err != nil {
@@ -168,7 +169,7 @@ func TestCallerForKeyMatchesAuthenticate(t *testing.T) {
 	t.Run("every configured key is compared, also after a match, so the time taken does not tell which matched", func(t *testing.T) {
 		// Two entries share a digest: a loop that stopped at the first
 		// match would answer alice; the full comparison ends on bob.
-		both, err := NewAuthenticator([]config.KeyConfig{
+		both, err := callerauth.New([]config.KeyConfig{
 			{Caller: "alice", SHA256: sha256Hex(aliceKey)}, {Caller: "bob", SHA256: sha256Hex(aliceKey)},
 		}, func(string) string { return "" })
 		if err != nil {
@@ -179,7 +180,7 @@ func TestCallerForKeyMatchesAuthenticate(t *testing.T) {
 		}
 	})
 	t.Run("with authentication off every key is the anonymous caller", func(t *testing.T) {
-		off, err := NewAuthenticator(nil, func(string) string { return "" })
+		off, err := callerauth.New(nil, func(string) string { return "" })
 		if err != nil {
 			t.Fatal(err)
 		}

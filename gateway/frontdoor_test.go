@@ -112,7 +112,7 @@ func TestRunRecordsTheFrontDoorAndNothingElse(t *testing.T) {
 
 func parseRequestJSON(t *testing.T, b []byte) evidence.RequestRecord {
 	t.Helper()
-	r, err := parseRequestRecord(b)
+	r, err := evidence.ParseRequestRecord(b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	respwire "github.com/toolgate/toolgate/gateway/wire"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -69,7 +70,7 @@ func FuzzParseRequest(f *testing.F) {
 		if !reflect.DeepEqual(c.decodedArgs, m) {
 			t.Fatalf("args built from the Struct\n%#v\ndecoded from %s\n%#v", c.decodedArgs, c.Args, m)
 		}
-		again, err := marshalJSON(m)
+		again, err := respwire.MarshalJSON(m)
 		if err != nil {
 			t.Fatal(err)
 		}

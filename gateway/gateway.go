@@ -25,8 +25,13 @@ import (
 	"github.com/toolgate/toolgate/evidence/lease"
 	"github.com/toolgate/toolgate/evidence/trust"
 	"github.com/toolgate/toolgate/gateway/approval"
+	"github.com/toolgate/toolgate/gateway/callerauth"
+	inst "github.com/toolgate/toolgate/gateway/instance"
+	"github.com/toolgate/toolgate/gateway/logredact"
 	"github.com/toolgate/toolgate/gateway/recovery"
+	"github.com/toolgate/toolgate/gateway/servelimits"
 	"github.com/toolgate/toolgate/gateway/telemetry"
+	"github.com/toolgate/toolgate/gateway/wire"
 	"github.com/toolgate/toolgate/internal/connlimit"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
@@ -65,7 +70,7 @@ type Options struct {
 	// dispatched) this gateway believes; its own key is always trusted.
 	TrustedKeys []ed25519.PublicKey
 	Redactor    *redact.Redactor
-	Auth        *Authenticator
+	Auth        *callerauth.Authenticator
 	Drivers     map[string]drivers.Driver
 	Tools       map[string]Tool
 	// Shadows maps an enforcing policy_ref to a policy set evaluated beside
@@ -119,7 +124,7 @@ type Gateway struct {
 	// history keeps the session history policies decide on (history.go).
 	history   HistoryKeeper
 	redactor  *redact.Redactor
-	auth      *Authenticator
+	auth      *callerauth.Authenticator
 	drivers   map[string]drivers.Driver
 	tools     map[string]Tool
 	registry  *Registry
@@ -193,7 +198,7 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g := &Gateway{
 		decider:        opts.Decider,
-		store:          meterStore(store, opts.Telemetry),
+		store:          inst.Meter(store, opts.Telemetry),
 		spool:          opts.Spool,
 		spoolKick:      make(chan struct{}, 1),
 		signer:         opts.Signer,
@@ -211,13 +216,13 @@ func New(opts Options) (*Gateway, error) {
 		lease:          opts.Lease,
 		recovery:       recovery.NewNotes(),
 		recoveryLimits: opts.Recovery.Limits(opts.Drivers),
-		log:            redactingLogger(opts.Logger, opts.Redactor),
+		log:            logredact.Logger(opts.Logger, opts.Redactor),
 		now:            opts.Now,
 		approvalTTL:    opts.Approvals.TTL,
 		notifier:       opts.Approvals.Notifier,
 		telemetry:      opts.Telemetry,
 	}
-	g.conns = connections(g.limits, opts.Telemetry)
+	g.conns = servelimits.Connections(g.limits, opts.Telemetry)
 	g.claimant = g.engineBase
 	if g.lease != nil {
 		g.claimant = evidence.GatewayNameWithEpoch(g.engineBase, g.lease.Epoch())
@@ -386,7 +391,7 @@ func (g *Gateway) resume(ctx context.Context, p *prepared, rec *recorder) (*tool
 	if err != nil {
 		return nil, rec.failure(codes.Unavailable, "evidence store unavailable: %v", err)
 	}
-	prev, err := parseRequestRecord(stored)
+	prev, err := evidence.ParseRequestRecord(stored)
 	if err != nil {
 		return nil, rec.failure(codes.Internal, "stored request.json for %s is unreadable: %v", id, err)
 	}
@@ -505,7 +510,7 @@ func (g *Gateway) answerFromResponse(ctx context.Context, p *prepared, rec *reco
 		}
 		return nil, true, rec.failure(codes.DataLoss, "%v", err)
 	}
-	resp, err := decodeResponse(body)
+	resp, err := wire.DecodeResponse(body)
 	if err != nil {
 		return nil, true, rec.failure(codes.Internal, "stored response.json for %s is unreadable: %v", id, err)
 	}
@@ -609,7 +614,7 @@ func (g *Gateway) replaySpooled(ctx context.Context, c call, hash string) (*tool
 		g.tampered(nil, telemetry.RecordResponse, c.RequestID, err)
 		return nil, true, status.Error(codes.DataLoss, err.Error())
 	}
-	resp, err := decodeResponse(body)
+	resp, err := wire.DecodeResponse(body)
 	if err != nil {
 		return nil, false, nil
 	}

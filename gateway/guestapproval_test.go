@@ -23,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/drivers/tpmjs"
 	"github.com/toolgate/toolgate/drivers/workspace"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -113,7 +114,7 @@ func newGuestEnvWith(t *testing.T, o guestOptions) *guestEnv {
 			t.Fatal(err)
 		}
 	}
-	auth, err := NewAuthenticator(approvalKeys, func(name string) string {
+	auth, err := callerauth.New(approvalKeys, func(name string) string {
 		return strings.ToLower(strings.TrimPrefix(name, "KEY_")) + "-key"
 	})
 	if err != nil {

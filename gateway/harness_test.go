@@ -32,7 +32,9 @@ import (
 	"github.com/toolgate/toolgate/drivers/workspace"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/lease"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/gateway/telemetry"
+	"github.com/toolgate/toolgate/gateway/wire"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -138,7 +140,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
-	auth, err := NewAuthenticator(o.keys, getenv)
+	auth, err := callerauth.New(o.keys, getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +240,7 @@ func (e *env) artifactNames(id string) []string {
 // manifest verifies.
 func (e *env) checkReplyIsStored(id string, reply *toolgatev1.RunToolResponse) {
 	e.t.Helper()
-	stored, err := decodeResponse(e.artifact(id, evidence.ArtifactResponse))
+	stored, err := wire.DecodeResponse(e.artifact(id, evidence.ArtifactResponse))
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -4,15 +4,21 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/internal/ident"
 	"github.com/toolgate/toolgate/policy"
 )
+
+// AnonymousCaller is the caller name used when authentication is off, which
+// the gateway allows only on a loopback listener.
+const AnonymousCaller = config.AnonymousCaller
 
 // Identity is what a front door learned about a caller beyond its name,
 // when the caller proved who it is with something other than an API key
@@ -197,4 +203,11 @@ func (p *policyChanges) fire() {
 		default:
 		}
 	}
+}
+
+// union returns the sorted union of two lists, without repeats.
+func union(a, b []string) []string {
+	out := slices.Concat(a, b)
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -61,7 +61,7 @@ func TestFencedProcessNeverFinalisesAnotherEpochsRequest(t *testing.T) {
 	store.failNext(evidence.ArtifactResponse, 1)
 	_, err = newer.call(ctx, "newer-ran", "flip.run", nil)
 	wantCode(t, err, codes.Aborted, "ran, but")
-	if claim, err := parseRequestRecord(newer.artifact("newer-ran", evidence.ArtifactRequest)); err != nil || claim.Gateway != "toolgate/"+Version+"@test-host#2" {
+	if claim, err := evidence.ParseRequestRecord(newer.artifact("newer-ran", evidence.ArtifactRequest)); err != nil || claim.Gateway != "toolgate/"+Version+"@test-host#2" {
 		t.Fatalf("the newer process's claim names %q (%v), want its epoch, #2", claim.Gateway, err)
 	}
 

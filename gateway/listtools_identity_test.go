@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/drivers/tpmjs"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -53,7 +54,7 @@ func newLiveGateway(t testing.TB, o liveOptions) *liveGateway {
 	if o.tools == nil {
 		o.tools = map[string]Tool{"fake.run": {Driver: "fake", Target: "run"}}
 	}
-	auth, err := NewAuthenticator(o.keys, func(string) string { return "a-key-for-tests" })
+	auth, err := callerauth.New(o.keys, func(string) string { return "a-key-for-tests" })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/wire"
 )
 
 // TestMarshalJSONKeepsTheStoredLayout pins the bytes of stored artifacts:
@@ -32,7 +33,7 @@ func TestMarshalJSONKeepsTheStoredLayout(t *testing.T) {
 			if err := enc.Encode(v); err != nil {
 				t.Fatal(err)
 			}
-			got, err := marshalJSON(v)
+			got, err := wire.MarshalJSON(v)
 			if err != nil {
 				t.Fatal(err)
 			}

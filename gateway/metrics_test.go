@@ -16,6 +16,7 @@ import (
 	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/servelimits"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/gateway/telemetry/telemetrytest"
 )
@@ -179,7 +180,7 @@ func TestLimitHitsAreCounted(t *testing.T) {
 	}
 
 	g := &Gateway{telemetry: tel, limits: config.LimitsConfig{MaxConnections: 1}}
-	g.conns = connections(g.limits, tel)
+	g.conns = servelimits.Connections(g.limits, tel)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

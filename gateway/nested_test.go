@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/wire"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -160,7 +161,7 @@ func TestNestedRequestIDs(t *testing.T) {
 
 func mustDecode(t *testing.T, body []byte) *toolgatev1.RunToolResponse {
 	t.Helper()
-	r, err := decodeResponse(body)
+	r, err := wire.DecodeResponse(body)
 	if err != nil {
 		t.Fatal(err)
 	}

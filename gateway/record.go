@@ -3,202 +3,22 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
-	"github.com/toolgate/toolgate/evidence/trust"
 	"github.com/toolgate/toolgate/gateway/recovery"
 	"github.com/toolgate/toolgate/gateway/telemetry"
+	"github.com/toolgate/toolgate/gateway/wire"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
 )
-
-// MarshalResponse encodes a response as the contract's JSON, the form of
-// response.json and of `toolgate call`'s output.
-func MarshalResponse(r *toolgatev1.RunToolResponse) ([]byte, error) {
-	out := evidence.ResponseRecord{
-		OK: r.GetOk(),
-		PolicyCheck: evidence.ResponsePolicyCheck{
-			Decision: r.GetPolicyCheck().GetDecision(),
-			Reason:   r.GetPolicyCheck().GetReason(),
-			RuleID:   r.GetPolicyCheck().GetRuleId(),
-			// Omitted when empty, so responses of rules without one keep
-			// their bytes.
-			Suggestion:   r.GetPolicyCheck().GetSuggestion(),
-			RetryAfterMS: r.GetPolicyCheck().GetRetryAfterMs(),
-		},
-		EvidenceRefs:       nonNil(r.GetEvidenceRefs()),
-		LocalEvidencePaths: r.GetLocalEvidencePaths(),
-		EngineRef:          r.GetEngineRef(),
-		RunID:              r.GetRunId(),
-		StepID:             r.GetStepId(),
-	}
-	if pa := r.GetPendingApproval(); pa != nil {
-		out.PendingApproval = &evidence.ResponsePendingApproval{
-			ApprovalID: pa.GetApprovalId(), Reason: pa.GetReason(), ExpiresAt: pa.GetExpiresAt().AsTime().UTC(),
-			RuleID: pa.GetRuleId(), Approvers: pa.GetApprovers(), RequestHash: pa.GetRequestHash(),
-		}
-	}
-	if tr := r.GetToolResult(); tr != nil {
-		out.ToolResult = &evidence.ResponseToolResult{ExitCode: tr.GetExitCode(), Stdout: tr.GetStdout(), Stderr: tr.GetStderr()}
-		if tr.GetData() != nil {
-			data, err := protojson.Marshal(tr.GetData())
-			if err != nil {
-				return nil, fmt.Errorf("response: tool_result.data: %w", err)
-			}
-			out.ToolResult.Data = data
-		}
-	}
-	return marshalJSON(out)
-}
-
-// decodeResponse reads response.json back into the wire type. The proto
-// field names are the contract's, which protojson accepts. The seal, which
-// is not the caller's, is left out.
-func decodeResponse(data []byte) (*toolgatev1.RunToolResponse, error) {
-	data, _, _ = trust.Split(data)
-	var r toolgatev1.RunToolResponse
-	if err := protojson.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("decode response: %w", err)
-	}
-	return &r, nil
-}
-
-func parseRequestRecord(data []byte) (evidence.RequestRecord, error) {
-	var r evidence.RequestRecord
-	if err := json.Unmarshal(data, &r); err != nil {
-		return evidence.RequestRecord{}, err
-	}
-	if r.CanonicalRequestHash == "" {
-		return evidence.RequestRecord{}, errors.New("canonical_request_hash is missing")
-	}
-	return r, nil
-}
-
-// toValue converts a driver's structured output into a protobuf Value by way
-// of JSON, the form drivers promise it has. Plain JSON values (what
-// encoding/json decodes into, and ints) are converted directly, to the
-// Value the JSON round trip gives (FuzzToValue pins it); anything else
-// takes the round trip.
-func toValue(v any) (*structpb.Value, error) {
-	if v == nil {
-		return nil, nil
-	}
-	if out, ok := directValue(v, 1); ok {
-		return out, nil
-	}
-	return toValueByJSON(v)
-}
-
-// maxDirectDepth bounds the nesting directValue converts; deeper values,
-// and values built in Go with a cycle, take the JSON round trip, which
-// reports them.
-const maxDirectDepth = 64
-
-// directValue converts v to the Value that json.Marshal followed by
-// protojson.Unmarshal gives, or reports false when v holds something it
-// does not convert exactly that way: another Go type, a string or key
-// that is not valid UTF-8 (JSON encoding replaces its bytes), a NaN or an
-// infinity (no JSON form), or nesting beyond maxDirectDepth.
-func directValue(v any, depth int) (*structpb.Value, bool) {
-	if depth > maxDirectDepth {
-		return nil, false
-	}
-	switch v := v.(type) {
-	case nil:
-		return structpb.NewNullValue(), true
-	case bool:
-		return structpb.NewBoolValue(v), true
-	case string:
-		return structpb.NewStringValue(v), utf8.ValidString(v)
-	case float64:
-		return structpb.NewNumberValue(v), !math.IsNaN(v) && !math.IsInf(v, 0)
-	case int:
-		// JSON carries the decimal digits; reading them back rounds to
-		// the nearest float64, as the conversion does.
-		return structpb.NewNumberValue(float64(v)), true
-	case int64:
-		return structpb.NewNumberValue(float64(v)), true
-	case map[string]any:
-		if v == nil {
-			return structpb.NewNullValue(), true
-		}
-		fields := make(map[string]*structpb.Value, len(v))
-		for k, item := range v {
-			if !utf8.ValidString(k) {
-				return nil, false
-			}
-			cv, ok := directValue(item, depth+1)
-			if !ok {
-				return nil, false
-			}
-			fields[k] = cv
-		}
-		return structpb.NewStructValue(&structpb.Struct{Fields: fields}), true
-	case []any:
-		if v == nil {
-			return structpb.NewNullValue(), true
-		}
-		values := make([]*structpb.Value, len(v))
-		for i, item := range v {
-			cv, ok := directValue(item, depth+1)
-			if !ok {
-				return nil, false
-			}
-			values[i] = cv
-		}
-		return structpb.NewListValue(&structpb.ListValue{Values: values}), true
-	}
-	return nil, false
-}
-
-// toValueByJSON is toValue's round trip through JSON.
-func toValueByJSON(v any) (*structpb.Value, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("tool_result.data is not JSON: %w", err)
-	}
-	var out structpb.Value
-	if err := protojson.Unmarshal(b, &out); err != nil {
-		return nil, fmt.Errorf("tool_result.data: %w", err)
-	}
-	return &out, nil
-}
-
-func marshalJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	return encodeJSON(&buf, v)
-}
-
-// encodeJSON is marshalJSON encoding by way of buf, which it resets; the
-// result does not share buf's memory.
-func encodeJSON(buf *bytes.Buffer, v any) ([]byte, error) {
-	buf.Reset()
-	enc := json.NewEncoder(buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	// Indented: auditors read these files, and the redactor keeps the
-	// layout it is given. AppendIndent writes what the Encoder's own
-	// SetIndent would, with less work; the Encoder's final newline is
-	// kept.
-	compact := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	out := evidence.AppendIndent(make([]byte, 0, len(compact)+len(compact)/2+1), compact)
-	return append(out, '\n'), nil
-}
 
 // maxPooledEncodeBuffer bounds the buffers kept for the next artifact: one
 // large tool result must not pin its size for the gateway's lifetime.
@@ -265,7 +85,7 @@ func newRecorder(g *Gateway, requestID, hash, engineRef string) *recorder {
 // redact encodes v and passes it through the redactor.
 func (r *recorder) redact(artifact string, v any) ([]byte, error) {
 	buf := r.g.encodeBuffer()
-	raw, err := encodeJSON(buf, v)
+	raw, err := wire.EncodeJSON(buf, v)
 	r.g.releaseEncodeBuffer(buf)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", artifact, err)
@@ -458,7 +278,7 @@ func (r *recorder) finish(ctx context.Context, resp *toolgatev1.RunToolResponse,
 // parsing the bytes again (which cost a twentieth of an allowed call);
 // otherwise they are decoded.
 func (r *recorder) encodeResponse(resp *toolgatev1.RunToolResponse) (stored []byte, reply *toolgatev1.RunToolResponse, err error) {
-	body, err := MarshalResponse(resp)
+	body, err := wire.MarshalResponse(resp)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -472,113 +292,14 @@ func (r *recorder) encodeResponse(resp *toolgatev1.RunToolResponse) (stored []by
 		return nil, nil, err
 	}
 	if bytes.Equal(redacted, body) {
-		if reply, ok := readBack(resp); ok {
+		if reply, ok := wire.ReadBack(resp); ok {
 			return stored, reply, nil
 		}
 	}
-	if reply, err = decodeResponse(stored); err != nil {
+	if reply, err = wire.DecodeResponse(stored); err != nil {
 		return nil, nil, err
 	}
 	return stored, reply, nil
-}
-
-// readBack returns decodeResponse(MarshalResponse(resp)) without encoding
-// or decoding, when it can tell what that is: the fields MarshalResponse
-// writes, each as decoding gives it back (an absent policy_check as an
-// empty one). That holds when every string is valid UTF-8, which JSON
-// encoding would otherwise change, and tool_result.data is a value
-// protojson writes and reads back unchanged (wellFormedValue). A pending
-// approval, never stored as response.json, is not read back here. ok is
-// false when readBack cannot tell; TestReadBackIsWhatDecodingGives and
-// FuzzReadBack pin the equality.
-func readBack(resp *toolgatev1.RunToolResponse) (reply *toolgatev1.RunToolResponse, ok bool) {
-	pc := resp.GetPolicyCheck()
-	if resp.GetPendingApproval() != nil ||
-		!validStrings(resp.GetEngineRef(), resp.GetRunId(), resp.GetStepId(),
-			pc.GetDecision(), pc.GetReason(), pc.GetRuleId(), pc.GetSuggestion()) ||
-		!validStrings(resp.GetEvidenceRefs()...) || !validStrings(resp.GetLocalEvidencePaths()...) {
-		return nil, false
-	}
-	reply = &toolgatev1.RunToolResponse{
-		Ok: resp.GetOk(),
-		PolicyCheck: &toolgatev1.PolicyCheck{
-			Decision: pc.GetDecision(), Reason: pc.GetReason(), RuleId: pc.GetRuleId(), Suggestion: pc.GetSuggestion(),
-			RetryAfterMs: pc.GetRetryAfterMs(),
-		},
-		EvidenceRefs:       resp.GetEvidenceRefs(),
-		LocalEvidencePaths: resp.GetLocalEvidencePaths(),
-		EngineRef:          resp.GetEngineRef(),
-		RunId:              resp.GetRunId(),
-		StepId:             resp.GetStepId(),
-	}
-	if tr := resp.GetToolResult(); tr != nil {
-		if !validStrings(tr.GetStdout(), tr.GetStderr()) || (tr.GetData() != nil && !wellFormedValue(tr.GetData(), 1)) {
-			return nil, false
-		}
-		reply.ToolResult = &toolgatev1.ToolResult{
-			ExitCode: tr.GetExitCode(), Stdout: tr.GetStdout(), Stderr: tr.GetStderr(), Data: tr.GetData(),
-		}
-	}
-	return reply, true
-}
-
-func validStrings(ss ...string) bool {
-	for _, s := range ss {
-		if !utf8.ValidString(s) {
-			return false
-		}
-	}
-	return true
-}
-
-// maxReadBackDepth bounds the nesting readBack vouches for, far inside
-// protojson's own limit on reading.
-const maxReadBackDepth = 64
-
-// wellFormedValue reports whether protojson writes v and reads it back as
-// an equal value: a kind is set everywhere, numbers are finite, strings
-// and keys are valid UTF-8, no message carries unknown fields (JSON does
-// not write them), and v is nested at most maxReadBackDepth levels.
-func wellFormedValue(v *structpb.Value, depth int) bool {
-	if depth > maxReadBackDepth || hasUnknown(v) {
-		return false
-	}
-	switch k := v.GetKind().(type) {
-	case *structpb.Value_NullValue, *structpb.Value_BoolValue:
-		return true
-	case *structpb.Value_NumberValue:
-		return !math.IsNaN(k.NumberValue) && !math.IsInf(k.NumberValue, 0)
-	case *structpb.Value_StringValue:
-		return utf8.ValidString(k.StringValue)
-	case *structpb.Value_StructValue:
-		if k.StructValue == nil || hasUnknown(k.StructValue) {
-			return false
-		}
-		for key, item := range k.StructValue.GetFields() {
-			if !utf8.ValidString(key) || !wellFormedValue(item, depth+1) {
-				return false
-			}
-		}
-		return true
-	case *structpb.Value_ListValue:
-		if k.ListValue == nil || hasUnknown(k.ListValue) {
-			return false
-		}
-		for _, item := range k.ListValue.GetValues() {
-			if !wellFormedValue(item, depth+1) {
-				return false
-			}
-		}
-		return true
-	default:
-		return false
-	}
-}
-
-// hasUnknown reports whether m carries fields its schema does not name,
-// as a message decoded from another version's wire form may.
-func hasUnknown(m proto.Message) bool {
-	return len(m.ProtoReflect().GetUnknown()) > 0
 }
 
 // unrecorded answers a call whose response could be stored neither in the

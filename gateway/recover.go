@@ -13,6 +13,7 @@ import (
 	"github.com/toolgate/toolgate/evidence/trust"
 	"github.com/toolgate/toolgate/gateway/recovery"
 	"github.com/toolgate/toolgate/gateway/telemetry"
+	"github.com/toolgate/toolgate/gateway/wire"
 )
 
 // RecoveryOptions tune how a gateway finalises the requests left without
@@ -246,7 +247,7 @@ func (g *Gateway) rollForward(ctx context.Context, s *recovery.Stored) error {
 	if err := g.checkUnmanifested(s.ID, raw); err != nil {
 		return err // a manifest would sign a response no trusted gateway wrote
 	}
-	_, decodeErr := decodeResponse(raw)
+	_, decodeErr := wire.DecodeResponse(raw)
 	missing := s.Missing(decodeErr == nil)
 	if len(missing) > 0 {
 		return g.writeRecoveredManifest(ctx, s, evidence.OutcomeFailed,
@@ -311,7 +312,7 @@ func (g *Gateway) writeRecoveredManifest(ctx context.Context, s *recovery.Stored
 
 // encodeRecord encodes and redacts a record recovery writes.
 func (g *Gateway) encodeRecord(name string, v any) ([]byte, error) {
-	raw, err := marshalJSON(v)
+	raw, err := wire.MarshalJSON(v)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", name, err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 )
 
 // BenchmarkRecover measures the sweep at start over a store of 1,000
@@ -18,7 +19,7 @@ func BenchmarkRecover(b *testing.B) {
 	const finished, unfinishedEvery = 1000, 100
 	engine, red := benchDecider(b)
 	newGateway := func(store evidence.Store) *Gateway {
-		auth, _ := NewAuthenticator(nil, nil)
+		auth, _ := callerauth.New(nil, nil)
 		g, err := New(Options{
 			Decider: engine, Store: store, Redactor: red, Auth: auth, Instance: "bench",
 			Drivers: map[string]drivers.Driver{"noop": noopDriver{}},

@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/configsecrets"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -124,21 +125,21 @@ func TestRedactFingerprintKey(t *testing.T) {
 	}
 	signer1, signer2 := newSigner(1), newSigner(2)
 
-	configured, err := redactFingerprintKey(&config.SecretSource{Env: "LONG"}, signer1, getenv)
+	configured, err := configsecrets.FingerprintKey(&config.SecretSource{Env: "LONG"}, signer1, getenv)
 	if err != nil || string(configured) != "0123456789abcdef0123" {
 		t.Errorf("configured key: %q, %v", configured, err)
 	}
-	if _, err := redactFingerprintKey(&config.SecretSource{Env: "SHORT"}, nil, getenv); err == nil {
+	if _, err := configsecrets.FingerprintKey(&config.SecretSource{Env: "SHORT"}, nil, getenv); err == nil {
 		t.Error("a 4-byte key was accepted")
 	}
-	a, _ := redactFingerprintKey(nil, signer1, getenv)
-	b, _ := redactFingerprintKey(nil, signer1, getenv)
-	c, _ := redactFingerprintKey(nil, signer2, getenv)
+	a, _ := configsecrets.FingerprintKey(nil, signer1, getenv)
+	b, _ := configsecrets.FingerprintKey(nil, signer1, getenv)
+	c, _ := configsecrets.FingerprintKey(nil, signer2, getenv)
 	if string(a) != string(b) || string(a) == string(c) || len(a) != 32 {
 		t.Error("a key derived from the signing key must be stable per signing key and differ between them")
 	}
-	r1, _ := redactFingerprintKey(nil, nil, getenv)
-	r2, _ := redactFingerprintKey(nil, nil, getenv)
+	r1, _ := configsecrets.FingerprintKey(nil, nil, getenv)
+	r2, _ := configsecrets.FingerprintKey(nil, nil, getenv)
 	if len(r1) != 32 || string(r1) == string(r2) {
 		t.Error("without configuration each start must draw a new random key")
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -129,7 +130,7 @@ func newBenchSigner(b *testing.B) *evidence.Signer {
 func replayBenchGateway(b *testing.B, store evidence.Store, signer *evidence.Signer, instance string, trusted []ed25519.PublicKey) (*Gateway, toolgatev1.ToolGatewayClient) {
 	b.Helper()
 	engine, red := benchDecider(b)
-	auth, _ := NewAuthenticator(nil, nil)
+	auth, _ := callerauth.New(nil, nil)
 	g, err := New(Options{
 		Decider: engine, Store: store, Signer: signer, TrustedKeys: trusted, Redactor: red, Auth: auth, Instance: instance,
 		Drivers: map[string]drivers.Driver{"noop": noopDriver{}},

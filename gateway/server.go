@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/toolgate/toolgate/gateway/servelimits"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -33,7 +34,7 @@ func (g *Gateway) NewServer(opts ...grpc.ServerOption) (*grpc.Server, *health.Se
 	own := append([]grpc.ServerOption{
 		grpc.ForceServerCodecV2(rawCodec{proto: encoding.GetCodecV2("proto")}),
 		grpc.MaxRecvMsgSize(maxRequestBytes),
-	}, serverOptions(g.limits)...)
+	}, servelimits.ServerOptions(g.limits)...)
 	// Tells the connection limiter which connections carry calls.
 	own = append(own, g.conns.ServerOptions()...)
 	if g.auth.Enabled() {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/signingkey"
 )
 
 // signEnv is a folder to build gateways in: a policy, a workspace, and a
@@ -124,8 +125,8 @@ func TestSigningKeyNoneIsUnsignedAndCreatesNothing(t *testing.T) {
 	if _, err := os.Lstat(s.key); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("signing_key: none created a key file (%v)", err)
 	}
-	if _, err := SigningPublicKey(s.cfg, os.Getenv); !errors.Is(err, ErrUnsigned) {
-		t.Errorf("SigningPublicKey = %v, want ErrUnsigned", err)
+	if _, err := signingkey.PublicKey(s.cfg, os.Getenv); !errors.Is(err, signingkey.ErrUnsigned) {
+		t.Errorf("SigningPublicKey = %v, want signingkey.ErrUnsigned", err)
 	}
 }
 
@@ -200,7 +201,7 @@ func TestOwnedSigningKeyAttacksAreRefused(t *testing.T) {
 			if after := folderState(t, s.dir); after != before {
 				t.Fatalf("the folder changed:\n%s\nwant\n%s", after, before)
 			}
-			if _, err := SigningPublicKey(s.cfg, os.Getenv); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if _, err := signingkey.PublicKey(s.cfg, os.Getenv); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("SigningPublicKey: %v, want the same refusal", err)
 			}
 		})
@@ -218,7 +219,7 @@ func TestConcurrentFirstStartsCreateOneKey(t *testing.T) {
 		for i := range starts {
 			wg.Go(func() {
 				var log bytes.Buffer
-				signer, _, err := loadSigner(s.cfg, os.Getenv, slog.New(slog.NewTextHandler(&log, nil)))
+				signer, _, err := signingkey.Load(s.cfg, os.Getenv, slog.New(slog.NewTextHandler(&log, nil)))
 				if errs[i] = err; err == nil {
 					ids[i], created[i] = signer.KeyID(), strings.Contains(log.String(), "created a new")
 				}
@@ -254,8 +255,8 @@ func TestConcurrentFirstStartsCreateOneKey(t *testing.T) {
 
 func TestSigningPublicKeyReadsButNeverCreates(t *testing.T) {
 	s := newSignEnv(t, "")
-	if _, err := SigningPublicKey(s.cfg, os.Getenv); !errors.Is(err, ErrNoSigningKeyYet) || !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("before the first start: %v, want ErrNoSigningKeyYet", err)
+	if _, err := signingkey.PublicKey(s.cfg, os.Getenv); !errors.Is(err, signingkey.ErrNoKeyYet) || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("before the first start: %v, want signingkey.ErrNoKeyYet", err)
 	}
 	if _, err := os.Lstat(s.key); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("SigningPublicKey created the key (%v)", err)
@@ -264,13 +265,13 @@ func TestSigningPublicKeyReadsButNeverCreates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := SigningPublicKey(s.cfg, os.Getenv)
+	pub, err := signingkey.PublicKey(s.cfg, os.Getenv)
 	if err != nil || !pub.Equal(g.Signer().PublicKey()) {
 		t.Fatalf("after the first start: %v, want the gateway's key", err)
 	}
 
 	configured := newSignEnv(t, ", signing_key: {file: elsewhere.pem}")
-	if _, err := SigningPublicKey(configured.cfg, os.Getenv); !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrNoSigningKeyYet) {
+	if _, err := signingkey.PublicKey(configured.cfg, os.Getenv); !errors.Is(err, fs.ErrNotExist) || errors.Is(err, signingkey.ErrNoKeyYet) {
 		t.Fatalf("a configured key that is missing: %v, want a plain not-found error", err)
 	}
 	if _, _, err := configured.build(t); err == nil || !strings.Contains(err.Error(), "evidence.signing_key") {

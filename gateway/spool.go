@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/evidence"
+	inst "github.com/toolgate/toolgate/gateway/instance"
 )
 
 // kickFlusher asks the spool flusher to run soon. It never blocks: one
@@ -25,7 +26,7 @@ func (g *Gateway) FlushSpool(ctx context.Context) (int, error) {
 	}
 	var dst evidence.Store = g.store
 	if g.telemetry != nil {
-		dst = retriedStore{Store: g.store, t: g.telemetry}
+		dst = inst.Retried(g.store, g.telemetry)
 	}
 	return g.spool.Flush(ctx, dst)
 }

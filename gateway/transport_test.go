@@ -25,6 +25,7 @@ import (
 	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
 
@@ -422,7 +423,7 @@ func TestLimitsConfigIsValidated(t *testing.T) {
 // runs, for scale.
 func BenchmarkKeylessRequest(b *testing.B) {
 	engine, red := benchDecider(b)
-	auth, err := NewAuthenticator([]config.KeyConfig{{Caller: "alice", SHA256: sha256Hex(testKey)}}, nil)
+	auth, err := callerauth.New([]config.KeyConfig{{Caller: "alice", SHA256: sha256Hex(testKey)}}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

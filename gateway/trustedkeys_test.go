@@ -13,6 +13,8 @@ import (
 
 	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/evidence"
+	"github.com/toolgate/toolgate/gateway/configsecrets"
+	"github.com/toolgate/toolgate/gateway/signingkey"
 )
 
 // TestTrustedKeysConfig: evidence.trusted_keys takes a replica's public
@@ -96,7 +98,7 @@ func TestTrustedKeysConfig(t *testing.T) {
 				at = "read"
 				keys, err = cfg.TrustedPublicKeys(getenv)
 				if err == nil {
-					err = CheckSecrets(cfg, getenv)
+					err = configsecrets.Check(cfg, getenv)
 				}
 			}
 			if tc.wantErr == "" {
@@ -125,7 +127,7 @@ func TestTrustedKeysConfig(t *testing.T) {
 func TestSharedMACKeyIsRedacted(t *testing.T) {
 	t.Parallel()
 	mac := []byte(strings.Repeat("s", 32))
-	secrets := configuredSecrets(config.Config{}, func(string) string { return "" }, nil, signingKeyText{}, nil, nil, mac)
+	secrets := configuredSecrets(config.Config{}, func(string) string { return "" }, nil, signingkey.Text{}, nil, nil, mac)
 	if len(secrets) != 1 || secrets[0] != string(mac) {
 		t.Fatalf("configuredSecrets = %q, want the shared MAC key", secrets)
 	}

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/wire"
 	"github.com/toolgate/toolgate/internal/termsafe"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -79,7 +79,7 @@ func callCmd(ctx context.Context, args []string, std stdio) int {
 		}
 		return exitError
 	}
-	out, err := gateway.MarshalResponse(resp)
+	out, err := wire.MarshalResponse(resp)
 	if err != nil {
 		return fail("%v", err)
 	}

@@ -14,9 +14,10 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/toolgate/toolgate/config"
-	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/configsecrets"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console"
+	"github.com/toolgate/toolgate/gateway/signingkey"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/internal/regularfile"
 	"github.com/toolgate/toolgate/policy"
@@ -165,7 +166,7 @@ func checkConfig(path string, getenv func(string) string) checkReport {
 	}
 	if err := secretFilesReadable(cfg); err != nil {
 		add(err)
-	} else if err := gateway.CheckSecrets(cfg, getenv); err != nil {
+	} else if err := configsecrets.Check(cfg, getenv); err != nil {
 		add(err)
 	}
 	if err := checkRedaction(cfg.Redact); err != nil {
@@ -246,11 +247,11 @@ func checkSigningKey(cfg config.Config, getenv func(string) string) (string, err
 			return "", err
 		}
 	}
-	_, err := gateway.SigningPublicKey(cfg, getenv)
+	_, err := signingkey.PublicKey(cfg, getenv)
 	switch {
-	case errors.Is(err, gateway.ErrUnsigned):
+	case errors.Is(err, signingkey.ErrUnsigned):
 		return "manifests unsigned (evidence.signing_key: none)", nil
-	case errors.Is(err, gateway.ErrNoSigningKeyYet):
+	case errors.Is(err, signingkey.ErrNoKeyYet):
 		dir := filepath.Dir(src.File)
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 			return "", fmt.Errorf("config: evidence.signing_key.file %s: folder %s does not exist, so the key cannot be created there", src.File, dir)

@@ -24,7 +24,7 @@ import (
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/evidence/storeurl"
 	"github.com/toolgate/toolgate/evidence/tlog"
-	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/signingkey"
 	"github.com/toolgate/toolgate/internal/termsafe"
 	"github.com/toolgate/toolgate/policy/history"
 )
@@ -1239,7 +1239,7 @@ func configuredPublicKey(path string, getenv func(string) string) (ed25519.Publi
 	if err != nil {
 		return nil, err
 	}
-	return gateway.SigningPublicKey(cfg, getenv)
+	return signingkey.PublicKey(cfg, getenv)
 }
 
 // evidenceKeygen writes a new signing key and prints its public key.
@@ -1274,7 +1274,7 @@ func evidenceKeygen(_ context.Context, args []string, std stdio) int {
 // writeNewFile writes a key to a file that must not exist yet, readable
 // by its owner only.
 func writeNewFile(name string, data []byte) error {
-	err := gateway.CreatePrivateFile(name, data)
+	err := signingkey.CreatePrivateFile(name, data)
 	if errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("%s already exists; refusing to overwrite a key", name)
 	}

@@ -59,7 +59,7 @@ func (r Records) Load(ctx context.Context, id string) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	if v.Call, err = parseRequestRecord(raw); err != nil {
+	if v.Call, err = evidence.ParseRequestRecord(raw); err != nil {
 		return nil, fmt.Errorf("request.json of %s is unreadable: %w", id, err)
 	}
 	attempts, err := evidence.ReadAttempts(ctx, r.Store, id, keys)
@@ -70,18 +70,6 @@ func (r Records) Load(ctx context.Context, id string) (*View, error) {
 		v.Consumed = v.Consumed || (at.Number > v.Held.Request.Attempt && at.State == evidence.Dispatched)
 	}
 	return v, nil
-}
-
-// parseRequestRecord decodes request.json, which must bind its call.
-func parseRequestRecord(data []byte) (evidence.RequestRecord, error) {
-	var r evidence.RequestRecord
-	if err := json.Unmarshal(data, &r); err != nil {
-		return evidence.RequestRecord{}, err
-	}
-	if r.CanonicalRequestHash == "" {
-		return evidence.RequestRecord{}, errors.New("canonical_request_hash is missing")
-	}
-	return r, nil
 }
 
 // ByID finds approval id through the index and checks it against the

@@ -24,6 +24,7 @@ import (
 
 	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/internal/argsize"
 )
@@ -117,7 +118,7 @@ type HTTPSettings interface {
 }
 
 // KeyChecker maps an API key onto a caller the way the gRPC listener does.
-// *gateway.Authenticator implements it.
+// *callerauth.Authenticator implements it.
 type KeyChecker interface {
 	// Enabled reports whether callers must present a key.
 	Enabled() bool
@@ -128,7 +129,7 @@ type KeyChecker interface {
 // Keys returns the gateway's Authenticator as the plumbing's KeyChecker:
 // a path or bearer key is checked by the very code that checks a gRPC
 // call's bearer key (SHA-256, constant time).
-func Keys(a *gateway.Authenticator) KeyChecker { return a }
+func Keys(a *callerauth.Authenticator) KeyChecker { return a }
 
 // Plumbing is what every door request passes through before it is routed.
 type Plumbing struct {

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/config"
-	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 	"github.com/toolgate/toolgate/gateway/telemetry/telemetrytest"
@@ -21,7 +21,7 @@ import (
 // a key whose body is never read, count none. Every request's
 // authentication is one auth stage observation.
 func TestPlumbingCountsOversizedBodiesAndTimesAuth(t *testing.T) {
-	auth, err := gateway.NewAuthenticator([]config.KeyConfig{{Caller: "alice", Env: "ALICE_KEY"}},
+	auth, err := callerauth.New([]config.KeyConfig{{Caller: "alice", Env: "ALICE_KEY"}},
 		func(name string) string { return map[string]string{"ALICE_KEY": "k-alice"}[name] })
 	if err != nil {
 		t.Fatal(err)

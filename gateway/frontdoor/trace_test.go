@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/telemetry"
 )
@@ -15,7 +15,7 @@ import (
 // holds the W3C trace context of its headers, the parent of the call's
 // span; one a caller got wrong is ignored and the request served.
 func TestPlumbingCarriesTheCallersTraceContext(t *testing.T) {
-	auth, err := gateway.NewAuthenticator(nil, func(string) string { return "" })
+	auth, err := callerauth.New(nil, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}

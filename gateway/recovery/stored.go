@@ -3,7 +3,6 @@ package recovery
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -90,7 +89,7 @@ func (r Reader) Read(ctx context.Context, id string, keys []string) (*Stored, er
 	if err != nil {
 		return nil, err
 	}
-	if s.Request, err = parseRequestRecord(raw); err != nil {
+	if s.Request, err = evidence.ParseRequestRecord(raw); err != nil {
 		return nil, fmt.Errorf("request.json is unreadable: %w", err)
 	}
 	if s.Attempts, err = r.Attempts(ctx, id, keys); err != nil {
@@ -160,18 +159,6 @@ func (r Reader) readJSON(ctx context.Context, key string, v any) error {
 		return fmt.Errorf("%s is unreadable: %w", key, err)
 	}
 	return nil
-}
-
-// parseRequestRecord decodes request.json, which must bind its call.
-func parseRequestRecord(data []byte) (evidence.RequestRecord, error) {
-	var r evidence.RequestRecord
-	if err := json.Unmarshal(data, &r); err != nil {
-		return evidence.RequestRecord{}, err
-	}
-	if r.CanonicalRequestHash == "" {
-		return evidence.RequestRecord{}, errors.New("canonical_request_hash is missing")
-	}
-	return r, nil
 }
 
 func latest(a, b time.Time) time.Time {

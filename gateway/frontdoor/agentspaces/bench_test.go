@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/frontdoor/doortest"
 	"github.com/toolgate/toolgate/internal/argsize"
@@ -22,7 +23,7 @@ import (
 // benchGateway is a gateway with one allow rule, a memory store and a
 // workspace.readFile that answers at once with the data a readFile has,
 // with authentication off.
-func benchGateway(b *testing.B) (*gateway.Gateway, *gateway.Authenticator) {
+func benchGateway(b *testing.B) (*gateway.Gateway, *callerauth.Authenticator) {
 	return doortest.Gateway(b,
 		`@id("allow_read") @reason("benchmark") permit (principal, action == Action::"RunTool", resource == Tool::"workspace.readFile");`,
 		map[string]drivers.Driver{"workspace": doortest.InstantDriver{Name: "bench", Result: drivers.Result{

@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/drivers/workspace"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/redact"
@@ -105,7 +106,7 @@ func newTestEnv(t *testing.T, o envOptions) *testEnv {
 		e.drv.calls[op] = &atomic.Int64{}
 	}
 	keys := map[string]string{"AGENT_KEY": agentKey, "ALICE_KEY": aliceKey, "BOB_KEY": bobKey}
-	auth, err := gateway.NewAuthenticator([]config.KeyConfig{
+	auth, err := callerauth.New([]config.KeyConfig{
 		{Caller: "agent", Env: "AGENT_KEY"},
 		{Caller: "alice", Env: "ALICE_KEY", Groups: []string{"ops"}},
 		{Caller: "bob", Env: "BOB_KEY"},

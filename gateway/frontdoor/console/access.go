@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console/browse"
 	"github.com/toolgate/toolgate/policy"
 )
@@ -15,7 +16,7 @@ import (
 // keyChecker is what sign-in needs of the gateway.
 type keyChecker interface {
 	CallerForKey(key string) (string, bool)
-	Authenticator() *gateway.Authenticator
+	Authenticator() *callerauth.Authenticator
 }
 
 // readDecider is what deciding reads needs of the policy sets.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console/browse"
 	"github.com/toolgate/toolgate/policy"
@@ -38,7 +39,7 @@ func jwtWithExp(exp int64) string {
 
 func TestSignInByKeyOrToken(t *testing.T) {
 	t.Parallel()
-	auth, err := gateway.NewAuthenticator([]config.KeyConfig{{Caller: "bob", Env: "K", Groups: []string{"ops"}}},
+	auth, err := callerauth.New([]config.KeyConfig{{Caller: "bob", Env: "K", Groups: []string{"ops"}}},
 		func(string) string { return "k-bob-0123456789" })
 	if err != nil {
 		t.Fatal(err)

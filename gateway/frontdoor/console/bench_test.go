@@ -9,7 +9,7 @@ import (
 
 	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/evidence"
-	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console/browse"
 	"github.com/toolgate/toolgate/policy"
 )
@@ -20,10 +20,10 @@ type fixedPolicies struct{ e *policy.Engine }
 func (f fixedPolicies) Engine() *policy.Engine { return f.e }
 
 // fakeKeys is a keyChecker with callers and their groups.
-type fakeKeys struct{ auth *gateway.Authenticator }
+type fakeKeys struct{ auth *callerauth.Authenticator }
 
-func (k fakeKeys) CallerForKey(key string) (string, bool) { return k.auth.CallerForKey(key) }
-func (k fakeKeys) Authenticator() *gateway.Authenticator  { return k.auth }
+func (k fakeKeys) CallerForKey(key string) (string, bool)   { return k.auth.CallerForKey(key) }
+func (k fakeKeys) Authenticator() *callerauth.Authenticator { return k.auth }
 
 // benchIndex is an index of 100,000 requests by ten callers.
 var benchIndex = sync.OnceValues(func() (*browse.Index, error) {
@@ -55,7 +55,7 @@ func BenchmarkListingWithCedar(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	auth, err := gateway.NewAuthenticator([]config.KeyConfig{{Caller: "caller-3", Env: "K"}}, func(string) string { return "k-0123456789abcdef" })
+	auth, err := callerauth.New([]config.KeyConfig{{Caller: "caller-3", Env: "K"}}, func(string) string { return "k-0123456789abcdef" })
 	if err != nil {
 		b.Fatal(err)
 	}

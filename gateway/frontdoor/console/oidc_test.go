@@ -17,7 +17,7 @@ import (
 
 	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/evidence/storeurl"
-	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console/browse"
 	"github.com/toolgate/toolgate/gateway/frontdoor/console/oidc"
 	"github.com/toolgate/toolgate/gateway/frontdoor/oauth/oauthtest"
@@ -49,7 +49,7 @@ func startOIDCConsole(t *testing.T) *oidcConsole {
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth, err := gateway.NewAuthenticator([]config.KeyConfig{{Caller: "bob", Env: "K", Groups: []string{"ops"}}},
+	auth, err := callerauth.New([]config.KeyConfig{{Caller: "bob", Env: "K", Groups: []string{"ops"}}},
 		func(string) string { return "k-bob-0123456789" })
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/drivers"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/policy"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
@@ -57,7 +58,7 @@ func (d InstantDriver) Run(context.Context, drivers.Call) (drivers.Result, error
 // Gateway returns a gateway with authentication off, a memory store,
 // policyText as its default policy set, and the drivers and tools given.
 // It fails tb on any error.
-func Gateway(tb testing.TB, policyText string, drvs map[string]drivers.Driver, tools map[string]gateway.Tool) (*gateway.Gateway, *gateway.Authenticator) {
+func Gateway(tb testing.TB, policyText string, drvs map[string]drivers.Driver, tools map[string]gateway.Tool) (*gateway.Gateway, *callerauth.Authenticator) {
 	tb.Helper()
 	dir := tb.TempDir()
 	must(tb, os.WriteFile(filepath.Join(dir, "policy.default.cedar"), []byte(policyText), 0o600))
@@ -65,7 +66,7 @@ func Gateway(tb testing.TB, policyText string, drvs map[string]drivers.Driver, t
 	must(tb, err)
 	red, err := redact.New(redact.Config{})
 	must(tb, err)
-	auth, err := gateway.NewAuthenticator(nil, nil)
+	auth, err := callerauth.New(nil, nil)
 	must(tb, err)
 	g, err := gateway.New(gateway.Options{
 		Decider: engine, Store: evidence.NewMemoryStore(), Redactor: red, Auth: auth, Instance: "bench",

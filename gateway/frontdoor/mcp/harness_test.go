@@ -23,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/drivers/workspace"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/frontdoor/doortest"
 	"github.com/toolgate/toolgate/policy"
@@ -135,7 +136,7 @@ type testEnv struct {
 // keys of agent and alice (group ops), and the given drivers and tools.
 type liveGateway struct {
 	gw          *gateway.Gateway
-	auth        *gateway.Authenticator
+	auth        *callerauth.Authenticator
 	policyDir   string
 	evidenceDir string
 }
@@ -151,7 +152,7 @@ func newLiveGateway(t *testing.T, policyText string, drvs map[string]drivers.Dri
 	store, err := evidence.NewFileStore(lg.evidenceDir)
 	must(t, err)
 	t.Cleanup(func() { store.Close() })
-	lg.auth, err = gateway.NewAuthenticator([]config.KeyConfig{
+	lg.auth, err = callerauth.New([]config.KeyConfig{
 		{Caller: "agent", SHA256: doortest.KeyDigest(agentKey)},
 		{Caller: "alice", SHA256: doortest.KeyDigest(aliceKey), Groups: []string{"ops"}},
 	}, func(string) string { return "" })

@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/drivers/workspace"
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/gateway/callerauth"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
 	"github.com/toolgate/toolgate/gateway/frontdoor/doortest"
 	"github.com/toolgate/toolgate/policy"
@@ -80,7 +81,7 @@ type testEnv struct {
 	t           *testing.T
 	exec        *tpmjstest.Executor
 	gw          *gateway.Gateway
-	auth        *gateway.Authenticator
+	auth        *callerauth.Authenticator
 	evidenceDir string
 }
 
@@ -109,7 +110,7 @@ func newTestEnv(t *testing.T, o envOptions) *testEnv {
 	ws, err := workspace.New(workspace.Config{Root: filepath.Join(dir, "workspace")})
 	must(t, err)
 	t.Cleanup(func() { ws.Close() })
-	e.auth, err = gateway.NewAuthenticator([]config.KeyConfig{
+	e.auth, err = callerauth.New([]config.KeyConfig{
 		{Caller: "agent", SHA256: doortest.KeyDigest(testKey)},
 		{Caller: "alice", SHA256: doortest.KeyDigest(otherKey), Groups: []string{"ops"}},
 	}, func(string) string { return "" })

@@ -1,4 +1,6 @@
-package gateway
+// Package callerauth maps the bearer API key of a call onto a caller name
+// and the attributes auth.keys gives it. It never imports gateway.
+package callerauth
 
 import (
 	"context"
@@ -17,10 +19,6 @@ import (
 	"github.com/toolgate/toolgate/policy"
 )
 
-// AnonymousCaller is the caller name used when authentication is off, which
-// the gateway allows only on a loopback listener.
-const AnonymousCaller = config.AnonymousCaller
-
 // Authenticator maps the bearer API key of a call onto a caller name.
 type Authenticator struct {
 	keys  []apiKey // empty: authentication is off
@@ -32,10 +30,10 @@ type apiKey struct {
 	digest [sha256.Size]byte
 }
 
-// NewAuthenticator builds an Authenticator from the configured keys, reading
+// New builds an Authenticator from the configured keys, reading
 // environment-held keys through getenv. With no keys, every call is made by
-// AnonymousCaller; config.Config.Validate makes sure that only happens on loopback.
-func NewAuthenticator(keys []config.KeyConfig, getenv func(string) string) (*Authenticator, error) {
+// config.AnonymousCaller; config.Config.Validate makes sure that only happens on loopback.
+func New(keys []config.KeyConfig, getenv func(string) string) (*Authenticator, error) {
 	a := &Authenticator{attrs: map[string]policy.CallerAttributes{}}
 	for i, k := range keys {
 		attrs := a.attrs[k.Caller]
@@ -71,7 +69,7 @@ func (a *Authenticator) Enabled() bool { return len(a.keys) > 0 }
 // UNAUTHENTICATED status.
 func (a *Authenticator) Authenticate(ctx context.Context) (string, error) {
 	if !a.Enabled() {
-		return AnonymousCaller, nil
+		return config.AnonymousCaller, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	values := md.Get("authorization")
@@ -94,10 +92,10 @@ func (a *Authenticator) Authenticate(ctx context.Context) (string, error) {
 // then the SHA-256 of the key against every configured digest in constant
 // time. It is for front doors, whose protocols carry the key elsewhere (a
 // path prefix). With authentication off every key, or none, is
-// AnonymousCaller. The key is neither logged nor kept.
+// config.AnonymousCaller. The key is neither logged nor kept.
 func (a *Authenticator) CallerForKey(key string) (string, bool) {
 	if !a.Enabled() {
-		return AnonymousCaller, true
+		return config.AnonymousCaller, true
 	}
 	key = strings.TrimSpace(key)
 	if key == "" {

@@ -1,4 +1,4 @@
-package gateway
+package wire
 
 import (
 	"encoding/json"
@@ -56,7 +56,7 @@ func TestToValueConvertsPlainJSONDirectly(t *testing.T) {
 			if got := checkDirectValue(t, tc.v); got != tc.direct {
 				t.Fatalf("converted directly: %v, want %v", got, tc.direct)
 			}
-			got, gotErr := toValue(tc.v)
+			got, gotErr := ToValue(tc.v)
 			want, wantErr := toValueByJSON(tc.v)
 			if (gotErr != nil) != (wantErr != nil) || !proto.Equal(got, want) {
 				t.Fatalf("toValue = %v, %v; by JSON %v, %v", got, gotErr, want, wantErr)

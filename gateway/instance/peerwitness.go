@@ -1,4 +1,4 @@
-package gateway
+package instance
 
 import (
 	"context"
@@ -27,13 +27,13 @@ func peerWitnessStateFile(cfg config.Config, instance string) string {
 // ctx ends, and returns a channel closed once it has stopped. It returns
 // nil when peer witnessing is off.
 func startPeerWitness(ctx context.Context, cfg config.Config, store evidence.Store, signer *evidence.Signer, l *evidence.LogWriter,
-	instance string, trusted []ed25519.PublicKey, tel *telemetry.Telemetry, log *slog.Logger) (<-chan struct{}, error) {
+	instance, gatewayName string, trusted []ed25519.PublicKey, tel *telemetry.Telemetry, log *slog.Logger) (<-chan struct{}, error) {
 	interval, err := cfg.Evidence.EffectivePeerWitnessInterval()
 	if err != nil || interval == 0 {
 		return nil, err
 	}
 	w, err := evidence.NewPeerWitness(evidence.PeerWitnessConfig{
-		Store: store, Instance: instance, Origin: l.Origin(), Signer: signer, Log: l, Gateway: gatewayName(instance),
+		Store: store, Instance: instance, Origin: l.Origin(), Signer: signer, Log: l, Gateway: gatewayName,
 		TrustedKeys: append([]ed25519.PublicKey{signer.PublicKey()}, trusted...),
 		StateFile:   peerWitnessStateFile(cfg, instance), Interval: interval, Logger: log,
 		OnRefused: func(string, error) { tel.Tampering(telemetry.RecordLog) },

@@ -1,4 +1,6 @@
-package gateway
+// Package logredact passes a gateway's log records through its redactor.
+// It never imports gateway.
+package logredact
 
 import (
 	"context"
@@ -8,40 +10,40 @@ import (
 	"github.com/toolgate/toolgate/redact"
 )
 
-// redactingHandler passes every text a log record carries through the
+// handler passes every text a log record carries through the
 // gateway's redactor before the wrapped handler formats it: the message,
 // string attributes, errors and other values that print as text, inside
 // groups too. Callers control much of what the gateway logs (tool ids,
 // request ids, the errors their arguments cause), so a log line is
 // evidence-grade output and gets the same treatment.
-type redactingHandler struct {
+type handler struct {
 	next slog.Handler
 	r    *redact.Redactor
 }
 
-// NewRedactingHandler returns a slog.Handler that redacts every record with
+// NewHandler returns a slog.Handler that redacts every record with
 // r before next handles it.
-func NewRedactingHandler(next slog.Handler, r *redact.Redactor) slog.Handler {
-	if h, ok := next.(*redactingHandler); ok && h.r == r {
+func NewHandler(next slog.Handler, r *redact.Redactor) slog.Handler {
+	if h, ok := next.(*handler); ok && h.r == r {
 		return h
 	}
-	return &redactingHandler{next: next, r: r}
+	return &handler{next: next, r: r}
 }
 
-// redactingLogger returns log with its records redacted by r; a nil log
+// Logger returns log with its records redacted by r; a nil log
 // discards.
-func redactingLogger(log *slog.Logger, r *redact.Redactor) *slog.Logger {
+func Logger(log *slog.Logger, r *redact.Redactor) *slog.Logger {
 	if log == nil {
 		return slog.New(slog.DiscardHandler)
 	}
-	return slog.New(NewRedactingHandler(log.Handler(), r))
+	return slog.New(NewHandler(log.Handler(), r))
 }
 
-func (h *redactingHandler) Enabled(ctx context.Context, level slog.Level) bool {
+func (h *handler) Enabled(ctx context.Context, level slog.Level) bool {
 	return h.next.Enabled(ctx, level)
 }
 
-func (h *redactingHandler) Handle(ctx context.Context, rec slog.Record) error {
+func (h *handler) Handle(ctx context.Context, rec slog.Record) error {
 	msg, _ := h.r.String(rec.Message)
 	out := slog.NewRecord(rec.Time, rec.Level, msg, rec.PC)
 	rec.Attrs(func(a slog.Attr) bool {
@@ -51,22 +53,22 @@ func (h *redactingHandler) Handle(ctx context.Context, rec slog.Record) error {
 	return h.next.Handle(ctx, out)
 }
 
-func (h *redactingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+func (h *handler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	redacted := make([]slog.Attr, len(attrs))
 	for i, a := range attrs {
 		redacted[i] = h.attr(a)
 	}
-	return &redactingHandler{next: h.next.WithAttrs(redacted), r: h.r}
+	return &handler{next: h.next.WithAttrs(redacted), r: h.r}
 }
 
-func (h *redactingHandler) WithGroup(name string) slog.Handler {
-	return &redactingHandler{next: h.next.WithGroup(name), r: h.r}
+func (h *handler) WithGroup(name string) slog.Handler {
+	return &handler{next: h.next.WithGroup(name), r: h.r}
 }
 
 // attr returns a with its value redacted. Numbers, booleans, times and
 // durations cannot hold a secret worth the name and stay as they are;
 // anything else is logged as the redacted text it prints as.
-func (h *redactingHandler) attr(a slog.Attr) slog.Attr {
+func (h *handler) attr(a slog.Attr) slog.Attr {
 	v := a.Value.Resolve()
 	switch v.Kind() {
 	case slog.KindString:

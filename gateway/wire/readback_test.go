@@ -1,4 +1,4 @@
-package gateway
+package wire
 
 import (
 	"math"
@@ -17,7 +17,7 @@ import (
 // readBack answered.
 func checkReadBack(t *testing.T, resp *toolgatev1.RunToolResponse) bool {
 	t.Helper()
-	reply, ok := readBack(resp)
+	reply, ok := ReadBack(resp)
 	body, err := MarshalResponse(resp)
 	if err != nil {
 		if ok {
@@ -25,7 +25,7 @@ func checkReadBack(t *testing.T, resp *toolgatev1.RunToolResponse) bool {
 		}
 		return false
 	}
-	want, err := decodeResponse(body)
+	want, err := DecodeResponse(body)
 	if !ok {
 		return false
 	}

@@ -1,4 +1,4 @@
-package gateway
+package logredact
 
 import (
 	"bytes"
@@ -31,7 +31,7 @@ func TestLogsGoThroughTheRedactor(t *testing.T) {
 			if format == "json" {
 				next = slog.NewJSONHandler(&buf, nil)
 			}
-			log := redactingLogger(slog.New(next), r).With("tool_id", "tool-"+configured, "caller", "ci")
+			log := Logger(slog.New(next), r).With("tool_id", "tool-"+configured, "caller", "ci")
 			log.WithGroup("call").Info("denied "+token, "rule_id", "default_deny",
 				"err", errors.New("driver failed: token "+token),
 				"args", []string{"--key", configured},

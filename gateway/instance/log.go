@@ -1,4 +1,8 @@
-package gateway
+// Package instance runs what one gateway instance keeps beside its
+// evidence store for as long as it serves: the lease on its instance name,
+// its transparency log with the peer witness of its replicas' logs, and
+// the store as telemetry counts it. It never imports gateway.
+package instance
 
 import (
 	"context"
@@ -13,14 +17,14 @@ import (
 	"github.com/toolgate/toolgate/gateway/telemetry"
 )
 
-// openTransparencyLog opens this instance's log in the store and returns
+// OpenLog opens this instance's log in the store and returns
 // the store wrapped so that every claim and manifest stored through it is
 // logged, and the closer that sequences what is left at shutdown.
 //
 // Beside it runs the peer witness (startPeerWitness), which witnesses the
 // logs of the replicas whose keys are trusted.
-func openTransparencyLog(ctx context.Context, cfg config.Config, store evidence.StoreCloser, signer *evidence.Signer,
-	instance string, trusted []ed25519.PublicKey, sharedMAC []byte, tel *telemetry.Telemetry, log *slog.Logger) (evidence.StoreCloser, io.Closer, error) {
+func OpenLog(ctx context.Context, cfg config.Config, store evidence.StoreCloser, signer *evidence.Signer,
+	instance, gatewayName string, trusted []ed25519.PublicKey, sharedMAC []byte, tel *telemetry.Telemetry, log *slog.Logger) (evidence.StoreCloser, io.Closer, error) {
 	origin, err := evidence.LogOrigin(ctx, store, instance)
 	if err != nil {
 		return nil, nil, fmt.Errorf("log: opening the transparency log needs the evidence store at start: %w", err)
@@ -40,7 +44,7 @@ func openTransparencyLog(ctx context.Context, cfg config.Config, store evidence.
 	lc := evidence.LogConfig{
 		Instance: instance,
 		Origin:   origin,
-		Gateway:  gatewayName(instance),
+		Gateway:  gatewayName,
 		SignCheckpoint: func(size uint64, root tlog.Hash) ([]byte, error) {
 			return tlog.SignCheckpoint(noteSigner, size, root)
 		},
@@ -65,7 +69,7 @@ func openTransparencyLog(ctx context.Context, cfg config.Config, store evidence.
 		defer close(done)
 		l.Run(runCtx)
 	}()
-	witnessed, err := startPeerWitness(runCtx, cfg, store, signer, l, instance, trusted, tel, log)
+	witnessed, err := startPeerWitness(runCtx, cfg, store, signer, l, instance, gatewayName, trusted, tel, log)
 	if err != nil {
 		stop()
 		<-done
@@ -87,10 +91,6 @@ func openTransparencyLog(ctx context.Context, cfg config.Config, store evidence.
 	return evidence.WithLog(store, l), closer, nil
 }
 
-// gatewayName is how a gateway names itself in evidence:
-// "toolgate/<version>@<instance>".
-func gatewayName(instance string) string { return fmt.Sprintf("toolgate/%s@%s", Version, instance) }
-
 func orDefault[T comparable](v, def T) T {
 	var zero T
 	if v == zero {
@@ -98,3 +98,8 @@ func orDefault[T comparable](v, def T) T {
 	}
 	return v
 }
+
+// closerFunc adapts a function to io.Closer.
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }

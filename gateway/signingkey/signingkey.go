@@ -1,4 +1,6 @@
-package gateway
+// Package signingkey reads, and on a first start creates, the Ed25519 key
+// a gateway signs its manifests with. It never imports gateway.
+package signingkey
 
 import (
 	"crypto/ed25519"
@@ -19,21 +21,28 @@ import (
 	"github.com/toolgate/toolgate/internal/regularfile"
 )
 
-// ErrUnsigned is returned (wrapped) by SigningPublicKey when the
+// Text is the manifest signing key as read from its source, and parsed:
+// the gateway redacts both from everything it records.
+type Text struct {
+	File []byte
+	Key  ed25519.PrivateKey
+}
+
+// ErrUnsigned is returned (wrapped) by PublicKey when the
 // configuration says evidence.signing_key: none.
 var ErrUnsigned = errors.New("gateway: evidence.signing_key: none: manifests are not signed")
 
-// ErrNoSigningKeyYet is returned (wrapped, beside fs.ErrNotExist) by
-// SigningPublicKey when the key file the gateway creates on its
+// ErrNoKeyYet is returned (wrapped, beside fs.ErrNotExist) by
+// PublicKey when the key file the gateway creates on its
 // first start does not exist yet.
-var ErrNoSigningKeyYet = errors.New("gateway: no signing key yet: `toolgate serve` creates it on its first start")
+var ErrNoKeyYet = errors.New("gateway: no signing key yet: `toolgate serve` creates it on its first start")
 
-// SigningPublicKey returns the public key of the key the configuration
+// PublicKey returns the public key of the key the configuration
 // signs manifests with, read as `toolgate serve` reads it but never
-// created: ErrUnsigned for signing_key: none, ErrNoSigningKeyYet when the
+// created: ErrUnsigned for signing_key: none, ErrNoKeyYet when the
 // file create: true names does not exist yet. Relative paths are taken from
 // the current folder, as the gateway takes them.
-func SigningPublicKey(c config.Config, getenv func(string) string) (ed25519.PublicKey, error) {
+func PublicKey(c config.Config, getenv func(string) string) (ed25519.PublicKey, error) {
 	src := c.Evidence.SigningKey
 	if src == nil || src.None {
 		return nil, ErrUnsigned
@@ -45,35 +54,35 @@ func SigningPublicKey(c config.Config, getenv func(string) string) (ed25519.Publ
 	if err != nil {
 		return nil, err
 	}
-	return key.key.Public().(ed25519.PublicKey), nil
+	return key.Key.Public().(ed25519.PublicKey), nil
 }
 
-// loadSigner reads the configured signing key, creating the file first when
+// Load reads the configured signing key, creating the file first when
 // create: true names one that does not exist, and logs which key signs. A
 // nil source (a Config built in code without a key) and signing_key: none
 // give a nil signer: unsigned manifests.
-func loadSigner(cfg config.Config, getenv func(string) string, log *slog.Logger) (*evidence.Signer, signingKeyText, error) {
+func Load(cfg config.Config, getenv func(string) string, log *slog.Logger) (*evidence.Signer, Text, error) {
 	src := cfg.Evidence.SigningKey
 	if src == nil || src.None {
 		if src != nil {
 			log.Warn("evidence.signing_key: none: manifests are unsigned, so nothing shows who wrote the evidence")
 		}
-		return nil, signingKeyText{}, nil
+		return nil, Text{}, nil
 	}
 	created := false
 	if src.Create {
 		var err error
 		if created, err = createKeyFile(src.File); err != nil {
-			return nil, signingKeyText{}, fmt.Errorf("config: evidence.signing_key.file %s: %w", src.File, err)
+			return nil, Text{}, fmt.Errorf("config: evidence.signing_key.file %s: %w", src.File, err)
 		}
 	}
 	key, err := readSigningKey(src, getenv)
 	if err != nil {
-		return nil, signingKeyText{}, err
+		return nil, Text{}, err
 	}
-	signer, err := evidence.NewSigner(key.key)
+	signer, err := evidence.NewSigner(key.Key)
 	if err != nil {
-		return nil, signingKeyText{}, fmt.Errorf("config: evidence.signing_key: %w", err)
+		return nil, Text{}, fmt.Errorf("config: evidence.signing_key: %w", err)
 	}
 	where := []any{"key_file", src.File}
 	if src.Env != "" {
@@ -91,19 +100,19 @@ func loadSigner(cfg config.Config, getenv func(string) string, log *slog.Logger)
 
 // readSigningKey reads and parses the key src names. A key the gateway owns
 // (create: true) is read through readOwnedKeyFile.
-func readSigningKey(src *config.SigningKeySource, getenv func(string) string) (signingKeyText, error) {
-	var text signingKeyText
+func readSigningKey(src *config.SigningKeySource, getenv func(string) string) (Text, error) {
+	var text Text
 	var err error
 	if src.Create {
-		text.file, err = readOwnedKeyFile(src.File)
+		text.File, err = readOwnedKeyFile(src.File)
 	} else {
-		text.file, err = src.Read(getenv)
+		text.File, err = src.Read(getenv)
 	}
 	if err != nil {
-		return signingKeyText{}, fmt.Errorf("config: evidence.signing_key: %w", err)
+		return Text{}, fmt.Errorf("config: evidence.signing_key: %w", err)
 	}
-	if text.key, err = evidence.ParsePrivateKey(text.file); err != nil {
-		return signingKeyText{}, fmt.Errorf("config: evidence.signing_key: %s: %w", src.Name(), err)
+	if text.Key, err = evidence.ParsePrivateKey(text.File); err != nil {
+		return Text{}, fmt.Errorf("config: evidence.signing_key: %s: %w", src.Name(), err)
 	}
 	return text, nil
 }
@@ -120,7 +129,7 @@ func readOwnedKeyFile(path string) ([]byte, error) {
 		return nil, fmt.Errorf("%s is a symbolic link: the gateway never follows one to the key it owns; "+
 			"remove the link, or name the key's real path in evidence.signing_key.file", path)
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("%s: %w; %w", path, fs.ErrNotExist, ErrNoSigningKeyYet)
+		return nil, fmt.Errorf("%s: %w; %w", path, fs.ErrNotExist, ErrNoKeyYet)
 	case err != nil:
 		return nil, err
 	}

@@ -1,4 +1,6 @@
-package gateway
+// Package tracefiles keeps drivers' local traces on the gateway host, one
+// redacted JSONL file per request. It never imports gateway.
+package tracefiles
 
 import (
 	"bytes"
@@ -10,8 +12,14 @@ import (
 	"sync"
 
 	"github.com/toolgate/toolgate/drivers"
+	"github.com/toolgate/toolgate/internal/ident"
 	"github.com/toolgate/toolgate/redact"
 )
+
+// New returns the trace writer of the folder dir, redacting with redactor.
+func New(dir string, redactor *redact.Redactor) drivers.TraceWriter {
+	return &traceFiles{dir: dir, redactor: redactor}
+}
 
 // traceFiles keeps a driver's local trace: one JSONL file per request,
 // <dir>/<request_id>.jsonl, each line one redacted exchange. Traces stay on
@@ -27,7 +35,7 @@ type traceFiles struct {
 // values in the request are secrets of that call, so they are redacted
 // wherever they appear in the trace, echoed responses included.
 func (w *traceFiles) Write(t drivers.Trace) (string, error) {
-	if !requestIDPattern.MatchString(t.RequestID) {
+	if !ident.RequestID.MatchString(t.RequestID) {
 		return "", fmt.Errorf("trace: request id %q cannot name a file", t.RequestID)
 	}
 	if values := traceEnvValues(t); len(values) > 0 {
@@ -71,7 +79,7 @@ func (w *traceFiles) Write(t drivers.Trace) (string, error) {
 // replaced by a marker in place. The gateway's own values are known
 // secrets everywhere anyway; a caller's are hidden here and, where they
 // stand alone, in the exchange's response and error, never elsewhere (see
-// callerSecret).
+// the gateway's callerSecret).
 func hideTraceEnv(t drivers.Trace) drivers.Trace {
 	t.Request = maps.Clone(t.Request)
 	marker := redact.Marker(redact.RuleKnownSecret)
