@@ -15,13 +15,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/url"
 	"os"
 	"reflect"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -640,7 +640,7 @@ func (c Config) Validate() error {
 		}
 	}
 	registryDriver := ""
-	for _, name := range sortedKeys(c.Drivers) {
+	for _, name := range slices.Sorted(maps.Keys(c.Drivers)) {
 		d := c.Drivers[name]
 		if !driverNamePattern.MatchString(name) {
 			return fmt.Errorf("config: drivers.%s: name must match %s", name, driverNamePattern)
@@ -657,7 +657,7 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	for _, id := range sortedKeys(c.Tools) {
+	for _, id := range slices.Sorted(maps.Keys(c.Tools)) {
 		t := c.Tools[id]
 		if err := ident.ValidateToolID(id); err != nil {
 			return fmt.Errorf("config: tools.%s: %w", id, err)
@@ -799,7 +799,7 @@ func keyLine(n *yaml.Node, key string) int {
 // other and against the callers and groups auth.keys defines. Whether the
 // sets exist in the folder is checked when the folder is loaded.
 func (p PolicyConfig) validate(keys []KeyConfig) error {
-	for _, ref := range sortedKeys(p.Shadow) {
+	for _, ref := range slices.Sorted(maps.Keys(p.Shadow)) {
 		shadow := p.Shadow[ref]
 		switch {
 		case shadow == "" || shadow == ref:
@@ -843,7 +843,7 @@ func (p PolicyConfig) validate(keys []KeyConfig) error {
 			if ref == "" {
 				return fmt.Errorf("%s.refs: empty policy set name", where)
 			}
-			for _, enforcing := range sortedKeys(p.Shadow) {
+			for _, enforcing := range slices.Sorted(maps.Keys(p.Shadow)) {
 				if p.Shadow[enforcing] == ref {
 					return fmt.Errorf("%s.refs: %s is the shadow candidate of %s (policies.shadow) and is never enforced, so no caller may select it", where, ref, enforcing)
 				}
@@ -928,20 +928,11 @@ func isLoopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
 // CheckPolicyRefs checks that every policy set policies.shadow and
 // policies.selectable name is one of refs, the sets of the loaded policy
 // folder.
 func (c Config) CheckPolicyRefs(refs []string) error {
-	for _, ref := range sortedKeys(c.Policies.Shadow) {
+	for _, ref := range slices.Sorted(maps.Keys(c.Policies.Shadow)) {
 		for _, name := range []string{ref, c.Policies.Shadow[ref]} {
 			if !slices.Contains(refs, name) {
 				return fmt.Errorf("config: policies.shadow: no policy set %q in %s", name, c.Policies.Dir)

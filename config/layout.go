@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/toolgate/toolgate/drivers"
@@ -45,7 +47,7 @@ func (c Config) GatewayPaths() []GatewayPath {
 	}
 	add("redact.rules_file", c.Redact.RulesFile)
 	add("tls.cert_file", c.TLS.CertFile)
-	for _, name := range sortedKeys(c.Drivers) {
+	for _, name := range slices.Sorted(maps.Keys(c.Drivers)) {
 		for _, p := range Footprint(c.Drivers[name].Config, nil).OwnPaths {
 			add("drivers."+name+"."+p.Key, p.Path)
 		}
@@ -60,10 +62,10 @@ func (c Config) GatewayPaths() []GatewayPath {
 // drivers' sections and of its front doors' decoded sections (DoorSettings).
 func (c Config) secretFiles() []secretfile.Path {
 	out := secretfile.Find("", c)
-	for _, name := range sortedKeys(c.DoorSettings) {
+	for _, name := range slices.Sorted(maps.Keys(c.DoorSettings)) {
 		out = append(out, secretfile.Find("front_doors."+name, c.DoorSettings[name])...)
 	}
-	for _, name := range sortedKeys(c.SectionSettings) {
+	for _, name := range slices.Sorted(maps.Keys(c.SectionSettings)) {
 		out = append(out, secretfile.Find(name, c.SectionSettings[name])...)
 	}
 	return out
@@ -87,7 +89,7 @@ func Footprint(dc drivers.Config, getenv func(string) string) drivers.Footprint 
 // their keys.
 func (c Config) workspaces() []GatewayPath {
 	var out []GatewayPath
-	for _, name := range sortedKeys(c.Drivers) {
+	for _, name := range slices.Sorted(maps.Keys(c.Drivers)) {
 		for _, w := range Footprint(c.Drivers[name].Config, nil).Workspaces {
 			if w.Path != "" {
 				out = append(out, GatewayPath{"drivers." + name + "." + w.Key, w.Path})

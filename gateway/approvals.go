@@ -105,7 +105,7 @@ func (g *Gateway) DecideApprovalAs(ctx context.Context, caller string, identity 
 		return nil, errAnonymousApprovals
 	}
 	if decision != approval.Approve && decision != approval.Deny {
-		return nil, status.Errorf(codes.InvalidArgument, "decision %q: want %q or %q", truncateForMessage(decision), approval.Approve, approval.Deny)
+		return nil, status.Errorf(codes.InvalidArgument, "decision %q: want %q or %q", ident.Clip(decision), approval.Approve, approval.Deny)
 	}
 	if err := ident.ValidatePrintable(reason, maxDecisionReason); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "reason: %v", err)
@@ -192,7 +192,7 @@ func listFilter(req *toolgatev1.ListApprovalsRequest) (state string, limit int, 
 		approval.StateConsumed, approval.StateAll:
 	default:
 		return "", 0, status.Errorf(codes.InvalidArgument, "state %q: want pending, approved, denied, expired, consumed or all",
-			truncateForMessage(state))
+			ident.Clip(state))
 	}
 	limit = int(req.GetLimit())
 	switch {

@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/toolgate/toolgate/config"
@@ -220,7 +221,7 @@ func buildDrivers(ctx context.Context, cfg config.Config, env drivers.BuildEnv, 
 	drvs := map[string]drivers.Driver{}
 	traceDirs := map[string]string{}
 	var registry *Registry
-	for _, name := range sortedKeys(cfg.Drivers) {
+	for _, name := range slices.Sorted(maps.Keys(cfg.Drivers)) {
 		sec := cfg.Drivers[name]
 		d, err := sec.Config.Build(ctx, name, env)
 		if err != nil {
@@ -286,12 +287,12 @@ func configuredSecrets(cfg config.Config, getenv func(string) string, tools map[
 	for _, name := range cfg.Redact.SecretsEnv {
 		addEnv(name)
 	}
-	for _, id := range sortedKeys(tools) {
-		for _, name := range sortedKeys(tools[id].Env) {
+	for _, id := range slices.Sorted(maps.Keys(tools)) {
+		for _, name := range slices.Sorted(maps.Keys(tools[id].Env)) {
 			secrets = append(secrets, tools[id].Env[name])
 		}
 	}
-	for _, name := range sortedKeys(cfg.Drivers) {
+	for _, name := range slices.Sorted(maps.Keys(cfg.Drivers)) {
 		secrets = append(secrets, config.Footprint(cfg.Drivers[name].Config, getenv).Secrets...)
 	}
 	for _, k := range cfg.Auth.Keys {
@@ -315,7 +316,7 @@ func configuredSecrets(cfg config.Config, getenv func(string) string, tools map[
 // tool's environment values from the gateway's environment.
 func catalogTools(cfg config.Config, getenv func(string) string) (map[string]Tool, error) {
 	tools := map[string]Tool{}
-	for _, id := range sortedKeys(cfg.Tools) {
+	for _, id := range slices.Sorted(maps.Keys(cfg.Tools)) {
 		t := cfg.Tools[id]
 		b, err := t.Bind(cfg.Drivers[t.Driver].Config)
 		if err != nil {
@@ -326,7 +327,7 @@ func catalogTools(cfg config.Config, getenv func(string) string) (map[string]Too
 			Description: t.Description, Tags: t.Tags, Labels: t.Labels, CallerEnv: t.CallerEnv,
 			InputSchema: t.InputSchemaJSON(),
 		}
-		for _, name := range sortedKeys(t.Env) {
+		for _, name := range slices.Sorted(maps.Keys(t.Env)) {
 			v := getenv(t.Env[name].FromEnv)
 			if v == "" {
 				return nil, fmt.Errorf("config: tools.%s.env.%s: environment variable %s is empty or unset", id, name, t.Env[name].FromEnv)
@@ -355,13 +356,4 @@ func (c closeAll) Close() error {
 		errs = append(errs, c[i].Close())
 	}
 	return errors.Join(errs...)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 
 	"github.com/toolgate/toolgate/drivers"
@@ -42,7 +43,7 @@ func (s callerSecret) path() string {
 // value.
 func (g *Gateway) callerSecrets(caller string, c call, tool Tool, callerEnv map[string]string, params map[string]any) ([]callerSecret, error) {
 	var out []callerSecret
-	for _, name := range sortedKeys(callerEnv) {
+	for _, name := range slices.Sorted(maps.Keys(callerEnv)) {
 		out = append(out, callerSecret{arg: callerEnvArg, name: name, value: callerEnv[name]})
 	}
 	// The driver's environment argument is the caller's own, like
@@ -50,7 +51,7 @@ func (g *Gateway) callerSecrets(caller string, c call, tool Tool, callerEnv map[
 	// are collected here.
 	if arg := g.describe(tool).EnvArg; arg != "" && arg != callerEnvArg {
 		if env, ok := params[arg].(map[string]any); ok {
-			for _, name := range sortedKeys(env) {
+			for _, name := range slices.Sorted(maps.Keys(env)) {
 				if v, ok := env[name].(string); ok {
 					out = append(out, callerSecret{arg: arg, name: name, value: v})
 				}

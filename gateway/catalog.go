@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -72,7 +73,7 @@ func (t Tool) env(args map[string]any) (env, callerEnv map[string]string, params
 	for k, v := range t.Env {
 		env[k] = v
 	}
-	for _, name := range sortedKeys(given) {
+	for _, name := range slices.Sorted(maps.Keys(given)) {
 		value, ok := given[name].(string)
 		if !ok {
 			return nil, nil, nil, invalidf("args.%s.%s: want a string", callerEnvArg, name)

@@ -57,10 +57,10 @@ func validateIdentity(caller string, id *Identity) error {
 		return nil
 	}
 	if !ident.CallerName.MatchString(caller) {
-		return fmt.Errorf("caller %q: must match %s", truncateForMessage(caller), ident.CallerName)
+		return fmt.Errorf("caller %q: must match %s", ident.Clip(caller), ident.CallerName)
 	}
 	if !identityMethodPattern.MatchString(id.Method) {
-		return fmt.Errorf("identity.method %q: must match %s", truncateForMessage(id.Method), identityMethodPattern)
+		return fmt.Errorf("identity.method %q: must match %s", ident.Clip(id.Method), identityMethodPattern)
 	}
 	for _, f := range []struct{ name, value string }{{"issuer", id.Issuer}, {"subject", id.Subject}, {"jti", id.TokenID}} {
 		if err := ident.ValidatePrintable(f.value, maxIdentityField); err != nil {
@@ -117,7 +117,7 @@ func traceID(traceParent string) (string, error) {
 	m := traceParentPattern.FindStringSubmatch(traceParent)
 	if m == nil || m[1] == "00000000000000000000000000000000" || m[2] == "0000000000000000" {
 		return "", fmt.Errorf("trace_parent %q: want a W3C traceparent 00-<32 hex>-<16 hex>-<2 hex> with non-zero ids",
-			truncateForMessage(traceParent))
+			ident.Clip(traceParent))
 	}
 	return m[1], nil
 }

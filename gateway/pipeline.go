@@ -12,6 +12,7 @@ import (
 	"github.com/toolgate/toolgate/evidence"
 	"github.com/toolgate/toolgate/gateway/recovery"
 	"github.com/toolgate/toolgate/gateway/telemetry"
+	"github.com/toolgate/toolgate/internal/ident"
 	"github.com/toolgate/toolgate/internal/ownedid"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -73,7 +74,7 @@ func (g *Gateway) Run(ctx context.Context, caller string, c Call) (resp *toolgat
 	defer func() { span.End(callResult(resp, err)) }()
 	if c.FrontDoor != "" && !frontDoorPattern.MatchString(c.FrontDoor) {
 		return nil, status.Errorf(codes.InvalidArgument, "front door %q: must match %s",
-			truncateForMessage(c.FrontDoor), frontDoorPattern)
+			ident.Clip(c.FrontDoor), frontDoorPattern)
 	}
 	if caller == "" {
 		// Authentication always names someone (AnonymousCaller when it is

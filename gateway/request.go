@@ -103,7 +103,7 @@ func parseRequest(req *toolgatev1.RunToolRequest) (call, error) {
 		PolicyRef: req.GetCtx().GetPolicyRef(),
 	}
 	if !requestIDPattern.MatchString(c.RequestID) {
-		return call{}, invalidf("request_id %q: must match %s", truncateForMessage(c.RequestID), requestIDPattern)
+		return call{}, invalidf("request_id %q: must match %s", ident.Clip(c.RequestID), requestIDPattern)
 	}
 	if err := ident.ValidateToolID(c.ToolID); err != nil {
 		return call{}, invalidf("tool_id: %v", err)
@@ -211,17 +211,17 @@ func checkValue(v *structpb.Value, path string, depth int) error {
 	switch k := v.GetKind().(type) {
 	case *structpb.Value_NumberValue:
 		if math.IsNaN(k.NumberValue) || math.IsInf(k.NumberValue, 0) {
-			return invalidf("%s: NaN and infinities are not JSON numbers", truncateForMessage(path))
+			return invalidf("%s: NaN and infinities are not JSON numbers", ident.Clip(path))
 		}
 	case *structpb.Value_StringValue:
 		if !utf8.ValidString(k.StringValue) {
-			return invalidf("%s: string is not valid UTF-8", truncateForMessage(path))
+			return invalidf("%s: string is not valid UTF-8", ident.Clip(path))
 		}
 	case *structpb.Value_StructValue:
 		return checkStruct(k.StructValue, path, depth+1)
 	case *structpb.Value_ListValue:
 		if depth+1 > maxArgsDepth {
-			return invalidf("%s: nested deeper than %d levels", truncateForMessage(path), maxArgsDepth)
+			return invalidf("%s: nested deeper than %d levels", ident.Clip(path), maxArgsDepth)
 		}
 		for i, item := range k.ListValue.GetValues() {
 			if err := checkValue(item, fmt.Sprintf("%s[%d]", path, i), depth+1); err != nil {
@@ -233,20 +233,6 @@ func checkValue(v *structpb.Value, path string, depth int) error {
 		// AsMap turns it into null, like an explicit null.
 	}
 	return nil
-}
-
-// truncateForMessage keeps error messages bounded when the offending input
-// is huge.
-func truncateForMessage(s string) string {
-	const max = 160
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }
 
 // canonicalRequest is the identity of a request: what must match for a

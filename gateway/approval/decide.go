@@ -175,7 +175,7 @@ type listedEntry struct {
 func (r Records) listed(ctx context.Context, req *toolgatev1.ListApprovalsRequest) ([]listedEntry, error) {
 	if rid := req.GetRequestId(); rid != "" {
 		if !ident.RequestID.MatchString(rid) {
-			return nil, status.Errorf(codes.InvalidArgument, "request_id %q: must match %s", clip(rid), ident.RequestID)
+			return nil, status.Errorf(codes.InvalidArgument, "request_id %q: must match %s", ident.Clip(rid), ident.RequestID)
 		}
 		return []listedEntry{{requestID: rid}}, nil
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -78,7 +77,7 @@ func (r Records) Load(ctx context.Context, id string) (*View, error) {
 // nothing, and one naming a record that fails authentication is
 // DATA_LOSS. Errors are gRPC statuses.
 func (r Records) ByID(ctx context.Context, id string) (*View, error) {
-	notFound := status.Errorf(codes.NotFound, "no approval %q", clip(id))
+	notFound := status.Errorf(codes.NotFound, "no approval %q", ident.Clip(id))
 	if evidence.ValidApprovalID(id) != nil {
 		return nil, notFound
 	}
@@ -185,17 +184,4 @@ func Code(err error) codes.Code {
 		return codes.DataLoss
 	}
 	return codes.Unavailable
-}
-
-// clip keeps error messages bounded when the offending input is huge.
-func clip(s string) string {
-	const max = 160
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }

@@ -152,3 +152,20 @@ func TestDeclaredOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestClip(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("a", 159) + "é" + strings.Repeat("b", 50)
+	for _, tc := range []struct{ name, in, want string }{
+		{"short stays", "req-1", "req-1"},
+		{"exactly the bound stays", strings.Repeat("x", 160), strings.Repeat("x", 160)},
+		{"long is cut and marked", strings.Repeat("x", 200), strings.Repeat("x", 160) + "…"},
+		{"a rune is never split", long, strings.Repeat("a", 159) + "…"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Clip(tc.in); got != tc.want {
+				t.Errorf("Clip = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
