@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Stdio limits.
@@ -22,6 +23,10 @@ const (
 	stderrLogged = 2 << 10
 	// linesBuffered is how many stdout messages may wait for the session.
 	linesBuffered = 16
+	// stderrGrace is how long close waits, once the runner's process group
+	// is dead, for its stderr to reach the end. Only a descendant that left
+	// the group can hold the pipe open longer; its output is not waited for.
+	stderrGrace = time.Second
 )
 
 // runnerEnvKeys are the only variables of the gateway's environment a
@@ -63,8 +68,10 @@ type stdioProc struct {
 	lines   chan []byte
 	readErr error
 	stderr  tailBuffer
-	quit    chan struct{} // closed by close: stop delivering lines
-	readers sync.WaitGroup
+	// stderrDone is closed when stderr has been read to its end.
+	stderrDone chan struct{}
+	quit       chan struct{} // closed by close: stop delivering lines
+	readers    sync.WaitGroup
 
 	// Pool bookkeeping: claimed is closed when a session takes the
 	// process; monitorDone when the pool's monitor let go of lines; dead is
@@ -133,6 +140,7 @@ func (c *command) start() (*stdioProc, error) {
 		claimed:     make(chan struct{}),
 		monitorDone: make(chan struct{}),
 		stderr:      tailBuffer{limit: stderrTail},
+		stderrDone:  make(chan struct{}),
 	}
 	p.readers.Add(2)
 	go func() {
@@ -141,6 +149,7 @@ func (c *command) start() (*stdioProc, error) {
 	}()
 	go func() {
 		defer p.readers.Done()
+		defer close(p.stderrDone)
 		io.Copy(&p.stderr, errR)
 	}()
 	return p, nil
@@ -233,7 +242,7 @@ func (p *stdioProc) close(bool) error {
 		waitErr := p.cmd.Wait()
 		p.stdin.Close()
 		p.stdout.Close()
-		p.errOut.Close()
+		p.drainStderr()
 		p.readers.Wait()
 
 		tail := p.stderr.String()
@@ -260,6 +269,19 @@ func (p *stdioProc) close(bool) error {
 		}
 	})
 	return p.closeErr
+}
+
+// drainStderr lets the stderr reader take what the dead runner left in the
+// pipe before closing it: closing the reading end first would drop the very
+// lines that say why the runner died.
+func (p *stdioProc) drainStderr() {
+	grace := time.NewTimer(stderrGrace)
+	defer grace.Stop()
+	select {
+	case <-p.stderrDone:
+	case <-grace.C:
+	}
+	p.errOut.Close()
 }
 
 // tailBuffer keeps the last limit bytes written to it.

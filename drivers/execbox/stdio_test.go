@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -253,5 +254,28 @@ func TestTailBuffer(t *testing.T) {
 	tb.Write([]byte("0123456789"))
 	if got := tb.String(); got != "23456789" {
 		t.Errorf("tail = %q, want %q", got, "23456789")
+	}
+}
+
+// TestStdioCloseOutlivesAnEscapedDescendant checks that a runner whose
+// descendant left its process group, holding stderr open, cannot keep a
+// session from ending: close stops waiting for stderr after a grace period
+// and still reports what the runner wrote.
+func TestStdioCloseOutlivesAnEscapedDescendant(t *testing.T) {
+	t.Parallel()
+	setsid, err := exec.LookPath("setsid")
+	if err != nil {
+		t.Fatalf("setsid is needed to leave the process group: %v", err)
+	}
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	script := `read line; echo "runner gave up" >&2; "$1" -f sleep 20 >/dev/null </dev/null; exit 3`
+	d := newDriver(t, Config{Command: []string{"/bin/sh", "-c", script, "sh", setsid}, Logger: logger})
+	_, err = d.Run(runCtx(t), newCall(nil, nil))
+	if err == nil || !strings.Contains(err.Error(), "runner process exited with status 3") {
+		t.Fatalf("Run error = %v, want the exit status", err)
+	}
+	if got := logs.String(); !strings.Contains(got, "runner gave up") {
+		t.Errorf("log = %s, want the runner's stderr", got)
 	}
 }
