@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -119,7 +120,7 @@ func parseBenchFlags(args []string, std stdio) (benchOptions, error) {
 	deny := fs.Bool("deny", false, "measure denied calls too")
 	ceiling := fs.Bool("ceiling", false, "measure allowed calls to a gateway that keeps its evidence in memory too: the CPU's limit")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	profileDir := fs.String("profile", "", "write CPU, mutex and block profiles of the run (cpu.pprof, mutex.pprof, block.pprof) to `folder`")
+	profileDir := fs.String("profile", "", "write CPU, mutex and block profiles and an execution trace of the run (cpu.pprof, mutex.pprof, block.pprof, trace.out) to `folder`")
 	if err := parseFlags(fs, args); err != nil {
 		return benchOptions{}, err
 	}
@@ -464,11 +465,27 @@ func startProfiles(dir string) (func() error, error) {
 		cpu.Close()
 		return nil, err
 	}
+	// The execution trace is what shows where a call waits off the CPU:
+	// `go tool trace -pprof=syscall` (fsync, PUTs), `-pprof=sched` (waiting
+	// for a core), `-pprof=sync` (locks and channels).
+	tr, err := os.Create(filepath.Join(dir, "trace.out"))
+	if err != nil {
+		pprof.StopCPUProfile()
+		cpu.Close()
+		return nil, err
+	}
+	if err := trace.Start(tr); err != nil {
+		pprof.StopCPUProfile()
+		cpu.Close()
+		tr.Close()
+		return nil, err
+	}
 	runtime.SetMutexProfileFraction(5)
 	runtime.SetBlockProfileRate(int(100 * time.Microsecond))
 	return func() error {
 		pprof.StopCPUProfile()
-		errs := []error{cpu.Close()}
+		trace.Stop()
+		errs := []error{cpu.Close(), tr.Close()}
 		for _, name := range []string{"mutex", "block"} {
 			f, err := os.Create(filepath.Join(dir, name+".pprof"))
 			if err != nil {

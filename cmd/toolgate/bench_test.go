@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -43,6 +44,9 @@ func checkBenchJSON(t *testing.T, out, store string, callers []int, kinds ...str
 		got = append(got, fmt.Sprintf("%s/%s/%d", r.Store, r.Kind, r.Callers))
 		if r.Ops < 1 || r.Failed != 0 || r.PerSecond <= 0 || r.P50 <= 0 || r.P99 < r.P50 {
 			t.Errorf("row %s/%d: %+v", r.Kind, r.Callers, r.Result)
+		}
+		if r.CPUPerOp <= 0 || r.KernelPerOp > r.CPUPerOp {
+			t.Errorf("row %s/%d: CPU per call %v, of it kernel %v", r.Kind, r.Callers, r.CPUPerOp, r.KernelPerOp)
 		}
 		if r.Kind == "floor" && r.OfFloor != 1 {
 			t.Errorf("floor row %d: ratio %v, want 1", r.Callers, r.OfFloor)
@@ -82,6 +86,26 @@ func TestBenchFileStore(t *testing.T) {
 	entries, err := os.ReadDir(dir)
 	if err != nil || len(entries) != 1 || entries[0].Name() != "store" {
 		t.Errorf("left beside the store: %v %v", entries, err)
+	}
+}
+
+// TestBenchProfile checks that --profile leaves the profiles and the
+// execution trace that show where a call waits.
+func TestBenchProfile(t *testing.T) {
+	// Not parallel: the CPU profile and the trace belong to the process.
+	dir := t.TempDir()
+	code, _, errOut := benchRun(t, func(string) string { return "" }, "--callers", "2", "--duration", "300ms", "--max-calls", "20", "--profile", dir)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, name := range []string{"cpu.pprof", "mutex.pprof", "block.pprof", "trace.out"} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || len(data) == 0 {
+			t.Errorf("%s: %d bytes, %v", name, len(data), err)
+		}
+	}
+	if trace, _ := os.ReadFile(filepath.Join(dir, "trace.out")); !bytes.HasPrefix(trace, []byte("go 1.")) {
+		t.Errorf("trace.out does not begin as an execution trace: %.16q", trace)
 	}
 }
 

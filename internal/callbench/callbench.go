@@ -37,6 +37,15 @@ type Result struct {
 	PerSecond float64       `json:"ops_per_second"`
 	P50       time.Duration `json:"p50_ns"`
 	P99       time.Duration `json:"p99_ns"`
+	// CPUPerOp is the CPU time the whole process used during the run,
+	// divided by the operations that ran (succeeded or failed), and
+	// KernelPerOp the part of it spent in the kernel. They say whether a
+	// run was bound by the CPU, and by whose work: the caller's, the
+	// gateway's, or the system calls of its store. Work done outside the
+	// process (a storage server, the file system's journal thread) is not
+	// in them. Zero where the system cannot say.
+	CPUPerOp    time.Duration `json:"cpu_per_op_ns"`
+	KernelPerOp time.Duration `json:"kernel_per_op_ns"`
 	// FirstError is the first failure's error, for the report.
 	FirstError string `json:"first_error,omitempty"`
 }
@@ -67,6 +76,7 @@ func Run(ctx context.Context, callers int, lim Limits, op Op) (Result, error) {
 		wg       sync.WaitGroup
 	)
 	start := time.Now()
+	userBefore, kernelBefore, cpuKnown := processCPU()
 	for c := range callers {
 		wg.Go(func() {
 			var mine []time.Duration
@@ -101,11 +111,17 @@ func Run(ctx context.Context, callers int, lim Limits, op Op) (Result, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	userAfter, kernelAfter, cpuStillKnown := processCPU()
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return Result{}, fmt.Errorf("callbench: %w", err)
 	}
 	r := Summarise(callers, all, elapsed)
 	r.Failed = failed
+	if ran := r.Ops + r.Failed; cpuKnown && cpuStillKnown && ran > 0 {
+		kernel := kernelAfter - kernelBefore
+		r.CPUPerOp = (userAfter - userBefore + kernel) / time.Duration(ran)
+		r.KernelPerOp = kernel / time.Duration(ran)
+	}
 	if firstErr != nil {
 		r.FirstError = firstErr.Error()
 	}

@@ -3,6 +3,7 @@ package callbench
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -73,6 +74,30 @@ func TestRunStopsAtDuration(t *testing.T) {
 	}
 }
 
+// TestRunMeasuresCPU checks that an operation that works the CPU is seen
+// to cost CPU, and that the kernel's part is a part of it.
+func TestRunMeasuresCPU(t *testing.T) {
+	t.Parallel()
+	_, _, known := processCPU()
+	data := bytes.Repeat([]byte("toolgate"), 1<<17) // 1 MiB
+	r, err := Run(context.Background(), 1, Limits{Duration: time.Minute, MaxOps: 40}, func(context.Context, int, int) error {
+		sum := sha256.Sum256(data)
+		if sum[0] == 0 && sum[1] == 0 && sum[2] == 0 && sum[3] == 0 {
+			return errors.New("an unlikely digest")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case !known && (r.CPUPerOp != 0 || r.KernelPerOp != 0):
+		t.Errorf("CPU per op %v, kernel %v on a system that cannot say: want zero", r.CPUPerOp, r.KernelPerOp)
+	case known && (r.CPUPerOp <= 0 || r.KernelPerOp < 0 || r.KernelPerOp > r.CPUPerOp):
+		t.Errorf("CPU per op %v, of it kernel %v: want some CPU, the kernel's a part of it", r.CPUPerOp, r.KernelPerOp)
+	}
+}
+
 func TestRunRefusesUnbounded(t *testing.T) {
 	t.Parallel()
 	op := func(context.Context, int, int) error { return nil }
@@ -98,7 +123,7 @@ func TestRunRefusesUnbounded(t *testing.T) {
 func TestWriteTable(t *testing.T) {
 	t.Parallel()
 	floor := Result{Callers: 8, Ops: 100, PerSecond: 1000, P50: 2 * time.Millisecond, P99: 5 * time.Millisecond}
-	allow := Result{Callers: 8, Ops: 40, PerSecond: 400, P50: 8 * time.Millisecond, P99: 20 * time.Millisecond}
+	allow := Result{Callers: 8, Ops: 40, PerSecond: 400, P50: 8 * time.Millisecond, P99: 20 * time.Millisecond, CPUPerOp: 1900 * time.Microsecond, KernelPerOp: 1100 * time.Microsecond}
 	rows := []Row{{Store: "file", Kind: "floor", Result: floor}, {Store: "file", Kind: "allow", Result: allow}}
 	for i := range rows {
 		rows[i].Compare(floor)
@@ -107,7 +132,7 @@ func TestWriteTable(t *testing.T) {
 	if err := WriteTable(&b, rows); err != nil {
 		t.Fatal(err)
 	}
-	want := "| file | allow | 8 | 40 | 0 | 400 | 8.00 ms | 20.00 ms | 0.40 | 4.0 |"
+	want := "| file | allow | 8 | 40 | 0 | 400 | 8.00 ms | 20.00 ms | 0.40 | 4.0 | 1900 µs | 1100 µs |"
 	if lines := strings.Split(strings.TrimSpace(b.String()), "\n"); len(lines) != 4 || lines[3] != want {
 		t.Errorf("table:\n%s\nwant last line %s", b.String(), want)
 	}

@@ -37,14 +37,20 @@ func (r *Row) Compare(floor Result) {
 // program's own words, never input, so nothing in a cell needs escaping.
 func WriteTable(w io.Writer, rows []Row) error {
 	var b strings.Builder
-	b.WriteString("| store | kind | callers | ops | failed | ops/s | p50 | p99 | ÷ floor ops/s | p50 ÷ floor p50 |\n")
-	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	b.WriteString("| store | kind | callers | ops | failed | ops/s | p50 | p99 | ÷ floor ops/s | p50 ÷ floor p50 | CPU/op | of it kernel |\n")
+	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %.0f | %s | %s | %.2f | %.1f |\n",
-			r.Store, r.Kind, r.Callers, r.Ops, r.Failed, r.PerSecond, ms(r.P50), ms(r.P99), r.OfFloor, r.P50OverFloor)
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %.0f | %s | %s | %.2f | %.1f | %s | %s |\n",
+			r.Store, r.Kind, r.Callers, r.Ops, r.Failed, r.PerSecond, ms(r.P50), ms(r.P99), r.OfFloor, r.P50OverFloor, us(r.CPUPerOp), us(r.KernelPerOp))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// us formats d in whole microseconds: the scale of the CPU an operation
+// costs.
+func us(d time.Duration) string {
+	return fmt.Sprintf("%d µs", d.Microseconds())
 }
 
 // ms formats d in milliseconds with two decimals: the scale of a durable
