@@ -426,12 +426,19 @@ func verifyAllRead(ctx context.Context, s Reader, opts VerifyOptions, prepare fu
 		return err
 	}
 	defer v.close()
-	vw, err := v.takeView(ctx, opts)
+	if err := v.keptCheckpoints(opts.Kept); err != nil {
+		return err
+	}
+	var early *earlyLogs
+	vw, err := v.takeView(ctx, opts, func(logs []*logObjects) {
+		early = v.deriveEarly(ctx, opts.TempDir, logs)
+	})
 	if err != nil {
+		early.discard()
 		return err
 	}
 	defer vw.close()
-	j, err := v.verifyLogs(ctx, opts, vw)
+	j, err := v.verifyLogs(ctx, opts, vw, early)
 	if err != nil {
 		return err
 	}
@@ -597,21 +604,28 @@ func (p *verifyPipeline) report(ctx context.Context, job *verifyJob) error {
 }
 
 // verifyLogs verifies every transparency log of the view and sorts their
-// entries for the join with the requests. It returns nil when the store
-// has no logs and the auditor kept no checkpoint: there is nothing to
-// join, and requests carry no log state.
-func (v *verifier) verifyLogs(ctx context.Context, opts VerifyOptions, vw *view) (*logJoin, error) {
-	if err := v.keptCheckpoints(opts.Kept); err != nil {
-		return nil, err
-	}
+// entries for the join with the requests, taking what early derived while
+// the requests were listed when the logs' heads have not moved since. It
+// returns nil when the store has no logs and the auditor kept no
+// checkpoint: there is nothing to join, and requests carry no log state.
+func (v *verifier) verifyLogs(ctx context.Context, opts VerifyOptions, vw *view, early *earlyLogs) (*logJoin, error) {
 	if len(vw.logs) == 0 && len(v.kept) == 0 && !opts.RequireLog {
+		early.discard()
 		return nil, nil
 	}
-	j, err := newLogJoin(opts.TempDir, vw.clock)
-	if err != nil {
-		return nil, err
+	j, reps, ok := early.take(v, vw.logs)
+	if !ok {
+		var err error
+		if j, err = newLogJoin(opts.TempDir); err != nil {
+			return nil, err
+		}
+		if reps, err = v.deriveLogs(ctx, vw.logs, j); err != nil {
+			j.close()
+			return nil, err
+		}
 	}
-	if err := v.verifyEachLog(ctx, vw.logs, j, opts.OnLog); err != nil {
+	j.clock = vw.clock
+	if err := v.reportLogs(reps, opts.OnLog); err != nil {
 		j.close()
 		return nil, err
 	}
@@ -619,39 +633,46 @@ func (v *verifier) verifyLogs(ctx context.Context, opts VerifyOptions, vw *view)
 	return j, nil
 }
 
-// verifyEachLog verifies the logs in the store, and reports each kept
+// deriveLogs verifies the logs in the store, adds their entries to j, and
+// returns what it found of each, with what each says of the others.
+func (v *verifier) deriveLogs(ctx context.Context, logs []*logObjects, j *logJoin) ([]LogReport, error) {
+	bucketID, err := v.store.Get(ctx, bucketIDKey)
+	if err != nil && !errors.Is(err, ErrNotExist) {
+		return nil, fmt.Errorf("evidence: verify: %w", err)
+	}
+	var reps []LogReport
+	for _, lo := range logs {
+		rep, err := v.verifyLog(ctx, lo, string(bucketID), j)
+		if err != nil {
+			return nil, fmt.Errorf("evidence: verify: log %s: %w", lo.instance, err)
+		}
+		j.sizeBefore[rep.Origin] = lo.sizeBefore
+		reps = append(reps, rep)
+	}
+	// What each log says of the others is known once all are derived.
+	if reps, err = v.crossWitness(ctx, reps, string(bucketID)); err != nil {
+		return nil, fmt.Errorf("evidence: verify: %w", err)
+	}
+	for _, rep := range reps {
+		if rep.Status == LogOK && rep.Signature == SignatureValid {
+			v.attest(rep.Origin, rep.KeyID)
+		}
+	}
+	return reps, nil
+}
+
+// reportLogs passes each log's report to onLog, then reports each kept
 // checkpoint's log that is gone altogether.
-func (v *verifier) verifyEachLog(ctx context.Context, logs []*logObjects, j *logJoin, onLog func(LogReport) error) error {
+func (v *verifier) reportLogs(reps []LogReport, onLog func(LogReport) error) error {
 	report := func(r LogReport) error {
 		if onLog == nil {
 			return nil
 		}
 		return onLog(r)
 	}
-	bucketID, err := v.store.Get(ctx, bucketIDKey)
-	if err != nil && !errors.Is(err, ErrNotExist) {
-		return fmt.Errorf("evidence: verify: %w", err)
-	}
 	seen := map[string]bool{}
-	var reps []LogReport
-	for _, lo := range logs {
-		rep, err := v.verifyLog(ctx, lo, string(bucketID), j)
-		if err != nil {
-			return fmt.Errorf("evidence: verify: log %s: %w", lo.instance, err)
-		}
-		seen[rep.Origin] = true
-		j.sizeBefore[rep.Origin] = lo.sizeBefore
-		reps = append(reps, rep)
-	}
-	// What each log says of the others is known once all are derived.
-	if reps, err = v.crossWitness(ctx, reps, string(bucketID)); err != nil {
-		return fmt.Errorf("evidence: verify: %w", err)
-	}
 	for _, rep := range reps {
 		seen[rep.Origin] = true
-		if rep.Status == LogOK && rep.Signature == SignatureValid {
-			v.attest(rep.Origin, rep.KeyID)
-		}
 		if err := report(rep); err != nil {
 			return err
 		}

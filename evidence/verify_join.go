@@ -81,7 +81,9 @@ type logJoin struct {
 	sizeBefore map[string]uint64
 }
 
-func newLogJoin(tempDir string, clock viewClock) (*logJoin, error) {
+// newLogJoin returns an empty join; its clock is set once the view's is
+// known, before the join is read.
+func newLogJoin(tempDir string) (*logJoin, error) {
 	if tempDir == "" {
 		tempDir = os.TempDir()
 	}
@@ -89,7 +91,7 @@ func newLogJoin(tempDir string, clock viewClock) (*logJoin, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &logJoin{sorter: s, clock: clock, sizeBefore: map[string]uint64{}}, nil
+	return &logJoin{sorter: s, sizeBefore: map[string]uint64{}}, nil
 }
 
 func (j *logJoin) add(e tlog.Entry, origin string, index uint64) error {

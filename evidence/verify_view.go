@@ -39,7 +39,11 @@ type view struct {
 
 // takeView lists the spool, the logs, the requests and the logs' heads
 // again, in that order (see view).
-func (v *verifier) takeView(ctx context.Context, opts VerifyOptions) (*view, error) {
+//
+// listed, when not nil, is called with the logs as soon as they are
+// listed, before the requests are: the logs may be read meanwhile (see
+// earlyLogs). It must not change them.
+func (v *verifier) takeView(ctx context.Context, opts VerifyOptions, listed func([]*logObjects)) (*view, error) {
 	vw := &view{spool: map[string][]string{}}
 	if opts.Spool != nil {
 		err := WalkRequests(ctx, opts.Spool, func(id string, keys []string) error {
@@ -57,6 +61,9 @@ func (v *verifier) takeView(ctx context.Context, opts VerifyOptions) (*view, err
 	}
 	for _, lo := range vw.logs {
 		lo.sizeBefore, _ = parseSeqKey(lo.newest.Key, checkpointDir)
+	}
+	if listed != nil {
+		listed(vw.logs)
 	}
 	tempDir := opts.TempDir
 	if tempDir == "" {
