@@ -457,6 +457,7 @@ func verifyAllRead(ctx context.Context, s Reader, opts VerifyOptions, prepare fu
 		return fn(v.required(missingReport(prefix, recs)), Verified{}, nil)
 	}
 	p := &verifyPipeline{v: v, vw: vw, j: j, absent: absent, fn: fn, prepare: prepare, limit: opts.Concurrency}
+	defer p.close()
 	emit := func(id string, infos []KeyInfo) error {
 		for len(spooled) > 0 && RequestPrefix(spooled[0]) <= RequestPrefix(id) {
 			next := spooled[0]
@@ -528,6 +529,10 @@ type verifyPipeline struct {
 	prepare func(VerifyReport, Verified) any
 	limit   int
 	queue   []*verifyJob
+	// work feeds the limit workers that verify jobs; nil until the first
+	// job. Long-lived workers keep the stacks verification grew, which a
+	// goroutine per request would grow again every time.
+	work chan *verifyJob
 }
 
 // submit verifies request id of the view, whose listing is infos, and
@@ -538,10 +543,18 @@ func (p *verifyPipeline) submit(ctx context.Context, id string, infos []KeyInfo)
 		p.verify(ctx, job)
 		return p.report(ctx, job)
 	}
-	go func() {
-		defer close(job.done)
-		p.verify(ctx, job)
-	}()
+	if p.work == nil {
+		p.work = make(chan *verifyJob, p.limit)
+		for range p.limit {
+			go func() {
+				for job := range p.work {
+					p.verify(ctx, job)
+					close(job.done)
+				}
+			}()
+		}
+	}
+	p.work <- job // never blocks: at most limit jobs are queued
 	p.queue = append(p.queue, job)
 	if len(p.queue) < p.limit {
 		return nil
@@ -550,6 +563,13 @@ func (p *verifyPipeline) submit(ctx context.Context, id string, infos []KeyInfo)
 	p.queue = p.queue[1:]
 	<-head.done
 	return p.report(ctx, head)
+}
+
+// close lets the workers go; every job submitted has been drained.
+func (p *verifyPipeline) close() {
+	if p.work != nil {
+		close(p.work)
+	}
 }
 
 // drain reports every request still in flight, in order. After an error
