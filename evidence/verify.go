@@ -1043,13 +1043,14 @@ type requestCopies struct {
 // record, when it carries no seal, is exactly the one a lenient decode
 // gives, and is not decoded twice.
 func (r *requestCopies) parseDecision(key string, data []byte) (DecisionRecord, error) {
-	var d DecisionRecord
-	if err := decodeStrict(data, &d); err == nil {
+	body, seal, _ := trust.Split(data)
+	d, fast := decodeDecisionFast(body)
+	if fast || decodeStrict(data, &d) == nil {
 		if r.decisions == nil {
 			r.decisions = map[string]DecisionRecord{}
 		}
 		r.decisions[key] = d
-		if _, seal, _ := trust.Split(data); seal == nil {
+		if seal == nil {
 			return d, nil
 		}
 	}

@@ -1,0 +1,165 @@
+package evidence
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/evidence/trust"
+)
+
+// fastDecisionSeeds are decision records as a gateway writes them (compact,
+// indented, sealed), and the ways a hostile store could bend them.
+func fastDecisionSeeds(tb testing.TB) [][]byte {
+	tb.Helper()
+	d := DecisionRecord{RequestID: "r1", ParentRequestID: "p0", Attempt: 2, Caller: "agent-é", Action: "RunTool",
+		ToolID: "workspace.readFile", Driver: "workspace", Decision: "allow", RuleID: "allow-read", Reason: "matched",
+		PolicyRef: "main", PolicySetDigest: "sha256:" + strings.Repeat("cd", 32), Errors: []string{},
+		DecidedAt: time.Date(2026, 11, 1, 12, 0, 0, 123456789, time.UTC), Gateway: "toolgate/0.1.0@a",
+		Principal: &DecisionPrincipal{Groups: []string{"eng"}, Roles: []string{}},
+		Tool:      &DecisionTool{Package: "workspace", Export: "readFile", Version: "1", Tags: []string{"read", "fs"}}}
+	compact, err := json.Marshal(d)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	indented, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sealer, err := newSigner(tb).Sealer()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sealed, err := sealer.MAC(Key("r1", ArtifactPolicyDecision), indented)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := string(compact)
+	seeds := [][]byte{compact, indented, sealed, []byte(`{}`), []byte(`[]`), []byte(``), []byte(`null`)}
+	for _, edit := range [][2]string{
+		{`"attempt":2`, `"attempt":2.0`},
+		{`"attempt":2`, `"attempt":1e0`},
+		{`"attempt":2`, `"attempt":-2`},
+		{`"attempt":2`, `"attempt":99999999999999999999`},
+		{`"attempt":2`, `"Attempt":2`},
+		{`"attempt":2`, `"attempt":2,"attempt":3`},
+		{`"request_id":"r1"`, `"request_id":"r\u0031"`},
+		{`"request_id":"r1"`, `"request_id":"r1\xff"`},
+		{`"request_id":"r1"`, `"request_id":"r1","extra":1`},
+		{`"errors":[]`, `"errors":null`},
+		{`"errors":[]`, `"errors":["a","b"]`},
+		{`"errors":[]`, `"errors":[1]`},
+		{`"roles":[]`, `"roles":null`},
+		{`"groups":["eng"]`, `"groups":["eng"],"groups":[]`},
+		{`"tags":["read","fs"]`, `"tags":"read"`},
+		{`"tool":{`, `"shadow":{"decision":"deny"},"tool":{`},
+		{`"tool":{`, `"history":{"slot":1},"tool":{`},
+		{`"tool":{`, `"approval":{"id":"x"},"tool":{`},
+		{`"decided_at":"2026`, `"decided_at":"x2026`},
+		{`"decided_at":"2026-11-01T12:00:00.123456789Z"`, `"decided_at":"2026-11-01T13:00:00+01:00"`},
+		{`"principal":{`, `"principal":null,"p":{`},
+		{`}`, `} `},
+		{`}`, `}}`},
+	} {
+		if strings.Contains(c, edit[0]) {
+			seeds = append(seeds, []byte(strings.Replace(c, edit[0], edit[1], 1)))
+		}
+	}
+	return append(seeds, []byte(c+"x"), []byte(c[:len(c)-1]), []byte(" \n"+c+"\t\r\n"))
+}
+
+// parseDecisionBefore is parseDecision as it was before the fast path:
+// the reference the fuzz test holds it to.
+func parseDecisionBefore(data []byte) (kept *DecisionRecord, got DecisionRecord, err error) {
+	var d DecisionRecord
+	if decodeStrict(data, &d) == nil {
+		kept = &d
+		if _, seal, _ := trust.Split(data); seal == nil {
+			return kept, d, nil
+		}
+	}
+	var lenient DecisionRecord
+	err = json.Unmarshal(data, &lenient)
+	return kept, lenient, err
+}
+
+// FuzzDecisionFastDecode checks verification's reading of decision
+// records, fast path and all, against how it read them before: the same
+// record kept for replay (or none), the same record returned, the same
+// refusal. And whatever the fast path accepts, the strict decode reads
+// the same way.
+func FuzzDecisionFastDecode(f *testing.F) {
+	for _, seed := range fastDecisionSeeds(f) {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := &requestCopies{}
+		got, gotErr := r.parseDecision("k", data)
+		wantKept, want, wantErr := parseDecisionBefore(data)
+		if (gotErr == nil) != (wantErr == nil) {
+			t.Fatalf("parseDecision(%q): error %v, before %v", data, gotErr, wantErr)
+		}
+		if gotErr == nil && !sameDecision(got, want) {
+			t.Fatalf("parseDecision(%q) = %+v, before %+v", data, got, want)
+		}
+		kept, ok := r.decisions["k"]
+		if ok != (wantKept != nil) || (ok && !sameDecision(kept, *wantKept)) {
+			t.Fatalf("parseDecision(%q) kept %v %+v, before %+v", data, ok, kept, wantKept)
+		}
+		body, _, _ := trust.Split(data)
+		fast, fastOK := decodeDecisionFast(body)
+		if !fastOK {
+			return
+		}
+		var strict DecisionRecord
+		if err := decodeStrict(data, &strict); err != nil {
+			t.Fatalf("the fast path accepts %q, which the strict decode refuses: %v", data, err)
+		}
+		if !sameDecision(fast, strict) {
+			t.Fatalf("the fast path reads %q as %+v, the strict decode as %+v", data, fast, strict)
+		}
+	})
+}
+
+// sameDecision compares records field by field, decided_at by instant
+// and offset: each parse makes its own time zone.
+func sameDecision(a, b DecisionRecord) bool {
+	_, ao := a.DecidedAt.Zone()
+	_, bo := b.DecidedAt.Zone()
+	if !a.DecidedAt.Equal(b.DecidedAt) || ao != bo {
+		return false
+	}
+	a.DecidedAt, b.DecidedAt = time.Time{}, time.Time{}
+	return reflect.DeepEqual(a, b)
+}
+
+// TestDecisionFastDecodeTakesGatewayRecords checks that the records a
+// gateway writes, sealed or not, take the fast path, and that the rarer
+// and malformed ones do not.
+func TestDecisionFastDecodeTakesGatewayRecords(t *testing.T) {
+	t.Parallel()
+	seeds := fastDecisionSeeds(t)
+	for _, tc := range []struct {
+		name string
+		data []byte
+		fast bool
+	}{
+		{"compact", seeds[0], true},
+		{"indented", seeds[1], true},
+		{"sealed", seeds[2], true},
+		{"empty object", []byte(`{}`), true},
+		{"null", []byte(`null`), false},
+		{"with a shadow decision", []byte(strings.Replace(string(seeds[0]), `"tool":{`, `"shadow":{"decision":"deny"},"tool":{`, 1)), false},
+		{"escaped", []byte(strings.Replace(string(seeds[0]), `"request_id":"r1"`, `"request_id":"r\u0031"`, 1)), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			body, _, _ := trust.Split(tc.data)
+			if _, ok := decodeDecisionFast(body); ok != tc.fast {
+				t.Errorf("fast path taken %v, want %v", ok, tc.fast)
+			}
+		})
+	}
+}
