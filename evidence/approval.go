@@ -357,3 +357,15 @@ var ErrMalformedApproval = errors.New("evidence: malformed approval evidence")
 // twice and trailing data, so that a reader acting on a record cannot see
 // another record in the same bytes than the verifier did.
 func DecodeRecord(data []byte, v any) error { return decodeStrict(data, v) }
+
+// DecodeRequestRecord decodes request.json by DecodeRecord's rules,
+// reading the records gateways write in one pass (see request_fast.go).
+func DecodeRequestRecord(data []byte) (RequestRecord, error) {
+	body, _, _ := trust.Split(data)
+	if r, ok := decodeRequestFast(body); ok {
+		return r, nil
+	}
+	var r RequestRecord
+	err := decodeStrict(data, &r)
+	return r, err
+}

@@ -95,8 +95,8 @@ func ParseCall(id string, request, decision []byte, redactions []evidence.Redact
 // parseCall is ParseCall with the decision record already decoded by
 // evidence.DecodeRecord.
 func parseCall(id string, request []byte, d evidence.DecisionRecord, redactions []evidence.Redaction) (Call, error) {
-	var req evidence.RequestRecord
-	if err := evidence.DecodeRecord(request, &req); err != nil {
+	req, err := evidence.DecodeRequestRecord(request)
+	if err != nil {
 		return Call{}, notReplayable("%s unreadable: %v", evidence.ArtifactRequest, err)
 	}
 	if err := consistent(id, req, d); err != nil {
