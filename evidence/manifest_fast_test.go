@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/evidence/trust"
 )
 
 // fastManifestSeeds are manifests as a gateway writes them (indented, and
@@ -109,39 +111,72 @@ func FuzzManifestFastDecode(f *testing.F) {
 	})
 }
 
-// sameManifest compares manifests field by field, created_at by instant
-// and offset: each parse makes its own time zone.
-func sameManifest(a, b Manifest) bool {
-	_, ao := a.CreatedAt.Zone()
-	_, bo := b.CreatedAt.Zone()
-	if !a.CreatedAt.Equal(b.CreatedAt) || ao != bo {
+// sameRecord compares two decodes of a record field by field, the time
+// at names by instant and offset: each parse makes its own time zone.
+func sameRecord[T any](a, b T, at func(*T) *time.Time) bool {
+	ta, tb := at(&a), at(&b)
+	_, ao := ta.Zone()
+	_, bo := tb.Zone()
+	if !ta.Equal(*tb) || ao != bo {
 		return false
 	}
-	a.CreatedAt, b.CreatedAt = time.Time{}, time.Time{}
+	*ta, *tb = time.Time{}, time.Time{}
 	return reflect.DeepEqual(a, b)
 }
 
-// TestManifestFastDecodeTakesGatewayManifests checks that the manifests
-// a gateway writes, and only well-formed ones, take the fast path: were
-// it to decline them all, it would be correct and useless.
-func TestManifestFastDecodeTakesGatewayManifests(t *testing.T) {
+func sameManifest(a, b Manifest) bool {
+	return sameRecord(a, b, func(m *Manifest) *time.Time { return &m.CreatedAt })
+}
+
+// TestFastDecodeTakesGatewayRecords checks that the manifests, decision
+// and request records a gateway writes, sealed or not, and only well-formed
+// ones, take the fast paths: were they to decline them all, they would be
+// correct and useless.
+func TestFastDecodeTakesGatewayRecords(t *testing.T) {
 	t.Parallel()
-	seeds := fastManifestSeeds(t)
+	manifest := func(data []byte) bool { _, ok := decodeManifestFast(data); return ok }
+	decision := func(data []byte) bool {
+		body, _, _ := trust.Split(data)
+		_, ok := decodeDecisionFast(body)
+		return ok
+	}
+	request := func(data []byte) bool {
+		body, _, _ := trust.Split(data)
+		_, ok := decodeRequestFast(body)
+		return ok
+	}
+	m, d, r := fastManifestSeeds(t), fastDecisionSeeds(t), fastRequestSeeds(t)
+	edit := func(seed []byte, from, to string) []byte { return []byte(strings.Replace(string(seed), from, to, 1)) }
 	for _, tc := range []struct {
-		name string
-		data []byte
-		fast bool
+		name   string
+		decode func([]byte) bool
+		data   []byte
+		fast   bool
 	}{
-		{"indented", seeds[0], true},
-		{"compact", seeds[1], true},
-		{"empty object", []byte(`{}`), false},
-		{"unknown field", []byte(strings.Replace(string(seeds[1]), `"request_id":"r1"`, `"request_id":"r1","extra":true`, 1)), false},
-		{"escaped", []byte(strings.Replace(string(seeds[1]), `"request_id":"r1"`, `"request_id":"r\u0031"`, 1)), false},
+		{"manifest, indented", manifest, m[0], true},
+		{"manifest, compact", manifest, m[1], true},
+		{"manifest, empty object", manifest, []byte(`{}`), false},
+		{"manifest, unknown field", manifest, edit(m[1], `"request_id":"r1"`, `"request_id":"r1","extra":true`), false},
+		{"manifest, escaped", manifest, edit(m[1], `"request_id":"r1"`, `"request_id":"r\u0031"`), false},
+		{"decision, compact", decision, d[0], true},
+		{"decision, indented", decision, d[1], true},
+		{"decision, sealed", decision, d[2], true},
+		{"decision, empty object", decision, []byte(`{}`), true},
+		{"decision, null", decision, []byte(`null`), false},
+		{"decision with a shadow decision", decision, edit(d[0], `"tool":{`, `"shadow":{"decision":"deny"},"tool":{`), false},
+		{"decision, escaped", decision, edit(d[0], `"request_id":"r1"`, `"request_id":"r\u0031"`), false},
+		{"request, compact", request, r[0], true},
+		{"request, indented", request, r[1], true},
+		{"request, sealed", request, r[2], true},
+		{"request authenticated by a front door", request, edit(r[0], `"ctx":{`, `"auth":{"method":"oauth"},"ctx":{`), false},
+		{"request, names the decoder takes for one", request, edit(r[0], `"path":"notes.txt"`, `"path":"notes.txt","PATH":"x"`), false},
+		{"request, escaped argument", request, edit(r[0], `"path":"notes.txt"`, `"path":"n\u006ftes"`), false},
+		{"request, nested too deep", request, r[len(r)-1], false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			if _, ok := decodeManifestFast(tc.data); ok != tc.fast {
-				t.Fatalf("decodeManifestFast took the fast path: %v, want %v", ok, tc.fast)
+			if ok := tc.decode(tc.data); ok != tc.fast {
+				t.Errorf("fast path taken %v, want %v", ok, tc.fast)
 			}
 		})
 	}
