@@ -19,22 +19,7 @@ func fastDecisionSeeds(tb testing.TB) [][]byte {
 		DecidedAt: time.Date(2026, 11, 1, 12, 0, 0, 123456789, time.UTC), Gateway: "toolgate/0.1.0@a",
 		Principal: &DecisionPrincipal{Groups: []string{"eng"}, Roles: []string{}},
 		Tool:      &DecisionTool{Package: "workspace", Export: "readFile", Version: "1", Tags: []string{"read", "fs"}}}
-	compact, err := json.Marshal(d)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	indented, err := json.MarshalIndent(d, "", "  ")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	sealer, err := newSigner(tb).Sealer()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	sealed, err := sealer.MAC(Key("r1", ArtifactPolicyDecision), indented)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	compact, indented, sealed := gatewayForms(tb, Key("r1", ArtifactPolicyDecision), d)
 	c := string(compact)
 	seeds := [][]byte{compact, indented, sealed, []byte(`{}`), []byte(`[]`), []byte(``), []byte(`null`)}
 	for _, edit := range [][2]string{
@@ -67,6 +52,27 @@ func fastDecisionSeeds(tb testing.TB) [][]byte {
 		}
 	}
 	return append(seeds, []byte(c+"x"), []byte(c[:len(c)-1]), []byte(" \n"+c+"\t\r\n"))
+}
+
+// gatewayForms returns record v as gateways may store it under key:
+// compact, indented, and indented and sealed.
+func gatewayForms(tb testing.TB, key string, v any) (compact, indented, sealed []byte) {
+	tb.Helper()
+	compact, err := json.Marshal(v)
+	if err == nil {
+		indented, err = json.MarshalIndent(v, "", "  ")
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sealer, err := newSigner(tb).Sealer()
+	if err == nil {
+		sealed, err = sealer.MAC(key, indented)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return compact, indented, sealed
 }
 
 // parseDecisionBefore is parseDecision as it was before the fast path:

@@ -18,22 +18,7 @@ func fastRequestSeeds(tb testing.TB) [][]byte {
 		Ctx:        RequestContext{RunID: "run", StepID: "s1", PolicyRef: "main"},
 		ReceivedAt: time.Date(2026, 11, 1, 12, 0, 0, 123456789, time.UTC), CanonicalRequestHash: "sha256:" + strings.Repeat("ab", 32),
 		Gateway: "toolgate/0.1.0@a", ParentRequestID: "p0", TraceID: strings.Repeat("0f", 16)}
-	compact, err := json.Marshal(r)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	indented, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	sealer, err := newSigner(tb).Sealer()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	sealed, err := sealer.MAC(Key("r1", ArtifactRequest), indented)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	compact, indented, sealed := gatewayForms(tb, Key("r1", ArtifactRequest), r)
 	c := string(compact)
 	seeds := [][]byte{compact, indented, sealed, []byte(`{}`), []byte(`{"args":{}}`), []byte(`null`), []byte(``)}
 	for _, edit := range [][2]string{
