@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/gateway/configsecrets"
+	"github.com/toolgate/toolgate/internal/syncbuf"
 )
 
 func TestReadWebhookSecret(t *testing.T) {
@@ -78,7 +79,7 @@ func buildWithApprovals(t *testing.T, policy, extraYAML string, env map[string]s
 	// The gateway resolves relative paths (the signing key it creates)
 	// from the folder it starts in.
 	t.Chdir(dir)
-	log := &syncLog{}
+	log := &syncbuf.Buffer{}
 	g, closer, err := Build(context.Background(), cfg, func(k string) string { return env[k] }, slog.New(slog.NewTextHandler(log, nil)))
 	if err == nil {
 		t.Cleanup(func() { closer.Close() })

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/toolgate/toolgate/config"
@@ -37,26 +36,5 @@ drivers:
 	}
 	if slices.Contains(got, "/srv/tg/ws") || slices.Contains(got, "") {
 		t.Errorf("hiddenPaths holds the workspace or an empty path: %v", got)
-	}
-}
-
-// checkConfigError parses, completes and validates the configuration text,
-// and fails t unless validation fails with an error mentioning wantErr, or
-// passes when wantErr is "".
-func checkConfigError(t *testing.T, text, wantErr string) {
-	t.Helper()
-	cfg, err := config.ParseConfig([]byte(text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg, err = cfg.WithDefaults(); err != nil {
-		t.Fatal(err)
-	}
-	err = cfg.Validate()
-	switch {
-	case wantErr == "" && err != nil:
-		t.Fatalf("unexpected error: %v", err)
-	case wantErr != "" && (err == nil || !strings.Contains(err.Error(), wantErr)):
-		t.Fatalf("error = %v, want one mentioning %q", err, wantErr)
 	}
 }

@@ -175,25 +175,3 @@ func TestSandboxNestedCallsEndAtTheParentsTimeout(t *testing.T) {
 		}
 	}
 }
-
-func TestConfigNestedCallLimits(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name    string
-		keys    string
-		wantErr string // "" means valid
-	}{
-		{"unset takes the defaults", "", ""},
-		{"a limit within bounds", ", max_nested_calls: 1000, max_nested_in_flight: 16", ""},
-		{"zero nested calls is refused, not defaulted", ", max_nested_calls: 0", "drivers.sb.max_nested_calls: must be between 1 and 10000 (unset: 256), got 0"},
-		{"negative nested calls", ", max_nested_calls: -5", "drivers.sb.max_nested_calls: must be between 1 and 10000"},
-		{"unbounded nested calls", ", max_nested_calls: 1000000", "drivers.sb.max_nested_calls: must be between 1 and 10000 (unset: 256), got 1000000"},
-		{"zero in flight", ", max_nested_in_flight: 0", "drivers.sb.max_nested_in_flight: must be between 1 and 64 (unset: 8), got 0"},
-		{"too many in flight", ", max_nested_in_flight: 65", "drivers.sb.max_nested_in_flight: must be between 1 and 64"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			checkConfigError(t, "drivers: {sb: {type: execbox, url: 'ws://127.0.0.1:1/run'"+tc.keys+"}}", tc.wantErr)
-		})
-	}
-}

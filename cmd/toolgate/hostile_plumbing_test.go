@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
+	"github.com/toolgate/toolgate/internal/syncbuf"
 )
 
 // plumbingProbe is a door kind of this test binary only: it reports what
@@ -53,7 +54,7 @@ const probeKey = "probe-key-that-must-stay-secret"
 
 // probeServer serves the probe door on loopback, with or without a key,
 // and returns its base URL and the gateway's debug log.
-func probeServer(t *testing.T, withKey bool) (string, *syncBuffer) {
+func probeServer(t *testing.T, withKey bool) (string, *syncbuf.Buffer) {
 	t.Helper()
 	dir := t.TempDir()
 	writePolicy(t, dir, "permit (principal, action, resource);\n")
@@ -67,7 +68,7 @@ func probeServer(t *testing.T, withKey bool) (string, *syncBuffer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	getenv := func(name string) string {
 		if name == "PROBE_KEY" {

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/syncbuf"
 )
 
 // The hostile-input suite for class 5 of issue 11: a caller whom policy
@@ -337,7 +339,7 @@ func TestHostileSandboxGatewayMemory(t *testing.T) {
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "TOOLGATE_HOSTILE_SECRET="+hostileSecret)
 	cmd.SysProcAttr = asNobody
-	log := &syncBuffer{}
+	log := &syncbuf.Buffer{}
 	cmd.Stderr = log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -11,10 +11,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/syncbuf"
 )
 
 // toolgateBin is the binary under test, built once by TestMain.
@@ -46,25 +47,8 @@ type server struct {
 	cmd  *exec.Cmd
 	addr string
 	dir  string
-	log  *syncBuffer
+	log  *syncbuf.Buffer
 	done chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 var addrPattern = regexp.MustCompile(`msg="toolgate serving" addr=(\S+)`)
@@ -113,7 +97,7 @@ func launchWrapped(t *testing.T, dir string, env, wrap []string, args ...string)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &server{cmd: cmd, dir: dir, log: &syncBuffer{}, done: make(chan error, 1)}
+	s := &server{cmd: cmd, dir: dir, log: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	addrCh := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)

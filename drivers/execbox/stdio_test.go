@@ -12,12 +12,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/toolgate/toolgate/drivers/execbox/execboxtest"
+	"github.com/toolgate/toolgate/internal/syncbuf"
 )
 
 // eventually polls cond for up to five seconds.
@@ -168,29 +168,11 @@ func TestStdioRunnerEnvironment(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log destination safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestStdioCrashDiagnostics checks that a crashed runner's exit status is
 // in the error and its stderr in the log, never in a Result.
 func TestStdioCrashDiagnostics(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	d := newDriver(t, Config{Command: []string{"/bin/sh", "-c", `read line; echo "guest engine exploded" >&2; exit 9`}, Logger: logger})
 	_, err := d.Run(runCtx(t), newCall(nil, nil))
@@ -267,7 +249,7 @@ func TestStdioCloseOutlivesAnEscapedDescendant(t *testing.T) {
 	if err != nil {
 		t.Fatalf("setsid is needed to leave the process group: %v", err)
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	script := `read line; echo "runner gave up" >&2; "$1" -f sleep 20 >/dev/null </dev/null; exit 3`
 	d := newDriver(t, Config{Command: []string{"/bin/sh", "-c", script, "sh", setsid}, Logger: logger})

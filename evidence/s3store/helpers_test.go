@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"testing"
-
-	"github.com/klauspost/compress/gzip"
 
 	"github.com/toolgate/toolgate/evidence/storage"
 )
@@ -36,34 +33,6 @@ func mustList(t testing.TB, s storage.Store, prefix string) []string {
 		t.Fatalf("List(%q) = %v", prefix, err)
 	}
 	return keys
-}
-
-// gzipped returns data as one gzip member.
-func gzipped(t testing.TB, data []byte) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if _, err := zw.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-// jsonOfSize returns a compressible JSON document of about n bytes.
-func jsonOfSize(n int) []byte {
-	var b strings.Builder
-	b.WriteString(`{"lines":[`)
-	for i := 0; b.Len() < n; i++ {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(`"the quick brown fox jumps over the lazy dog"`)
-	}
-	b.WriteString("]}")
-	return []byte(b.String())
 }
 
 // raceOneKey has writers put different data under key at once, and

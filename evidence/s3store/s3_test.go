@@ -148,7 +148,7 @@ func TestS3Store(t *testing.T) {
 	t.Run("concurrent large puts of one key have exactly one winner", func(t *testing.T) {
 		bucket := newBucket(t, false)
 		s := newTestStore(t, m, Options{Bucket: bucket})
-		doc := jsonOfSize(200 << 10)
+		doc := evidencetest.JSONOfSize(200 << 10)
 		raceOneKey(t, s, "requests/race/tool_result.json", 32, func(i int) []byte { return fmt.Appendf(slices.Clone(doc), "%d", i) })
 	})
 
@@ -160,8 +160,8 @@ func TestS3Store(t *testing.T) {
 			data     []byte
 			encoding string
 		}{
-			{"small.json", jsonOfSize(1 << 10), ""},
-			{"large.json", jsonOfSize(200 << 10), "gzip"},
+			{"small.json", evidencetest.JSONOfSize(1 << 10), ""},
+			{"large.json", evidencetest.JSONOfSize(200 << 10), "gzip"},
 		} {
 			mustPut(t, s, tc.key, tc.data)
 			head, err := m.Client().HeadObject(ctx, &s3.HeadObjectInput{
@@ -265,7 +265,7 @@ func TestS3Store(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				s := newTestStore(t, m, Options{Bucket: bucket, Prefix: fmt.Sprintf("t%d-%d", tc.threshold, tc.size), CompressThreshold: tc.threshold})
-				data := jsonOfSize(tc.size)
+				data := evidencetest.JSONOfSize(tc.size)
 				mustPut(t, s, "a.json", data)
 				raw, encoding := rawObject(t, m, bucket, s.prefix+"a.json")
 				if got := storage.IsGzip(raw); got != tc.gzip {
@@ -286,7 +286,7 @@ func TestS3Store(t *testing.T) {
 		s := newTestStore(t, m, Options{Bucket: bucket})
 		// 257 members of 1 MiB of zeros each: 300 KB that would inflate
 		// past storage.MaxArtifactSize.
-		bomb := bytes.Repeat(gzipped(t, make([]byte, 1<<20)), storage.MaxArtifactSize>>20+1)
+		bomb := bytes.Repeat(evidencetest.Gzipped(t, make([]byte, 1<<20)), storage.MaxArtifactSize>>20+1)
 		if _, err := m.Client().PutObject(ctx, &s3.PutObjectInput{
 			Bucket: &bucket, Key: aws.String("bomb.json"), Body: bytes.NewReader(bomb),
 		}); err != nil {

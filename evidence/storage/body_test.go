@@ -6,36 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/klauspost/compress/gzip"
+	"github.com/toolgate/toolgate/evidence/evidencetest"
 )
-
-// gzipped returns data as one gzip member.
-func gzipped(t testing.TB, data []byte) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if _, err := zw.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-// jsonOfSize returns a compressible JSON document of about n bytes.
-func jsonOfSize(n int) []byte {
-	var b strings.Builder
-	b.WriteString(`{"lines":[`)
-	for i := 0; b.Len() < n; i++ {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(`"the quick brown fox jumps over the lazy dog"`)
-	}
-	b.WriteString("]}")
-	return []byte(b.String())
-}
 
 func TestEncodeBody(t *testing.T) {
 	t.Parallel()
@@ -47,15 +19,15 @@ func TestEncodeBody(t *testing.T) {
 		threshold  int
 		compressed bool
 	}{
-		{name: "small JSON stays plain", data: jsonOfSize(1 << 10), threshold: 0, compressed: false},
-		{name: "large JSON is compressed at the default threshold", data: jsonOfSize(200 << 10), threshold: 0, compressed: true},
+		{name: "small JSON stays plain", data: evidencetest.JSONOfSize(1 << 10), threshold: 0, compressed: false},
+		{name: "large JSON is compressed at the default threshold", data: evidencetest.JSONOfSize(200 << 10), threshold: 0, compressed: true},
 		{name: "data exactly at the threshold stays plain", data: bytes.Repeat([]byte("a"), 100), threshold: 100, compressed: false},
 		{name: "data one byte over the threshold is compressed", data: bytes.Repeat([]byte("a"), 101), threshold: 100, compressed: true},
-		{name: "negative threshold never compresses", data: jsonOfSize(200 << 10), threshold: -1, compressed: false},
+		{name: "negative threshold never compresses", data: evidencetest.JSONOfSize(200 << 10), threshold: -1, compressed: false},
 		{name: "incompressible data stays plain", data: random, threshold: 0, compressed: false},
 		{name: "empty data stays plain", data: []byte{}, threshold: 1, compressed: false},
 		{name: "data that looks like gzip is always wrapped", data: []byte{0x1f, 0x8b, 'x'}, threshold: -1, compressed: true},
-		{name: "gzip data above the threshold is wrapped once more", data: gzipped(t, jsonOfSize(1<<10)), threshold: 1, compressed: true},
+		{name: "gzip data above the threshold is wrapped once more", data: evidencetest.Gzipped(t, evidencetest.JSONOfSize(1<<10)), threshold: 1, compressed: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,7 +56,7 @@ func TestEncodeBodyIsDeterministic(t *testing.T) {
 	t.Parallel()
 	// Equal artifacts must store as equal bytes, so that their checksums
 	// and any copy an auditor makes match.
-	data := jsonOfSize(100 << 10)
+	data := evidencetest.JSONOfSize(100 << 10)
 	if a, b := EncodeBody(data, 0), EncodeBody(data, 0); !bytes.Equal(a, b) {
 		t.Fatal("two encodings of the same data differ")
 	}
@@ -92,8 +64,8 @@ func TestEncodeBodyIsDeterministic(t *testing.T) {
 
 func TestDecodeBody(t *testing.T) {
 	t.Parallel()
-	doc := jsonOfSize(4 << 10)
-	good := gzipped(t, doc)
+	doc := evidencetest.JSONOfSize(4 << 10)
+	good := evidencetest.Gzipped(t, doc)
 	badCRC := bytes.Clone(good)
 	badCRC[len(badCRC)-8] ^= 0xff // the trailer's CRC-32
 	tests := []struct {
@@ -106,9 +78,9 @@ func TestDecodeBody(t *testing.T) {
 		{name: "plain JSON is returned as is", body: []byte(`{"a":1}`), limit: 10, want: []byte(`{"a":1}`)},
 		{name: "plain data is not limited", body: bytes.Repeat([]byte("x"), 100), limit: 10, want: bytes.Repeat([]byte("x"), 100)},
 		{name: "gzip is decompressed", body: good, limit: len(doc), want: doc},
-		{name: "two gzip members are concatenated", body: append(gzipped(t, []byte("ab")), gzipped(t, []byte("cd"))...), limit: 4, want: []byte("abcd")},
+		{name: "two gzip members are concatenated", body: append(evidencetest.Gzipped(t, []byte("ab")), evidencetest.Gzipped(t, []byte("cd"))...), limit: 4, want: []byte("abcd")},
 		{name: "output over the limit", body: good, limit: len(doc) - 1, wantErr: "larger than the"},
-		{name: "bomb", body: gzipped(t, make([]byte, 1<<20)), limit: 1 << 10, wantErr: "larger than the 1024-byte limit"},
+		{name: "bomb", body: evidencetest.Gzipped(t, make([]byte, 1<<20)), limit: 1 << 10, wantErr: "larger than the 1024-byte limit"},
 		{name: "truncated stream", body: good[:len(good)/2], limit: len(doc), wantErr: "unexpected EOF"},
 		{name: "magic only", body: []byte{0x1f, 0x8b}, limit: 10, wantErr: "decompress artifact"},
 		{name: "corrupt checksum", body: badCRC, limit: len(doc), wantErr: "checksum"},
@@ -137,8 +109,8 @@ func FuzzDecodeBody(f *testing.F) {
 	f.Add([]byte(`{"request_id":"r1"}`))
 	f.Add([]byte{})
 	f.Add([]byte{0x1f, 0x8b})
-	f.Add(gzipped(f, []byte(`{"a":[1,2,3]}`)))
-	f.Add(gzipped(f, make([]byte, 8<<10)))
+	f.Add(evidencetest.Gzipped(f, []byte(`{"a":[1,2,3]}`)))
+	f.Add(evidencetest.Gzipped(f, make([]byte, 8<<10)))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		const limit = 1 << 20
 		got, err := decodeBodyLimit(body, limit)

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/toolgate/toolgate/internal/syncbuf"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 	"github.com/toolgate/toolgate/redact"
 )
@@ -101,33 +102,15 @@ func verifyWebhook(secret []byte, h http.Header, body []byte, now time.Time) err
 	return nil
 }
 
-// syncLog is a log sink safe for the worker and the test to share.
-type syncLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // newTestNotifier returns a notifier for url with millisecond backoff,
 // closed when the test ends, and its log.
-func newTestNotifier(t *testing.T, url string, tune func(*WebhookOptions)) (*WebhookNotifier, *syncLog) {
+func newTestNotifier(t *testing.T, url string, tune func(*WebhookOptions)) (*WebhookNotifier, *syncbuf.Buffer) {
 	t.Helper()
 	r, err := webhookTestRedactor()
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := &syncLog{}
+	log := &syncbuf.Buffer{}
 	opts := WebhookOptions{
 		URL: url, Secret: webhookTestSecret, Redactor: r, Gateway: "gw-test",
 		Logger:  slog.New(slog.NewTextHandler(log, nil)),

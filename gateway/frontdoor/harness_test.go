@@ -1,7 +1,6 @@
 package frontdoor_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/config"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
+	"github.com/toolgate/toolgate/internal/syncbuf"
 )
 
 // Two test door kinds: "echo" and "mirror" serve the same handler on the
@@ -222,36 +222,18 @@ func getenv(name string) string {
 	return ""
 }
 
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // served is a running gateway with its doors.
 type served struct {
 	cfg     config.Config
 	servers *frontdoor.Servers
-	logs    *syncBuffer
+	logs    *syncbuf.Buffer
 }
 
 // serve builds the gateway of cfg and serves its doors on loopback, with
 // debug logging captured.
 func serve(t *testing.T, cfg config.Config) *served {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	g, closer, err := gateway.Build(context.Background(), cfg, getenv, log)
 	if err != nil {

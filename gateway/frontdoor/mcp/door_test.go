@@ -3,7 +3,6 @@ package mcpdoor
 import (
 	"context"
 	"errors"
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/toolgate/toolgate/internal/syncbuf"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -116,7 +118,7 @@ func TestListPolicyRefFromMeta(t *testing.T) {
 }
 
 func TestTheSDKsPerRequestChatterStaysOutOfTheLog(t *testing.T) {
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	sdk := sdkLogger(log)
 	sdk.Info("server session connected")
