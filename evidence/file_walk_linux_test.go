@@ -22,11 +22,7 @@ func TestWalkFoldersMatchesRootWalk(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	outside := t.TempDir()
-	s, err := NewFileStore(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := newTestFileStore(t, dir)
 	for _, key := range []string{"requests/a/request.json", "requests/a/attempts/2/dispatch.json", "requests/a.b/x",
 		"requests/b/manifest.json", "requests/b0/x", "log/gw/checkpoint/00000000000000000001", "top"} {
 		if err := s.Put(ctx, key, []byte("data of "+key)); err != nil {
@@ -114,11 +110,7 @@ func TestFolderReadsMatchGet(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	outside := t.TempDir()
-	s, err := NewFileStore(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := newTestFileStore(t, dir)
 	if err := s.Put(ctx, "requests/r/request.json", []byte(`{"a":1}`)); err != nil {
 		t.Fatal(err)
 	}
