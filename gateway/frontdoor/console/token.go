@@ -39,7 +39,7 @@ func tokenExpiry(token string) time.Time {
 	if len(parts) != 3 {
 		return time.Time{}
 	}
-	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	payload, err := base64.RawURLEncoding.Strict().DecodeString(parts[1])
 	if err != nil {
 		return time.Time{}
 	}

@@ -133,11 +133,11 @@ func (d *Door) openState(s, caller, tool string, now time.Time) (approvalState, 
 	if !ok || !ok2 || version != stateVersion {
 		return approvalState{}, errBadState
 	}
-	mac, err := base64.RawURLEncoding.DecodeString(mac64)
+	mac, err := base64.RawURLEncoding.Strict().DecodeString(mac64)
 	if err != nil || !hmac.Equal(mac, d.stateMAC(version+"."+payload64)) {
 		return approvalState{}, errBadState
 	}
-	payload, err := base64.RawURLEncoding.DecodeString(payload64)
+	payload, err := base64.RawURLEncoding.Strict().DecodeString(payload64)
 	if err != nil {
 		return approvalState{}, errBadState
 	}

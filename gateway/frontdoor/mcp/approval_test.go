@@ -250,3 +250,42 @@ func TestStateKeyFileIsCreatedOnceAndShared(t *testing.T) {
 		t.Errorf("another key opened the state: %v", err)
 	}
 }
+
+// A requestState has one spelling. Base64 without padding leaves spare
+// bits in its last character; a door that ignored them would open
+// states it never wrote out, letting a client replay one grant under
+// names that a log or a deduplicating cache would count apart.
+func TestStateOpensOnlyInTheSpellingSealed(t *testing.T) {
+	d := &Door{stateKey: []byte("0123456789abcdef0123456789abcdef")}
+	now := time.Unix(1_800_000_000, 0)
+	// A hash of two bytes makes a payload whose length leaves spare bits.
+	sealed := d.sealState(approvalState{RequestID: "mcp-abc", Tool: "held", Caller: "agent", Hash: "hh", ApprovalID: "apr_x", Expires: now.Unix() + 60})
+	version, rest, _ := strings.Cut(sealed, ".")
+	payload, mac, _ := strings.Cut(rest, ".")
+	for _, tc := range []struct{ name, state string }{
+		{"mac's spare bits set", version + "." + payload + "." + spareBitsSet(t, mac)},
+		{"payload's spare bits set", version + "." + spareBitsSet(t, payload) + "." + mac},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := d.openState(tc.state, "agent", "held", now); !errors.Is(err, errBadState) {
+				t.Errorf("opened %q: %v", tc.state, err)
+			}
+		})
+	}
+	if _, err := d.openState(sealed, "agent", "held", now); err != nil {
+		t.Fatalf("the sealed spelling itself: %v", err)
+	}
+}
+
+// spareBitsSet respells s, unpadded base64url, with the unused low bits
+// of its last character set; the decoded bytes stay the same.
+func spareBitsSet(t *testing.T, s string) string {
+	t.Helper()
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	spare := map[int]int{2: 0b1111, 3: 0b11}[len(s)%4]
+	if spare == 0 {
+		t.Fatalf("%q has no spare bits to set", s)
+	}
+	last := strings.IndexByte(alphabet, s[len(s)-1])
+	return s[:len(s)-1] + string(alphabet[last|spare])
+}
