@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/toolgate/toolgate/evidence/tlog"
 	"github.com/toolgate/toolgate/evidence/trust"
+	"github.com/toolgate/toolgate/internal/canonb64"
 )
 
 // maxLeaseTries bounds how many epochs OpenLog tries when other processes
@@ -336,7 +336,7 @@ func checkpointBody(note []byte) (string, uint64, tlog.Hash, error) {
 	if err != nil {
 		return "", 0, tlog.Hash{}, fmt.Errorf("size: %w", err)
 	}
-	root, err := base64.StdEncoding.Strict().DecodeString(lines[2])
+	root, err := canonb64.Std(lines[2])
 	if err != nil || len(root) != len(tlog.Hash{}) {
 		return "", 0, tlog.Hash{}, errors.New("root is not a base64 SHA-256 hash")
 	}

@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/canonb64"
 )
 
 // ManifestVersion is the manifest format this package writes and reads.
@@ -214,7 +215,7 @@ func (m *Manifest) check() error {
 		case !validKeyID(sig.KeyID):
 			return fmt.Errorf("signature.key_id %q is not %q followed by %d lowercase hex digits", sig.KeyID, keyIDPrefix, keyIDHexLen)
 		}
-		raw, err := base64.StdEncoding.Strict().DecodeString(sig.Value)
+		raw, err := canonb64.Std(sig.Value)
 		if err != nil || len(raw) != ed25519.SignatureSize {
 			return fmt.Errorf("signature.value is not the standard base64 of a %d-byte signature", ed25519.SignatureSize)
 		}

@@ -142,6 +142,15 @@ func TestParseManifestRejects(t *testing.T) {
 		{"signature value not base64", encode(func(m map[string]any) {
 			m["signature"] = map[string]any{"algorithm": "ed25519", "key_id": goodKeyID, "value": "!!" + goodSig[2:]}
 		}), "signature.value"},
+		// The same signature respelled: a line break inside it, or the
+		// spare bits of its last character set. Either would still verify
+		// while the manifest's bytes, and every hash of them, changed.
+		{"signature value with a line break", encode(func(m map[string]any) {
+			m["signature"] = map[string]any{"algorithm": "ed25519", "key_id": goodKeyID, "value": goodSig[:40] + "\n" + goodSig[40:]}
+		}), "signature.value"},
+		{"signature value with its spare bits set", encode(func(m map[string]any) {
+			m["signature"] = map[string]any{"algorithm": "ed25519", "key_id": goodKeyID, "value": goodSig[:len(goodSig)-3] + "B=="}
+		}), "signature.value"},
 		{"signature value too short", encode(func(m map[string]any) {
 			m["signature"] = map[string]any{"algorithm": "ed25519", "key_id": goodKeyID, "value": goodSig[:64]}
 		}), "signature.value"},

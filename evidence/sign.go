@@ -1,9 +1,11 @@
 package evidence
 
 import (
+	"golang.org/x/mod/sumdb/note"
+
 	"github.com/toolgate/toolgate/evidence/tlog"
 	"github.com/toolgate/toolgate/evidence/trust"
-	"golang.org/x/mod/sumdb/note"
+	"github.com/toolgate/toolgate/internal/canonb64"
 
 	"bytes"
 	"crypto/ed25519"
@@ -136,7 +138,7 @@ func signedMessage(m Manifest) ([]byte, error) {
 // caller has checked that m has a signature. A manifest that cannot be
 // re-encoded cannot have been signed, so it does not verify.
 func verifySignature(pub ed25519.PublicKey, m Manifest) bool {
-	sig, err := base64.StdEncoding.Strict().DecodeString(m.Signature.Value)
+	sig, err := canonb64.Std(m.Signature.Value)
 	if err != nil {
 		return false
 	}
@@ -339,7 +341,7 @@ func decodeKey(data []byte, blockType string) (der []byte, isPEM bool, err error
 	if bytes.Contains(data, []byte("-----BEGIN")) {
 		return nil, false, errors.New("PEM block is malformed")
 	}
-	raw, err := base64.StdEncoding.Strict().DecodeString(string(data))
+	raw, err := canonb64.Std(string(data))
 	if err != nil {
 		return nil, false, fmt.Errorf("neither a PEM %q block nor standard base64", blockType)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/evidence/tlog"
+	"github.com/toolgate/toolgate/internal/canonb64"
 )
 
 // ErrWitnessRefused is returned (wrapped) by Cosign when a witness refuses
@@ -243,7 +244,7 @@ func checkCosignatures(data []byte, origin, url string) ([]byte, error) {
 	}
 	for line := range strings.Lines(string(data)) {
 		name, sig, ok := strings.Cut(strings.TrimPrefix(strings.TrimSuffix(line, "\n"), "\u2014 "), " ")
-		raw, err := base64.StdEncoding.Strict().DecodeString(sig)
+		raw, err := canonb64.Std(sig)
 		if !ok || !strings.HasPrefix(line, "\u2014 ") || name == "" || name == origin || err != nil || len(raw) < 5 ||
 			strings.ContainsAny(name, " +") {
 			return nil, fmt.Errorf("evidence: witness %s: %s is not a cosignature line", url, quoteBody([]byte(line)))

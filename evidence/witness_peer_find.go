@@ -11,8 +11,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/toolgate/toolgate/evidence/tlog"
 	"github.com/transparency-dev/tessera/api/layout"
+
+	"github.com/toolgate/toolgate/evidence/tlog"
+	"github.com/toolgate/toolgate/internal/canonb64"
 )
 
 // newestCheckpointOf returns the newest checkpoint of an instance's log,
@@ -177,7 +179,7 @@ func loadPeerState(file string) (*peerState, error) {
 		st.Peers = map[string]peerCheckpoint{}
 	}
 	for origin, c := range st.Peers {
-		root, err := base64.StdEncoding.Strict().DecodeString(c.RootBase64)
+		root, err := canonb64.Std(c.RootBase64)
 		if err != nil || len(root) != len(c.Root) || c.Size == 0 {
 			return nil, fmt.Errorf("evidence: peer witness state %s: the entry of %s is damaged", file, origin)
 		}

@@ -15,11 +15,13 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/toolgate/toolgate/evidence/tlog"
 	fnote "github.com/transparency-dev/formats/note"
 	"github.com/transparency-dev/merkle/proof"
 	"github.com/transparency-dev/merkle/rfc6962"
 	"golang.org/x/mod/sumdb/note"
+
+	"github.com/toolgate/toolgate/evidence/tlog"
+	"github.com/toolgate/toolgate/internal/canonb64"
 )
 
 // Witness is a C2SP tlog-witness (v1.0.0) on a loopback HTTP server: it
@@ -189,7 +191,7 @@ func parseAddCheckpoint(body []byte) (uint64, [][]byte, []byte, error) {
 	}
 	var hashes [][]byte
 	for _, l := range lines[1:] {
-		h, err := base64.StdEncoding.Strict().DecodeString(l)
+		h, err := canonb64.Std(l)
 		if err != nil || len(h) != 32 {
 			return 0, nil, nil, errors.New("a proof line is not a base64 hash")
 		}

@@ -16,6 +16,8 @@ import (
 
 	fnote "github.com/transparency-dev/formats/note"
 	"golang.org/x/mod/sumdb/note"
+
+	"github.com/toolgate/toolgate/internal/canonb64"
 )
 
 // reservedOrigin is the first line of every manifest message the same key
@@ -360,17 +362,12 @@ func decodeHash(s string) ([32]byte, error) {
 	return [32]byte(b), nil
 }
 
-// decodeCanonical decodes standard padded base64 and requires s to be the
-// one encoding of the result: the decoder, even in strict mode, skips
-// '\r' and '\n', and a non-strict one ignores the unused low bits of the
-// last character, so a flipped bit there would survive.
+// decodeCanonical decodes standard padded base64 in the one spelling
+// the encoder writes, so a respelled signature or root is refused.
 func decodeCanonical(s string) ([]byte, error) {
-	b, err := base64.StdEncoding.Strict().DecodeString(s)
+	b, err := canonb64.Std(s)
 	if err != nil {
-		return nil, fmt.Errorf("not base64: %w", err)
-	}
-	if base64.StdEncoding.EncodeToString(b) != s {
-		return nil, errors.New("not canonical base64")
+		return nil, fmt.Errorf("not canonical base64: %w", err)
 	}
 	return b, nil
 }

@@ -12,6 +12,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/transparency-dev/merkle/rfc6962"
+
+	"github.com/toolgate/toolgate/internal/canonb64"
 )
 
 // The kinds of log entry.
@@ -240,7 +242,7 @@ func ParseEntry(data []byte) (Entry, error) {
 		Outcome: w.Outcome, KeyID: w.KeyID, ApprovalID: w.ApprovalID, ApprovalSHA256: w.ApprovalSHA256,
 		Decision: w.Decision, Approver: w.Approver, PeerOrigin: w.Origin, PeerSize: w.Size}
 	if w.Root != "" {
-		root, err := base64.StdEncoding.Strict().DecodeString(w.Root)
+		root, err := canonb64.Std(w.Root)
 		if err != nil || len(root) != len(e.PeerRoot) {
 			return Entry{}, fmt.Errorf("%w: entry root is not the base64 of a 32-byte hash", ErrMalformed)
 		}

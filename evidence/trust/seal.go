@@ -13,6 +13,8 @@ import (
 	"hash"
 	"slices"
 	"sync"
+
+	"github.com/toolgate/toolgate/internal/canonb64"
 )
 
 // Seal algorithms.
@@ -305,7 +307,7 @@ func (k *Keyring) OpenSigned(key string, data []byte) (body []byte, seal Seal, e
 }
 
 func (k *Keyring) check(key string, body []byte, s Seal) error {
-	value, err := base64.StdEncoding.Strict().DecodeString(s.Value)
+	value, err := canonb64.Std(s.Value)
 	if err != nil {
 		return errors.New("the seal's value is not base64")
 	}

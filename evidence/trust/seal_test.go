@@ -76,6 +76,8 @@ func TestOpenRefusesTampering(t *testing.T) {
 		{"signed by an untrusted key", key, foreign, ErrUntrustedKey},
 		{"MAC by an unknown key", key, foreignMAC, ErrUntrustedKey},
 		{"MAC changed", key, []byte(strings.Replace(string(mac), "deny", "dent", 1)), nil},
+		{"signature respelled with a line break", key, respellValue(t, good), nil},
+		{"MAC respelled with a line break", key, respellValue(t, mac), nil},
 		{"seal value not base64", key, []byte(`{"decision":"approve","seal":{"alg":"ed25519","key_id":"x","value":"!!"}}`), nil},
 		{"unknown algorithm", key, []byte(`{"decision":"approve","seal":{"alg":"none","key_id":"x","value":""}}`), nil},
 	} {
@@ -92,6 +94,20 @@ func TestOpenRefusesTampering(t *testing.T) {
 	if _, _, err := ring.OpenSigned(key, mac); !errors.Is(err, ErrTampered) {
 		t.Fatalf("OpenSigned of a MAC = %v, want ErrTampered", err)
 	}
+}
+
+// respellValue puts an escaped line break inside a sealed record's seal
+// value: the same bytes to a lenient base64 decoder, another record to
+// anyone who hashes it.
+func respellValue(t *testing.T, sealed []byte) []byte {
+	t.Helper()
+	const field = `"value":"`
+	i := strings.Index(string(sealed), field)
+	if i < 0 {
+		t.Fatalf("no seal value in %s", sealed)
+	}
+	i += len(field) + 8
+	return []byte(string(sealed[:i]) + `\n` + string(sealed[i:]))
 }
 
 func TestSealRefusesNonObjectsAndDoubleSeals(t *testing.T) {

@@ -2,13 +2,13 @@ package console
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"strings"
 	"time"
 
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/gateway/frontdoor"
+	"github.com/toolgate/toolgate/internal/canonb64"
 )
 
 // TokenVerifier verifies an OAuth access token: a front door configured
@@ -39,7 +39,7 @@ func tokenExpiry(token string) time.Time {
 	if len(parts) != 3 {
 		return time.Time{}
 	}
-	payload, err := base64.RawURLEncoding.Strict().DecodeString(parts[1])
+	payload, err := canonb64.RawURL(parts[1])
 	if err != nil {
 		return time.Time{}
 	}

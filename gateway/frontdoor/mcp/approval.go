@@ -16,6 +16,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolgate/toolgate/internal/canonb64"
 	"github.com/toolgate/toolgate/internal/regularfile"
 	toolgatev1 "github.com/toolgate/toolgate/proto/toolgate/v1"
 )
@@ -133,11 +134,11 @@ func (d *Door) openState(s, caller, tool string, now time.Time) (approvalState, 
 	if !ok || !ok2 || version != stateVersion {
 		return approvalState{}, errBadState
 	}
-	mac, err := base64.RawURLEncoding.Strict().DecodeString(mac64)
+	mac, err := canonb64.RawURL(mac64)
 	if err != nil || !hmac.Equal(mac, d.stateMAC(version+"."+payload64)) {
 		return approvalState{}, errBadState
 	}
-	payload, err := base64.RawURLEncoding.Strict().DecodeString(payload64)
+	payload, err := canonb64.RawURL(payload64)
 	if err != nil {
 		return approvalState{}, errBadState
 	}

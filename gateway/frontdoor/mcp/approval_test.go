@@ -264,6 +264,8 @@ func TestStateOpensOnlyInTheSpellingSealed(t *testing.T) {
 	payload, mac, _ := strings.Cut(rest, ".")
 	for _, tc := range []struct{ name, state string }{
 		{"mac's spare bits set", version + "." + payload + "." + spareBitsSet(t, mac)},
+		{"line break inside the mac", version + "." + payload + "." + mac[:8] + "\n" + mac[8:]},
+		{"line break at the mac's end", version + "." + payload + "." + mac + "\r\n"},
 		{"payload's spare bits set", version + "." + spareBitsSet(t, payload) + "." + mac},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,13 +6,14 @@ import (
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rsa"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math/big"
 	"slices"
 	"strings"
+
+	"github.com/toolgate/toolgate/internal/canonb64"
 )
 
 // Limits of a JWKS. A set is at most maxJWKSBytes; keys beyond maxKeys are
@@ -229,7 +230,7 @@ func (j jwk) okp() (ed25519.PublicKey, error) {
 // b64 decodes base64url without padding (RFC 7515), of exactly size
 // bytes unless size is 0.
 func b64(s string, size int) ([]byte, error) {
-	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
+	b, err := canonb64.RawURL(s)
 	if err != nil {
 		return nil, err
 	}
