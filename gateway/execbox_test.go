@@ -35,7 +35,7 @@ when { context has parentRequestId };
 
 @id("guest_may_wait") @reason("guest code may wait, and nothing else, in the shell")
 permit (principal, action == Action::"CallTool", resource == Tool::"workspace.shell")
-when { context.args has command && context.args.command == "sleep 3" };
+when { context.args has command && context.args.command == "sleep 30" };
 `
 
 type sandboxEnv struct {
@@ -262,13 +262,15 @@ func TestSandboxCancelAndInputlessCalls(t *testing.T) {
 		t.Parallel()
 		e := newSandboxEnv(t, "ws", execboxtest.Script{
 			execboxtest.Started(),
-			execboxtest.CallTool("c1", "workspace", "shell", map[string]any{"command": "sleep 3"}),
+			execboxtest.CallTool("c1", "workspace", "shell", map[string]any{"command": "sleep 30"}),
 			execboxtest.AwaitResult("c1"),
 			execboxtest.Done("never reached"),
 		})
+		// The bound is two thirds of the nested command's 30 s, so that a
+		// loaded machine's slow sandbox start does not count as waiting.
 		start := time.Now()
-		resp := e.mustCall("sbc-1", "code.run", map[string]any{"code": "await workspace.shell({command: 'sleep 3'})", "timeoutMs": 500.0})
-		if tr := resp.GetToolResult(); tr.GetExitCode() != 124 || time.Since(start) > 2500*time.Millisecond {
+		resp := e.mustCall("sbc-1", "code.run", map[string]any{"code": "await workspace.shell({command: 'sleep 30'})", "timeoutMs": 500.0})
+		if tr := resp.GetToolResult(); tr.GetExitCode() != 124 || time.Since(start) > 20*time.Second {
 			t.Fatalf("exit %d after %v (%s), want 124 well before the nested command ends", tr.GetExitCode(), time.Since(start), tr.GetStderr())
 		}
 		cancelled := false

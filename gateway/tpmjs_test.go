@@ -454,8 +454,11 @@ func TestTPMJSExecutorTimeLimitIsATimeout(t *testing.T) {
 	if tr.GetExitCode() != 124 || !strings.Contains(tr.GetStderr(), "before the executor's advertised maxExecutionTimeMs 1200") {
 		t.Fatalf("exit %d stderr %q, want 124 naming the limit below the executor's", tr.GetExitCode(), tr.GetStderr())
 	}
-	if elapsed := time.Since(start); elapsed >= 1200*time.Millisecond {
-		t.Errorf("the call took %v, not less than the executor's limit", elapsed)
+	// The stderr above says the driver's own deadline ended the call, which
+	// comes before the executor's kill; here only that nobody waited for
+	// the tool's ten seconds, a bound a loaded machine cannot flip.
+	if elapsed := time.Since(start); elapsed >= 5*time.Second {
+		t.Errorf("the call took %v: it waited for the tool", elapsed)
 	}
 	e.checkReplyIsStored("limit-1", resp)
 }

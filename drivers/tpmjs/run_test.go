@@ -655,7 +655,9 @@ func TestProbesNeverBlockRun(t *testing.T) {
 	if err != nil || r.ExitCode != 0 {
 		t.Fatalf("Run = %+v, %v", r, err)
 	}
-	if elapsed := time.Since(start); elapsed > 500*time.Millisecond {
+	// Waiting for the probe would take its 3 s; the bound leaves a loaded
+	// machine room.
+	if elapsed := time.Since(start); elapsed > 2*time.Second {
 		t.Errorf("Run took %v while /health hangs, want it unaffected", elapsed)
 	}
 	if got := d.Engine(); got != engineUnknown {
