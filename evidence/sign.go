@@ -341,7 +341,9 @@ func decodeKey(data []byte, blockType string) (der []byte, isPEM bool, err error
 	if bytes.Contains(data, []byte("-----BEGIN")) {
 		return nil, false, errors.New("PEM block is malformed")
 	}
-	raw, err := canonb64.Std(string(data))
+	// A key file is the operator's, not a record read back: a key wrapped
+	// over several lines is still the key.
+	raw, err := base64.StdEncoding.Strict().DecodeString(string(data))
 	if err != nil {
 		return nil, false, fmt.Errorf("neither a PEM %q block nor standard base64", blockType)
 	}
