@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"os"
@@ -34,21 +33,16 @@ func TestConsoleOIDCSignIn(t *testing.T) {
 	prov.SetUser("carol", jwt.MapClaims{"groups": []string{"ops"}})
 	// The redirect URL names the console's port, so the port is chosen
 	// here.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	cfg := "tls: {cert_file: " + cert + ", key_file: " + key + "}\n" +
-		"auth: {keys: [{caller: bob, env: KEY_BOB, groups: [ops]}]}\n" +
-		"evidence: {url: file://./audit}\ndrivers: {workspace: {type: workspace, root: ./ws}}\n" +
-		"console:\n  listen: '" + addr + "'\n  oidc:\n    issuer: " + prov.URL + "\n    client_id: toolgate-console\n" +
-		"    client_secret: {env: OIDC_SECRET}\n    redirect_url: https://" + addr + "/signin/oidc/callback\n    groups_claim: groups\n"
-	if err := os.WriteFile(filepath.Join(dir, "toolgate.yaml"), []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	startServerEnv(t, dir, []string{"KEY_BOB=k-bob-0123456789", "OIDC_SECRET=s3cret-from-env"}, "--config", "toolgate.yaml")
+	_, addr := startNamingItsAddr(t, dir, []string{"KEY_BOB=k-bob-0123456789", "OIDC_SECRET=s3cret-from-env"}, func(addr string) {
+		cfg := "tls: {cert_file: " + cert + ", key_file: " + key + "}\n" +
+			"auth: {keys: [{caller: bob, env: KEY_BOB, groups: [ops]}]}\n" +
+			"evidence: {url: file://./audit}\ndrivers: {workspace: {type: workspace, root: ./ws}}\n" +
+			"console:\n  listen: '" + addr + "'\n  oidc:\n    issuer: " + prov.URL + "\n    client_id: toolgate-console\n" +
+			"    client_secret: {env: OIDC_SECRET}\n    redirect_url: https://" + addr + "/signin/oidc/callback\n    groups_claim: groups\n"
+		if err := os.WriteFile(filepath.Join(dir, "toolgate.yaml"), []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	})
 	pemData, err := os.ReadFile(cert)
 	if err != nil {
 		t.Fatal(err)
@@ -105,19 +99,14 @@ func TestConsoleOIDCInABrowser(t *testing.T) {
 	writePolicy(t, dir, consolePolicy)
 	prov := oauthtest.NewProviderNamed(t, "toolgate-console", "s3cret-from-env", "localhost")
 	prov.SetUser("dana", nil)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	cfg := "evidence: {url: file://./audit}\ndrivers: {workspace: {type: workspace, root: ./ws}}\n" +
-		"console:\n  listen: '" + addr + "'\n  oidc:\n    issuer: " + prov.URL + "\n    client_id: toolgate-console\n" +
-		"    client_secret: {env: OIDC_SECRET}\n    redirect_url: http://" + addr + "/signin/oidc/callback\n"
-	if err := os.WriteFile(filepath.Join(dir, "toolgate.yaml"), []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	startServerEnv(t, dir, []string{"OIDC_SECRET=s3cret-from-env"}, "--config", "toolgate.yaml")
+	_, addr := startNamingItsAddr(t, dir, []string{"OIDC_SECRET=s3cret-from-env"}, func(addr string) {
+		cfg := "evidence: {url: file://./audit}\ndrivers: {workspace: {type: workspace, root: ./ws}}\n" +
+			"console:\n  listen: '" + addr + "'\n  oidc:\n    issuer: " + prov.URL + "\n    client_id: toolgate-console\n" +
+			"    client_secret: {env: OIDC_SECRET}\n    redirect_url: http://" + addr + "/signin/oidc/callback\n"
+		if err := os.WriteFile(filepath.Join(dir, "toolgate.yaml"), []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	})
 	cmd := exec.Command(node, script)
 	cmd.Dir = filepath.Dir(script)
 	cmd.Env = append(os.Environ(), "CONSOLE_URL=http://"+addr, "USER_DATA_DIR="+t.TempDir())

@@ -23,7 +23,6 @@ func doorsGateway(t *testing.T, limits string) (map[string]string, *server) {
 	t.Helper()
 	dir := t.TempDir()
 	writePolicy(t, dir, `@id("all_workspace") permit (principal, action, resource in Driver::"workspace");`)
-	ports := map[string]int{"tpmjs": freePort(t), "mcp": freePort(t), "agent_spaces": freePort(t)}
 	cfg := fmt.Sprintf(`
 listen: 127.0.0.1:0
 auth:
@@ -35,17 +34,17 @@ drivers:
 limits:
 %s
 front_doors:
-  tpmjs: {listen: 127.0.0.1:%d, catalog_package: _catalog}
-  mcp: {listen: 127.0.0.1:%d}
-  agent_spaces: {listen: 127.0.0.1:%d}
-`, limits, ports["tpmjs"], ports["mcp"], ports["agent_spaces"])
+  tpmjs: {listen: 127.0.0.1:0, catalog_package: _catalog}
+  mcp: {listen: 127.0.0.2:0}
+  agent_spaces: {listen: 127.0.0.3:0}
+`, limits)
 	if err := os.WriteFile(filepath.Join(dir, "toolgate.yaml"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	srv := startServerEnv(t, dir, []string{"TG_BODIES_KEY=" + bodiesKey}, "--config", "toolgate.yaml")
 	urls := map[string]string{}
-	for door, port := range ports {
-		urls[door] = fmt.Sprintf("http://127.0.0.1:%d", port)
+	for _, door := range []string{"tpmjs", "mcp", "agent_spaces"} {
+		urls[door] = srv.doorURL(t, door)
 	}
 	waitListening(t, urls["tpmjs"]+"/health")
 	return urls, srv

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -37,21 +36,20 @@ func startMCPDoor(t *testing.T) *mcpDoorDeployment {
 	dir := t.TempDir()
 	writePolicy(t, dir, heldCreatePolicy+`
 @id("read") permit (principal, action == Action::"RunTool", resource == Tool::"workspace.readFile");`)
-	port := freePort(t)
-	cfg := fmt.Sprintf(`auth:
+	cfg := `auth:
   keys:
     - {caller: agent, env: KEY_AGENT}
     - {caller: reviewer, env: KEY_REVIEWER, groups: [ops]}
 evidence: {url: file://./audit}
 drivers: {workspace: {type: workspace, root: ./ws}}
 front_doors:
-  mcp: {listen: 127.0.0.1:%d, approval_tools: true}
-`, port)
+  mcp: {listen: 127.0.0.1:0, approval_tools: true}
+`
 	if err := os.WriteFile(filepath.Join(dir, "toolgate.yaml"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	startServerEnv(t, dir, []string{"KEY_AGENT=" + mcpAgentKey, "KEY_REVIEWER=" + mcpReviewerKey}, "--config", "toolgate.yaml")
-	d := &mcpDoorDeployment{dir: dir, url: fmt.Sprintf("http://127.0.0.1:%d/mcp", port)}
+	srv := startServerEnv(t, dir, []string{"KEY_AGENT=" + mcpAgentKey, "KEY_REVIEWER=" + mcpReviewerKey}, "--config", "toolgate.yaml")
+	d := &mcpDoorDeployment{dir: dir, url: srv.doorURL(t, "mcp") + "/mcp"}
 	waitListening(t, d.url)
 	return d
 }

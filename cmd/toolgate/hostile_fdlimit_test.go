@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -33,8 +32,7 @@ func TestHostileIdleConnectionFlood(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	writePolicy(t, dir, `@id("all_workspace") permit (principal, action, resource in Driver::"workspace");`)
-	port := freePort(t)
-	cfg := fmt.Sprintf(`
+	cfg := `
 auth:
   keys:
     - {caller: alice, env: TOOLGATE_HOSTILE_KEY}
@@ -44,8 +42,8 @@ drivers:
 limits:
   handshake_timeout: 60s
 front_doors:
-  tpmjs: {listen: 127.0.0.1:%d, catalog_package: _catalog}
-`, port)
+  tpmjs: {listen: 127.0.0.1:0, catalog_package: _catalog}
+`
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -65,8 +63,8 @@ front_doors:
 		t.Fatalf("the start line does not say max_connections:\n%s", srv.log.String())
 	}
 	t.Logf("max_connections under a 512-descriptor limit: %s", m[1])
-	door := fmt.Sprintf("127.0.0.1:%d", port)
-	waitListening(t, "http://"+door+"/health")
+	door := srv.doors["tpmjs"]
+	waitListening(t, srv.doorURL(t, "tpmjs")+"/health")
 
 	var idle []net.Conn
 	t.Cleanup(func() {

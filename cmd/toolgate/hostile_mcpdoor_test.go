@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -44,8 +43,6 @@ permit (principal, action == Action::"RunTool", resource == Tool::"workspace.del
 permit (principal, action == Action::"Approve", resource == Tool::"workspace.deleteFile")
 when { principal.groups.contains(context.group) };
 `
-
-var mcpDoorAddr = regexp.MustCompile(`msg="front door serving" door=mcp addr=(\S+)`)
 
 // mcpDoor is a running `toolgate serve` with the MCP door on.
 type mcpDoor struct {
@@ -82,15 +79,7 @@ front_doors:
 		mcpMust(t, os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600))
 	}
 	srv := startServerEnv(t, dir, []string{"TG_MCP_AGENT=" + mcpDoorAgentKey, "TG_MCP_BOB=" + mcpDoorBobKey}, "--config", "toolgate.yaml")
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := mcpDoorAddr.FindStringSubmatch(srv.log.String()); m != nil {
-			return &mcpDoor{url: "http://" + m[1] + "/mcp", srv: srv}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("the MCP door's address is not in the log:\n%s", srv.log.String())
-	return nil
+	return &mcpDoor{url: srv.doorURL(t, "mcp") + "/mcp", srv: srv}
 }
 
 // requests lists the request ids recorded in the evidence folder.

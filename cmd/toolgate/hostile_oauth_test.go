@@ -41,10 +41,12 @@ func startOAuthDoor(t *testing.T) *oauthDoor {
 	iss := oauthtest.New(t, "https://idp.example.com")
 	dir := t.TempDir()
 	writePolicy(t, dir, oauthDoorPolicy)
-	port := freePort(t)
-	d := &oauthDoor{base: fmt.Sprintf("http://127.0.0.1:%d", port), iss: iss}
-	d.resource = d.base + "/mcp"
-	cfg := fmt.Sprintf(`
+	d := &oauthDoor{iss: iss}
+	// The resource URL names the door's port, so the port is chosen here.
+	d.srv, _ = startNamingItsAddr(t, dir, nil, func(addr string) {
+		d.base = "http://" + addr
+		d.resource = d.base + "/mcp"
+		cfg := fmt.Sprintf(`
 listen: 127.0.0.1:0
 evidence:
   url: file://./evidence
@@ -52,17 +54,17 @@ tools:
   workspace.readFile: {driver: workspace, target: readFile}
 front_doors:
   mcp:
-    listen: 127.0.0.1:%d
+    listen: %s
     oauth:
       resource: %s
       issuer: %s
       jwks_url: %s
       required_scopes: [toolgate.tools]
-`, port, d.resource, iss.URL, iss.JWKSURL(t))
-	if err := os.WriteFile(filepath.Join(dir, "toolgate.yaml"), []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	d.srv = startServer(t, dir, "--config", "toolgate.yaml")
+`, addr, d.resource, iss.URL, iss.JWKSURL(t))
+		if err := os.WriteFile(filepath.Join(dir, "toolgate.yaml"), []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	})
 	waitListening(t, d.base+"/.well-known/oauth-protected-resource")
 	return d
 }

@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 )
 
 // Keys of the callers of the Agent Spaces door's servers in this file:
@@ -20,8 +19,6 @@ const (
 	spacesAliceKey = "k-spaces-alice-0123456789"
 	spacesBobKey   = "k-spaces-bob-0123456789ab"
 )
-
-var spacesDoorAddr = regexp.MustCompile(`msg="front door serving" door=agent_spaces addr=(\S+)`)
 
 // spacesServer runs the real binary with the Agent Spaces door on
 // loopback, the door's example policy and three keys. It returns the
@@ -59,15 +56,7 @@ front_doors:
 	}
 	srv := startServerEnv(t, dir, []string{"TG_SPACES_AGENT=" + spacesAgentKey, "TG_SPACES_ALICE=" + spacesAliceKey,
 		"TG_SPACES_BOB=" + spacesBobKey}, "--config", "toolgate.yaml")
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := spacesDoorAddr.FindStringSubmatch(srv.log.String()); m != nil {
-			return "http://" + m[1], dir, srv.addr
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("the door's address is not in the log:\n%s", srv.log.String())
-	return "", "", ""
+	return srv.doorURL(t, "agent_spaces"), dir, srv.addr
 }
 
 // spacesReply is what the door answered.

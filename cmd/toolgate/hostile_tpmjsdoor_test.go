@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -42,7 +41,6 @@ func tpmjsDoorGatewayWith(t *testing.T, policy string) (string, *tpmjstest.Execu
 	exec := tpmjstest.New(t, tpmjstest.NodeV10)
 	dir := t.TempDir()
 	writePolicy(t, dir, policy)
-	port := freePort(t)
 	cfg := fmt.Sprintf(`
 listen: 127.0.0.1:0
 auth:
@@ -59,8 +57,8 @@ tools:
   fake.echo: {driver: tpmjs, package: %q, version: "1.0.0", export: %s, caller_env: [API_KEY]}
   fake.fail: {driver: tpmjs, package: %q, version: "1.0.0", export: %s}
 front_doors:
-  tpmjs: {listen: 127.0.0.1:%d, max_body_bytes: 4096}
-`, exec.URL, tpmjstest.Package, tpmjstest.EchoTool, tpmjstest.Package, tpmjstest.FailTool, port)
+  tpmjs: {listen: 127.0.0.1:0, max_body_bytes: 4096}
+`, exec.URL, tpmjstest.Package, tpmjstest.EchoTool, tpmjstest.Package, tpmjstest.FailTool)
 	must := func(err error) {
 		if err != nil {
 			t.Fatal(err)
@@ -68,20 +66,9 @@ front_doors:
 	}
 	must(os.WriteFile(filepath.Join(dir, "toolgate.yaml"), []byte(cfg), 0o600))
 	srv := startServerEnv(t, dir, []string{"TOOLGATE_DOOR_KEY=" + tpmjsDoorKey}, "--config", "toolgate.yaml")
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	base := srv.doorURL(t, "tpmjs")
 	waitListening(t, base+"/health")
 	return base, exec, srv
-}
-
-// freePort returns a loopback port nothing listens on right now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // waitListening waits until url answers.

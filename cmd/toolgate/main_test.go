@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,12 +47,30 @@ func TestMain(m *testing.M) {
 type server struct {
 	cmd  *exec.Cmd
 	addr string
-	dir  string
-	log  *syncbuf.Buffer
-	done chan error
+	// doors holds each front door's listening address by door name, as
+	// the server logged it before it logged addr.
+	doors map[string]string
+	dir   string
+	log   *syncbuf.Buffer
+	done  chan error
 }
 
-var addrPattern = regexp.MustCompile(`msg="toolgate serving" addr=(\S+)`)
+var (
+	addrPattern     = regexp.MustCompile(`msg="toolgate serving" addr=(\S+)`)
+	doorAddrPattern = regexp.MustCompile(`msg="front door serving" door=(\S+) addr=(\S+)`)
+)
+
+// doorURL is the base URL of the front door named door. Doors in the
+// tests listen on port 0, so nothing else can take their port between a
+// test choosing it and the server binding it.
+func (s *server) doorURL(t *testing.T, door string) string {
+	t.Helper()
+	addr, ok := s.doors[door]
+	if !ok {
+		t.Fatalf("the %s door's address is not in the log:\n%s", door, s.log.String())
+	}
+	return "http://" + addr
+}
 
 // startServer runs `toolgate serve ARGS...` in dir and waits until it
 // listens. It always adds --listen 127.0.0.1:0 so tests can run in parallel.
@@ -97,14 +116,22 @@ func launchWrapped(t *testing.T, dir string, env, wrap []string, args ...string)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &server{cmd: cmd, dir: dir, log: &syncbuf.Buffer{}, done: make(chan error, 1)}
+	s := &server{cmd: cmd, dir: dir, doors: map[string]string{}, log: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	addrCh := make(chan string, 1)
 	go func() {
+		serving := false
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			line := sc.Text()
 			s.log.Write([]byte(line + "\n"))
-			if m := addrPattern.FindStringSubmatch(line); m != nil {
+			// The doors are logged before the gRPC address; the test
+			// reads s.doors only after addrCh hands it that, and the map
+			// is not written again.
+			if m := doorAddrPattern.FindStringSubmatch(line); m != nil && !serving {
+				s.doors[m[1]] = m[2]
+			}
+			if m := addrPattern.FindStringSubmatch(line); m != nil && !serving {
+				serving = true
 				addrCh <- m[1]
 			}
 		}
@@ -123,6 +150,34 @@ func launchWrapped(t *testing.T, dir string, env, wrap []string, args ...string)
 		return nil, fmt.Errorf("toolgate serve exited early (%v):\n%s", err, s.log.String())
 	case <-time.After(30 * time.Second):
 		return nil, fmt.Errorf("toolgate serve did not start:\n%s", s.log.String())
+	}
+}
+
+// startNamingItsAddr starts `toolgate serve --config toolgate.yaml` in dir
+// when the configuration must name a listening address before the server
+// binds it (an OAuth resource URL, an OIDC redirect URL): configure writes
+// the configuration for addr. Another process can take the port between
+// its choice and the bind, so a start refused with "address already in
+// use" is tried again on another port.
+func startNamingItsAddr(t *testing.T, dir string, env []string, configure func(addr string)) (*server, string) {
+	t.Helper()
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		configure(addr)
+		s, err := launchServer(t, dir, env, "--config", "toolgate.yaml")
+		if err == nil {
+			return s, addr
+		}
+		if attempt == attempts || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
+		t.Logf("%s was taken before the server bound it; trying another port", addr)
 	}
 }
 

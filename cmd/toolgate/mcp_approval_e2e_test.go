@@ -101,7 +101,7 @@ front_doors:
 	}
 	env := []string{"TG_MCP_AGENT=" + mcpDoorAgentKey, "TG_OPS=k-ops-0123456789abcdef"}
 	srv := startServerEnv(t, dir, env, "--config", "toolgate.yaml")
-	url := mcpDoorURL(t, srv)
+	url := srv.doorURL(t, "mcp") + "/mcp"
 	del := map[string]any{"path": "old.log"}
 	// call makes one call and returns the answer, its approval (if held)
 	// and the request id the door gave it: the one new request folder.
@@ -279,20 +279,6 @@ func runDriver(t *testing.T, dir string, script []byte, env ...string) []byte {
 		t.Fatalf("node drive.mjs in %s: %v\n%s%s", dir, err, stdout.String(), stderr.String())
 	}
 	return bytes.TrimSpace(stdout.Bytes())
-}
-
-// mcpDoorURL waits for the MCP door's address in srv's log.
-func mcpDoorURL(t *testing.T, srv *server) string {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := mcpDoorAddr.FindStringSubmatch(srv.log.String()); m != nil {
-			return "http://" + m[1] + "/mcp"
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("the MCP door's address is not in the log:\n%s", srv.log.String())
-	return ""
 }
 
 // sdkNoMetaResult is a tools/call result as the SDK client hands it over.

@@ -236,16 +236,7 @@ front_doors:
 	env = append([]string{"TG_TRACE_KEY=" + traceKey, "TG_TRACE_TOOL_SECRET=" + traceToolSecret, "OTEL_BSP_SCHEDULE_DELAY=50"}, env...)
 	g.srv = startServerEnv(t, dir, env, "--config", "toolgate.yaml")
 	g.client = dial(t, g.srv.addr)
-	deadline := time.Now().Add(10 * time.Second)
-	for g.mcp == nil && time.Now().Before(deadline) {
-		if m := mcpDoorAddr.FindStringSubmatch(g.srv.log.String()); m != nil {
-			g.mcp = &mcpDoor{url: "http://" + m[1] + "/mcp", srv: g.srv}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if g.mcp == nil {
-		t.Fatalf("the MCP door's address is not in the log:\n%s", g.srv.log.String())
-	}
+	g.mcp = &mcpDoor{url: g.srv.doorURL(t, "mcp") + "/mcp", srv: g.srv}
 	return g
 }
 

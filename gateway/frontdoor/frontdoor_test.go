@@ -185,7 +185,7 @@ func TestDoorAuthCoversItsAddressOnly(t *testing.T) {
 }
 
 func TestDoorsOnOneAddressShareAListener(t *testing.T) {
-	free := freePort(t)
+	free := anyLoopbackPort
 	s := serve(t, newConfig(t, false, "  echo: {listen: '"+free+"'}\n  mirror: {listen: '"+free+"'}\n"))
 	base := s.url(t, free)
 	for _, door := range []string{"echo", "mirror"} {
@@ -195,7 +195,7 @@ func TestDoorsOnOneAddressShareAListener(t *testing.T) {
 		}
 	}
 	t.Run("doors on different addresses listen apart", func(t *testing.T) {
-		a, b := freePort(t), freePort(t)
+		a, b := anyLoopbackPort, anyOtherLoopbackPort
 		s := serve(t, newConfig(t, false, "  echo: {listen: '"+a+"'}\n  mirror: {listen: '"+b+"'}\n"))
 		if status, _, _, _ := do(t, "GET", s.url(t, a)+"/mirror", nil, ""); status != 404 {
 			t.Fatalf("mirror's route on echo's listener: %d, want 404", status)
@@ -247,12 +247,22 @@ func TestRouteConflictIsALoadError(t *testing.T) {
 		}
 	})
 	t.Run("the same route on two addresses is no conflict", func(t *testing.T) {
-		a, b := freePort(t), freePort(t)
+		a, b := anyLoopbackPort, anyOtherLoopbackPort
 		serve(t, newConfig(t, false, "  echo: {listen: '"+a+"', routes: ['GET /health']}\n  mirror: {listen: '"+b+"', routes: ['GET /health']}\n"))
 	})
 }
 
-// freePort returns a loopback address nothing listens on right now.
+// Doors in the tests listen on port 0 and the tests ask the server where
+// they are: a port chosen beforehand can be taken by another process
+// before the door binds it. Two doors on different addresses take two
+// loopback addresses.
+const (
+	anyLoopbackPort      = "127.0.0.1:0"
+	anyOtherLoopbackPort = "127.0.0.2:0"
+)
+
+// freePort returns a loopback address nothing listens on right now, for
+// the one test that must find the port free again after a failed start.
 func freePort(t *testing.T) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -29,7 +29,7 @@ import (
 // keyedDoor serves the echo door with auth.keys for alice and bob.
 func keyedDoor(t *testing.T) (*served, string) {
 	t.Helper()
-	free := freePort(t)
+	free := anyLoopbackPort
 	s := serve(t, newConfig(t, true, "  echo: {listen: '"+free+"', max_body_bytes: 1024}\n"))
 	return s, s.url(t, free)
 }
@@ -180,7 +180,7 @@ func TestEscapedSlashStaysInItsSegment(t *testing.T) {
 }
 
 func TestAnonymousRefusesBrowserOrigins(t *testing.T) {
-	free := freePort(t)
+	free := anyLoopbackPort
 	s := serve(t, newConfig(t, false, "  echo: {listen: '"+free+"', cors_origins: ['http://localhost:3000']}\n"))
 	base := s.url(t, free)
 	for _, tc := range []struct {
@@ -193,8 +193,8 @@ func TestAnonymousRefusesBrowserOrigins(t *testing.T) {
 		{"a web page's request is refused", http.Header{"Origin": {"https://evil.example"}}, "", 403},
 		{"a sandboxed page's null origin is refused", http.Header{"Origin": {"null"}}, "", 403},
 		{"a listed origin is served", http.Header{"Origin": {"http://localhost:3000"}}, "", 200},
-		{"a rebound DNS name is refused", nil, "evil.example:" + portOf(free), 403},
-		{"localhost by name is served", nil, "localhost:" + portOf(free), 200},
+		{"a rebound DNS name is refused", nil, "evil.example:" + portOf(s.servers.Addr(free).String()), 403},
+		{"localhost by name is served", nil, "localhost:" + portOf(s.servers.Addr(free).String()), 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _ := http.NewRequest("GET", base+"/echo", nil)
@@ -298,7 +298,7 @@ func TestDoorServesTLSWithTheGatewaysCertificate(t *testing.T) {
 	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	free := freePort(t)
+	free := anyLoopbackPort
 	cfg := newConfig(t, true, "  echo: {listen: '"+free+"'}\n")
 	cfg.TLS = config.TLSConfig{CertFile: certFile, KeyFile: keyFile}
 	s := serve(t, cfg)
@@ -356,7 +356,7 @@ const jwtShaped = "eyJhbGciOiJFUzI1NiIsImtpZCI6ImsxIn0.eyJzdWIiOiJjYXJvbCJ9.c2ln
 // (carol) and "tok-dave" (dave), with or without auth.keys.
 func tokenDoorServed(t *testing.T, withKeys bool) (*served, string, *tokenDoor) {
 	t.Helper()
-	free := freePort(t)
+	free := anyLoopbackPort
 	s := serve(t, newConfig(t, withKeys, "  echo: {listen: '"+free+"', tokens: {'"+jwtShaped+"': carol, tok-dave: dave}}\n"))
 	doors := s.servers.Doors()
 	if len(doors) != 1 {
@@ -461,7 +461,7 @@ func TestVerifierRequiresAuthWithoutKeys(t *testing.T) {
 }
 
 func TestDoorClaimingAuthWithoutVerifierIsNotServed(t *testing.T) {
-	free := freePort(t)
+	free := anyLoopbackPort
 	cfg := newConfig(t, false, "  echo: {listen: '"+free+"', no_verifier: true}\n")
 	g, closer, err := gateway.Build(context.Background(), cfg, getenv, nil)
 	if err != nil {
@@ -483,7 +483,7 @@ func TestDoorClaimingAuthWithoutVerifierIsNotServed(t *testing.T) {
 }
 
 func TestDrainRunsBeforeShutdownWaits(t *testing.T) {
-	free := freePort(t)
+	free := anyLoopbackPort
 	s := serve(t, newConfig(t, false, "  echo: {listen: '"+free+"', park: true}\n"))
 	base := s.url(t, free)
 	door, ok := s.servers.Doors()[0].(*parkDoor)
