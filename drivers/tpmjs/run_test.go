@@ -566,7 +566,9 @@ func assertTimeout(t *testing.T, r drivers.Result, err error, start time.Time, l
 	if r.ExitCode != ExitTimeout || !strings.HasPrefix(r.Stderr, want) {
 		t.Errorf("Run = exit %d, stderr %q; want exit %d, stderr starting %q", r.ExitCode, r.Stderr, ExitTimeout, want)
 	}
-	if elapsed > 2*time.Second {
+	// The executors of these tests answer after 20 s or never; the bound
+	// leaves a loaded machine room.
+	if elapsed > 8*time.Second {
 		t.Errorf("Run took %v, want a prompt return", elapsed)
 	}
 }
@@ -582,7 +584,7 @@ func TestRunCancelledIsAnError(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Run error = %v, want context.Canceled", err)
 	}
-	if elapsed := time.Since(start); elapsed > 2*time.Second {
+	if elapsed := time.Since(start); elapsed > 8*time.Second {
 		t.Errorf("Run took %v after cancellation", elapsed)
 	}
 }
@@ -943,10 +945,11 @@ func TestNewChecksConfig(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds or two seconds passed.
+// waitFor polls cond until it holds or ten seconds passed: long enough
+// for a loaded machine, and only a failing test waits that long.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
