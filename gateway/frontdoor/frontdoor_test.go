@@ -185,9 +185,9 @@ func TestDoorAuthCoversItsAddressOnly(t *testing.T) {
 }
 
 func TestDoorsOnOneAddressShareAListener(t *testing.T) {
-	free := anyLoopbackPort
-	s := serve(t, newConfig(t, false, "  echo: {listen: '"+free+"'}\n  mirror: {listen: '"+free+"'}\n"))
-	base := s.url(t, free)
+	shared := anyLoopbackPort
+	s := serve(t, newConfig(t, false, "  echo: {listen: '"+shared+"'}\n  mirror: {listen: '"+shared+"'}\n"))
+	base := s.url(t, shared)
 	for _, door := range []string{"echo", "mirror"} {
 		status, got, raw, _ := do(t, "GET", base+"/"+door, nil, "")
 		if status != 200 || got.Door != door {

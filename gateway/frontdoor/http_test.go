@@ -29,9 +29,9 @@ import (
 // keyedDoor serves the echo door with auth.keys for alice and bob.
 func keyedDoor(t *testing.T) (*served, string) {
 	t.Helper()
-	free := anyLoopbackPort
-	s := serve(t, newConfig(t, true, "  echo: {listen: '"+free+"', max_body_bytes: 1024}\n"))
-	return s, s.url(t, free)
+	listen := anyLoopbackPort
+	s := serve(t, newConfig(t, true, "  echo: {listen: '"+listen+"', max_body_bytes: 1024}\n"))
+	return s, s.url(t, listen)
 }
 
 func TestKeyInPathAuthenticatesAndIsStripped(t *testing.T) {
@@ -180,9 +180,9 @@ func TestEscapedSlashStaysInItsSegment(t *testing.T) {
 }
 
 func TestAnonymousRefusesBrowserOrigins(t *testing.T) {
-	free := anyLoopbackPort
-	s := serve(t, newConfig(t, false, "  echo: {listen: '"+free+"', cors_origins: ['http://localhost:3000']}\n"))
-	base := s.url(t, free)
+	listen := anyLoopbackPort
+	s := serve(t, newConfig(t, false, "  echo: {listen: '"+listen+"', cors_origins: ['http://localhost:3000']}\n"))
+	base := s.url(t, listen)
 	for _, tc := range []struct {
 		name   string
 		header http.Header
@@ -193,8 +193,8 @@ func TestAnonymousRefusesBrowserOrigins(t *testing.T) {
 		{"a web page's request is refused", http.Header{"Origin": {"https://evil.example"}}, "", 403},
 		{"a sandboxed page's null origin is refused", http.Header{"Origin": {"null"}}, "", 403},
 		{"a listed origin is served", http.Header{"Origin": {"http://localhost:3000"}}, "", 200},
-		{"a rebound DNS name is refused", nil, "evil.example:" + portOf(s.servers.Addr(free).String()), 403},
-		{"localhost by name is served", nil, "localhost:" + portOf(s.servers.Addr(free).String()), 200},
+		{"a rebound DNS name is refused", nil, "evil.example:" + portOf(s.servers.Addr(listen).String()), 403},
+		{"localhost by name is served", nil, "localhost:" + portOf(s.servers.Addr(listen).String()), 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _ := http.NewRequest("GET", base+"/echo", nil)
@@ -298,14 +298,14 @@ func TestDoorServesTLSWithTheGatewaysCertificate(t *testing.T) {
 	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	free := anyLoopbackPort
-	cfg := newConfig(t, true, "  echo: {listen: '"+free+"'}\n")
+	listen := anyLoopbackPort
+	cfg := newConfig(t, true, "  echo: {listen: '"+listen+"'}\n")
 	cfg.TLS = config.TLSConfig{CertFile: certFile, KeyFile: keyFile}
 	s := serve(t, cfg)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(certPEM)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	addr := s.servers.Addr(free).String()
+	addr := s.servers.Addr(listen).String()
 	resp, err := client.Get("https://" + addr + "/k/" + testKeys["alice"] + "/echo")
 	if err != nil {
 		t.Fatal(err)
@@ -356,8 +356,8 @@ const jwtShaped = "eyJhbGciOiJFUzI1NiIsImtpZCI6ImsxIn0.eyJzdWIiOiJjYXJvbCJ9.c2ln
 // (carol) and "tok-dave" (dave), with or without auth.keys.
 func tokenDoorServed(t *testing.T, withKeys bool) (*served, string, *tokenDoor) {
 	t.Helper()
-	free := anyLoopbackPort
-	s := serve(t, newConfig(t, withKeys, "  echo: {listen: '"+free+"', tokens: {'"+jwtShaped+"': carol, tok-dave: dave}}\n"))
+	listen := anyLoopbackPort
+	s := serve(t, newConfig(t, withKeys, "  echo: {listen: '"+listen+"', tokens: {'"+jwtShaped+"': carol, tok-dave: dave}}\n"))
 	doors := s.servers.Doors()
 	if len(doors) != 1 {
 		t.Fatalf("%d doors opened", len(doors))
@@ -366,7 +366,7 @@ func tokenDoorServed(t *testing.T, withKeys bool) (*served, string, *tokenDoor) 
 	if !ok {
 		t.Fatalf("the door opened as %T", doors[0])
 	}
-	return s, s.url(t, free), td
+	return s, s.url(t, listen), td
 }
 
 func TestVerifierTriedOnlyWhenNoKeyMatches(t *testing.T) {
@@ -461,8 +461,8 @@ func TestVerifierRequiresAuthWithoutKeys(t *testing.T) {
 }
 
 func TestDoorClaimingAuthWithoutVerifierIsNotServed(t *testing.T) {
-	free := anyLoopbackPort
-	cfg := newConfig(t, false, "  echo: {listen: '"+free+"', no_verifier: true}\n")
+	listen := anyLoopbackPort
+	cfg := newConfig(t, false, "  echo: {listen: '"+listen+"', no_verifier: true}\n")
 	g, closer, err := gateway.Build(context.Background(), cfg, getenv, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -483,9 +483,9 @@ func TestDoorClaimingAuthWithoutVerifierIsNotServed(t *testing.T) {
 }
 
 func TestDrainRunsBeforeShutdownWaits(t *testing.T) {
-	free := anyLoopbackPort
-	s := serve(t, newConfig(t, false, "  echo: {listen: '"+free+"', park: true}\n"))
-	base := s.url(t, free)
+	listen := anyLoopbackPort
+	s := serve(t, newConfig(t, false, "  echo: {listen: '"+listen+"', park: true}\n"))
+	base := s.url(t, listen)
 	door, ok := s.servers.Doors()[0].(*parkDoor)
 	if !ok {
 		t.Fatalf("the door opened as %T", s.servers.Doors()[0])
